@@ -1,0 +1,287 @@
+"""The decision engine: one llama.cpp model, options scored from final-position logits.
+
+Why segments: a prompt is evaluated as a fixed sequence of segments (see prompt.py). Leading
+segments that match the previous prompt are kept in the KV cache and not evaluated again, and
+because the split of every prompt is always the same, a cached segment gives bit-identical
+logits to a fresh evaluation. So the shared-state path (many questions on one state) and the
+policy-prefix path (one policy over many states) are exact, not approximations.
+
+`fresh=True` clears the cache first: the reference path.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .models import SHIPPED, ModelChoice, file_sha256, resolve_model
+from .prompt import ChatTemplate, Prompt, render_letters, render_option_words, rotations
+from .schema import DecisionRequest, RequestError, SharedStateRequest, finite
+
+
+def default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Mirrors the DLC's SM_LLAMA_CPP_* style: SM_SEMIF_CTX_SIZE, SM_SEMIF_THREADS, SM_SEMIF_N_GPU_LAYERS."""
+
+    n_ctx: int = 4096
+    n_threads: int = 0  # 0 = all CPUs this process may use
+    n_gpu_layers: int = 0
+    n_batch: int = 512
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> "EngineConfig":
+        def num(name: str, default: int) -> int:
+            raw = env.get(name)
+            if raw in (None, ""):
+                return default
+            try:
+                return int(raw)
+            except ValueError:
+                raise ValueError(f"{name}={raw!r} is not an integer") from None
+
+        return cls(num("SM_SEMIF_CTX_SIZE", cls.n_ctx), num("SM_SEMIF_THREADS", cls.n_threads),
+                   num("SM_SEMIF_N_GPU_LAYERS", cls.n_gpu_layers), num("SM_SEMIF_BATCH_SIZE", cls.n_batch))
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    file: str
+    path: str
+    sha256: str
+    quantization: str
+    description: str
+    n_ctx: int
+    n_threads: int
+    n_gpu_layers: int
+    llama_cpp_version: str
+    chat_template: bool
+    default_readout: str
+    source: str
+    shipped: str | None
+
+    def public(self) -> dict:
+        d = asdict(self)
+        d.pop("path")
+        return d
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max()
+    return x - (m + math.log(np.exp(x - m).sum()))
+
+
+class Engine:
+    """One loaded GGUF. Thread-safe: calls are serialised (a llama.cpp context is not)."""
+
+    def __init__(self, model: str | os.PathLike | ModelChoice | None = None, config: EngineConfig | None = None):
+        import llama_cpp
+
+        self._llama_cpp = llama_cpp
+        choice = model if isinstance(model, ModelChoice) else resolve_model(model)
+        cfg = config or EngineConfig()
+        threads = cfg.n_threads or default_threads()
+        self.llm = llama_cpp.Llama(
+            model_path=str(choice.path), n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch,
+            n_threads=threads, n_threads_batch=threads, n_gpu_layers=cfg.n_gpu_layers,
+            logits_all=False, verbose=False,
+        )
+        meta = self.llm.metadata
+        model = self.llm._model
+        self._n_vocab = self.llm.n_vocab()
+        self._add_bos = model.add_bos_token()
+        self._bos_text = model.token_get_text(model.token_bos()) if model.token_bos() >= 0 else ""
+        template = meta.get("tokenizer.chat_template")
+        self.chat = None
+        if template:
+            eos = model.token_get_text(model.token_eos()) if model.token_eos() >= 0 else ""
+            self.chat = ChatTemplate(template, bos_token=self._bos_text, eos_token=eos)
+        desc = model.desc()
+        default_readout = (SHIPPED[choice.shipped].default_readout if choice.shipped
+                           else ("letters" if self.chat else "option-words"))
+        self.info = ModelInfo(
+            file=choice.path.name, path=str(choice.path), sha256=file_sha256(choice.path),
+            quantization=_quantization(desc, meta), description=desc, n_ctx=self.llm.n_ctx(),
+            n_threads=threads, n_gpu_layers=cfg.n_gpu_layers, llama_cpp_version=llama_cpp.__version__,
+            chat_template=bool(template), default_readout=default_readout, source=choice.source,
+            shipped=choice.shipped,
+        )
+        self._lock = threading.RLock()
+        self._cached: list[tuple[int, ...]] = []
+        self._label_cache: dict[tuple[str, str], tuple[int, ...]] = {}
+
+    # -- tokens -----------------------------------------------------------------------------
+    def tokenize_prompt(self, prompt: Prompt) -> list[tuple[int, ...]]:
+        segs = []
+        for i, text in enumerate(prompt.segments):
+            bos = i == 0 and self._add_bos and not (self._bos_text and text.startswith(self._bos_text))
+            segs.append(tuple(self.llm.tokenize(text.encode(), add_bos=bos, special=True)))
+        return segs
+
+    def label_tokens(self, prompt: Prompt) -> list[tuple[int, ...]]:
+        """Token ids of each answer label as they follow this prompt's last characters."""
+        tail = prompt.segments[-1][-48:]
+        return [self._label_seq(tail, lab) for lab in prompt.labels]
+
+    def _label_seq(self, tail: str, label: str) -> tuple[int, ...]:
+        key = (tail, label)
+        if key not in self._label_cache:
+            base = self.llm.tokenize(tail.encode(), add_bos=False, special=True)
+            full = self.llm.tokenize((tail + label).encode(), add_bos=False, special=True)
+            if full[: len(base)] == base and len(full) > len(base):
+                seq = tuple(full[len(base):])
+            else:  # the label merged with the prompt's last token: read it on its own
+                seq = tuple(self.llm.tokenize(label.encode(), add_bos=False, special=True))
+            self._label_cache[key] = seq
+        return self._label_cache[key]
+
+    # -- forward ----------------------------------------------------------------------------
+    def _forward(self, segs: list[tuple[int, ...]]) -> tuple[np.ndarray, int, float]:
+        """Evaluate segments, reusing cached leading segments; return last-position logits."""
+        k = 0
+        while k < len(segs) - 1 and k < len(self._cached) and self._cached[k] == segs[k]:
+            k += 1
+        keep = sum(len(s) for s in segs[:k])
+        t0 = time.perf_counter()
+        try:
+            self.llm.n_tokens = keep
+            for seg in segs[k:]:
+                self.llm.eval(list(seg))
+        except Exception:
+            self._cached, self.llm.n_tokens = [], 0
+            raise
+        self._cached = list(segs)
+        ptr = self._llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
+        logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
+        return logits, keep, time.perf_counter() - t0
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cached = []
+            self.llm.n_tokens = 0
+            self.llm._ctx.kv_cache_clear()
+
+    # -- scoring ----------------------------------------------------------------------------
+    def render(self, req: DecisionRequest, readout: str, order: list[int] | None = None) -> Prompt:
+        if readout == "letters":
+            return render_letters(req.state, req.question, req.options, self.chat, order)
+        return render_option_words(req.state, req.question, req.options, req.examples, order)
+
+    def _score_prompt(self, prompt: Prompt) -> dict:
+        segs = self.tokenize_prompt(prompt)
+        seqs = self.label_tokens(prompt)
+        if prompt.readout == "letters":
+            for lab, seq in zip(prompt.labels, seqs):
+                if len(seq) != 1:
+                    raise RequestError(["readout"], f"letter {lab.strip()!r} is {len(seq)} tokens for this model, "
+                                       "so it cannot be read from one position: use readout 'option-words'")
+        n_in = sum(len(s) for s in segs)
+        depth = max(len(s) for s in seqs)
+        if n_in + depth > self.info.n_ctx:
+            raise RequestError(["state"], f"the prompt is {n_in} tokens but the context holds {self.info.n_ctx}: "
+                               "shorten the state/examples or raise SM_SEMIF_CTX_SIZE", "value_error.too_long")
+        logits, cached, seconds = self._forward(segs)
+        stats = {"forward_seconds": seconds, "extra_evals": 0}
+        scores = np.zeros(len(seqs))
+        self._walk(segs, seqs, list(range(len(seqs))), 0, logits, (), scores, stats)
+        logp = _log_softmax(logits)
+        first = sorted({s[0] for s in seqs})
+        label_mass = float(np.exp(logp[first]).sum())
+        disp = np.exp(scores - scores.max())
+        disp /= disp.sum()
+        n = len(seqs)
+        probs, raw = np.zeros(n), np.zeros(n)
+        for k, idx in enumerate(prompt.order):
+            probs[idx], raw[idx] = disp[k], scores[k]
+        return {"probs": probs, "logits": raw, "label_mass": label_mass, "input_tokens": n_in,
+                "cached_tokens": cached, "label_token_counts": [len(s) for s in seqs],
+                "forward_seconds": stats["forward_seconds"], "extra_evals": stats["extra_evals"],
+                "sha": prompt.sha256()}
+
+    def _walk(self, segs, seqs, members, depth, logits, prefix, scores, stats) -> None:
+        """Score options by their label tokens; options sharing a first token are told apart by
+        evaluating that token and reading the next one (log-probabilities added to the raw logit)."""
+        base = logits.astype(np.float64) if depth == 0 else _log_softmax(logits)
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i in members:
+            if depth >= len(seqs[i]):
+                raise RequestError(["options"], "two options have the same tokens for this model: make their ids differ")
+            groups[seqs[i][depth]].append(i)
+        for tok, group in groups.items():
+            scores[group] += base[tok]
+            if len(group) > 1:
+                path = (*prefix, tok)
+                sub, _, sec = self._forward([*segs, path])
+                stats["forward_seconds"] += sec
+                stats["extra_evals"] += 1
+                self._walk(segs, seqs, group, depth + 1, sub, path, scores, stats)
+
+    def score(self, req: DecisionRequest, *, fresh: bool = False) -> dict:
+        """Score one row. Same input -> same output, bit for bit, cached or fresh."""
+        with self._lock:
+            if fresh:
+                self.clear_cache()
+            t0 = time.perf_counter()
+            readout = req.readout or self.info.default_readout
+            orders = rotations(len(req.options)) if req.permute else [None]
+            runs = [self._score_prompt(self.render(req, readout, order)) for order in orders]
+            if len(runs) == 1:
+                probs, logits = runs[0]["probs"], runs[0]["logits"]
+            else:  # permutation averaging: mean probability; logits reported as log of that mean
+                probs = np.mean([r["probs"] for r in runs], axis=0)
+                logits = np.log(np.maximum(probs, 1e-300))
+            top = int(np.argmax(probs))
+            return {
+                "id": req.id,
+                "option_ids": [o.id for o in req.options],
+                "probabilities": [finite(float(p)) for p in probs],
+                "option_logits": [finite(float(x)) for x in logits],
+                "top_option": req.options[top].id,
+                "probability_status": "uncalibrated",
+                "label_mass": finite(float(np.mean([r["label_mass"] for r in runs]))),
+                "readout": readout,
+                "prompt_version": runs[0]["sha"] and self.render(req, readout).version,
+                "prompt_sha256": runs[0]["sha"],
+                "permutations": len(runs),
+                "input_tokens": runs[0]["input_tokens"],
+                "cached_tokens": sum(r["cached_tokens"] for r in runs),
+                "evaluated_tokens": sum(r["input_tokens"] - r["cached_tokens"] for r in runs),
+                "label_token_counts": runs[0]["label_token_counts"],
+                "forward_seconds": sum(r["forward_seconds"] for r in runs),
+                "total_seconds": time.perf_counter() - t0,
+                "model": self.info.public(),
+            }
+
+    def score_shared(self, shared: SharedStateRequest) -> list[dict]:
+        """Many questions on one state: the state segment is evaluated once, each question branches."""
+        with self._lock:
+            return [self.score(row) for row in shared.rows()]
+
+    def score_many(self, rows: Iterable[DecisionRequest], progress: Callable[[int], None] | None = None) -> list[dict]:
+        out = []
+        for row in rows:
+            out.append(self.score(row))
+            if progress:
+                progress(len(out))
+        return out
+
+
+def _quantization(desc: str, meta: dict) -> str:
+    """'llama 135M Q4_1' -> 'Q4_1'; 'gemma3 270M Q4_K - Medium' -> 'Q4_K_M'."""
+    tail = desc.split(" ", 2)[-1] if desc.count(" ") >= 2 else desc
+    tail = tail.replace(" - Medium", "_M").replace(" - Small", "_S").replace(" - Large", "_L")
+    return tail or meta.get("general.file_type", "unknown")

@@ -1,0 +1,45 @@
+"""Policy templates shipped in data/policies and the shipped probe cases (data/cases)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .schema import DecisionRequest
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+def load_template(policy_id: str) -> dict:
+    path = DATA_DIR / "policies" / f"{policy_id}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no policy template {policy_id!r} in {path.parent}")
+    return json.loads(path.read_text())
+
+
+def list_templates() -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((DATA_DIR / "policies").glob("*.json"))]
+
+
+def load_jsonl(path: str | Path) -> list[dict]:
+    rows = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+    return rows
+
+
+def probe_cases() -> list[dict]:
+    return load_jsonl(DATA_DIR / "cases" / "probe.jsonl")
+
+
+def request_for(policy: dict, state, row_id: str, **overrides) -> DecisionRequest:
+    """A decision row from a policy (question, options, examples) and a state."""
+    fields = {"id": row_id, "state": state, "question": policy["question"], "options": policy["options"],
+              "examples": policy.get("examples", [])}
+    if policy.get("readout"):
+        fields["readout"] = policy["readout"]
+    fields.update(overrides)
+    return DecisionRequest.model_validate(fields)

@@ -1,0 +1,113 @@
+"""Prompt rendering for each readout, split into segments the engine evaluates in order.
+
+A prompt is a list of text segments. The engine evaluates segments one after the other and
+keeps the KV cache of leading segments that match the previous prompt, so a segment boundary
+is also a reuse point. Because every prompt is always evaluated with the same split, a cached
+segment gives bit-identical results to a fresh evaluation.
+
+- `letters` (SemIf's direct-options readout): fixed system instruction, the state, the question
+  and the lettered options through the model's chat template (thinking off); the answer is read at
+  the letter tokens. Segment 0 holds the state, so many questions on one state share it.
+- `option-words`: a completion prompt listing the options by id, with solved examples, then the
+  state and `Answer:`; the answer is read at the first token(s) of each option id. Segment 0 holds
+  the policy (question, options, examples), so one policy over many states shares it.
+"""
+from __future__ import annotations
+
+import hashlib
+import string
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .schema import Example, Option, State, state_text
+
+PROMPT_VERSIONS = {"letters": "letters/1", "option-words": "option-words/1"}
+LETTERS = string.ascii_uppercase
+SYSTEM_INSTRUCTION = (
+    "You are a decision model. Read the state, then answer the question by choosing exactly one "
+    "of the listed options. Reply with the letter of that option only."
+)
+OPTION_WORDS_INSTRUCTION = "Answer each case with the id of exactly one option from the list."
+_SEGMENT = "\u27e6SEMIF-SEGMENT\u27e7"  # split marker, removed before tokenizing
+
+
+@dataclass
+class Prompt:
+    readout: str
+    version: str
+    segments: list[str]
+    labels: list[str]  # answer text read right after the prompt, one per option in displayed order
+    chat: bool = False
+    order: list[int] = field(default_factory=list)  # displayed position -> request option index
+
+    @property
+    def text(self) -> str:
+        return "".join(self.segments)
+
+    def sha256(self) -> str:
+        h = hashlib.sha256(self.version.encode())
+        for part in (*self.segments, "\x1f", *self.labels):
+            h.update(b"\x1e" + part.encode())
+        return h.hexdigest()
+
+
+class ChatTemplate:
+    """The model's own Jinja chat template (from GGUF metadata), rendered the way HF does."""
+
+    def __init__(self, template: str, bos_token: str = "", eos_token: str = ""):
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
+        env.globals["raise_exception"] = _raise
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        self._tpl = env.from_string(template)
+        self.bos_token, self.eos_token = bos_token, eos_token
+
+    def render(self, messages: list[dict]) -> str:
+        return self._tpl.render(messages=messages, add_generation_prompt=True, enable_thinking=False,
+                                bos_token=self.bos_token, eos_token=self.eos_token)
+
+
+def _raise(msg: str):
+    raise jinja2.TemplateError(msg)
+
+
+def option_line(letter: str, opt: Option) -> str:
+    return f"{letter}. {opt.id}: {opt.description}" if opt.description else f"{letter}. {opt.id}"
+
+
+def render_letters(state: State, question: str, options: list[Option], chat: ChatTemplate | None,
+                   order: list[int] | None = None) -> Prompt:
+    order = order or list(range(len(options)))
+    shown = [options[i] for i in order]
+    body = "\n".join(option_line(LETTERS[k], o) for k, o in enumerate(shown))
+    head = f"State:\n{state_text(state)}\n\n"
+    ask = f"Question: {question}\n\nOptions:\n{body}\n\nAnswer with one letter."
+    if chat is not None:
+        text = chat.render([{"role": "system", "content": SYSTEM_INSTRUCTION},
+                            {"role": "user", "content": head + _SEGMENT + ask}])
+        seg0, seg1 = text.split(_SEGMENT, 1)
+        labels = list(LETTERS[: len(shown)])  # read straight after the assistant header
+    else:
+        seg0, seg1 = f"{SYSTEM_INSTRUCTION}\n\n{head}", f"{ask}\nAnswer:"
+        labels = [f" {c}" for c in LETTERS[: len(shown)]]
+    return Prompt("letters", PROMPT_VERSIONS["letters"], [seg0, seg1], labels, chat is not None, order)
+
+
+def render_option_words(state: State, question: str, options: list[Option], examples: list[Example],
+                        order: list[int] | None = None) -> Prompt:
+    order = order or list(range(len(options)))
+    shown = [options[i] for i in order]
+    listing = "\n".join(f"- {o.id}: {o.description}" if o.description else f"- {o.id}" for o in shown)
+    solved = "".join(f"Case:\n{state_text(e.state)}\nAnswer: {e.option_id}\n\n" for e in examples)
+    seg0 = f"{OPTION_WORDS_INSTRUCTION}\n\nQuestion: {question}\nOptions:\n{listing}\n\n{solved}Case:\n"
+    seg1 = f"{state_text(state)}\nAnswer:"
+    labels = [f" {o.id}\n" for o in shown]
+    return Prompt("option-words", PROMPT_VERSIONS["option-words"], [seg0, seg1], labels, False, order)
+
+
+def rotations(n: int) -> list[list[int]]:
+    """Cyclic option orders used by permutation averaging: each option visits every position once."""
+    return [[(r + k) % n for k in range(n)] for r in range(n)]

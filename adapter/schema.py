@@ -1,0 +1,166 @@
+"""Decision rows: the request a policy + state becomes, and the result a target returns.
+
+Validation lives here (pydantic) so every entry point - HTTP, CLI, the workbench - rejects bad
+input the same way, with errors that name the field (`loc`) and say how to fix it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+MAX_OPTIONS = 26  # letters A..Z
+READOUTS = ("letters", "option-words")
+Readout = Literal["letters", "option-words"]
+State = Union[str, dict[str, Any], list[Any]]
+
+
+class RequestError(ValueError):
+    """Bad input: `loc` names the field (as a path), `msg` says what is wrong and how to fix it."""
+
+    def __init__(self, loc: list[str | int], msg: str, type_: str = "value_error", status: int = 422):
+        super().__init__(f"{'.'.join(map(str, loc))}: {msg}")
+        self.loc, self.msg, self.type, self.status = list(loc), msg, type_, status
+
+    def to_detail(self) -> list[dict]:
+        return [{"loc": self.loc, "msg": self.msg, "type": self.type}]
+
+
+def _check_state(value: Any) -> Any:
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("state is empty: send the ticket, log or context text to decide on")
+    if isinstance(value, (dict, list)) and not value:
+        raise ValueError("state is an empty object/array: send at least one field or item")
+    return value
+
+
+class Option(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    id: str = Field(min_length=1, max_length=200, description="stable option id returned in option_ids")
+    description: str = Field(default="", max_length=2000)
+
+
+class Example(BaseModel):
+    """A solved case for the few-shot `option-words` readout."""
+
+    model_config = ConfigDict(extra="forbid")
+    state: State
+    option_id: str = Field(min_length=1)
+
+    @field_validator("state")
+    @classmethod
+    def _state(cls, v: Any) -> Any:
+        return _check_state(v)
+
+
+class Question(BaseModel):
+    """What is asked of a state: the question, its ordered options and how to read the answer."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    id: str = Field(min_length=1, max_length=200)
+    question: str = Field(min_length=1, max_length=4000)
+    options: list[Option] = Field(min_length=2, max_length=MAX_OPTIONS)
+    readout: Readout | None = Field(default=None, description="letters | option-words; default per model")
+    permute: bool = Field(default=False, description="average over cyclic option orders (debiasing)")
+    examples: list[Example] = Field(default_factory=list, max_length=32)
+    policy_id: str | None = Field(default=None, description="apply a loaded calibrated policy")
+
+    @model_validator(mode="after")
+    def _options_consistent(self) -> "Question":
+        seen: set[str] = set()
+        for i, opt in enumerate(self.options):
+            if opt.id in seen:
+                raise RequestError(["options", i, "id"], f"duplicate option id {opt.id!r}: option ids must be unique")
+            seen.add(opt.id)
+        for i, ex in enumerate(self.examples):
+            if ex.option_id not in seen:
+                raise RequestError(["examples", i, "option_id"],
+                                   f"{ex.option_id!r} is not one of the options {sorted(seen)}")
+        return self
+
+
+class DecisionRequest(Question):
+    """One row: id + state + question + options."""
+
+    state: State
+
+    @field_validator("state")
+    @classmethod
+    def _state(cls, v: Any) -> Any:
+        return _check_state(v)
+
+    def question_part(self) -> Question:
+        return Question.model_validate(self.model_dump(exclude={"state"}))
+
+
+class SharedStateRequest(BaseModel):
+    """Several questions on one state: the state is prefilled once and each question branches."""
+
+    model_config = ConfigDict(extra="forbid")
+    state: State
+    questions: list[Question] = Field(min_length=1, max_length=256)
+
+    @field_validator("state")
+    @classmethod
+    def _state(cls, v: Any) -> Any:
+        return _check_state(v)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "SharedStateRequest":
+        seen: set[str] = set()
+        for i, q in enumerate(self.questions):
+            if q.id in seen:
+                raise RequestError(["questions", i, "id"], f"duplicate question id {q.id!r}")
+            seen.add(q.id)
+        return self
+
+    def rows(self) -> list[DecisionRequest]:
+        return [DecisionRequest(state=self.state, **q.model_dump()) for q in self.questions]
+
+
+def errors_from(exc: ValidationError | RequestError, prefix: list[str | int] = ()) -> list[dict]:
+    """FastAPI-shaped error list: [{"loc": [...], "msg": ..., "type": ...}]."""
+    if isinstance(exc, RequestError):
+        return [{"loc": [*prefix, *exc.loc], "msg": exc.msg, "type": exc.type}]
+    out = []
+    for e in exc.errors(include_url=False):
+        ctx_err = (e.get("ctx") or {}).get("error")
+        if isinstance(ctx_err, RequestError):  # raised inside a model validator: keep its own loc
+            out.append({"loc": [*prefix, *e["loc"], *ctx_err.loc], "msg": ctx_err.msg, "type": ctx_err.type})
+            continue
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = f"unknown field {e['loc'][-1]!r}: remove it (allowed fields are documented in README)"
+        elif e["type"] == "missing":
+            msg = f"field required: add {e['loc'][-1]!r}"
+        elif e["loc"] and e["loc"][-1] == "options" and e["type"] in ("too_short", "too_long"):
+            msg = f"{msg}: send between 2 and {MAX_OPTIONS} options (letters A..Z)"
+        out.append({"loc": [*prefix, *e["loc"]], "msg": msg, "type": e["type"]})
+    return out
+
+
+def parse_request(payload: Any) -> DecisionRequest:
+    """Validate one row; raise RequestError naming the first bad field."""
+    try:
+        return DecisionRequest.model_validate(payload)
+    except ValidationError as exc:
+        first = errors_from(exc)[0]
+        raise RequestError(first["loc"], first["msg"], first["type"]) from None
+
+
+def state_text(state: State) -> str:
+    """The state as the model sees it: text verbatim, objects/arrays as indented JSON."""
+    if isinstance(state, str):
+        return state.strip()
+    return json.dumps(state, ensure_ascii=False, indent=2)
+
+
+def finite(x: float) -> float:
+    """JSON has no NaN/Infinity: clamp so every number we send is finite."""
+    if math.isnan(x):
+        raise ValueError("NaN in a decision result")
+    if math.isinf(x):
+        return math.copysign(1e30, x)
+    return x

@@ -210,7 +210,7 @@ class Engine:
         return {"probs": probs, "logits": raw, "label_mass": label_mass, "input_tokens": n_in,
                 "cached_tokens": cached, "label_token_counts": [len(s) for s in seqs],
                 "forward_seconds": stats["forward_seconds"], "extra_evals": stats["extra_evals"],
-                "sha": prompt.sha256()}
+                "sha": prompt.sha256(), "version": prompt.version}
 
     def _walk(self, segs, seqs, members, depth, logits, prefix, scores, stats) -> None:
         """Score options by their label tokens; options sharing a first token are told apart by
@@ -254,7 +254,7 @@ class Engine:
                 "probability_status": "uncalibrated",
                 "label_mass": finite(float(np.mean([r["label_mass"] for r in runs]))),
                 "readout": readout,
-                "prompt_version": runs[0]["sha"] and self.render(req, readout).version,
+                "prompt_version": runs[0]["version"],
                 "prompt_sha256": runs[0]["sha"],
                 "permutations": len(runs),
                 "input_tokens": runs[0]["input_tokens"],

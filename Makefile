@@ -1,0 +1,21 @@
+# The two commands a new user types (see README):
+#   make run    install everything (first time ~6-12 min: llama.cpp is compiled) and start the workbench
+#   make test   install everything and run the whole test suite
+PY := .venv/bin/python
+
+.PHONY: setup run adapter test bench
+setup:
+	bash scripts/setup.sh
+
+run: setup
+	$(PY) -m app run
+
+adapter: setup
+	$(PY) -m adapter serve
+
+test: setup
+	bash scripts/setup.sh --browser
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) -m bench.engine

@@ -1,0 +1,138 @@
+"""python -m adapter {serve,score,check,models}
+
+serve   the SemIf adapter (SageMaker runs `docker run IMAGE serve`): port from --port, else
+        SAGEMAKER_BIND_TO_PORT, else 8080; --port 0 picks a free one and prints it
+score   offline scoring: rows.jsonl (one decision row or {state, questions} per line) -> JSONL on
+        stdout, a progress bar on stderr
+check   load the model and score one case (catches a broken llama.cpp build)
+models  where the model comes from, and the shipped ones
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from pydantic import ValidationError
+
+
+def _engine(args):
+    from .engine import Engine, EngineConfig
+
+    cfg = EngineConfig.from_env()
+    if getattr(args, "ctx_size", None):
+        cfg = EngineConfig(args.ctx_size, cfg.n_threads, cfg.n_gpu_layers, cfg.n_batch)
+    if getattr(args, "threads", None):
+        cfg = EngineConfig(cfg.n_ctx, args.threads, cfg.n_gpu_layers, cfg.n_batch)
+    return Engine(args.model, cfg)
+
+
+def cmd_serve(args) -> int:
+    from .server import default_port, serve
+
+    port = default_port() if args.port is None else args.port
+    host = args.host or os.environ.get("SM_SEMIF_HOST", "0.0.0.0")
+    return serve(host, port, lambda: _engine(args), log_level=args.log_level)
+
+
+def cmd_score(args) -> int:
+    from tqdm import tqdm
+
+    from .schema import DecisionRequest, SharedStateRequest, errors_from
+
+    src = sys.stdin if args.rows == "-" else open(args.rows, encoding="utf-8")
+    items, bad = [], []
+    for n, line in enumerate(src, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if isinstance(obj, dict):
+                for q in obj.get("questions", [obj]) if "questions" in obj else [obj]:
+                    if args.readout and isinstance(q, dict):
+                        q.setdefault("readout", args.readout)
+                    if args.permute and isinstance(q, dict):
+                        q["permute"] = True
+            items.append(SharedStateRequest.model_validate(obj) if isinstance(obj, dict) and "questions" in obj
+                         else DecisionRequest.model_validate(obj))
+        except json.JSONDecodeError as exc:
+            bad.append(f"line {n}: not valid JSON ({exc.msg})")
+        except ValidationError as exc:
+            bad.extend(f"line {n}: {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors_from(exc))
+    if bad:
+        print("no rows scored; fix these first:\n  " + "\n  ".join(bad[:50]), file=sys.stderr)
+        return 2
+    engine = _engine(args)
+    total = sum(len(i.questions) if isinstance(i, SharedStateRequest) else 1 for i in items)
+    out = sys.stdout
+    with tqdm(total=total, unit="row", file=sys.stderr, disable=args.quiet) as bar:
+        for item in items:
+            results = engine.score_shared(item) if isinstance(item, SharedStateRequest) else [engine.score(item, fresh=args.fresh)]
+            for r in results:
+                out.write(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n")
+                bar.update(1)
+            out.flush()
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .policies import load_template, request_for
+
+    engine = _engine(args)
+    policy = load_template("ticket-routing")
+    r = engine.score(request_for(policy, "After a password reset my account is locked and I cannot sign in.", "check"))
+    print(json.dumps({"ok": True, "model": engine.info.file, "readout": r["readout"], "top_option": r["top_option"],
+                      "probabilities": dict(zip(r["option_ids"], [round(p, 4) for p in r["probabilities"]])),
+                      "label_mass": round(r["label_mass"], 4), "seconds": round(r["total_seconds"], 3)}))
+    return 0
+
+
+def cmd_models(args) -> int:
+    from .models import SHIPPED, ModelNotFound, resolve_model, shipped_path
+
+    try:
+        c = resolve_model(args.model)
+        print(f"selected: {c.path} (source: {c.source})")
+    except ModelNotFound as exc:
+        print(f"selected: none - {exc}")
+    for name, m in SHIPPED.items():
+        try:
+            where = shipped_path(name)
+        except ModelNotFound as exc:
+            where = f"not installed ({exc})"
+        print(f"shipped {name}: {m.description}; default readout {m.default_readout}; {where}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m adapter", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p):
+        p.add_argument("--model", help="GGUF path or shipped model name (default: SEMIF_MODEL, /opt/ml/model, smollm2)")
+        p.add_argument("--ctx-size", type=int, help="context tokens (SM_SEMIF_CTX_SIZE)")
+        p.add_argument("--threads", type=int, help="CPU threads (SM_SEMIF_THREADS)")
+        return p
+
+    s = common(sub.add_parser("serve", help="HTTP adapter"))
+    s.add_argument("--host", help="bind address (SM_SEMIF_HOST, default 0.0.0.0)")
+    s.add_argument("--port", type=int, help="0 = any free port (printed as SEMIF_ADAPTER_PORT=N)")
+    s.add_argument("--log-level", default=os.environ.get("SM_SEMIF_LOG_LEVEL", "info"))
+    s.set_defaults(fn=cmd_serve)
+    s = common(sub.add_parser("score", help="score rows.jsonl to stdout"))
+    s.add_argument("rows", help="JSONL file, or - for stdin")
+    s.add_argument("--readout", choices=["letters", "option-words"], help="override rows without a readout")
+    s.add_argument("--permute", action="store_true", help="permutation averaging for every row")
+    s.add_argument("--fresh", action="store_true", help="clear the cache before each row (reference path)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(fn=cmd_score)
+    common(sub.add_parser("check", help="load the model and score one case")).set_defaults(fn=cmd_check)
+    common(sub.add_parser("models", help="show model discovery")).set_defaults(fn=cmd_models)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

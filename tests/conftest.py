@@ -1,0 +1,106 @@
+"""Shared fixtures: the real shipped model through llama.cpp, and helpers to run our servers."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="session")
+def engine():
+    from adapter.engine import Engine
+
+    return Engine("smollm2")
+
+
+@pytest.fixture(scope="session")
+def gemma():
+    from adapter.engine import Engine
+
+    return Engine("gemma3-270m")
+
+
+class ServerProcess:
+    """A server started as a real subprocess on 127.0.0.1:0; its port read from stdout."""
+
+    def __init__(self, args: list[str], env: dict | None = None, ready_path: str | None = "/ping",
+                 port_pattern: str = r"SEMIF_ADAPTER_PORT=(\d+)", timeout: float = 120):
+        full_env = {**os.environ, **(env or {})}
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        deadline = time.time() + timeout
+        self.port = None
+        while time.time() < deadline and self.port is None:
+            line = self.proc.stdout.readline()
+            if not line:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited {self.proc.returncode}:\n{''.join(self.lines)}")
+                continue
+            self.lines.append(line)
+            m = re.search(port_pattern, line)
+            if m:
+                self.port = int(m.group(1))
+        if self.port is None:
+            self.stop()
+            raise RuntimeError("server printed no port:\n" + "".join(self.lines))
+        self.url = f"http://127.0.0.1:{self.port}"
+        import threading
+
+        threading.Thread(target=self._drain, daemon=True).start()
+        if ready_path:
+            self.wait_ready(ready_path, deadline)
+
+    def _drain(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def wait_ready(self, path: str, deadline: float) -> None:
+        while time.time() < deadline:
+            try:
+                if httpx.get(self.url + path, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError("server died:\n" + "".join(self.lines))
+            time.sleep(0.2)
+        raise RuntimeError(f"{path} never returned 200:\n" + "".join(self.lines))
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def adapter_server():
+    """The SemIf adapter as a subprocess on the shipped model, with a small context for the
+    too-long test."""
+    srv = ServerProcess([sys.executable, "-m", "adapter", "serve", "--host", "127.0.0.1", "--port", "0"],
+                        env={"SM_SEMIF_CTX_SIZE": "1024"})
+    yield srv
+    srv.stop()
+
+
+def routing_row(state: str, row_id: str = "r1", **extra) -> dict:
+    import json
+
+    policy = json.loads((ROOT / "data" / "policies" / "ticket-routing.json").read_text())
+    return {"id": row_id, "state": state, "question": policy["question"], "options": policy["options"],
+            "examples": policy["examples"], **extra}

@@ -1,0 +1,178 @@
+"""The scorer on the real shipped models through llama.cpp."""
+from __future__ import annotations
+
+import math
+
+import llama_cpp
+import numpy as np
+import pytest
+
+from adapter.engine import Engine
+from adapter.policies import load_template, probe_cases, request_for
+from adapter.schema import DecisionRequest, RequestError, SharedStateRequest
+
+ROUTING = load_template("ticket-routing")
+OBVIOUS = {c["id"]: c for c in probe_cases() if c["id"] in ("route-01", "route-03", "route-09")}
+
+
+@pytest.mark.parametrize("case_id", sorted(OBVIOUS))
+def test_default_readout_routes_obvious_tickets(engine, case_id):
+    case = OBVIOUS[case_id]
+    r = engine.score(request_for(ROUTING, case["state"], case_id))
+    assert r["readout"] == engine.info.default_readout == "option-words"
+    assert r["top_option"] == case["label"], r["probabilities"]
+    assert r["option_ids"] == [o["id"] for o in ROUTING["options"]]
+
+
+def test_locked_account_goes_to_access_not_billing(engine):
+    r = engine.score(request_for(ROUTING, "After I reset my password this morning the site says my account "
+                                          "is locked. I can't get in at all.", "t"))
+    p = dict(zip(r["option_ids"], r["probabilities"]))
+    assert p["access"] > p["billing"]
+
+
+def _softmax(x):
+    x = np.asarray(x, dtype=np.float64)
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+@pytest.mark.parametrize("readout,permute", [("letters", False), ("option-words", False),
+                                             ("letters", True), ("option-words", True)])
+def test_each_readout_returns_a_distribution_in_request_order(engine, readout, permute):
+    req = request_for(ROUTING, "The courier says delivered but no box is at my door.", "x",
+                      readout=readout, permute=permute)
+    r = engine.score(req)
+    assert r["option_ids"] == ["access", "billing", "technical", "shipping"]
+    assert math.isclose(sum(r["probabilities"]), 1.0, abs_tol=1e-9)
+    assert all(0 < p < 1 for p in r["probabilities"])
+    # the logits explain the probabilities (for averaged permutations they are log mean probs)
+    assert np.allclose(_softmax(r["option_logits"]), r["probabilities"], atol=1e-9)
+    assert 0 < r["label_mass"] <= 1
+    assert r["readout"] == readout and r["prompt_version"].startswith(readout)
+    assert r["permutations"] == (4 if permute else 1)
+    assert len(r["prompt_sha256"]) == 64
+    assert r["model"]["sha256"] and r["model"]["quantization"] == "Q4_1"
+    if readout == "letters":
+        assert r["label_token_counts"] == [1, 1, 1, 1]  # each letter is one token at that boundary
+
+
+def test_option_order_follows_the_request(engine):
+    """Reversing the options reverses option_ids; the ids' probabilities come from the same
+    option, not the same position (permutation averaging makes this exact up to rotations)."""
+    state = "My card was charged twice for one order."
+    fwd = engine.score(request_for(ROUTING, state, "f", readout="letters", permute=True))
+    rev_policy = {**ROUTING, "options": ROUTING["options"][::-1]}
+    rev = engine.score(request_for(rev_policy, state, "r", readout="letters", permute=True))
+    assert rev["option_ids"] == fwd["option_ids"][::-1]
+    assert set(rev["option_ids"]) == set(fwd["option_ids"])
+    assert len(set(fwd["probabilities"])) > 1
+
+
+def test_same_input_same_output_bit_for_bit(engine):
+    req = request_for(ROUTING, "The app shows error 403 on every page since this morning.", "d")
+    a = engine.score(req, fresh=True)
+    other = engine.score(request_for(ROUTING, "something else entirely", "o"))  # changes the cache
+    b = engine.score(req)  # policy prefix from the cache
+    c = engine.score(req, fresh=True)
+    assert other["prompt_sha256"] != a["prompt_sha256"]
+    assert b["cached_tokens"] > 0 and a["cached_tokens"] == 0
+    for key in ("probabilities", "option_logits", "label_mass", "prompt_sha256"):
+        assert a[key] == b[key] == c[key], key
+
+
+def test_shared_state_matches_fresh(engine, capsys):
+    """Many questions on one state: the state is evaluated once; each question branches. Because
+    every prompt is split the same way, the branch equals the fresh evaluation exactly."""
+    state = ("Ticket #4411 from a customer on the Pro plan: since the update the dashboard shows "
+             "error 500 and I was also billed twice this month. I have tried logging out and in again.")
+    questions = []
+    for name in ("ticket-routing", "incident-priority", "agent-next-action"):
+        p = load_template(name)
+        questions.append({"id": name, "question": p["question"], "options": p["options"], "readout": "letters"})
+    shared = engine.score_shared(SharedStateRequest(state=state, questions=questions))
+    assert [r["id"] for r in shared] == [q["id"] for q in questions]
+    assert all(r["cached_tokens"] > 0 for r in shared[1:])  # the state segment was reused
+    max_diff = 0.0
+    for q, r in zip(questions, shared):
+        fresh = engine.score(DecisionRequest(state=state, **q), fresh=True)
+        assert fresh["cached_tokens"] == 0
+        assert np.argmax(fresh["probabilities"]) == np.argmax(r["probabilities"])
+        max_diff = max(max_diff, float(np.max(np.abs(np.subtract(fresh["probabilities"], r["probabilities"])))))
+    with capsys.disabled():
+        print(f"\nshared-state vs fresh: max probability difference {max_diff}")
+    assert max_diff < 0.05
+    assert max_diff == 0.0  # the segment design makes it exact
+
+
+def test_colliding_first_tokens_are_told_apart(engine):
+    """'refund_full' and 'refund_partial' share their first token; the engine evaluates it and reads
+    the next one. The result must equal the sequence probability computed independently."""
+    opts = [{"id": "refund_full", "description": ""}, {"id": "refund_partial", "description": ""},
+            {"id": "deny", "description": ""}]
+    req = DecisionRequest(id="c", state="Item arrived broken, customer wants all money back.",
+                          question="What refund applies?", options=opts, readout="option-words")
+    r = engine.score(req, fresh=True)
+    prompt = engine.render(req, "option-words")
+    seqs = engine.label_tokens(prompt)
+    assert seqs[0][0] == seqs[1][0] != seqs[2][0]
+    toks = [t for s in engine.tokenize_prompt(prompt) for t in s]
+    n_vocab = engine.llm.n_vocab()
+
+    def logprob_seq(seq, upto):
+        # independent: evaluate each prefix the same way (prompt segments, then the label prefix)
+        total = 0.0
+        for d in range(upto):
+            engine.clear_cache()
+            segs = engine.tokenize_prompt(prompt)
+            for s in segs:
+                engine.llm.eval(list(s))
+            if d:
+                engine.llm.eval(list(seq[:d]))
+            lg = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(engine.llm.ctx, -1), shape=(n_vocab,))
+            lg = lg.astype(np.float64)
+            lse = lg.max() + np.log(np.exp(lg - lg.max()).sum())
+            total += lg[seq[d]] - lse
+        return total
+
+    # full and partial are read up to the token where they differ; deny by its first token
+    split = next(d for d in range(min(len(seqs[0]), len(seqs[1]))) if seqs[0][d] != seqs[1][d])
+    assert split >= 1
+    lp = np.array([logprob_seq(seqs[0], split + 1), logprob_seq(seqs[1], split + 1), logprob_seq(seqs[2], 1)])
+    engine.clear_cache()
+    assert len(toks) == r["input_tokens"]
+    assert np.allclose(_softmax(lp), r["probabilities"], atol=1e-6)
+    assert r["label_token_counts"][0] >= 2
+
+
+def test_prompt_longer_than_context_is_a_field_error():
+    small = Engine("smollm2", __import__("adapter.engine", fromlist=["EngineConfig"]).EngineConfig(n_ctx=256))
+    with pytest.raises(RequestError) as exc:
+        small.score(request_for(ROUTING, "word " * 400, "long"))
+    assert exc.value.loc == ["state"] and "SM_SEMIF_CTX_SIZE" in exc.value.msg
+
+
+def test_gemma_base_model_letters_in_completion_format(gemma):
+    """Gemma 270M has no chat template: letters are read as ' A' after 'Answer:'; BOS is added once."""
+    assert not gemma.info.chat_template and gemma.info.quantization == "Q4_K_M"
+    req = request_for(ROUTING, "I cannot log in after the password reset.", "g", readout="letters")
+    prompt = gemma.render(req, "letters")
+    assert prompt.segments[-1].endswith("Answer:") and prompt.labels[0] == " A"
+    segs = gemma.tokenize_prompt(prompt)
+    bos = gemma.llm.token_bos()
+    assert segs[0][0] == bos and segs[0][1] != bos and all(bos not in s for s in segs[1:])
+    r = gemma.score(req)
+    assert r["label_token_counts"] == [1, 1, 1, 1]
+    assert math.isclose(sum(r["probabilities"]), 1.0, abs_tol=1e-9)
+
+
+def test_smollm2_letters_through_chat_template(engine):
+    req = request_for(ROUTING, "Refund please", "s", readout="letters")
+    prompt = engine.render(req, "letters")
+    assert prompt.chat and "<|im_start|>assistant\n" in prompt.segments[-1]
+    assert prompt.segments[-1].endswith("<|im_start|>assistant\n")
+    assert prompt.labels == ["A", "B", "C", "D"]
+    segs = engine.tokenize_prompt(prompt)
+    # turn markers are control tokens, not spelled-out text
+    im_start = engine.llm.tokenize(b"<|im_start|>", add_bos=False, special=True)
+    assert len(im_start) == 1 and im_start[0] in segs[0]

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
@@ -171,8 +172,6 @@ def create_app(holder: EngineHolder) -> FastAPI:
     async def invocations(request: Request):
         payload = await read_json(request)
         engine = holder.get()
-        from starlette.concurrency import run_in_threadpool
-
         return await run_in_threadpool(score_payload, engine, payload)
 
     @app.get("/info")

@@ -20,13 +20,23 @@ WHEEL_DIR=${SEMIF_WHEEL_CACHE:-$HOME/.cache/semif-workbench/wheels}/llama-$key
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
+if [ "${1:-}" = "--browser" ]; then
+  # Real-browser UI tests use Debian's chromium (never a downloaded browser build).
+  if [ ! -x /usr/bin/chromium ]; then
+    log "installing Debian chromium for the browser tests"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  fi
+  exit 0
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV with $($PY --version)"
   $PY -m venv "$VENV"
 fi
 VPY="$VENV/bin/python"
 stamp="$VENV/.semif-setup"
-want=$(cat requirements.txt requirements-dev.txt scripts/setup.sh | sha256sum | cut -c1-16)
+want=$(cat requirements.txt requirements-dev.txt adapter/requirements.txt scripts/setup.sh | sha256sum | cut -c1-16)
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   log "environment up to date ($VENV)"

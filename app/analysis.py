@@ -1,0 +1,87 @@
+"""Pure comparisons over stored results (no Streamlit): latency stats, agreement, run diffs."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def results_frame(runs: list[dict], results_by_run: dict[int, list[dict]]) -> pd.DataFrame:
+    """One row per (target, state row): top option, probabilities, latency, error."""
+    rows = []
+    for run in runs:
+        for r in results_by_run.get(run["id"], []):
+            rows.append({"run_id": run["id"], "target": run["target_name"], "row_key": r["row_key"],
+                         "position": r["position"], "state": r["state"], "label": r.get("label"),
+                         "top_option": r["top_option"], "option_ids": r["option_ids"],
+                         "probabilities": r["probabilities"], "label_mass": r["label_mass"],
+                         "latency_s": r["latency_s"], "error": r["error"]})
+    return pd.DataFrame(rows, columns=["run_id", "target", "row_key", "position", "state", "label", "top_option",
+                                       "option_ids", "probabilities", "label_mass", "latency_s", "error"])
+
+
+def latency_stats(df: pd.DataFrame) -> pd.DataFrame:
+    """p50 / p95 / max latency per target (ms), with counts of rows and errors."""
+    out = []
+    for target, g in df.groupby("target", sort=False):
+        lat = g.loc[g["error"].isna(), "latency_s"].to_numpy(dtype=float) * 1000
+        out.append({"target": target, "rows": len(g), "errors": int(g["error"].notna().sum()),
+                    "p50_ms": float(np.percentile(lat, 50)) if len(lat) else np.nan,
+                    "p95_ms": float(np.percentile(lat, 95)) if len(lat) else np.nan,
+                    "max_ms": float(lat.max()) if len(lat) else np.nan})
+    return pd.DataFrame(out, columns=["target", "rows", "errors", "p50_ms", "p95_ms", "max_ms"])
+
+
+def top_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows x targets table of top options (None where the target failed)."""
+    if df.empty:
+        return pd.DataFrame()
+    t = df.pivot_table(index=["position", "row_key"], columns="target", values="top_option", aggfunc="first",
+                       dropna=False)
+    return t.reindex(columns=list(dict.fromkeys(df["target"])))
+
+
+def agreement_matrix(df: pd.DataFrame) -> pd.DataFrame:
+    """Share of rows where two targets chose the same top option (rows both answered)."""
+    t = top_table(df)
+    names = list(t.columns)
+    m = pd.DataFrame(np.nan, index=names, columns=names)
+    for a in names:
+        for b in names:
+            both = t[a].notna() & t[b].notna()
+            if both.any():
+                m.loc[a, b] = float((t.loc[both, a] == t.loc[both, b]).mean())
+    return m
+
+
+def disagreements(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per state with each target's top option and a `disagree` flag."""
+    t = top_table(df)
+    if t.empty:
+        return pd.DataFrame(columns=["row_key", "state", "disagree"])
+    answered = t.notna()
+    disagree = t.apply(lambda r: r.dropna().nunique() > 1, axis=1)
+    out = t.copy()
+    out["disagree"] = disagree & (answered.sum(axis=1) > 1)
+    out = out.reset_index()
+    states = df.drop_duplicates("row_key").set_index("row_key")["state"]
+    out.insert(2, "state", out["row_key"].map(states))
+    return out.drop(columns=["position"])
+
+
+def diff_runs(baseline: list[dict], other: list[dict]) -> pd.DataFrame:
+    """Per row present in both runs (matched by row key): top option change and probability shift."""
+    base = {r["row_key"]: r for r in baseline if r.get("probabilities")}
+    rows = []
+    for r in other:
+        b = base.get(r["row_key"])
+        if b is None or not r.get("probabilities"):
+            continue
+        pb = dict(zip(b["option_ids"], b["probabilities"]))
+        po = dict(zip(r["option_ids"], r["probabilities"]))
+        shifts = {k: po.get(k, 0.0) - pb.get(k, 0.0) for k in dict.fromkeys([*pb, *po])}
+        biggest = max(shifts, key=lambda k: abs(shifts[k]))
+        rows.append({"row_key": r["row_key"], "state": r["state"], "baseline_top": b["top_option"],
+                     "top": r["top_option"], "changed": b["top_option"] != r["top_option"],
+                     "max_shift": abs(shifts[biggest]), "shift_option": biggest, "shift": shifts[biggest]})
+    return pd.DataFrame(rows, columns=["row_key", "state", "baseline_top", "top", "changed", "max_shift",
+                                       "shift_option", "shift"])

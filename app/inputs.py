@@ -1,0 +1,71 @@
+"""States to run, from pasted text or an uploaded CSV / JSONL file, validated row by row."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from .runner import Row
+
+
+class InputError(ValueError):
+    """Bad input file: `problems` lists 'row N, column C: message' lines; nothing is used."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems[:5]))
+        self.problems = problems
+
+
+def rows_from_text(text: str) -> list[Row]:
+    """One state per non-empty line."""
+    return [Row(f"row-{i + 1}", line.strip()) for i, line in enumerate(l for l in text.splitlines() if l.strip())]
+
+
+def rows_from_upload(filename: str, data: bytes) -> list[Row]:
+    """CSV (header with `state`, optional `id`, `label`) or JSONL ({"state", "id"?, "label"?})."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(["the file is not UTF-8 text: save it as UTF-8 CSV or JSONL"]) from None
+    name = filename.lower()
+    records: list[tuple[int, dict]] = []
+    problems: list[str] = []
+    if name.endswith((".jsonl", ".ndjson", ".json")):
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                problems.append(f"row {n}: not valid JSON ({exc.msg})")
+                continue
+            if not isinstance(obj, dict):
+                problems.append(f"row {n}: each line must be a JSON object with a 'state'")
+                continue
+            records.append((n, obj))
+    elif name.endswith((".csv", ".tsv", ".txt")):
+        reader = csv.DictReader(io.StringIO(text), dialect="excel-tab" if name.endswith(".tsv") else "excel")
+        if not reader.fieldnames or "state" not in [f.strip() for f in reader.fieldnames]:
+            raise InputError([f"row 1 (header): no 'state' column; found {reader.fieldnames or 'none'}"])
+        for n, rec in enumerate(reader, 2):
+            records.append((n, {(k or "").strip(): v for k, v in rec.items()}))
+    else:
+        raise InputError([f"{filename}: upload a .csv or .jsonl file"])
+    rows, seen = [], set()
+    for n, rec in records:
+        state = rec.get("state")
+        if state is None or (isinstance(state, str) and not state.strip()) or (isinstance(state, (dict, list)) and not state):
+            problems.append(f"row {n}, column state: empty - every row needs the text to decide on")
+            continue
+        key = str(rec.get("id") or f"row-{n}").strip()
+        if key in seen:
+            problems.append(f"row {n}, column id: duplicate id {key!r}")
+            continue
+        seen.add(key)
+        label = rec.get("label")
+        rows.append(Row(key, state, str(label).strip() if label not in (None, "") else None))
+    if problems:
+        raise InputError(problems)
+    if not rows:
+        raise InputError(["the file has no rows"])
+    return rows

@@ -1,0 +1,79 @@
+"""Policies as the workbench edits them: validation with messages per form field, templates."""
+from __future__ import annotations
+
+import json
+import re
+
+from pydantic import ValidationError
+
+from adapter.policies import list_templates
+from adapter.schema import MAX_OPTIONS, READOUTS, Question, errors_from
+
+FIELDS = ("id", "name", "question", "options", "examples", "notes", "readout")
+
+
+def slugify(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:64] or "policy"
+
+
+def validate_policy(data: dict) -> tuple[dict | None, dict[str, str]]:
+    """Return (clean policy, {}) or (None, {field: message}) - messages name the fix."""
+    errors: dict[str, str] = {}
+    if not isinstance(data, dict):
+        return None, {"json": "a policy is a JSON object with id, name, question, options"}
+    unknown = set(data) - set(FIELDS) - {"created_at", "updated_at"}
+    if unknown:
+        errors["json"] = f"unknown field(s) {sorted(unknown)}: allowed are {', '.join(FIELDS)}"
+    name = str(data.get("name") or "").strip()
+    if not name:
+        errors["name"] = "give the policy a name"
+    pid = str(data.get("id") or "").strip() or slugify(name)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", pid):
+        errors["id"] = "ids are lowercase letters, digits and '-' (max 64)"
+    readout = data.get("readout") or None
+    if readout is not None and readout not in READOUTS:
+        errors["readout"] = f"choose {' or '.join(READOUTS)} (or leave empty for the model's default)"
+    options = [o for o in (data.get("options") or []) if isinstance(o, dict) and str(o.get("id") or "").strip()]
+    examples = [e for e in (data.get("examples") or []) if isinstance(e, dict) and str(e.get("state") or "").strip()]
+    try:
+        q = Question.model_validate({"id": pid or "p", "question": data.get("question") or "",
+                                     "options": [{"id": str(o["id"]).strip(), "description": str(o.get("description") or "")}
+                                                 for o in options],
+                                     "examples": [{"state": e["state"], "option_id": str(e.get("option_id") or "")}
+                                                  for e in examples],
+                                     "readout": readout if readout in READOUTS else None})
+    except ValidationError as exc:
+        for e in errors_from(exc):
+            fld = str(e["loc"][0]) if e["loc"] else "json"
+            msg = e["msg"]
+            if fld == "question" and e["type"] == "string_too_short":
+                msg = "write the question the model should answer"
+            if fld == "options" and e["type"] in ("too_short", "too_long"):
+                msg = f"give between 2 and {MAX_OPTIONS} options with non-empty ids (you gave {len(options)})"
+            if len(e["loc"]) > 1:
+                msg = f"row {int(e['loc'][1]) + 1}: {msg}" if isinstance(e["loc"][1], int) else msg
+            errors.setdefault(fld, msg)
+        return None, errors
+    if errors:
+        return None, errors
+    clean = {"id": pid, "name": name, "question": q.question,
+             "options": [o.model_dump() for o in q.options],
+             "examples": [e.model_dump() for e in q.examples],
+             "notes": str(data.get("notes") or ""), "readout": readout or ""}
+    return clean, {}
+
+
+def policy_json(policy: dict) -> str:
+    return json.dumps({k: policy.get(k) for k in FIELDS if k in policy}, indent=2, ensure_ascii=False)
+
+
+def parse_policy_json(text: str) -> tuple[dict | None, dict[str, str]]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, {"json": f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"}
+    return validate_policy(data)
+
+
+def templates() -> dict[str, dict]:
+    return {t["id"]: t for t in list_templates()}

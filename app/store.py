@@ -1,0 +1,174 @@
+"""Everything the workbench keeps, in one SQLite file (sqlite-utils).
+
+Tables: policies, targets, runs, results (+ labeled sets, deployments and the audit log as those
+features land). The file is `SEMIF_DB`, else data/workbench.db; the schema is created on first
+use. Each call opens its own connection, so Streamlit's per-rerun threads never share one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import sqlite_utils
+
+DEFAULT_DB = Path(__file__).resolve().parent.parent / "data" / "workbench.db"
+
+SCHEMA: dict[str, dict] = {
+    "policies": {"columns": {"id": str, "name": str, "question": str, "options": str, "examples": str,
+                             "notes": str, "readout": str, "created_at": str, "updated_at": str}, "pk": "id"},
+    "targets": {"columns": {"name": str, "kind": str, "config": str, "created_at": str}, "pk": "name"},
+    "runs": {"columns": {"id": int, "group_id": str, "kind": str, "policy_id": str, "policy": str,
+                         "target_name": str, "target": str, "model": str, "status": str, "n_rows": int,
+                         "created_at": str, "finished_at": str, "pinned": int, "note": str}, "pk": "id"},
+    "results": {"columns": {"id": int, "run_id": int, "row_key": str, "position": int, "state": str,
+                            "label": str, "option_ids": str, "probabilities": str, "top_option": str,
+                            "label_mass": float, "latency_s": float, "error": str, "request": str,
+                            "response": str}, "pk": "id"},
+}
+JSON_COLUMNS = {"options", "examples", "config", "policy", "target", "option_ids", "probabilities",
+                "request", "response"}
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _decode(row: dict) -> dict:
+    return {k: (json.loads(v) if k in JSON_COLUMNS and isinstance(v, str) and v else v) for k, v in row.items()}
+
+
+def _encode(row: dict) -> dict:
+    return {k: (json.dumps(v, ensure_ascii=False) if k in JSON_COLUMNS and v is not None and not isinstance(v, str)
+                else v) for k, v in row.items()}
+
+
+class Store:
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path or os.environ.get("SEMIF_DB") or DEFAULT_DB)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.db() as db:
+            db.enable_wal()
+            for name, spec in SCHEMA.items():
+                db[name].create(spec["columns"], pk=spec["pk"], if_not_exists=True)
+            db["results"].create_index(["run_id", "row_key"], unique=True, if_not_exists=True)
+            db["runs"].create_index(["group_id"], if_not_exists=True)
+
+    @contextmanager
+    def db(self) -> Iterator[sqlite_utils.Database]:
+        db = sqlite_utils.Database(self.path)
+        try:
+            yield db
+        finally:
+            db.close()
+
+    # -- policies ----------------------------------------------------------------------------
+    def list_policies(self) -> list[dict]:
+        with self.db() as db:
+            return [_decode(r) for r in db["policies"].rows_where(order_by="name")]
+
+    def get_policy(self, policy_id: str) -> dict | None:
+        with self.db() as db:
+            rows = list(db["policies"].rows_where("id = ?", [policy_id]))
+        return _decode(rows[0]) if rows else None
+
+    def save_policy(self, policy: dict) -> dict:
+        existing = self.get_policy(policy["id"])
+        row = {"id": policy["id"], "name": policy["name"], "question": policy["question"],
+               "options": policy["options"], "examples": policy.get("examples") or [],
+               "notes": policy.get("notes") or "", "readout": policy.get("readout") or "",
+               "created_at": existing["created_at"] if existing else now(), "updated_at": now()}
+        with self.db() as db:
+            db["policies"].upsert(_encode(row), pk="id")
+        return self.get_policy(policy["id"])
+
+    def delete_policy(self, policy_id: str) -> None:
+        with self.db() as db:
+            db["policies"].delete_where("id = ?", [policy_id])
+
+    # -- targets -----------------------------------------------------------------------------
+    def list_targets(self) -> list[dict]:
+        with self.db() as db:
+            return [_decode(r) for r in db["targets"].rows_where(order_by="name")]
+
+    def save_target(self, name: str, kind: str, config: dict) -> None:
+        with self.db() as db:
+            db["targets"].upsert(_encode({"name": name, "kind": kind, "config": config, "created_at": now()}), pk="name")
+
+    def delete_target(self, name: str) -> None:
+        with self.db() as db:
+            db["targets"].delete_where("name = ?", [name])
+
+    # -- runs and results --------------------------------------------------------------------
+    def create_run(self, *, kind: str, policy: dict, target: dict, n_rows: int, group_id: str | None = None,
+                   note: str = "") -> int:
+        row = {"group_id": group_id or uuid.uuid4().hex[:12], "kind": kind, "policy_id": policy.get("id"),
+               "policy": policy, "target_name": target["name"], "target": target, "model": "",
+               "status": "running", "n_rows": n_rows, "created_at": now(), "finished_at": None,
+               "pinned": 0, "note": note}
+        with self.db() as db:
+            return db["runs"].insert(_encode(row)).last_pk
+
+    def add_result(self, run_id: int, row: dict[str, Any]) -> None:
+        """One result, written as it arrives; a row key already stored for this run is replaced
+        (INSERT OR REPLACE on the unique (run_id, row_key) index), so a resumed run never duplicates."""
+        with self.db() as db:
+            db["results"].insert(_encode({**row, "run_id": run_id}), replace=True)
+
+    def set_run_model(self, run_id: int, model: str) -> None:
+        with self.db() as db:
+            db["runs"].update(run_id, {"model": model})
+
+    def finish_run(self, run_id: int, status: str = "done") -> None:
+        with self.db() as db:
+            db["runs"].update(run_id, {"status": status, "finished_at": now()})
+
+    def list_runs(self, kind: str | None = None) -> list[dict]:
+        with self.db() as db:
+            where, args = ("kind = ?", [kind]) if kind else (None, [])
+            runs = [_decode(r) for r in db["runs"].rows_where(where, args, order_by="id desc")]
+            counts = {r["run_id"]: (r["n"], r["errors"]) for r in db.query(
+                "SELECT run_id, count(*) AS n, sum(error IS NOT NULL) AS errors FROM results GROUP BY run_id")}
+        for r in runs:
+            r["done_rows"], r["error_rows"] = counts.get(r["id"], (0, 0))
+        return runs
+
+    def get_run(self, run_id: int) -> dict | None:
+        with self.db() as db:
+            rows = list(db["runs"].rows_where("id = ?", [run_id]))
+        return _decode(rows[0]) if rows else None
+
+    def runs_in_group(self, group_id: str) -> list[dict]:
+        with self.db() as db:
+            return [_decode(r) for r in db["runs"].rows_where("group_id = ?", [group_id], order_by="id")]
+
+    def results(self, run_id: int) -> list[dict]:
+        with self.db() as db:
+            return [_decode(r) for r in db["results"].rows_where("run_id = ?", [run_id], order_by="position")]
+
+    def done_keys(self, run_id: int) -> set[str]:
+        with self.db() as db:
+            return {r["row_key"] for r in db.query("SELECT row_key FROM results WHERE run_id = ? AND error IS NULL",
+                                                   [run_id])}
+
+    def pin_run(self, run_id: int | None) -> None:
+        """Pin one run as the baseline (at most one pinned)."""
+        with self.db() as db:
+            db.execute("UPDATE runs SET pinned = 0")
+            if run_id is not None:
+                db.execute("UPDATE runs SET pinned = 1 WHERE id = ?", [run_id])
+
+    def pinned_run(self) -> dict | None:
+        with self.db() as db:
+            rows = list(db["runs"].rows_where("pinned = 1"))
+        return _decode(rows[0]) if rows else None
+
+    def delete_run(self, run_id: int) -> None:
+        with self.db() as db:
+            with db.conn:
+                db["results"].delete_where("run_id = ?", [run_id])
+                db["runs"].delete_where("id = ?", [run_id])

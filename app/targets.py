@@ -1,0 +1,328 @@
+"""One interface, many targets: `decide(requests) -> results`, with client-measured latency.
+
+- `local`     the engine in-process (the UI caches it with st.cache_resource)
+- `semif`     a SemIf adapter URL (POST /invocations)
+- `sagemaker` a SageMaker endpoint running the SemIf adapter (boto3 sagemaker-runtime)
+- `chat`      an OpenAI-compatible chat completions endpoint (the llama.cpp DLC text-generation
+              path, llama-cpp-python's server, ...): the answer is generated and parsed back to an
+              option; an answer that names no option is marked unparseable
+
+Configs are saved by name without secrets: an API key is read from the environment variable the
+config names (or Streamlit secrets, resolved by the page), never stored.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import httpx
+
+from adapter.prompt import LETTERS, SYSTEM_INSTRUCTION, option_line
+from adapter.schema import DecisionRequest, state_text
+
+KINDS = {
+    "local": "Local engine (in-process llama.cpp)",
+    "semif": "SemIf adapter URL",
+    "sagemaker": "SageMaker endpoint (SemIf adapter)",
+    "chat": "OpenAI-compatible chat completions (text generation)",
+}
+LOCAL_DEFAULT = {"name": "local", "kind": "local", "config": {"model": ""}}
+
+
+class TargetError(RuntimeError):
+    """A target that failed: the message is shown to the analyst as is (no stack trace)."""
+
+
+@dataclass
+class TargetResult:
+    row_id: str
+    latency_s: float
+    result: dict | None = None  # the common decision shape: option_ids, probabilities, top_option, ...
+    error: str | None = None
+    request: Any = None
+    response: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.result is not None
+
+
+@dataclass
+class Target:
+    name: str
+    kind: str
+    config: dict = field(default_factory=dict)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "config": self.config}
+
+    def decide(self, requests: list[DecisionRequest]) -> list[TargetResult]:
+        out = []
+        for req in requests:
+            t0 = time.perf_counter()
+            try:
+                sent, raw, result = self._one(req)
+                out.append(TargetResult(req.id, time.perf_counter() - t0, result, None, sent, raw))
+            except TargetError as exc:
+                out.append(TargetResult(req.id, time.perf_counter() - t0, None, str(exc),
+                                        req.model_dump(exclude_none=True), getattr(exc, "raw", None)))
+        return out
+
+    def _one(self, req: DecisionRequest) -> tuple[Any, Any, dict]:
+        raise NotImplementedError
+
+    def test_connection(self) -> str:
+        raise NotImplementedError
+
+
+class LocalTarget(Target):
+    def __init__(self, name: str, config: dict, engine_provider: Callable[[str | None], Any]):
+        super().__init__(name, "local", config)
+        self._provider = engine_provider
+
+    def engine(self):
+        try:
+            return self._provider(self.config.get("model") or None)
+        except Exception as exc:
+            raise TargetError(f"the local model could not be loaded: {exc}") from None
+
+    def _one(self, req):
+        from adapter.schema import RequestError
+
+        try:
+            result = self.engine().score(req)
+        except RequestError as exc:
+            raise TargetError(f"{'.'.join(map(str, exc.loc))}: {exc.msg}") from None
+        return req.model_dump(exclude_none=True), result, result
+
+    def test_connection(self) -> str:
+        info = self.engine().info
+        return f"loaded {info.file} ({info.quantization}, {info.n_threads} threads, default readout {info.default_readout})"
+
+
+def _http_error(resp: httpx.Response) -> TargetError:
+    try:
+        body = resp.json()
+        detail = body.get("detail", body)
+        if isinstance(detail, list):
+            msg = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail)
+        elif isinstance(detail, dict):
+            msg = detail.get("message") or json.dumps(detail)
+        else:
+            msg = str(detail)
+    except ValueError:
+        body, msg = resp.text[:500], resp.text[:200]
+    err = TargetError(f"HTTP {resp.status_code}: {msg}")
+    err.raw = body
+    return err
+
+
+class SemIfTarget(Target):
+    def __init__(self, name: str, config: dict):
+        super().__init__(name, "semif", config)
+        self.url = config["url"].rstrip("/")
+        self.timeout = float(config.get("timeout", 60))
+
+    def _one(self, req):
+        body = req.model_dump(exclude_none=True)
+        try:
+            resp = httpx.post(self.url + "/invocations", json=body, timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            raise TargetError(f"cannot reach {self.url}: {exc}") from None
+        if resp.status_code != 200:
+            raise _http_error(resp)
+        data = resp.json()
+        return body, data, data
+
+    def test_connection(self) -> str:
+        try:
+            resp = httpx.get(self.url + "/ping", timeout=5)
+        except httpx.HTTPError as exc:
+            raise TargetError(f"cannot reach {self.url}: {exc}") from None
+        if resp.status_code != 200:
+            raise _http_error(resp)
+        return f"{self.url} is up: {resp.json().get('model', '')}"
+
+
+class SageMakerTarget(Target):
+    """A SageMaker endpoint serving the SemIf adapter; credentials from the normal AWS chain."""
+
+    def __init__(self, name: str, config: dict):
+        super().__init__(name, "sagemaker", config)
+        self.endpoint = config["endpoint_name"]
+        self.region = config.get("region") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        self._client = None
+
+    def client(self, service: str = "sagemaker-runtime"):
+        import boto3
+
+        url = self.config.get("endpoint_url") or None  # tests: a local shim / moto server
+        return boto3.client(service, region_name=self.region, endpoint_url=url)
+
+    def _one(self, req):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        body = req.model_dump(exclude_none=True)
+        try:
+            if self._client is None:
+                self._client = self.client()
+            resp = self._client.invoke_endpoint(EndpointName=self.endpoint, ContentType="application/json",
+                                                 Accept="application/json", Body=json.dumps(body))
+            data = json.loads(resp["Body"].read())
+        except ClientError as exc:
+            raise TargetError(f"SageMaker {exc.response['Error'].get('Code')}: "
+                              f"{exc.response['Error'].get('Message')}") from None
+        except BotoCoreError as exc:
+            raise TargetError(f"AWS: {exc}") from None
+        return body, data, data
+
+    def test_connection(self) -> str:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            ep = self.client("sagemaker").describe_endpoint(EndpointName=self.endpoint)
+        except ClientError as exc:
+            raise TargetError(f"SageMaker {exc.response['Error'].get('Code')}: "
+                              f"{exc.response['Error'].get('Message')}") from None
+        except BotoCoreError as exc:
+            raise TargetError(f"AWS: {exc}") from None
+        return f"{self.endpoint} in {self.region}: {ep['EndpointStatus']}"
+
+
+# -- chat completions (text generation) --------------------------------------------------------
+def chat_messages(req: DecisionRequest) -> list[dict]:
+    body = "\n".join(option_line(LETTERS[i], o) for i, o in enumerate(req.options))
+    user = (f"State:\n{state_text(req.state)}\n\nQuestion: {req.question}\n\nOptions:\n{body}\n\n"
+            "Answer with one letter.")
+    return [{"role": "system", "content": SYSTEM_INSTRUCTION}, {"role": "user", "content": user}]
+
+
+def parse_chat_answer(text: str, req: DecisionRequest) -> int | None:
+    """The option a generated answer names: a letter (A, 'B.', '(C)', 'Answer: D') or an option id."""
+    n = len(req.options)
+    t = (text or "").strip()
+    m = re.match(r"^\W*(?:answer\s*[:\-]?\s*)?\(?([A-Z])\b", t, flags=re.I)
+    if m and m.group(1).upper() in LETTERS[:n] and (m.group(1).isupper() or len(t) <= 3):
+        return LETTERS.index(m.group(1).upper())
+    ids = [o.id.lower() for o in req.options]
+    found = [i for i, oid in enumerate(ids) if re.search(rf"(?<!\w){re.escape(oid)}(?!\w)", t.lower())]
+    return found[0] if len(found) == 1 else None
+
+
+class ChatTarget(Target):
+    """Generated answers: probabilities come from top logprobs of the first answer token when the
+    server returns them, else the parsed option gets 1.0 (marked `generated-one-hot`)."""
+
+    def __init__(self, name: str, config: dict, secrets: dict | None = None):
+        super().__init__(name, "chat", config)
+        self.url = config["url"].rstrip("/")
+        if not self.url.endswith("/chat/completions"):
+            self.url += "/v1/chat/completions" if not self.url.endswith("/v1") else "/chat/completions"
+        env = config.get("api_key_env") or ""
+        self.api_key = (secrets or {}).get(env) or (os.environ.get(env) if env else None)
+        self.model = config.get("model") or "default"
+        self.max_tokens = int(config.get("max_tokens", 4))
+
+    def _one(self, req):
+        body = {"model": self.model, "messages": chat_messages(req), "max_tokens": self.max_tokens,
+                "temperature": 0, "logprobs": True, "top_logprobs": 20}
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            resp = httpx.post(self.url, json=body, headers=headers, timeout=float(self.config.get("timeout", 120)))
+        except httpx.HTTPError as exc:
+            raise TargetError(f"cannot reach {self.url}: {exc}") from None
+        if resp.status_code != 200:
+            raise _http_error(resp)
+        data = resp.json()
+        try:
+            choice = data["choices"][0]
+            text = choice["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError):
+            raise TargetError(f"not a chat completion response: {str(data)[:200]}") from None
+        picked = parse_chat_answer(text, req)
+        if picked is None:
+            err = TargetError(f"unparseable answer: {text[:80]!r} names no single option")
+            err.raw = data
+            raise err
+        ids = [o.id for o in req.options]
+        probs, status = _probs_from_logprobs(choice.get("logprobs"), len(ids))
+        if probs is None or int(max(range(len(ids)), key=probs.__getitem__)) != picked:
+            probs, status = [1.0 if i == picked else 0.0 for i in range(len(ids))], "generated-one-hot"
+        result = {"id": req.id, "option_ids": ids, "probabilities": probs, "top_option": ids[picked],
+                  "probability_status": status, "generated_text": text, "readout": "chat-generation",
+                  "label_mass": None, "usage": data.get("usage")}
+        return body, data, result
+
+    def test_connection(self) -> str:
+        base = self.url.rsplit("/chat/completions", 1)[0]
+        try:
+            resp = httpx.get(base + "/models", timeout=5,
+                             headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})
+        except httpx.HTTPError as exc:
+            raise TargetError(f"cannot reach {base}: {exc}") from None
+        if resp.status_code != 200:
+            raise _http_error(resp)
+        models = [m.get("id") for m in resp.json().get("data", [])]
+        return f"{base} is up; models: {', '.join(map(str, models)) or 'none listed'}"
+
+
+def _probs_from_logprobs(logprobs: dict | None, n: int) -> tuple[list[float] | None, str]:
+    """Letter distribution from the first generated token's top logprobs, renormalised."""
+    try:
+        top = logprobs["content"][0]["top_logprobs"]
+    except (TypeError, KeyError, IndexError):
+        return None, ""
+    mass = [0.0] * n
+    for item in top:
+        tok = (item.get("token") or "").strip().upper()
+        if len(tok) == 1 and tok in LETTERS[:n]:
+            mass[LETTERS.index(tok)] += math.exp(item["logprob"])
+    total = sum(mass)
+    if total <= 0:
+        return None, ""
+    return [m / total for m in mass], "generated-logprobs"
+
+
+def build_target(spec: dict, engine_provider: Callable | None = None, secrets: dict | None = None) -> Target:
+    """A target from its saved spec {name, kind, config}; raise TargetError on a bad spec."""
+    kind, name, cfg = spec.get("kind"), spec.get("name") or "", spec.get("config") or {}
+    try:
+        if kind == "local":
+            if engine_provider is None:
+                raise TargetError("the local target needs an engine provider")
+            return LocalTarget(name, cfg, engine_provider)
+        if kind == "semif":
+            return SemIfTarget(name, cfg)
+        if kind == "sagemaker":
+            return SageMakerTarget(name, cfg)
+        if kind == "chat":
+            return ChatTarget(name, cfg, secrets)
+    except KeyError as exc:
+        raise TargetError(f"target {name!r}: missing setting {exc.args[0]!r}") from None
+    raise TargetError(f"unknown target kind {kind!r}; choose one of {', '.join(KINDS)}")
+
+
+def validate_target_spec(name: str, kind: str, config: dict) -> dict[str, str]:
+    """Field -> message for a target form; empty when valid."""
+    errors = {}
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}", name or ""):
+        errors["name"] = "use 1-64 letters, digits, spaces, '.', '_' or '-'"
+    if kind in ("semif", "chat"):
+        url = config.get("url", "")
+        if not re.match(r"^https?://[^/\s]+", url):
+            errors["url"] = "give a full http(s):// URL, e.g. http://127.0.0.1:8080"
+    if kind == "sagemaker":
+        if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", config.get("endpoint_name", "")):
+            errors["endpoint_name"] = "SageMaker endpoint names are 1-63 letters, digits and hyphens"
+        if config.get("region") and not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", config["region"]):
+            errors["region"] = "e.g. us-east-1"
+    if kind == "chat" and config.get("api_key_env") and not re.fullmatch(r"[A-Z_][A-Z0-9_]*", config["api_key_env"]):
+        errors["api_key_env"] = "the NAME of an environment variable holding the key (the key itself is never stored)"
+    if kind not in KINDS:
+        errors["kind"] = f"choose one of {', '.join(KINDS)}"
+    return errors

@@ -8,7 +8,7 @@ setup:
 	bash scripts/setup.sh
 
 run: setup
-	$(PY) -m adapter serve --host 127.0.0.1
+	$(PY) -m app run
 
 adapter: setup
 	$(PY) -m adapter serve

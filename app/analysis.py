@@ -35,8 +35,8 @@ def top_table(df: pd.DataFrame) -> pd.DataFrame:
     """Rows x targets table of top options (None where the target failed)."""
     if df.empty:
         return pd.DataFrame()
-    t = df.pivot_table(index=["position", "row_key"], columns="target", values="top_option", aggfunc="first",
-                       dropna=False)
+    t = df.drop_duplicates(["position", "row_key", "target"]).set_index(["position", "row_key", "target"])
+    t = t["top_option"].unstack("target").sort_index()
     return t.reindex(columns=list(dict.fromkeys(df["target"])))
 
 

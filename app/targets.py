@@ -206,8 +206,8 @@ def parse_chat_answer(text: str, req: DecisionRequest) -> int | None:
     """The option a generated answer names: a letter (A, 'B.', '(C)', 'Answer: D') or an option id."""
     n = len(req.options)
     t = (text or "").strip()
-    m = re.match(r"^\W*(?:answer\s*[:\-]?\s*)?\(?([A-Z])\b", t, flags=re.I)
-    if m and m.group(1).upper() in LETTERS[:n] and (m.group(1).isupper() or len(t) <= 3):
+    m = re.match(r"^\W*(?:(?:the\s+)?answer(?:\s+is)?\s*[:\-]?\s*)?\(?([A-Z])(?:$|[.):,\n]|\s*$)", t, flags=re.I)
+    if m and m.group(1).upper() in LETTERS[:n]:
         return LETTERS.index(m.group(1).upper())
     ids = [o.id.lower() for o in req.options]
     found = [i for i, oid in enumerate(ids) if re.search(rf"(?<!\w){re.escape(oid)}(?!\w)", t.lower())]

@@ -1,0 +1,35 @@
+"""python -m app run   - start the workbench (Streamlit) on 127.0.0.1:8501, printing its URL."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cmd_run(args) -> int:
+    argv = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
+            "--server.address", args.host, "--server.port", str(args.port), "--server.headless", "true",
+            "--browser.gatherUsageStats", "false"]
+    print(f"SemIf Workbench: open http://{args.host}:{args.port} (database: "
+          f"{os.environ.get('SEMIF_DB') or ROOT / 'data' / 'workbench.db'})", flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    os.execve(sys.executable, argv, env)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m app", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="start the workbench")
+    run.add_argument("--host", default=os.environ.get("SEMIF_HOST", "127.0.0.1"))
+    run.add_argument("--port", type=int, default=int(os.environ.get("SEMIF_PORT", "8501")))
+    run.set_defaults(fn=cmd_run)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""SemIf Workbench: navigation only. Pages live in app/pages/, logic in app/*.py."""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+st.set_page_config(page_title="SemIf Workbench", page_icon="⚖️", layout="wide")
+HERE = Path(__file__).resolve().parent / "pages"
+st.navigation({
+    "Decide": [st.Page(HERE / "playground.py", title="Playground", icon="🎯", default=True),
+               st.Page(HERE / "compare.py", title="Compare", icon="📊"),
+               st.Page(HERE / "history.py", title="History", icon="🕘")],
+    "Set up": [st.Page(HERE / "policies.py", title="Policies", icon="📋"),
+               st.Page(HERE / "targets.py", title="Targets", icon="🔌")],
+}).run()

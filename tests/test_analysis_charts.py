@@ -1,0 +1,77 @@
+"""Comparisons and chart builders on hand-made data: numbers and figure data checked."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app import analysis, charts
+
+
+def frame():
+    runs = [{"id": 1, "target_name": "local"}, {"id": 2, "target_name": "gpu"}]
+    res = {1: [], 2: []}
+    tops = {1: ["a", "b", "a", "a"], 2: ["a", "a", "a", None]}
+    lat = {1: [0.1, 0.2, 0.3, 0.4], 2: [1.0, 1.0, 2.0, 5.0]}
+    for rid in (1, 2):
+        for i in range(4):
+            err = "timeout" if tops[rid][i] is None else None
+            res[rid].append({"row_key": f"r{i}", "position": i, "state": f"s{i}", "label": None,
+                             "top_option": tops[rid][i], "option_ids": ["a", "b"],
+                             "probabilities": None if err else [0.6, 0.4], "label_mass": 0.5,
+                             "latency_s": lat[rid][i], "error": err})
+    return analysis.results_frame(runs, res)
+
+
+def test_latency_stats_skip_errors():
+    s = analysis.latency_stats(frame()).set_index("target")
+    assert s.loc["local", "p50_ms"] == pytest.approx(250.0)
+    assert s.loc["local", "max_ms"] == pytest.approx(400.0)
+    assert s.loc["gpu", "errors"] == 1 and s.loc["gpu", "max_ms"] == pytest.approx(2000.0)
+    assert s.loc["gpu", "p95_ms"] == pytest.approx(np.percentile([1000, 1000, 2000], 95))
+
+
+def test_agreement_and_disagreements():
+    m = analysis.agreement_matrix(frame())
+    assert m.loc["local", "local"] == 1.0
+    assert m.loc["local", "gpu"] == pytest.approx(2 / 3)  # r3 failed on gpu: compared on 3 rows
+    d = analysis.disagreements(frame()).set_index("row_key")
+    assert list(d["disagree"]) == [False, True, False, False]
+    assert d.loc["r1", "local"] == "b" and d.loc["r1", "gpu"] == "a" and d.loc["r1", "state"] == "s1"
+
+
+def test_diff_runs_reports_changes_and_shifts():
+    base = [{"row_key": "x", "state": "s", "option_ids": ["a", "b"], "probabilities": [0.8, 0.2], "top_option": "a"},
+            {"row_key": "y", "state": "t", "option_ids": ["a", "b"], "probabilities": [0.4, 0.6], "top_option": "b"}]
+    other = [{"row_key": "x", "state": "s", "option_ids": ["a", "b"], "probabilities": [0.3, 0.7], "top_option": "b"},
+             {"row_key": "z", "state": "u", "option_ids": ["a", "b"], "probabilities": [0.5, 0.5], "top_option": "a"}]
+    d = analysis.diff_runs(base, other)
+    assert list(d["row_key"]) == ["x"]
+    assert bool(d.loc[0, "changed"]) and d.loc[0, "max_shift"] == pytest.approx(0.5)
+
+
+def test_probability_bars_figure():
+    fig = charts.probability_bars(["access", "billing", "tech"], [0.2, 0.7, 0.1])
+    bar = fig.data[0]
+    assert bar.orientation == "h" and list(bar.y) == ["access", "billing", "tech"]
+    assert list(bar.x) == [0.2, 0.7, 0.1]
+    assert bar.marker.color[1] != bar.marker.color[0] == bar.marker.color[2]  # top option highlighted
+    assert tuple(fig.layout.xaxis.range) == (0, 1)
+
+
+def test_latency_and_agreement_figures():
+    df = frame()
+    box = charts.latency_box(df)
+    assert [t.name for t in box.data] == ["local", "gpu"]
+    assert list(box.data[1].y) == pytest.approx([1000, 1000, 2000])  # the failed call is not a latency
+    ecdf = charts.latency_ecdf(df)
+    assert list(ecdf.data[0].y) == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    heat = charts.agreement_heatmap(analysis.agreement_matrix(df))
+    assert np.asarray(heat.data[0].z)[0, 1] == pytest.approx(2 / 3)
+
+
+def test_shift_bars_marks_changed_rows():
+    d = pd.DataFrame([{"row_key": "x", "state": "s", "baseline_top": "a", "top": "b", "changed": True,
+                       "max_shift": 0.5, "shift_option": "a", "shift": -0.5}])
+    fig = charts.shift_bars(d)
+    assert list(fig.data[0].y) == [-0.5] and fig.data[0].marker.color[0] == "#d62728"

@@ -1,0 +1,52 @@
+"""Uploads and policy validation: errors name the row/column or the field."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.inputs import InputError, rows_from_text, rows_from_upload
+from app.policies import parse_policy_json, policy_json, validate_policy, templates
+
+
+def test_csv_and_jsonl_uploads():
+    rows = rows_from_upload("s.csv", b"id,state,label\nt1,Locked out,access\nt2,\"Billed, twice\",billing\n")
+    assert [(r.key, r.state, r.label) for r in rows] == [("t1", "Locked out", "access"), ("t2", "Billed, twice", "billing")]
+    rows = rows_from_upload("s.jsonl", b'{"state": {"ticket": "x"}}\n\n{"state": "y", "id": "k"}\n')
+    assert [r.key for r in rows] == ["row-1", "k"] and rows[0].state == {"ticket": "x"}
+    assert [r.state for r in rows_from_text("a\n\n b \n")] == ["a", "b"]
+
+
+@pytest.mark.parametrize("name,data,expected", [
+    ("s.csv", b"text\nhello\n", "no 'state' column"),
+    ("s.csv", b"id,state\na,ok\nb,\n", "row 3, column state: empty"),
+    ("s.csv", b"id,state\na,ok\na,again\n", "row 3, column id: duplicate"),
+    ("s.jsonl", b'{"state": "ok"}\n{oops\n', "row 2: not valid JSON"),
+    ("s.xlsx", b"PK", "upload a .csv or .jsonl"),
+    ("s.csv", "state\nnaïve".encode("latin-1"), "not UTF-8"),
+])
+def test_bad_uploads_name_the_row_and_column(name, data, expected):
+    with pytest.raises(InputError) as exc:
+        rows_from_upload(name, data)
+    assert any(expected in p for p in exc.value.problems), exc.value.problems
+
+
+def test_policy_validation_errors_by_field():
+    clean, errs = validate_policy({"name": "", "question": "", "options": [{"id": "a"}], "readout": "magic"})
+    assert clean is None
+    assert set(errs) >= {"name", "readout"}
+    clean, errs = validate_policy({"name": "X", "question": "Q?", "options": [{"id": "a"}, {"id": "a"}]})
+    assert "options" in errs and "duplicate" in errs["options"] and "row 2" in errs["options"]
+    clean, errs = validate_policy({"name": "Route", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}],
+                                   "examples": [{"state": "s", "option_id": "c"}]})
+    assert "examples" in errs
+
+
+def test_policy_json_round_trips_with_templates():
+    for t in templates().values():
+        clean, errs = parse_policy_json(policy_json(t))
+        assert errs == {} and clean["options"] == t["options"] and clean["examples"] == t["examples"]
+    clean, errs = validate_policy({"name": "My Routing Policy", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}]})
+    assert clean["id"] == "my-routing-policy"
+    assert json.loads(policy_json(clean))["id"] == "my-routing-policy"
+    assert "json" in parse_policy_json("{not json")[1]

@@ -1,0 +1,73 @@
+"""The SQLite store on disk: round trips, replace-not-duplicate, deletes, baseline pin."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from adapter.policies import load_template
+from app.store import Store
+
+
+@pytest.fixture
+def db(tmp_path):
+    return Store(tmp_path / "wb.db")
+
+
+def test_schema_created_on_first_use(tmp_path):
+    path = tmp_path / "new" / "wb.db"
+    Store(path)
+    tables = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"policies", "targets", "runs", "results"} <= tables
+
+
+def test_policy_round_trip_and_delete(db):
+    p = load_template("incident-priority")
+    saved = db.save_policy(p)
+    assert saved["options"] == p["options"] and saved["examples"] == p["examples"]
+    created = saved["created_at"]
+    saved2 = db.save_policy({**p, "question": "Priority?"})
+    assert saved2["question"] == "Priority?" and saved2["created_at"] == created
+    assert [x["id"] for x in db.list_policies()] == ["incident-priority"]
+    db.delete_policy("incident-priority")
+    assert db.get_policy("incident-priority") is None
+
+
+def test_targets_store_no_secret_values(db):
+    db.save_target("gpu", "chat", {"url": "http://x", "api_key_env": "MY_KEY"})
+    (t,) = db.list_targets()
+    assert t["config"] == {"url": "http://x", "api_key_env": "MY_KEY"}
+    db.delete_target("gpu")
+    assert db.list_targets() == []
+
+
+def _result(key, top="a", err=None):
+    return {"row_key": key, "position": 0, "state": "s", "option_ids": ["a", "b"], "probabilities": [0.7, 0.3],
+            "top_option": top, "label_mass": 0.5, "latency_s": 0.1, "error": err}
+
+
+def test_results_are_replaced_not_duplicated_and_runs_deleted(db):
+    rid = db.create_run(kind="compare", policy={"id": "p", "name": "P"}, target={"name": "local"}, n_rows=2)
+    db.add_result(rid, _result("r1", err="boom"))
+    db.add_result(rid, _result("r1", top="b"))  # a retry of the same row replaces it
+    db.add_result(rid, _result("r2"))
+    rows = db.results(rid)
+    assert [r["row_key"] for r in rows] == ["r1", "r2"] and rows[0]["top_option"] == "b"
+    assert rows[0]["probabilities"] == [0.7, 0.3]
+    assert db.done_keys(rid) == {"r1", "r2"}
+    (run,) = db.list_runs()
+    assert run["done_rows"] == 2 and run["status"] == "running"
+    db.finish_run(rid)
+    assert db.get_run(rid)["status"] == "done" and db.get_run(rid)["finished_at"]
+    db.delete_run(rid)
+    assert db.get_run(rid) is None and db.results(rid) == []
+
+
+def test_single_baseline_pin(db):
+    a = db.create_run(kind="playground", policy={}, target={"name": "x"}, n_rows=1)
+    b = db.create_run(kind="playground", policy={}, target={"name": "x"}, n_rows=1)
+    db.pin_run(a)
+    db.pin_run(b)
+    assert db.pinned_run()["id"] == b
+    db.pin_run(None)
+    assert db.pinned_run() is None

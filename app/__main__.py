@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def cmd_run(args) -> int:
     argv = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
             "--server.address", args.host, "--server.port", str(args.port), "--server.headless", "true",
-            "--browser.gatherUsageStats", "false"]
+            "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
     print(f"SemIf Workbench: open http://{args.host}:{args.port} (database: "
           f"{os.environ.get('SEMIF_DB') or ROOT / 'data' / 'workbench.db'})", flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

@@ -8,12 +8,12 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-st.set_page_config(page_title="SemIf Workbench", page_icon="⚖️", layout="wide")
+st.set_page_config(page_title="SemIf Workbench", page_icon=":material/rule:", layout="wide")
 HERE = Path(__file__).resolve().parent / "pages"
 st.navigation({
-    "Decide": [st.Page(HERE / "playground.py", title="Playground", icon="🎯", default=True),
-               st.Page(HERE / "compare.py", title="Compare", icon="📊"),
-               st.Page(HERE / "history.py", title="History", icon="🕘")],
-    "Set up": [st.Page(HERE / "policies.py", title="Policies", icon="📋"),
-               st.Page(HERE / "targets.py", title="Targets", icon="🔌")],
+    "Decide": [st.Page(HERE / "playground.py", title="Playground", icon=":material/target:", default=True),
+               st.Page(HERE / "compare.py", title="Compare", icon=":material/compare_arrows:"),
+               st.Page(HERE / "history.py", title="History", icon=":material/history:")],
+    "Set up": [st.Page(HERE / "policies.py", title="Policies", icon=":material/description:"),
+               st.Page(HERE / "targets.py", title="Targets", icon=":material/hub:")],
 }).run()

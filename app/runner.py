@@ -42,6 +42,8 @@ class Progress:
 
 
 def progress_text(done: int, total: int, eta: float | None) -> str:
+    if done >= total:
+        return f"{done}/{total} calls · done"
     left = "" if eta is None else f" · about {eta:.0f} s left" if eta >= 1 else " · almost done"
     return f"{done}/{total} calls{left}"
 

@@ -7,14 +7,16 @@ from app.inputs import InputError, rows_from_text, rows_from_upload
 from app.runner import progress_text, run_policy
 from app.targets import TargetError
 
-st.title("📊 Compare targets")
+st.title("Compare targets")
 db = resources.store()
 policies = db.list_policies()
 if not policies:
     st.info("No policies yet: load the examples on the Playground page or create one on the Policies page.")
     st.stop()
 by_id = {p["id"]: p for p in policies}
-pid = st.selectbox("Policy", list(by_id), format_func=lambda i: by_id[i]["name"], key="cmp_policy")
+ids = list(by_id)
+pid = st.selectbox("Policy", ids, index=ids.index("ticket-routing") if "ticket-routing" in ids else 0,
+                   format_func=lambda i: by_id[i]["name"], key="cmp_policy")
 paste_tab, upload_tab = st.tabs(["Paste states", "Upload CSV / JSONL"])
 pasted = paste_tab.text_area("One state per line", height=160, key="cmp_paste")
 upload = upload_tab.file_uploader("CSV with a `state` column (optional `id`, `label`), or JSONL objects",

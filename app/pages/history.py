@@ -5,7 +5,7 @@ import streamlit as st
 from app import analysis, charts, resources
 from app.components import download_frame, show_group_results
 
-st.title("🕘 History")
+st.title("History")
 db = resources.store()
 runs = db.list_runs()
 if not runs:

@@ -6,7 +6,7 @@ from app.components import show_group_results
 from app.runner import Row, run_policy
 from app.targets import TargetError
 
-st.title("🎯 Playground")
+st.title("Playground")
 db = resources.store()
 policies = db.list_policies()
 if not policies:
@@ -17,11 +17,13 @@ if not policies:
     if st.button("Load the example policies", type="primary", key="pg_seed"):
         resources.seed_templates(db)
         st.rerun()
-    st.page_link("pages/policies.py", label="Create a policy", icon="📋")
+    st.page_link("pages/policies.py", label="Create a policy", icon=":material/description:")
     st.stop()
 
 by_id = {p["id"]: p for p in policies}
-pid = st.selectbox("Policy", list(by_id), format_func=lambda i: by_id[i]["name"], key="pg_policy")
+ids = list(by_id)
+pid = st.selectbox("Policy", ids, index=ids.index("ticket-routing") if "ticket-routing" in ids else 0,
+                   format_func=lambda i: by_id[i]["name"], key="pg_policy")
 policy = by_id[pid]
 with st.expander(f"**{policy['question']}** — {len(policy['options'])} options", expanded=False):
     st.dataframe(policy["options"], hide_index=True)

@@ -5,7 +5,7 @@ import streamlit as st
 from app import resources
 from app.policies import parse_policy_json, policy_json, templates, validate_policy
 
-st.title("📋 Policies")
+st.title("Policies")
 db = resources.store()
 policies = {p["id"]: p for p in db.list_policies()}
 tpl = templates()
@@ -29,7 +29,7 @@ if "pol_next" in st.session_state:  # a selection requested by a button on the p
 if st.session_state.get("pol_pick") not in ids:
     st.session_state["pol_pick"] = ids[1] if len(ids) > 1 else NEW
 pick = st.selectbox("Policy", ids, key="pol_pick",
-                    format_func=lambda i: "➕ New policy" if i == NEW else policies[i]["name"])
+                    format_func=lambda i: "+ New policy" if i == NEW else policies[i]["name"])
 current = policies.get(pick) or {"id": "", "name": "", "question": "", "options": [{"id": "", "description": ""}] * 2,
                                  "examples": [], "notes": "", "readout": ""}
 errors = st.session_state.get(f"pol_errors_{pick}", {})

@@ -4,7 +4,7 @@ import streamlit as st
 from app import resources
 from app.targets import KINDS, TargetError, validate_target_spec
 
-st.title("🔌 Targets")
+st.title("Targets")
 db = resources.store()
 specs = resources.target_specs(db)
 st.caption("Saved by name. API keys are never stored: a chat target names the environment variable (or "

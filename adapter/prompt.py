@@ -10,7 +10,8 @@ segment gives bit-identical results to a fresh evaluation.
   the letter tokens. Segment 0 holds the state, so many questions on one state share it.
 - `option-words`: a completion prompt listing the options by id, with solved examples, then the
   state and `Answer:`; the answer is read at the first token(s) of each option id. Segment 0 holds
-  the policy (question, options, examples), so one policy over many states shares it.
+  the policy (question, options, examples), so one policy over many states shares it. Without
+  examples the state comes first instead, so many questions on one state share it.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .schema import Example, Option, State, state_text
 
-PROMPT_VERSIONS = {"letters": "letters/1", "option-words": "option-words/1"}
+PROMPT_VERSIONS = {"letters": "letters/1", "option-words": "option-words/1",
+                   "option-words-state-first": "option-words-state-first/1"}
 LETTERS = string.ascii_uppercase
 SYSTEM_INSTRUCTION = (
     "You are a decision model. Read the state, then answer the question by choosing exactly one "
@@ -98,13 +100,21 @@ def render_letters(state: State, question: str, options: list[Option], chat: Cha
 
 def render_option_words(state: State, question: str, options: list[Option], examples: list[Example],
                         order: list[int] | None = None) -> Prompt:
+    """With solved examples the policy goes first (examples must precede the case), and one policy
+    over many states shares that segment. Without examples the state goes first, so many
+    questions on one state share it (the /v1/systemone and shared-state case)."""
     order = order or list(range(len(options)))
     shown = [options[i] for i in order]
     listing = "\n".join(f"- {o.id}: {o.description}" if o.description else f"- {o.id}" for o in shown)
+    labels = [f" {o.id}\n" for o in shown]
+    if not examples:
+        seg0 = f"Case:\n{state_text(state)}\n\n"
+        seg1 = (f"{OPTION_WORDS_INSTRUCTION}\n\nQuestion: {question}\nOptions:\n{listing}\n\n"
+                "Answer for the case above.\nAnswer:")
+        return Prompt("option-words", PROMPT_VERSIONS["option-words-state-first"], [seg0, seg1], labels, False, order)
     solved = "".join(f"Case:\n{state_text(e.state)}\nAnswer: {e.option_id}\n\n" for e in examples)
     seg0 = f"{OPTION_WORDS_INSTRUCTION}\n\nQuestion: {question}\nOptions:\n{listing}\n\n{solved}Case:\n"
     seg1 = f"{state_text(state)}\nAnswer:"
-    labels = [f" {o.id}\n" for o in shown]
     return Prompt("option-words", PROMPT_VERSIONS["option-words"], [seg0, seg1], labels, False, order)
 
 

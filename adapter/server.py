@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from .schema import DecisionRequest, RequestError, SharedStateRequest, errors_from
+from .systemone import SystemOneRequest, respond, to_rows
 
 MAX_BODY = 6 * 1024 * 1024  # SageMaker's invocation payload limit
 log = logging.getLogger("semif.adapter")
@@ -147,9 +148,61 @@ class _Invalid(Exception):
         self.errors = errors
 
 
+def model_names(engine) -> tuple[str, list[str]]:
+    """The served model's name (SM_SEMIF_MODEL_NAME, else the GGUF file stem) and its aliases."""
+    name = os.environ.get("SM_SEMIF_MODEL_NAME") or engine.info.file.rsplit(".gguf", 1)[0]
+    aliases = [a.strip() for a in os.environ.get("SM_SEMIF_MODEL_ALIASES", "jev-latest,semif-latest").split(",")
+               if a.strip()]
+    return name, aliases
+
+
+def check_auth(request: Request) -> None:
+    """Bearer auth when SM_SEMIF_API_KEY is set; otherwise any or no key is accepted."""
+    key = os.environ.get("SM_SEMIF_API_KEY")
+    if not key:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        raise HTTPProblem(401, "authentication_error", "missing API key: send 'Authorization: Bearer <key>'")
+    import hmac
+
+    if not hmac.compare_digest(given.strip().encode(), key.encode()):
+        raise HTTPProblem(401, "authentication_error", "invalid API key")
+
+
+def score_systemone(engine, payload: Any) -> dict:
+    try:
+        req = SystemOneRequest.model_validate(payload)
+    except ValidationError as exc:
+        raise _Invalid(errors_from(exc, ["body"])) from None
+    name, aliases = model_names(engine)
+    if req.model not in (name, *aliases):
+        raise HTTPProblem(400, "invalid_request_error",
+                          f"unknown model {req.model!r}: this server serves {name!r} (aliases {', '.join(aliases)}); "
+                          "see GET /v1/models")
+    try:
+        rows = to_rows(req)
+    except ValidationError as exc:
+        raise _Invalid(errors_from(exc, ["body"])) from None
+    with engine._lock:  # all questions in a row: the state segment is evaluated once
+        try:
+            results = [engine.score(row) for row in rows]
+        except RequestError as exc:
+            raise _Invalid(errors_from(exc, ["body"])) from None
+    return respond(req, results, req.model)
+
+
 def create_app(holder: EngineHolder) -> FastAPI:
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
     app = FastAPI(title="SemIf adapter", version="1", docs_url="/docs", redoc_url=None)
     app.state.holder = holder
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException):
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return problem(exc.status_code, kind, str(exc.detail))
 
     @app.exception_handler(HTTPProblem)
     async def _problem(_: Request, exc: HTTPProblem):
@@ -173,6 +226,22 @@ def create_app(holder: EngineHolder) -> FastAPI:
         payload = await read_json(request)
         engine = holder.get()
         return await run_in_threadpool(score_payload, engine, payload)
+
+    @app.post("/v1/systemone")
+    async def systemone(request: Request):
+        check_auth(request)
+        payload = await read_json(request)
+        engine = holder.get()
+        return await run_in_threadpool(score_systemone, engine, payload)
+
+    @app.get("/v1/models")
+    def models(request: Request):
+        check_auth(request)
+        engine = holder.get()
+        name, aliases = model_names(engine)
+        desc = f"{engine.info.description} via llama.cpp; readout {engine.info.default_readout}"
+        return {"models": [{"name": n, "description": desc if n == name else f"alias of {name}",
+                            "release_date": None} for n in (name, *aliases)]}
 
     @app.get("/info")
     def info():

@@ -3,6 +3,7 @@
 - `local`     the engine in-process (the UI caches it with st.cache_resource)
 - `semif`     a SemIf adapter URL (POST /invocations)
 - `sagemaker` a SageMaker endpoint running the SemIf adapter (boto3 sagemaker-runtime)
+- `systemone` any /v1/systemone server: the policy is sent as a `choice` question
 - `chat`      an OpenAI-compatible chat completions endpoint (the llama.cpp DLC text-generation
               path, llama-cpp-python's server, ...): the answer is generated and parsed back to an
               option; an answer that names no option is marked unparseable
@@ -28,6 +29,7 @@ from adapter.schema import DecisionRequest, state_text
 KINDS = {
     "local": "Local engine (in-process llama.cpp)",
     "semif": "SemIf adapter URL",
+    "systemone": "/v1/systemone server (TypeSafe Jev, Kev, laya-serve, our adapter)",
     "sagemaker": "SageMaker endpoint (SemIf adapter)",
     "chat": "OpenAI-compatible chat completions (text generation)",
 }
@@ -103,6 +105,12 @@ class LocalTarget(Target):
     def test_connection(self) -> str:
         info = self.engine().info
         return f"loaded {info.file} ({info.quantization}, {info.n_threads} threads, default readout {info.default_readout})"
+
+
+def api_key(config: dict, secrets: dict | None) -> str | None:
+    """The key named by `api_key_env`, from Streamlit secrets or the environment - never stored."""
+    env = config.get("api_key_env") or ""
+    return (secrets or {}).get(env) or (os.environ.get(env) if env else None)
 
 
 def _http_error(resp: httpx.Response) -> TargetError:
@@ -194,6 +202,59 @@ class SageMakerTarget(Target):
         return f"{self.endpoint} in {self.region}: {ep['EndpointStatus']}"
 
 
+class SystemOneTarget(Target):
+    """Any /v1/systemone server: the policy becomes one `choice` question (criteria = option ids
+    with their descriptions); the answer's probabilities come back in the policy's option order."""
+
+    def __init__(self, name: str, config: dict, secrets: dict | None = None):
+        super().__init__(name, "systemone", config)
+        self.url = config["url"].rstrip("/")
+        self.api_key = api_key(config, secrets)
+        self.model = config.get("model") or "jev-latest"
+
+    def _headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _one(self, req):
+        body = {"model": self.model, "state": req.state,
+                "questions": {"decision": {"type": "choice", "instructions": req.question,
+                                           "criteria": {o.id: (o.description or None) for o in req.options}}}}
+        try:
+            resp = httpx.post(self.url + "/v1/systemone", json=body, headers=self._headers(),
+                              timeout=float(self.config.get("timeout", 120)))
+        except httpx.HTTPError as exc:
+            raise TargetError(f"cannot reach {self.url}: {exc}") from None
+        if resp.status_code != 200:
+            raise _http_error(resp)
+        data = resp.json()
+        try:
+            answer = data["answers"]["decision"]
+            by_name = answer["probabilities"]
+            probs = [float(by_name[o.id]) for o in req.options]
+        except (KeyError, TypeError, ValueError):
+            err = TargetError(f"not a /v1/systemone choice answer: {str(data)[:200]}")
+            err.raw = data
+            raise err from None
+        ids = [o.id for o in req.options]
+        result = {"id": req.id, "option_ids": ids, "probabilities": probs, "top_option": answer.get("choice"),
+                  "confidence": answer.get("confidence"), "label_mass": answer.get("x_label_mass"),
+                  "probability_status": "uncalibrated", "readout": answer.get("x_readout") or "systemone",
+                  "usage": data.get("usage"), "model": {"file": data.get("model")}}
+        return body, data, result
+
+    def test_connection(self) -> str:
+        try:
+            resp = httpx.get(self.url + "/v1/models", headers=self._headers(), timeout=5)
+        except httpx.HTTPError as exc:
+            raise TargetError(f"cannot reach {self.url}: {exc}") from None
+        if resp.status_code != 200:
+            raise _http_error(resp)
+        names = [m.get("name") for m in resp.json().get("models", [])]
+        if self.model not in names:
+            raise TargetError(f"{self.url} is up but does not serve {self.model!r}; it serves {', '.join(names)}")
+        return f"{self.url} is up; serves {self.model}"
+
+
 # -- chat completions (text generation) --------------------------------------------------------
 def chat_messages(req: DecisionRequest) -> list[dict]:
     body = "\n".join(option_line(LETTERS[i], o) for i, o in enumerate(req.options))
@@ -223,8 +284,7 @@ class ChatTarget(Target):
         self.url = config["url"].rstrip("/")
         if not self.url.endswith("/chat/completions"):
             self.url += "/v1/chat/completions" if not self.url.endswith("/v1") else "/chat/completions"
-        env = config.get("api_key_env") or ""
-        self.api_key = (secrets or {}).get(env) or (os.environ.get(env) if env else None)
+        self.api_key = api_key(config, secrets)
         self.model = config.get("model") or "default"
         self.max_tokens = int(config.get("max_tokens", 4))
 
@@ -302,6 +362,8 @@ def build_target(spec: dict, engine_provider: Callable | None = None, secrets: d
             return SageMakerTarget(name, cfg)
         if kind == "chat":
             return ChatTarget(name, cfg, secrets)
+        if kind == "systemone":
+            return SystemOneTarget(name, cfg, secrets)
     except KeyError as exc:
         raise TargetError(f"target {name!r}: missing setting {exc.args[0]!r}") from None
     raise TargetError(f"unknown target kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -312,7 +374,7 @@ def validate_target_spec(name: str, kind: str, config: dict) -> dict[str, str]:
     errors = {}
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}", name or ""):
         errors["name"] = "use 1-64 letters, digits, spaces, '.', '_' or '-'"
-    if kind in ("semif", "chat"):
+    if kind in ("semif", "chat", "systemone"):
         url = config.get("url", "")
         if not re.match(r"^https?://[^/\s]+", url):
             errors["url"] = "give a full http(s):// URL, e.g. http://127.0.0.1:8080"
@@ -321,7 +383,7 @@ def validate_target_spec(name: str, kind: str, config: dict) -> dict[str, str]:
             errors["endpoint_name"] = "SageMaker endpoint names are 1-63 letters, digits and hyphens"
         if config.get("region") and not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", config["region"]):
             errors["region"] = "e.g. us-east-1"
-    if kind == "chat" and config.get("api_key_env") and not re.fullmatch(r"[A-Z_][A-Z0-9_]*", config["api_key_env"]):
+    if kind in ("chat", "systemone") and config.get("api_key_env") and not re.fullmatch(r"[A-Z_][A-Z0-9_]*", config["api_key_env"]):
         errors["api_key_env"] = "the NAME of an environment variable holding the key (the key itself is never stored)"
     if kind not in KINDS:
         errors["kind"] = f"choose one of {', '.join(KINDS)}"

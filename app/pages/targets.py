@@ -32,13 +32,14 @@ with st.form("tg_form"):
     config: dict = {}
     if kind == "local":
         config["model"] = st.text_input("GGUF path or shipped name (empty = shipped default)", key="tg_model")
-    if kind in ("semif", "chat"):
+    if kind in ("semif", "chat", "systemone"):
         config["url"] = st.text_input("Base URL", placeholder="http://127.0.0.1:8080", key="tg_url")
     if kind == "sagemaker":
         config["endpoint_name"] = st.text_input("Endpoint name", key="tg_endpoint")
         config["region"] = st.text_input("Region", "us-east-1", key="tg_region")
-    if kind == "chat":
-        config["model"] = st.text_input("Model name sent in requests", "default", key="tg_chat_model")
+    if kind in ("chat", "systemone"):
+        config["model"] = st.text_input("Model name sent in requests", "jev-latest" if kind == "systemone" else "default",
+                                        key=f"tg_{kind}_model")
         config["api_key_env"] = st.text_input("Environment variable holding the API key (optional)", key="tg_key_env")
     add = st.form_submit_button("Save target", type="primary")
 if add:

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from .schema import DecisionRequest, RequestError, SharedStateRequest, errors_from
+from .policy import PolicySet
 from .systemone import SystemOneRequest, respond, to_rows
 
 MAX_BODY = 6 * 1024 * 1024  # SageMaker's invocation payload limit
@@ -90,8 +91,10 @@ async def read_json(request: Request) -> Any:
 class EngineHolder:
     """Loads the engine in the background so /ping can answer 503 while the model loads."""
 
-    def __init__(self, loader: Callable[[], Any]):
+    def __init__(self, loader: Callable[[], Any], policy_loader: Callable[[Any], PolicySet] | None = None):
         self.engine = None
+        self.policies = PolicySet()
+        self._policy_loader = policy_loader
         self.error: str | None = None
         self._loader = loader
         self.ready = threading.Event()
@@ -101,7 +104,12 @@ class EngineHolder:
 
     def _load(self) -> None:
         try:
-            self.engine = self._loader()
+            engine = self._loader()
+            if self._policy_loader:  # a bad policy file fails start-up loudly (503 with the reason)
+                self.policies = self._policy_loader(engine)
+                for pid in self.policies.mismatched():
+                    log.warning("policy %s was calibrated on another model: its decisions will be gated", pid)
+            self.engine = engine
         except Exception as exc:  # shown by /ping and in the log
             log.exception("model load failed")
             self.error = f"{type(exc).__name__}: {exc}"
@@ -116,31 +124,43 @@ class EngineHolder:
         return self.engine
 
 
-def score_payload(engine, payload: Any) -> Any:
-    """Dispatch the three /invocations shapes; raise RequestError with a full loc on bad input."""
+def score_payload(engine, payload: Any, policies: PolicySet | None = None) -> Any:
+    """Dispatch the three /invocations shapes; raise RequestError with a full loc on bad input.
+    Rows naming a loaded policy are completed from it and answered with the gated decision."""
+    policies = policies or PolicySet()
+
+    def scored(row: DecisionRequest, policy) -> dict:
+        result = engine.score(row)
+        return PolicySet.decorate(result, policy) if policy else result
+
     if isinstance(payload, list):
         if not payload:
             raise RequestError([], "empty array: send at least one decision row")
         rows = []
         for i, item in enumerate(payload):
+            policy = policies.fill(item, [i])
             try:
-                rows.append(DecisionRequest.model_validate(item))
+                rows.append((DecisionRequest.model_validate(item), policy))
             except ValidationError as exc:
                 raise _Invalid(errors_from(exc, [i])) from None
-        return [engine.score(r) for r in rows]
+        return [scored(r, p) for r, p in rows]
     if isinstance(payload, dict) and "questions" in payload:
+        qs = payload["questions"] if isinstance(payload["questions"], list) else []
+        used = [policies.fill(q, ["questions", i]) for i, q in enumerate(qs)]
         try:
             shared = SharedStateRequest.model_validate(payload)
         except ValidationError as exc:
             raise _Invalid(errors_from(exc)) from None
-        return engine.score_shared(shared)
+        with engine._lock:
+            return [scored(r, p) for r, p in zip(shared.rows(), used)]
     if not isinstance(payload, dict):
         raise RequestError([], "send a JSON object (one row), an array of rows, or {state, questions}")
+    policy = policies.fill(payload, [])
     try:
         row = DecisionRequest.model_validate(payload)
     except ValidationError as exc:
         raise _Invalid(errors_from(exc)) from None
-    return engine.score(row)
+    return scored(row, policy)
 
 
 class _Invalid(Exception):
@@ -225,7 +245,7 @@ def create_app(holder: EngineHolder) -> FastAPI:
     async def invocations(request: Request):
         payload = await read_json(request)
         engine = holder.get()
-        return await run_in_threadpool(score_payload, engine, payload)
+        return await run_in_threadpool(score_payload, engine, payload, holder.policies)
 
     @app.post("/v1/systemone")
     async def systemone(request: Request):
@@ -246,7 +266,10 @@ def create_app(holder: EngineHolder) -> FastAPI:
     @app.get("/info")
     def info():
         engine = holder.get()
-        return {"model": engine.info.public(), "readouts": ["letters", "option-words"]}
+        return {"model": engine.info.public(), "readouts": ["letters", "option-words"],
+                "policies": {pid: {"name": p.name, "threshold": p.threshold, "temperature": p.temperature,
+                                   "model_matches": pid not in holder.policies.mismatched()}
+                             for pid, p in holder.policies.policies.items()}}
 
     return app
 
@@ -261,9 +284,22 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def load_policies(engine) -> PolicySet:
+    """SM_SEMIF_POLICY (files/folders, comma-separated) and policy*.json beside the model."""
+    from pathlib import Path
+
+    from .policy import discover_policies
+
+    model_dir = Path(engine.info.path).parent if engine.info.source == "sagemaker" else None
+    found = discover_policies(model_dir, os.environ.get("SM_SEMIF_POLICY"))
+    if found:
+        log.info("enforcing policies: %s", ", ".join(found))
+    return PolicySet(found, engine.info.sha256)
+
+
 def serve(host: str, port: int, loader: Callable[[], Any], log_level: str = "info") -> int:
     """Run until SIGTERM/SIGINT (uvicorn shuts down gracefully); returns the exit code."""
-    holder = EngineHolder(loader)
+    holder = EngineHolder(loader, load_policies)
     holder.start()
     sock = bind_socket(host, port)
     bound = sock.getsockname()[1]

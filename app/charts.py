@@ -65,3 +65,44 @@ def shift_bars(diff: pd.DataFrame) -> go.Figure:
     fig.update_layout(title="Largest probability shift vs baseline (red: top option changed)",
                       yaxis=dict(title="Δ probability", range=[-1, 1]), **_LAYOUT)
     return fig
+
+
+def reliability_diagram(bins_before: list[dict], bins_after: list[dict] | None = None) -> go.Figure:
+    """Accuracy vs confidence per bin (marker size ~ count), before and after temperature scaling."""
+    fig = go.Figure(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="#999"),
+                               name="perfectly calibrated", hoverinfo="skip"))
+    for bins, name, color in ((bins_before, "raw", "#d62728"), (bins_after or [], "temperature-scaled (out of fold)", "#1f77b4")):
+        if not bins:
+            continue
+        counts = np.array([b["count"] for b in bins], float)
+        fig.add_trace(go.Scatter(
+            x=[b["confidence"] for b in bins], y=[b["accuracy"] for b in bins], mode="lines+markers", name=name,
+            marker=dict(size=6 + 24 * np.sqrt(counts / counts.max()), color=color), line=dict(color=color),
+            customdata=counts, hovertemplate="confidence %{x:.2f}<br>accuracy %{y:.2f}<br>%{customdata:.0f} rows<extra></extra>"))
+    fig.update_layout(title="Reliability (top label, equal-width bins)", xaxis=dict(title="confidence", range=[0, 1]),
+                      yaxis=dict(title="accuracy", range=[0, 1]), **_LAYOUT)
+    return fig
+
+
+def confusion_heatmap(matrix: list[list[int]], option_ids: list[str]) -> go.Figure:
+    z = np.asarray(matrix)
+    fig = go.Figure(go.Heatmap(z=z, x=option_ids, y=option_ids, colorscale="Blues", text=z, texttemplate="%{text}",
+                               hovertemplate="true %{y}, predicted %{x}: %{z}<extra></extra>"))
+    fig.update_layout(title="Confusion matrix", xaxis_title="predicted", yaxis=dict(title="true", autorange="reversed"),
+                      height=140 + 45 * len(option_ids), **_LAYOUT)
+    return fig
+
+
+def coverage_curve(curve: dict, gate: float | None, target: float | None = None) -> go.Figure:
+    """Accuracy of accepted decisions vs coverage; the chosen gate marked."""
+    fig = go.Figure(go.Scatter(x=curve["coverage"], y=curve["accuracy"], mode="lines+markers", name="accepted rows",
+                               customdata=curve["threshold"], line_shape="hv",
+                               hovertemplate="gate %{customdata:.3f}<br>coverage %{x:.0%}<br>accuracy %{y:.0%}<extra></extra>"))
+    if target is not None:
+        fig.add_hline(y=target, line_dash="dot", line_color="#2ca02c", annotation_text=f"target {target:.0%}")
+    if gate is not None:
+        covered = float(np.mean(np.asarray(curve["threshold"]) >= gate)) if len(curve["threshold"]) else 0.0
+        fig.add_vline(x=covered, line_dash="dash", line_color="#d62728", annotation_text=f"gate {gate:.3f}")
+    fig.update_layout(title="Accuracy vs coverage (risk-coverage)", xaxis=dict(title="coverage", tickformat=".0%", range=[0, 1.02]),
+                      yaxis=dict(title="accuracy of decided rows", tickformat=".0%", range=[0, 1.02]), **_LAYOUT)
+    return fig

@@ -16,20 +16,24 @@ class InputError(ValueError):
         self.problems = problems
 
 
+def is_empty_state(state) -> bool:
+    return state is None or (isinstance(state, str) and not state.strip()) or (isinstance(state, (dict, list)) and not state)
+
+
 def rows_from_text(text: str) -> list[Row]:
     """One state per non-empty line."""
     return [Row(f"row-{i + 1}", line.strip()) for i, line in enumerate(l for l in text.splitlines() if l.strip())]
 
 
-def rows_from_upload(filename: str, data: bytes) -> list[Row]:
-    """CSV (header with `state`, optional `id`, `label`) or JSONL ({"state", "id"?, "label"?})."""
+def read_records(filename: str, data: bytes, problems: list[str], required: str | None = None) -> list[tuple[int, dict]]:
+    """(row number, record) pairs from CSV/TSV (header row = row 1) or JSONL; format problems are
+    appended to `problems` (a missing required column raises at once)."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise InputError(["the file is not UTF-8 text: save it as UTF-8 CSV or JSONL"]) from None
     name = filename.lower()
     records: list[tuple[int, dict]] = []
-    problems: list[str] = []
     if name.endswith((".jsonl", ".ndjson", ".json")):
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -45,16 +49,25 @@ def rows_from_upload(filename: str, data: bytes) -> list[Row]:
             records.append((n, obj))
     elif name.endswith((".csv", ".tsv", ".txt")):
         reader = csv.DictReader(io.StringIO(text), dialect="excel-tab" if name.endswith(".tsv") else "excel")
-        if not reader.fieldnames or "state" not in [f.strip() for f in reader.fieldnames]:
-            raise InputError([f"row 1 (header): no 'state' column; found {reader.fieldnames or 'none'}"])
+        header = [f.strip() for f in reader.fieldnames or []]
+        for col in ("state", required):
+            if col and col not in header:
+                raise InputError([f"row 1 (header): no {col!r} column; found {header or 'none'}"])
         for n, rec in enumerate(reader, 2):
             records.append((n, {(k or "").strip(): v for k, v in rec.items()}))
     else:
         raise InputError([f"{filename}: upload a .csv or .jsonl file"])
+    return records
+
+
+def rows_from_upload(filename: str, data: bytes) -> list[Row]:
+    """CSV (header with `state`, optional `id`, `label`) or JSONL ({"state", "id"?, "label"?})."""
+    problems: list[str] = []
+    records = read_records(filename, data, problems)
     rows, seen = [], set()
     for n, rec in records:
         state = rec.get("state")
-        if state is None or (isinstance(state, str) and not state.strip()) or (isinstance(state, (dict, list)) and not state):
+        if is_empty_state(state):
             problems.append(f"row {n}, column state: empty - every row needs the text to decide on")
             continue
         key = str(rec.get("id") or f"row-{n}").strip()

@@ -7,7 +7,8 @@ from adapter.engine import Engine, EngineConfig
 from adapter.policies import list_templates
 
 from .store import Store
-from .targets import LOCAL_DEFAULT, Target, build_target
+from .resources_cli import target_specs  # noqa: F401  (re-exported for pages)
+from .targets import Target, build_target
 
 
 @st.cache_resource(show_spinner="Loading the local model (first time only)…", max_entries=2)
@@ -25,13 +26,6 @@ def secrets() -> dict:
         return {k: v for k, v in st.secrets.items() if isinstance(v, str)}
     except Exception:  # no secrets.toml: fine
         return {}
-
-
-def target_specs(db: Store) -> list[dict]:
-    """The built-in local target first, then the saved ones (a saved 'local' overrides it)."""
-    saved = db.list_targets()
-    names = {t["name"] for t in saved}
-    return ([LOCAL_DEFAULT] if "local" not in names else []) + saved
 
 
 def make_target(spec: dict) -> Target:

@@ -24,14 +24,19 @@ SCHEMA: dict[str, dict] = {
     "targets": {"columns": {"name": str, "kind": str, "config": str, "created_at": str}, "pk": "name"},
     "runs": {"columns": {"id": int, "group_id": str, "kind": str, "policy_id": str, "policy": str,
                          "target_name": str, "target": str, "model": str, "status": str, "n_rows": int,
-                         "created_at": str, "finished_at": str, "pinned": int, "note": str}, "pk": "id"},
+                         "created_at": str, "finished_at": str, "pinned": int, "note": str,
+                         "labeled_set_id": int, "config": str}, "pk": "id"},
+    "labeled_sets": {"columns": {"id": int, "name": str, "policy_id": str, "content_hash": str, "n_rows": int,
+                                 "source": str, "created_at": str}, "pk": "id"},
+    "labeled_rows": {"columns": {"id": int, "set_id": int, "row_key": str, "position": int, "state": str,
+                                 "label": str, "split": str, "meta": str}, "pk": "id"},
     "results": {"columns": {"id": int, "run_id": int, "row_key": str, "position": int, "state": str,
                             "label": str, "option_ids": str, "probabilities": str, "top_option": str,
                             "label_mass": float, "latency_s": float, "error": str, "request": str,
                             "response": str}, "pk": "id"},
 }
 JSON_COLUMNS = {"options", "examples", "config", "policy", "target", "option_ids", "probabilities",
-                "request", "response"}
+                "request", "response", "meta"}
 
 
 def now() -> str:
@@ -55,8 +60,13 @@ class Store:
             db.enable_wal()
             for name, spec in SCHEMA.items():
                 db[name].create(spec["columns"], pk=spec["pk"], if_not_exists=True)
+                have = db[name].columns_dict
+                for col, typ in spec["columns"].items():  # an older file gains new columns in place
+                    if col not in have:
+                        db[name].add_column(col, typ)
             db["results"].create_index(["run_id", "row_key"], unique=True, if_not_exists=True)
             db["runs"].create_index(["group_id"], if_not_exists=True)
+            db["labeled_rows"].create_index(["set_id", "row_key"], unique=True, if_not_exists=True)
 
     @contextmanager
     def db(self) -> Iterator[sqlite_utils.Database]:
@@ -105,11 +115,11 @@ class Store:
 
     # -- runs and results --------------------------------------------------------------------
     def create_run(self, *, kind: str, policy: dict, target: dict, n_rows: int, group_id: str | None = None,
-                   note: str = "") -> int:
+                   note: str = "", labeled_set_id: int | None = None, config: dict | None = None) -> int:
         row = {"group_id": group_id or uuid.uuid4().hex[:12], "kind": kind, "policy_id": policy.get("id"),
                "policy": policy, "target_name": target["name"], "target": target, "model": "",
                "status": "running", "n_rows": n_rows, "created_at": now(), "finished_at": None,
-               "pinned": 0, "note": note}
+               "pinned": 0, "note": note, "labeled_set_id": labeled_set_id, "config": config or {}}
         with self.db() as db:
             return db["runs"].insert(_encode(row)).last_pk
 
@@ -122,6 +132,10 @@ class Store:
     def set_run_model(self, run_id: int, model: str) -> None:
         with self.db() as db:
             db["runs"].update(run_id, {"model": model})
+
+    def set_status(self, run_id: int, status: str) -> None:
+        with self.db() as db:
+            db["runs"].update(run_id, {"status": status})
 
     def finish_run(self, run_id: int, status: str = "done") -> None:
         with self.db() as db:
@@ -172,3 +186,39 @@ class Store:
             with db.conn:
                 db["results"].delete_where("run_id = ?", [run_id])
                 db["runs"].delete_where("id = ?", [run_id])
+
+    # -- labeled sets --------------------------------------------------------------------------
+    def import_labeled_set(self, *, name: str, policy_id: str | None, rows: list[dict], content_hash: str,
+                           source: str = "") -> int:
+        """All rows in one transaction (nothing half-imported); the same content for the same
+        policy is not imported twice - the existing set id is returned."""
+        with self.db() as db:
+            existing = list(db["labeled_sets"].rows_where("content_hash = ? AND coalesce(policy_id, '') = ?",
+                                                          [content_hash, policy_id or ""]))
+            if existing:
+                return existing[0]["id"]
+            with db.conn:
+                set_id = db["labeled_sets"].insert({"name": name, "policy_id": policy_id, "content_hash": content_hash,
+                                                    "n_rows": len(rows), "source": source,
+                                                    "created_at": now()}).last_pk
+                db["labeled_rows"].insert_all(_encode({**r, "set_id": set_id, "position": i}) for i, r in enumerate(rows))
+            return set_id
+
+    def list_labeled_sets(self) -> list[dict]:
+        with self.db() as db:
+            return list(db["labeled_sets"].rows_where(order_by="id desc"))
+
+    def get_labeled_set(self, set_id: int) -> dict | None:
+        with self.db() as db:
+            rows = list(db["labeled_sets"].rows_where("id = ?", [set_id]))
+        return rows[0] if rows else None
+
+    def labeled_rows(self, set_id: int) -> list[dict]:
+        with self.db() as db:
+            return [_decode(r) for r in db["labeled_rows"].rows_where("set_id = ?", [set_id], order_by="position")]
+
+    def delete_labeled_set(self, set_id: int) -> None:
+        with self.db() as db:
+            with db.conn:
+                db["labeled_rows"].delete_where("set_id = ?", [set_id])
+                db["labeled_sets"].delete_where("id = ?", [set_id])

@@ -1,0 +1,189 @@
+"""A calibrated policy config: load, validate, apply (temperature -> gate -> fallback).
+
+Exported by the workbench's Calibrate page / `python -m app calibrate`; enforced by the adapter
+(`SM_SEMIF_POLICY`, a policy*.json next to the GGUF in /opt/ml/model, or per request by id).
+`apply(result)` is the one implementation of the decision rule: the workbench computes its
+numbers through it too, so the page and the runtime cannot disagree.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .schema import Example, Option, Readout, errors_from
+
+SCHEMA_VERSION = "semif-policy/1"
+
+
+def calibrate_probs(probs: list[float], temperature: float) -> list[float]:
+    """softmax(log p / T) - temperature scaling on probabilities (equal to scaling the logits)."""
+    logs = [math.log(max(p, 1e-300)) / temperature for p in probs]
+    m = max(logs)
+    exps = [math.exp(x - m) for x in logs]
+    s = sum(exps)
+    return [e / s for e in exps]
+
+
+class ModelIdentity(BaseModel):
+    file: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class GateMetrics(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    accuracy: float | None = None  # among decisions not gated
+    coverage: float | None = None  # share of rows not gated
+    n: int = 0
+
+
+class CalibratedPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    schema_version: str = Field(SCHEMA_VERSION, pattern=r"^semif-policy/1$")
+    policy_id: str = Field(min_length=1)
+    name: str = ""
+    question: str = Field(min_length=1)
+    options: list[Option] = Field(min_length=2, max_length=26)
+    examples: list[Example] = Field(default_factory=list)
+    readout: Readout
+    permute: bool = False
+    prompt_version: str
+    model: ModelIdentity
+    temperature: float = Field(gt=0, le=100)
+    threshold: float | None = Field(default=None, ge=0, le=1, description="global confidence gate")
+    option_thresholds: dict[str, float] = Field(default_factory=dict)
+    fallback_option: str = Field(min_length=1)
+    target_accuracy: float | None = Field(default=None, gt=0, le=1)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    dataset: dict[str, Any] = Field(default_factory=dict)
+    run_id: int | None = None
+    created_at: str
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "CalibratedPolicy":
+        ids = [o.id for o in self.options]
+        for oid in self.option_thresholds:
+            if oid not in ids:
+                raise ValueError(f"option_thresholds: {oid!r} is not an option id")
+        for oid, t in self.option_thresholds.items():
+            if not 0 <= t <= 1:
+                raise ValueError(f"option_thresholds.{oid}: {t} is not in [0, 1]")
+        return self
+
+    def matches(self, option_ids: list[str]) -> bool:
+        return option_ids == [o.id for o in self.options]
+
+    def gate_for(self, option_id: str) -> float | None:
+        return self.option_thresholds.get(option_id, self.threshold)
+
+    def apply(self, result: dict) -> dict:
+        """{option_id, calibrated_probabilities, confidence, gated, reason} for one raw result."""
+        ids, probs = result["option_ids"], result["probabilities"]
+        if not self.matches(list(ids)):
+            raise ValueError(f"result options {ids} differ from the policy's {[o.id for o in self.options]}")
+        cal = calibrate_probs(list(probs), self.temperature)
+        top = max(range(len(cal)), key=cal.__getitem__)
+        conf = cal[top]
+        gate = self.gate_for(ids[top])
+        model = result.get("model") or {}
+        if model.get("sha256") and model["sha256"] != self.model.sha256:
+            return {"option_id": self.fallback_option, "calibrated_probabilities": cal, "confidence": conf,
+                    "gated": True, "reason": f"model {model.get('file')} is not the calibrated model {self.model.file}"}
+        if gate is not None and conf < gate:
+            return {"option_id": self.fallback_option, "calibrated_probabilities": cal, "confidence": conf,
+                    "gated": True, "reason": f"confidence {conf:.3f} < gate {gate:.3f} for {ids[top]}"}
+        return {"option_id": ids[top], "calibrated_probabilities": cal, "confidence": conf, "gated": False,
+                "reason": "above gate" if gate is not None else "no gate set"}
+
+    def request_fields(self) -> dict:
+        """What a decision row needs from this policy (question, options, examples, readout)."""
+        return {"question": self.question, "options": [o.model_dump() for o in self.options],
+                "examples": [e.model_dump() for e in self.examples], "readout": self.readout,
+                "permute": self.permute}
+
+
+class PolicyError(ValueError):
+    pass
+
+
+def load_policy(source: str | Path | dict) -> CalibratedPolicy:
+    """Load and validate a policy file (or dict); PolicyError names the bad field."""
+    try:
+        data = source if isinstance(source, dict) else json.loads(Path(source).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise PolicyError(f"cannot read policy {source}: {exc}") from None
+    try:
+        return CalibratedPolicy.model_validate(data)
+    except ValidationError as exc:
+        first = errors_from(exc)[0]
+        raise PolicyError(f"policy {'.'.join(map(str, first['loc'])) or '(root)'}: {first['msg']}") from None
+
+
+def discover_policies(model_dir: Path | None, explicit: str | None) -> dict[str, CalibratedPolicy]:
+    """SM_SEMIF_POLICY (files or folders, comma-separated) plus policy*.json in the model dir."""
+    paths: list[Path] = []
+    for part in (explicit or "").split(","):
+        if part.strip():
+            p = Path(part.strip())
+            paths.extend(sorted(p.glob("*.json")) if p.is_dir() else [p])
+    if model_dir is not None and model_dir.is_dir():
+        paths.extend(sorted(model_dir.glob("policy*.json")))
+    out: dict[str, CalibratedPolicy] = {}
+    for p in paths:
+        pol = load_policy(p)
+        out[pol.policy_id] = pol
+    return out
+
+
+class PolicySet:
+    """The policies an adapter enforces. A row names one by `policy_id` (or, when exactly one is
+    loaded, simply omits question and options); the policy supplies question, options, examples
+    and readout, and the result gains the calibrated probabilities and the gated decision."""
+
+    def __init__(self, policies: dict[str, CalibratedPolicy] | None = None, model_sha256: str | None = None):
+        self.policies = policies or {}
+        self.model_sha256 = model_sha256
+
+    def __len__(self) -> int:
+        return len(self.policies)
+
+    def mismatched(self) -> list[str]:
+        return [p.policy_id for p in self.policies.values() if self.model_sha256 and p.model.sha256 != self.model_sha256]
+
+    def fill(self, row: Any, loc: list) -> CalibratedPolicy | None:
+        """Complete a raw row (dict) in place from its policy; raise RequestError on conflicts."""
+        from .schema import RequestError
+
+        if not isinstance(row, dict):
+            return None
+        pid = row.get("policy_id")
+        if pid is None:
+            if len(self.policies) == 1 and "options" not in row and "question" not in row:
+                pid = next(iter(self.policies))
+            else:
+                return None
+        if pid not in self.policies:
+            known = ", ".join(self.policies) or "none (set SM_SEMIF_POLICY)"
+            raise RequestError([*loc, "policy_id"], f"unknown policy {pid!r}; loaded policies: {known}")
+        policy = self.policies[pid]
+        wanted = policy.request_fields()
+        if "options" in row and [o.get("id") if isinstance(o, dict) else o for o in row["options"]] != \
+                [o["id"] for o in wanted["options"]]:
+            raise RequestError([*loc, "options"], f"differ from policy {pid!r}: omit options to use the policy's")
+        row.update(wanted)
+        row["policy_id"] = pid
+        return policy
+
+    @staticmethod
+    def decorate(result: dict, policy: CalibratedPolicy) -> dict:
+        decision = policy.apply(result)
+        result["calibrated_probabilities"] = decision.pop("calibrated_probabilities")
+        result["decision"] = decision
+        result["probability_status"] = "calibrated"
+        result["policy"] = {"policy_id": policy.policy_id, "schema_version": policy.schema_version,
+                            "temperature": policy.temperature, "threshold": policy.threshold,
+                            "fallback_option": policy.fallback_option}
+        return result

@@ -1,0 +1,270 @@
+"""Calibration maths, pure numpy (no Streamlit): metrics, reliability, temperature, gates.
+
+Conventions: `P` is an (n, k) array of probabilities in option order, `y` the (n,) true option
+indices; confidence = max probability, prediction = argmax (ties -> first option, as in apply()).
+
+>>> P = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]); y = np.array([0, 1, 1])
+>>> accuracy(P, y)
+0.6666666666666666
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from adapter.policy import calibrate_probs
+
+SMALL, PROVISIONAL = 50, 200
+
+
+def size_flag(n: int) -> str:
+    """'too-small' (< 50 rows: no recommendation), 'provisional' (< 200), else 'ok'."""
+    return "too-small" if n < SMALL else "provisional" if n < PROVISIONAL else "ok"
+
+
+def predictions(P: np.ndarray) -> np.ndarray:
+    return np.argmax(P, axis=1)
+
+
+def accuracy(P: np.ndarray, y: np.ndarray) -> float:
+    return float(np.mean(predictions(P) == y)) if len(y) else float("nan")
+
+
+def confusion_matrix(y: np.ndarray, pred: np.ndarray, k: int) -> np.ndarray:
+    """Counts, rows = true option, columns = predicted option."""
+    m = np.zeros((k, k), dtype=int)
+    np.add.at(m, (y, pred), 1)
+    return m
+
+
+def macro_f1(y: np.ndarray, pred: np.ndarray, k: int) -> float:
+    """Mean F1 over options that occur as a label or a prediction (F1 = 0 when undefined)."""
+    m = confusion_matrix(y, pred, k)
+    scores = []
+    for c in range(k):
+        tp, fp, fn = m[c, c], m[:, c].sum() - m[c, c], m[c, :].sum() - m[c, c]
+        if tp + fp + fn == 0:
+            continue
+        scores.append(2 * tp / (2 * tp + fp + fn))
+    return float(np.mean(scores)) if scores else float("nan")
+
+
+def brier(P: np.ndarray, y: np.ndarray) -> float:
+    """Multi-class Brier score: mean over rows of sum_k (p_k - 1[y=k])^2 (0 best, 2 worst)."""
+    onehot = np.eye(P.shape[1])[y]
+    return float(np.mean(np.sum((P - onehot) ** 2, axis=1)))
+
+
+def nll(P: np.ndarray, y: np.ndarray, eps: float = 1e-12) -> float:
+    return float(-np.mean(np.log(np.clip(P[np.arange(len(y)), y], eps, 1.0))))
+
+
+@dataclass
+class Bin:
+    lo: float
+    hi: float
+    count: int
+    confidence: float
+    accuracy: float
+
+
+def reliability(conf: np.ndarray, correct: np.ndarray, n_bins: int = 10, strategy: str = "width") -> list[Bin]:
+    """Top-label reliability bins: equal-width ('width') or equal-mass ('mass'); empty bins dropped."""
+    conf, correct = np.asarray(conf, float), np.asarray(correct, float)
+    if strategy == "width":
+        edges = np.linspace(0, 1, n_bins + 1)
+        idx = np.clip(np.digitize(conf, edges[1:-1], right=True), 0, n_bins - 1)
+        groups = [(edges[b], edges[b + 1], idx == b) for b in range(n_bins)]
+    elif strategy == "mass":
+        order = np.argsort(conf, kind="stable")
+        groups = []
+        for part in np.array_split(order, min(n_bins, max(len(conf), 1))):
+            mask = np.zeros(len(conf), bool)
+            mask[part] = True
+            if part.size:
+                groups.append((float(conf[part].min()), float(conf[part].max()), mask))
+    else:
+        raise ValueError("strategy is 'width' or 'mass'")
+    return [Bin(float(lo), float(hi), int(m.sum()), float(conf[m].mean()), float(correct[m].mean()))
+            for lo, hi, m in groups if m.any()]
+
+
+def ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = 10, strategy: str = "width") -> float:
+    """Expected calibration error: sum over bins of (count/n) * |accuracy - confidence|."""
+    bins = reliability(conf, correct, n_bins, strategy)
+    n = sum(b.count for b in bins)
+    return float(sum(b.count / n * abs(b.accuracy - b.confidence) for b in bins)) if n else float("nan")
+
+
+# -- temperature scaling ---------------------------------------------------------------------------
+def apply_temperature(P: np.ndarray, T: float) -> np.ndarray:
+    """Row-wise adapter.policy.calibrate_probs: the exact function the runtime applies."""
+    return np.array([calibrate_probs(list(map(float, row)), T) for row in P])
+
+
+def _nll_at(logP: np.ndarray, y: np.ndarray, T: float) -> float:
+    z = logP / T
+    z = z - z.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(z).sum(axis=1))
+    return float(np.mean(lse - z[np.arange(len(y)), y]))
+
+
+def fit_temperature(P: np.ndarray, y: np.ndarray, lo: float = 0.05, hi: float = 20.0, iters: int = 80) -> float:
+    """T minimising NLL of softmax(log P / T): golden-section search on log T (NLL is convex in 1/T)."""
+    logP = np.log(np.clip(P, 1e-300, 1.0))
+    a, b = math.log(lo), math.log(hi)
+    g = (math.sqrt(5) - 1) / 2
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = _nll_at(logP, y, math.exp(c)), _nll_at(logP, y, math.exp(d))
+    for _ in range(iters):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = _nll_at(logP, y, math.exp(c))
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = _nll_at(logP, y, math.exp(d))
+    return float(math.exp((a + b) / 2))
+
+
+def folds(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [np.sort(f) for f in np.array_split(rng.permutation(n), min(k, n))]
+
+
+def temperature_cv(P: np.ndarray, y: np.ndarray, k: int = 5, seed: int = 0) -> tuple[float, np.ndarray, list[float]]:
+    """(T fitted on all rows, out-of-fold calibrated P, per-fold T): each row is calibrated by a
+    temperature that never saw it, so ECE before/after is measured honestly."""
+    oof = np.empty_like(P, dtype=float)
+    temps = []
+    for test in folds(len(y), k, seed):
+        train = np.setdiff1d(np.arange(len(y)), test)
+        T = fit_temperature(P[train], y[train]) if len(train) else 1.0
+        temps.append(T)
+        oof[test] = apply_temperature(P[test], T)
+    return fit_temperature(P, y), oof, temps
+
+
+# -- coverage and gates ----------------------------------------------------------------------------
+def risk_coverage(conf: np.ndarray, correct: np.ndarray) -> dict[str, np.ndarray]:
+    """Accuracy of the accepted rows vs the share accepted, gating at each observed confidence."""
+    order = np.argsort(-np.asarray(conf), kind="stable")
+    c, ok = np.asarray(conf)[order], np.asarray(correct, float)[order]
+    accepted = np.arange(1, len(c) + 1)
+    return {"threshold": c, "coverage": accepted / len(c), "accuracy": np.cumsum(ok) / accepted}
+
+
+@dataclass
+class Gate:
+    threshold: float | None
+    reachable: bool
+    fit_accuracy: float | None = None
+    fit_coverage: float | None = None
+    holdout_accuracy: float | None = None
+    holdout_coverage: float | None = None
+    holdout_accepted: int = 0
+    holdout_n: int = 0
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def lowest_gate(conf: np.ndarray, correct: np.ndarray, target: float, min_accepted: int) -> float | None:
+    """The lowest confidence gate whose accepted rows reach `target` accuracy (>= min_accepted rows)."""
+    conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
+    for t in np.unique(conf):  # ascending: the first that works is the lowest
+        acc = conf >= t
+        if acc.sum() >= min_accepted and correct[acc].mean() >= target:
+            return float(t)
+    return None
+
+
+def holdout_split(n: int, seed: int = 0, y: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A stratified 50/50 split (by label when given): (fit rows, held-out rows)."""
+    rng = np.random.default_rng(seed)
+    fit, hold = [], []
+    groups = [np.flatnonzero(y == c) for c in np.unique(y)] if y is not None else [np.arange(n)]
+    for g in groups:
+        g = rng.permutation(g)
+        half = (len(g) + 1) // 2
+        fit.extend(g[:half])
+        hold.extend(g[half:])
+    return np.sort(np.array(fit, int)), np.sort(np.array(hold, int))
+
+
+def choose_gate(conf: np.ndarray, correct: np.ndarray, target: float, *, min_accepted: int = 5,
+                seed: int = 0, y: np.ndarray | None = None) -> Gate:
+    """Pick the lowest gate reaching `target` on a fit half, then check it on the held-out half.
+    Reachable only if the held-out accuracy at that gate also meets the target."""
+    conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
+    if len(conf) < 4:
+        return Gate(None, False, note="too few rows to hold any out")
+    fit, hold = holdout_split(len(conf), seed, y)
+    t = lowest_gate(conf[fit], correct[fit], target, min_accepted)
+    if t is None:
+        return Gate(None, False, note=f"no gate reaches {target:.0%} on the fit half")
+    fa, ha = conf[fit] >= t, conf[hold] >= t
+    gate = Gate(t, False, float(correct[fit][fa].mean()), float(fa.mean()),
+                float(correct[hold][ha].mean()) if ha.any() else None, float(ha.mean()), int(ha.sum()), len(hold))
+    gate.reachable = gate.holdout_accuracy is not None and gate.holdout_accuracy >= target
+    if not gate.reachable:
+        gate.note = (f"the gate reached {target:.0%} on the fit half but only "
+                     f"{(gate.holdout_accuracy or 0):.0%} on held-out rows")
+    return gate
+
+
+def per_option_gates(P: np.ndarray, y: np.ndarray, target: float, *, min_accepted: int = 3,
+                     seed: int = 0) -> dict[int, Gate]:
+    """One gate per predicted option (rows the model assigned to that option)."""
+    pred, conf = predictions(P), P.max(axis=1)
+    out = {}
+    for c in np.unique(pred):
+        m = pred == c
+        out[int(c)] = choose_gate(conf[m], (y[m] == c), target, min_accepted=min_accepted, seed=seed)
+    return out
+
+
+@dataclass
+class Report:
+    n: int
+    k: int
+    size_flag: str
+    accuracy: float
+    macro_f1: float
+    brier: float
+    nll: float
+    ece_width: float
+    ece_mass: float
+    temperature: float
+    fold_temperatures: list[float]
+    oof_accuracy: float
+    oof_brier: float
+    oof_nll: float
+    oof_ece_width: float
+    oof_ece_mass: float
+    confusion: list[list[int]]
+    bins_before: list[dict] = field(default_factory=list)
+    bins_after: list[dict] = field(default_factory=list)
+
+
+def report(P: np.ndarray, y: np.ndarray, *, k_folds: int = 5, n_bins: int = 10, seed: int = 0) -> tuple[Report, np.ndarray]:
+    """Metrics before and after temperature scaling (out of fold); also returns the OOF probabilities."""
+    P, y = np.asarray(P, float), np.asarray(y, int)
+    conf, correct = P.max(axis=1), predictions(P) == y
+    T, oof, temps = temperature_cv(P, y, k_folds, seed)
+    oconf, ocorrect = oof.max(axis=1), predictions(oof) == y
+    return Report(
+        n=len(y), k=P.shape[1], size_flag=size_flag(len(y)), accuracy=accuracy(P, y),
+        macro_f1=macro_f1(y, predictions(P), P.shape[1]), brier=brier(P, y), nll=nll(P, y),
+        ece_width=ece(conf, correct, n_bins, "width"), ece_mass=ece(conf, correct, n_bins, "mass"),
+        temperature=T, fold_temperatures=temps, oof_accuracy=accuracy(oof, y), oof_brier=brier(oof, y),
+        oof_nll=nll(oof, y), oof_ece_width=ece(oconf, ocorrect, n_bins, "width"),
+        oof_ece_mass=ece(oconf, ocorrect, n_bins, "mass"),
+        confusion=confusion_matrix(y, predictions(P), P.shape[1]).tolist(),
+        bins_before=[asdict(b) for b in reliability(conf, correct, n_bins, "width")],
+        bins_after=[asdict(b) for b in reliability(oconf, ocorrect, n_bins, "width")],
+    ), oof

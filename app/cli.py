@@ -1,0 +1,125 @@
+"""Headless calibration: `python -m app calibrate ...` for scripts and CI."""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+from adapter.engine import Engine, EngineConfig
+from adapter.policies import DATA_DIR
+
+from . import evaluation
+from .inputs import InputError
+from .labeled import import_file
+from .policies import templates, validate_policy
+from .resources_cli import target_by_name
+from .store import Store
+
+EXIT_UNREACHABLE = 3
+
+
+def resolve_policy(store: Store, ref: str) -> dict:
+    """A policy id in the store, a shipped template id, or a JSON file."""
+    found = store.get_policy(ref) or templates().get(ref)
+    if found is None and Path(ref).is_file():
+        found = json.loads(Path(ref).read_text())
+    if found is None:
+        raise SystemExit(f"--policy {ref!r}: not a saved policy, a template ({', '.join(templates())}) or a JSON file")
+    clean, errs = validate_policy(found)
+    if errs:
+        raise SystemExit(f"--policy {ref!r} is invalid: " + "; ".join(f"{k}: {v}" for k, v in errs.items()))
+    if store.get_policy(clean["id"]) is None:
+        store.save_policy(clean)
+    return clean
+
+
+def resolve_set(store: Store, ref: str, policy: dict) -> int:
+    path = Path(ref)
+    if not path.is_file() and (DATA_DIR / "labeled" / ref).is_file():
+        path = DATA_DIR / "labeled" / ref
+    if path.is_file():
+        try:
+            return import_file(store, path.name, path.read_bytes(), policy, source=str(path))
+        except InputError as exc:
+            raise SystemExit(f"--labeled-set {ref}: rejected, nothing imported:\n  " + "\n  ".join(exc.problems[:20]))
+    if ref.isdigit() and store.get_labeled_set(int(ref)):
+        return int(ref)
+    raise SystemExit(f"--labeled-set {ref!r}: no such file or stored set id")
+
+
+def fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def calibrate(args) -> int:
+    from tqdm import tqdm
+
+    store = Store(args.db)
+    policy = resolve_policy(store, args.policy)
+    set_id = resolve_set(store, args.labeled_set, policy)
+    target = target_by_name(store, args.target, functools.lru_cache(maxsize=2)(
+        lambda model: Engine(model, EngineConfig.from_env())))  # one model load for the whole run
+    run = None if args.new_run else evaluation.find_run(store, policy=policy, set_id=set_id, target_name=target.name,
+                                                        readout=args.readout, permute=args.permute,
+                                                        examples=args.examples)
+    run_id = run["id"] if run else evaluation.start_eval(store, policy=policy, set_id=set_id, target=target,
+                                                         readout=args.readout, permute=args.permute,
+                                                         examples=args.examples, n_examples=args.n_examples)
+    print(f"run #{run_id} ({'resumed' if run else 'new'}): policy {policy['id']} x set #{set_id} x target {target.name}",
+          file=sys.stderr)
+    with tqdm(total=store.get_run(run_id)["n_rows"], unit="row", file=sys.stderr, disable=args.quiet) as bar:
+        def progress(done, total, eta):
+            bar.n = done
+            bar.refresh()
+
+        outcome = evaluation.resume_eval(store, run_id, target, progress)
+    print(f"scored {outcome['scored']} rows, reused {outcome['skipped']}, errors {outcome['errors']}", file=sys.stderr)
+    cal = evaluation.calibrate_run(store, run_id, target_accuracy=args.target_accuracy, per_option=args.per_option)
+    rep, gate = cal["report"], cal["gate"]
+    print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
+          f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
+    print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after temperature "
+          f"T={rep.temperature:.3f} (out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
+    reachable = gate.reachable and rep.size_flag != "too-small"
+    if rep.size_flag == "too-small":
+        print(f"no gate recommended: only {rep.n} labeled rows (< 50)")
+    elif gate.reachable:
+        print(f"gate for {args.target_accuracy:.0%}: confidence >= {gate.threshold:.3f}; held-out accuracy "
+              f"{fmt(gate.holdout_accuracy)} at coverage {fmt(gate.holdout_coverage)} "
+              f"({gate.holdout_accepted}/{gate.holdout_n} held-out rows decided)"
+              + (" [provisional: < 200 rows]" if rep.size_flag == "provisional" else ""))
+    else:
+        print(f"target {args.target_accuracy:.0%} unreachable: {gate.note}")
+    threshold = gate.threshold if reachable else 1.0  # unreachable: everything goes to the fallback
+    option_thresholds = {oid: g.threshold for oid, g in cal["option_gates"].items() if g.reachable}
+    config = evaluation.build_policy(store, run_id, cal, threshold=threshold, fallback=args.fallback,
+                                     option_thresholds=option_thresholds)
+    at = config["metrics"]["at_gate"]
+    print(f"exported rule on all {at['n']} rows: decides {at['decided']} (coverage {fmt(at['coverage'])}), "
+          f"accuracy {fmt(at['accuracy'])}, {at['gated']} to fallback {args.fallback!r}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
+    return EXIT_UNREACHABLE if (args.strict and not reachable) else 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("calibrate", help="evaluate a policy on a labeled set and export a calibrated policy")
+    p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
+    p.add_argument("--labeled-set", required=True, help="CSV/JSONL file (or a file name in data/labeled), or a set id")
+    p.add_argument("--target", default="local", help="target name (default: the local engine)")
+    p.add_argument("--readout", choices=["letters", "option-words"], help="default: the policy's / model's")
+    p.add_argument("--permute", action="store_true", help="permutation averaging")
+    p.add_argument("--examples", choices=evaluation.EXAMPLE_SOURCES, default="policy",
+                   help="few-shot examples from the policy, or from the set's train split")
+    p.add_argument("--n-examples", type=int, default=4)
+    p.add_argument("--target-accuracy", type=float, default=0.9)
+    p.add_argument("--per-option", action="store_true", help="also fit one gate per option")
+    p.add_argument("--fallback", default="human-review", help="decision when gated (default: human-review)")
+    p.add_argument("--out", help="write the calibrated policy JSON here")
+    p.add_argument("--strict", action="store_true", help=f"exit {EXIT_UNREACHABLE} when the target is unreachable")
+    p.add_argument("--new-run", action="store_true", help="do not reuse an earlier matching run")
+    p.add_argument("--db", help="SQLite file (default: SEMIF_DB or data/workbench.db)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=calibrate)

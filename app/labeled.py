@@ -1,0 +1,66 @@
+"""Labeled sets: CSV or JSONL rows with `state` and `label` (an option id), optional `id`, `split`
+and metadata columns. Validated row by row; one bad row rejects the whole file."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from .inputs import InputError, is_empty_state, read_records
+
+RESERVED = {"state", "label", "id", "split"}
+
+
+def parse_labeled(filename: str, data: bytes, option_ids: list[str] | None = None) -> list[dict]:
+    problems: list[str] = []
+    out: list[dict] = []
+    seen: set[str] = set()
+    for n, rec in read_records(filename, data, problems, required="label"):
+        state, label = rec.get("state"), rec.get("label")
+        bad = False
+        if is_empty_state(state):
+            problems.append(f"row {n}, column state: empty - every row needs the text to decide on")
+            bad = True
+        label = "" if label is None else str(label).strip()
+        if not label:
+            problems.append(f"row {n}, column label: empty - give the correct option id")
+            bad = True
+        elif option_ids is not None and label not in option_ids:
+            problems.append(f"row {n}, column label: {label!r} is not an option of the policy ({', '.join(option_ids)})")
+            bad = True
+        key = str(rec.get("id") or f"row-{n}").strip()
+        if key in seen:
+            problems.append(f"row {n}, column id: duplicate id {key!r}")
+            bad = True
+        seen.add(key)
+        if bad:
+            continue
+        split = str(rec.get("split") or "").strip().lower() or None
+        meta = {k: v for k, v in rec.items() if k not in RESERVED and v not in (None, "")}
+        out.append({"row_key": key, "state": state if isinstance(state, str) else json.dumps(state, ensure_ascii=False),
+                    "label": label, "split": split, "meta": meta})
+    if problems:
+        raise InputError(problems)
+    if not out:
+        raise InputError(["the file has no rows"])
+    return out
+
+
+def content_hash(rows: list[dict]) -> str:
+    """sha256 over the rows' id, state, label and split - the dataset identity in exported policies."""
+    canon = json.dumps([[r["row_key"], r["state"], r["label"], r.get("split")] for r in rows], ensure_ascii=False,
+                       separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def shipped_sets() -> list[tuple[str, "Path"]]:
+    """(policy template id, file) for the labeled sets in data/labeled (file stem = template id)."""
+    from adapter.policies import DATA_DIR
+
+    return [(p.stem, p) for p in sorted((DATA_DIR / "labeled").glob("*.jsonl"))]
+
+
+def import_file(store, name: str, data: bytes, policy: dict | None, source: str = "") -> int:
+    """Validate then store (all or nothing); returns the set id. Raises InputError."""
+    rows = parse_labeled(name, data, [o["id"] for o in policy["options"]] if policy else None)
+    return store.import_labeled_set(name=name, policy_id=policy["id"] if policy else None, rows=rows,
+                                    content_hash=content_hash(rows), source=source or name)

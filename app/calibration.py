@@ -173,12 +173,24 @@ class Gate:
         return asdict(self)
 
 
-def lowest_gate(conf: np.ndarray, correct: np.ndarray, target: float, min_accepted: int) -> float | None:
-    """The lowest confidence gate whose accepted rows reach `target` accuracy (>= min_accepted rows)."""
+def wilson_lower(successes: int, n: int, z: float = 1.645) -> float:
+    """One-sided lower confidence bound of a proportion (Wilson score, 95% by default)."""
+    if n == 0:
+        return 0.0
+    p = successes / n
+    centre = p + z * z / (2 * n)
+    margin = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - margin) / (1 + z * z / n)
+
+
+def lowest_gate(conf: np.ndarray, correct: np.ndarray, target: float, min_accepted: int, z: float = 1.645) -> float | None:
+    """The lowest confidence gate at which the accepted rows' accuracy is at least `target` with
+    95% confidence (Wilson lower bound), so that it holds beyond the rows it was picked on."""
     conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
     for t in np.unique(conf):  # ascending: the first that works is the lowest
         acc = conf >= t
-        if acc.sum() >= min_accepted and correct[acc].mean() >= target:
+        n = int(acc.sum())
+        if n >= min_accepted and wilson_lower(int(correct[acc].sum()), n, z) >= target:
             return float(t)
     return None
 
@@ -198,22 +210,23 @@ def holdout_split(n: int, seed: int = 0, y: np.ndarray | None = None) -> tuple[n
 
 def choose_gate(conf: np.ndarray, correct: np.ndarray, target: float, *, min_accepted: int = 5,
                 seed: int = 0, y: np.ndarray | None = None) -> Gate:
-    """Pick the lowest gate reaching `target` on a fit half, then check it on the held-out half.
-    Reachable only if the held-out accuracy at that gate also meets the target."""
+    """Pick the lowest gate reaching `target` on a fit half (with a 95% lower bound, not just the
+    point estimate), then check it on the held-out half. Reachable only if the held-out accuracy
+    at that gate also meets the target."""
     conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
     if len(conf) < 4:
         return Gate(None, False, note="too few rows to hold any out")
     fit, hold = holdout_split(len(conf), seed, y)
     t = lowest_gate(conf[fit], correct[fit], target, min_accepted)
     if t is None:
-        return Gate(None, False, note=f"no gate reaches {target:.0%} on the fit half")
+        return Gate(None, False, note=f"no gate reaches {target:.0%} on the fit half (95% lower bound)")
     fa, ha = conf[fit] >= t, conf[hold] >= t
     gate = Gate(t, False, float(correct[fit][fa].mean()), float(fa.mean()),
                 float(correct[hold][ha].mean()) if ha.any() else None, float(ha.mean()), int(ha.sum()), len(hold))
     gate.reachable = gate.holdout_accuracy is not None and gate.holdout_accuracy >= target
     if not gate.reachable:
-        gate.note = (f"the gate reached {target:.0%} on the fit half but only "
-                     f"{(gate.holdout_accuracy or 0):.0%} on held-out rows")
+        gate.note = (f"the gate reached {target:.1%} on the fit half but only "
+                     f"{(gate.holdout_accuracy or 0):.1%} on held-out rows")
     return gate
 
 

@@ -92,6 +92,9 @@ def calibrate(args) -> int:
     else:
         print(f"target {args.target_accuracy:.0%} unreachable: {gate.note}")
     threshold = gate.threshold if reachable else 1.0  # unreachable: everything goes to the fallback
+    if args.gate is not None:
+        threshold = args.gate
+        print(f"gate set by hand: {threshold:.3f}")
     option_thresholds = {oid: g.threshold for oid, g in cal["option_gates"].items() if g.reachable}
     config = evaluation.build_policy(store, run_id, cal, threshold=threshold, fallback=args.fallback,
                                      option_thresholds=option_thresholds)
@@ -101,7 +104,7 @@ def calibrate(args) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
-    return EXIT_UNREACHABLE if (args.strict and not reachable) else 0
+    return EXIT_UNREACHABLE if (args.strict and not reachable and args.gate is None) else 0
 
 
 def add_parser(sub) -> None:
@@ -115,6 +118,7 @@ def add_parser(sub) -> None:
                    help="few-shot examples from the policy, or from the set's train split")
     p.add_argument("--n-examples", type=int, default=4)
     p.add_argument("--target-accuracy", type=float, default=0.9)
+    p.add_argument("--gate", type=float, help="set the confidence gate by hand instead of from the target")
     p.add_argument("--per-option", action="store_true", help="also fit one gate per option")
     p.add_argument("--fallback", default="human-review", help="decision when gated (default: human-review)")
     p.add_argument("--out", help="write the calibrated policy JSON here")

@@ -116,3 +116,25 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
         page.screenshot(path=str(shots / f"{name.lower()}.png"), full_page=True)
     for png in ("playground", "compare", "history", "policies", "targets"):
         assert (shots / f"{png}.png").stat().st_size > 10_000
+
+    # calibrate: import the shipped sets, evaluate refund check, download the calibrated policy
+    page.get_by_role("link", name="Calibrate").click()
+    settle(page)
+    page.get_by_role("button", name="Import the shipped labeled sets").click()
+    settle(page)
+    page.get_by_label("Policy").first.click()
+    page.get_by_role("option", name="Refund policy check").click()
+    settle(page)
+    page.get_by_role("button", name="Run evaluation (resumes unfinished runs)").click()
+    settle(page, timeout=300_000)
+    page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)
+    page.screenshot(path=str(shots / "calibrate.png"), full_page=True)
+    with page.expect_download() as dl:
+        page.get_by_role("button", name="Download calibrated policy (JSON)").click()
+    saved = tmp_path / "downloaded.policy.json"
+    dl.value.save_as(saved)
+    from adapter.policy import load_policy
+
+    policy = load_policy(saved)
+    assert policy.policy_id == "refund-check" and policy.dataset["rows_scored"] == 52
+    assert policy.model.file.startswith("SmolLM2")

@@ -129,7 +129,7 @@ else:
     st.error(f"Target {target_acc:.0%} is unreachable ({gate.note or 'too few rows'}): the exported policy sends "
              f"every case to `{fallback}`. Lower the target, set a gate by hand, or use a stronger model.")
 
-m = st.columns(6)
+m = st.columns(3) + st.columns(3)
 m[0].metric("Accuracy", f"{rep.accuracy:.1%}")
 m[1].metric("Macro-F1", f"{rep.macro_f1:.2f}")
 m[2].metric("ECE raw → scaled", f"{rep.ece_width:.3f} → {rep.oof_ece_width:.3f}", help="10 equal-width bins; "

@@ -1,0 +1,147 @@
+"""Batch evaluation end to end: kill-and-resume, the headless CLI, and export -> adapter round trip."""
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from adapter.policy import CalibratedPolicy, PolicyError, load_policy
+from app import evaluation
+from app.store import Store
+from tests.conftest import ROOT, ServerProcess
+
+
+def calibrate_cmd(db, *extra):
+    return [sys.executable, "-m", "app", "calibrate", "--db", str(db), "--quiet", *extra]
+
+
+def count(db) -> int:
+    try:
+        return sqlite3.connect(db).execute("SELECT count(*) FROM results").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_killed_run_resumes_without_rescoring_or_duplicates(tmp_path):
+    db = tmp_path / "wb.db"
+    args = calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", "ticket-routing.jsonl")
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while count(db) < 10 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    store = Store(db)
+    (run,) = store.list_runs(kind="eval")
+    before = {r["row_key"]: r["id"] for r in store.results(run["id"])}
+    assert 10 <= len(before) < run["n_rows"] == 56 and run["status"] == "running"
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"resumed" in done.stderr and f"reused {len(before)}" in done.stderr
+    (run,) = store.list_runs(kind="eval")  # reused, not a second run
+    after = store.results(run["id"])
+    assert len(after) == 56 and len({r["row_key"] for r in after}) == 56
+    assert {k: v for k, v in ((r["row_key"], r["id"]) for r in after) if k in before} == before  # not re-scored
+    assert set(before) | {r["row_key"] for r in after} == set(run["config"]["row_keys"])
+    assert run["status"] == "done"
+    # train rows served as nothing here but are never scored
+    train = {r["row_key"] for r in store.labeled_rows(run["labeled_set_id"]) if r["split"] == "train"}
+    assert not train & {r["row_key"] for r in after}
+
+
+def test_examples_from_train_are_never_scored(tmp_path):
+    rows = [{"row_key": f"r{i}", "state": f"s{i}", "label": "yes" if i % 2 else "no",
+             "split": "train" if i < 4 else "test"} for i in range(10)]
+    policy = {"id": "p", "question": "q", "options": [{"id": "yes"}, {"id": "no"}], "examples": []}
+    evaluated, scored = evaluation.plan_eval(policy, rows, "train", 2)
+    assert [e["option_id"] for e in evaluated["examples"]] == ["no", "yes"]  # one per label first
+    assert {r["row_key"] for r in scored} == {f"r{i}" for i in range(4, 10)}
+    untagged = [{**r, "split": None} for r in rows]
+    evaluated, scored = evaluation.plan_eval(policy, [{**r, "split": "train"} if i < 2 else r
+                                                      for i, r in enumerate(untagged)], "train", 2)
+    used = {e["state"] for e in evaluated["examples"]}
+    assert not used & {r["state"] for r in scored}
+
+
+def test_cli_strict_exit_and_policy_written(tmp_path):
+    db, out = tmp_path / "wb.db", tmp_path / "policy.json"
+    proc = subprocess.run(calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", "ticket-routing.jsonl",
+                                        "--target-accuracy", "0.99", "--strict", "--out", str(out)),
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "unreachable" in proc.stdout and "ECE" in proc.stdout and "accuracy" in proc.stdout
+    policy = load_policy(out)
+    assert policy.threshold == 1.0 and policy.metrics["at_gate"]["decided"] == 0  # safe: all to fallback
+    assert policy.dataset["content_hash"] and policy.model.sha256
+
+
+def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
+    db, out = tmp_path / "wb.db", tmp_path / "refund.policy.json"
+    proc = subprocess.run(calibrate_cmd(db, "--policy", "refund-check", "--labeled-set", "refund-check.jsonl",
+                                        "--gate", "0.62", "--fallback", "human-review", "--out", str(out)),
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    policy = load_policy(out)
+    store = Store(db)
+    (run,) = store.list_runs(kind="eval")
+    results = [r for r in store.results(run["id"]) if not r["error"]]
+    page = evaluation.applied_metrics(policy, results)
+    assert page == policy.metrics["at_gate"]  # what the page/CLI showed is what was exported
+    assert 0 < page["decided"] < page["n"]  # the gate really splits the set
+
+    srv = ServerProcess([sys.executable, "-m", "adapter", "serve", "--host", "127.0.0.1", "--port", "0"],
+                        env={"SM_SEMIF_POLICY": str(out)})
+    try:
+        info = httpx.get(srv.url + "/info").json()
+        assert info["policies"]["refund-check"]["model_matches"]
+        rows = [{"id": r["row_key"], "state": r["state"], "policy_id": "refund-check"} for r in results]
+        served = httpx.post(srv.url + "/invocations", json=rows, timeout=300).json()
+        decided = correct = 0
+        for r, s in zip(results, served):
+            assert s["probabilities"] == r["probabilities"]  # same model and prompt: bit for bit
+            local = policy.apply({"option_ids": r["option_ids"], "probabilities": r["probabilities"]})
+            assert s["decision"]["option_id"] == local["option_id"] and s["decision"]["gated"] == local["gated"]
+            assert s["calibrated_probabilities"] == local["calibrated_probabilities"]
+            assert s["probability_status"] == "calibrated"
+            decided += not s["decision"]["gated"]
+            correct += (not s["decision"]["gated"]) and s["decision"]["option_id"] == r["label"]
+        assert decided == page["decided"] and correct / decided == page["accuracy"]
+        # one policy loaded: a row may omit question and options entirely
+        one = httpx.post(srv.url + "/invocations", json={"id": "x", "state": "Bought 3 days ago, broken"}).json()
+        assert one["policy"]["policy_id"] == "refund-check" and "decision" in one
+        bad = httpx.post(srv.url + "/invocations", json={"id": "x", "state": "s", "policy_id": "nope"})
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["policy_id"]
+        clash = httpx.post(srv.url + "/invocations", json={"id": "x", "state": "s", "policy_id": "refund-check",
+                                                           "question": "q", "options": [{"id": "a"}, {"id": "b"}]})
+        assert clash.status_code == 422 and clash.json()["detail"][0]["loc"] == ["options"]
+    finally:
+        srv.stop()
+
+
+def test_policy_validation_and_model_mismatch(tmp_path):
+    good = {"schema_version": "semif-policy/1", "policy_id": "p", "question": "q?", "readout": "option-words",
+            "options": [{"id": "yes"}, {"id": "no"}], "prompt_version": "option-words/1",
+            "model": {"file": "m.gguf", "sha256": "a" * 64}, "temperature": 2.0, "threshold": 0.7,
+            "fallback_option": "human-review", "created_at": "2026-12-01T00:00:00+00:00"}
+    p = CalibratedPolicy.model_validate(good)
+    d = p.apply({"option_ids": ["yes", "no"], "probabilities": [0.9, 0.1]})
+    # T=2: sqrt-ish flattening: 0.9^(1/2) / (0.9^(1/2) + 0.1^(1/2)) = 0.75
+    assert d["confidence"] == pytest.approx(0.75) and not d["gated"] and d["option_id"] == "yes"
+    d = p.apply({"option_ids": ["yes", "no"], "probabilities": [0.7, 0.3]})
+    assert d["gated"] and d["option_id"] == "human-review" and "< gate" in d["reason"]
+    d = p.apply({"option_ids": ["yes", "no"], "probabilities": [0.99, 0.01], "model": {"file": "x", "sha256": "b" * 64}})
+    assert d["gated"] and "not the calibrated model" in d["reason"]
+    with pytest.raises(PolicyError, match="temperature"):
+        load_policy({**good, "temperature": 0})
+    with pytest.raises(PolicyError, match="option_thresholds"):
+        load_policy({**good, "option_thresholds": {"maybe": 0.5}})
+    bad_file = tmp_path / "p.json"
+    bad_file.write_text(json.dumps({**good, "schema_version": "semif-policy/9"}))
+    with pytest.raises(PolicyError, match="schema_version"):
+        load_policy(bad_file)

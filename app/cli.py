@@ -81,6 +81,8 @@ def calibrate(args) -> int:
           f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after temperature "
           f"T={rep.temperature:.3f} (out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
+    if rep.temperature >= 19.9:
+        print("note: the temperature hit its upper bound (20): these probabilities carry almost no information")
     reachable = gate.reachable and rep.size_flag != "too-small"
     if rep.size_flag == "too-small":
         print(f"no gate recommended: only {rep.n} labeled rows (< 50)")

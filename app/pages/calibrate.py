@@ -118,6 +118,9 @@ if rep.size_flag == "too-small":
     st.warning(f"Only {rep.n} labeled rows: no gate is recommended below 50. Label more rows.")
 elif rep.size_flag == "provisional":
     st.info(f"{rep.n} labeled rows: treat the gate as provisional (< 200 rows).")
+if rep.temperature >= 19.9:
+    st.warning("The fitted temperature hit its upper bound (20): the model's probabilities carry almost no "
+               "information about correctness on this set.")
 if manual:
     threshold = st.slider("Gate (calibrated confidence)", 0.0, 1.0, float(gate.threshold or 0.5), 0.005, key="cal_gate")
 elif gate.reachable and rep.size_flag != "too-small":

@@ -26,6 +26,11 @@ SCHEMA: dict[str, dict] = {
                          "target_name": str, "target": str, "model": str, "status": str, "n_rows": int,
                          "created_at": str, "finished_at": str, "pinned": int, "note": str,
                          "labeled_set_id": int, "config": str}, "pk": "id"},
+    "deployments": {"columns": {"id": str, "path": str, "compute": str, "region": str, "endpoint_name": str,
+                                "model_name": str, "endpoint_config_name": str, "status": str, "config": str,
+                                "plan": str, "created_at": str, "updated_at": str}, "pk": "id"},
+    "audit": {"columns": {"id": int, "deployment_id": str, "at": str, "who": str, "action": str, "what": str,
+                          "result": str}, "pk": "id"},
     "labeled_sets": {"columns": {"id": int, "name": str, "policy_id": str, "content_hash": str, "n_rows": int,
                                  "source": str, "created_at": str}, "pk": "id"},
     "labeled_rows": {"columns": {"id": int, "set_id": int, "row_key": str, "position": int, "state": str,
@@ -36,7 +41,7 @@ SCHEMA: dict[str, dict] = {
                             "response": str}, "pk": "id"},
 }
 JSON_COLUMNS = {"options", "examples", "config", "policy", "target", "option_ids", "probabilities",
-                "request", "response", "meta"}
+                "request", "response", "meta", "plan"}
 
 
 def now() -> str:
@@ -222,3 +227,31 @@ class Store:
             with db.conn:
                 db["labeled_rows"].delete_where("set_id = ?", [set_id])
                 db["labeled_sets"].delete_where("id = ?", [set_id])
+
+    # -- deployments and their audit log -------------------------------------------------------
+    def save_deployment(self, dep: dict) -> None:
+        existing = self.get_deployment(dep["id"])
+        row = {**dep, "created_at": existing["created_at"] if existing else now(), "updated_at": now()}
+        with self.db() as db:
+            db["deployments"].upsert(_encode(row), pk="id")
+
+    def get_deployment(self, dep_id: str) -> dict | None:
+        with self.db() as db:
+            rows = list(db["deployments"].rows_where("id = ?", [dep_id]))
+        return _decode(rows[0]) if rows else None
+
+    def list_deployments(self) -> list[dict]:
+        with self.db() as db:
+            return [_decode(r) for r in db["deployments"].rows_where(order_by="created_at desc")]
+
+    def audit(self, deployment_id: str, action: str, what: str, result: str, who: str | None = None) -> None:
+        import getpass
+
+        with self.db() as db:
+            db["audit"].insert({"deployment_id": deployment_id, "at": now(), "who": who or getpass.getuser(),
+                                "action": action, "what": what, "result": result})
+
+    def audit_log(self, deployment_id: str | None = None) -> list[dict]:
+        with self.db() as db:
+            where, args = ("deployment_id = ?", [deployment_id]) if deployment_id else (None, [])
+            return list(db["audit"].rows_where(where, args, order_by="id"))

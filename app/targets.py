@@ -158,7 +158,8 @@ class SemIfTarget(Target):
 
 
 class SageMakerTarget(Target):
-    """A SageMaker endpoint serving the SemIf adapter; credentials from the normal AWS chain."""
+    """A SageMaker endpoint; credentials from the normal AWS chain. `protocol` is `semif` (the SemIf
+    adapter image) or `chat` (the llama.cpp DLC, whose /invocations is chat completions)."""
 
     def __init__(self, name: str, config: dict):
         super().__init__(name, "sagemaker", config)
@@ -175,7 +176,8 @@ class SageMakerTarget(Target):
     def _one(self, req):
         from botocore.exceptions import BotoCoreError, ClientError
 
-        body = req.model_dump(exclude_none=True)
+        chat = self.config.get("protocol") == "chat"
+        body = chat_body(req, "default") if chat else req.model_dump(exclude_none=True)
         try:
             if self._client is None:
                 self._client = self.client()
@@ -187,6 +189,14 @@ class SageMakerTarget(Target):
                               f"{exc.response['Error'].get('Message')}") from None
         except BotoCoreError as exc:
             raise TargetError(f"AWS: {exc}") from None
+        except ValueError:
+            raise TargetError("the endpoint did not answer JSON") from None
+        if chat:
+            return body, data, chat_result(req, data)
+        if not isinstance(data, dict) or "probabilities" not in data:
+            err = TargetError(f"not a SemIf decision result: {str(data)[:200]}")
+            err.raw = data
+            raise err
         return body, data, data
 
     def test_connection(self) -> str:
@@ -289,8 +299,7 @@ class ChatTarget(Target):
         self.max_tokens = int(config.get("max_tokens", 4))
 
     def _one(self, req):
-        body = {"model": self.model, "messages": chat_messages(req), "max_tokens": self.max_tokens,
-                "temperature": 0, "logprobs": True, "top_logprobs": 20}
+        body = chat_body(req, self.model, self.max_tokens)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
             resp = httpx.post(self.url, json=body, headers=headers, timeout=float(self.config.get("timeout", 120)))
@@ -299,24 +308,7 @@ class ChatTarget(Target):
         if resp.status_code != 200:
             raise _http_error(resp)
         data = resp.json()
-        try:
-            choice = data["choices"][0]
-            text = choice["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError):
-            raise TargetError(f"not a chat completion response: {str(data)[:200]}") from None
-        picked = parse_chat_answer(text, req)
-        if picked is None:
-            err = TargetError(f"unparseable answer: {text[:80]!r} names no single option")
-            err.raw = data
-            raise err
-        ids = [o.id for o in req.options]
-        probs, status = _probs_from_logprobs(choice.get("logprobs"), len(ids))
-        if probs is None or int(max(range(len(ids)), key=probs.__getitem__)) != picked:
-            probs, status = [1.0 if i == picked else 0.0 for i in range(len(ids))], "generated-one-hot"
-        result = {"id": req.id, "option_ids": ids, "probabilities": probs, "top_option": ids[picked],
-                  "probability_status": status, "generated_text": text, "readout": "chat-generation",
-                  "label_mass": None, "usage": data.get("usage")}
-        return body, data, result
+        return body, data, chat_result(req, data)
 
     def test_connection(self) -> str:
         base = self.url.rsplit("/chat/completions", 1)[0]
@@ -329,6 +321,32 @@ class ChatTarget(Target):
             raise _http_error(resp)
         models = [m.get("id") for m in resp.json().get("data", [])]
         return f"{base} is up; models: {', '.join(map(str, models)) or 'none listed'}"
+
+
+def chat_body(req: DecisionRequest, model: str, max_tokens: int = 4) -> dict:
+    return {"model": model, "messages": chat_messages(req), "max_tokens": max_tokens, "temperature": 0,
+            "logprobs": True, "top_logprobs": 20}
+
+
+def chat_result(req: DecisionRequest, data: Any) -> dict:
+    """A chat completion parsed back to the decision shape; TargetError when it names no option."""
+    try:
+        choice = data["choices"][0]
+        text = choice["message"]["content"] or ""
+    except (KeyError, IndexError, TypeError):
+        raise TargetError(f"not a chat completion response: {str(data)[:200]}") from None
+    picked = parse_chat_answer(text, req)
+    if picked is None:
+        err = TargetError(f"unparseable answer: {text[:80]!r} names no single option")
+        err.raw = data
+        raise err
+    ids = [o.id for o in req.options]
+    probs, status = _probs_from_logprobs(choice.get("logprobs"), len(ids))
+    if probs is None or int(max(range(len(ids)), key=probs.__getitem__)) != picked:
+        probs, status = [1.0 if i == picked else 0.0 for i in range(len(ids))], "generated-one-hot"
+    return {"id": req.id, "option_ids": ids, "probabilities": probs, "top_option": ids[picked],
+            "probability_status": status, "generated_text": text, "readout": "chat-generation",
+            "label_mass": None, "usage": data.get("usage")}
 
 
 def _probs_from_logprobs(logprobs: dict | None, n: int) -> tuple[list[float] | None, str]:

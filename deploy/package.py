@@ -1,0 +1,93 @@
+"""model.tar.gz with exactly one .gguf at its root (plus an optional calibrated policy), and the
+SemIf image build context; streamed to S3 with progress, skipped when the same object is there."""
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_CONTEXT = ["Dockerfile", "adapter", "data/policies", "deploy/buildspec.yml"]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def make_model_tarball(gguf: Path, out: Path, policy: Path | None = None) -> tuple[Path, str]:
+    """(path, sha256). Deterministic (fixed mtimes/owners), so the same inputs give the same hash
+    and a re-run can skip the upload. GGUF barely compresses: gzip level 1."""
+    gguf = Path(gguf)
+    if gguf.suffix != ".gguf" or not gguf.is_file():
+        raise ValueError(f"{gguf} is not a .gguf file")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def add(tar: tarfile.TarFile, path: Path, name: str) -> None:
+        info = tar.gettarinfo(str(path), arcname=name)
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        with path.open("rb") as f:
+            tar.addfile(info, f)
+
+    import gzip
+
+    with out.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w") as tar:
+        add(tar, gguf.resolve(), gguf.name)
+        if policy:
+            add(tar, Path(policy), "policy.json")
+    return out, sha256_file(out)
+
+
+def tarball_members(path: Path) -> list[str]:
+    with tarfile.open(path, "r:gz") as tar:
+        return tar.getnames()
+
+
+def make_build_context(out: Path) -> tuple[Path, str]:
+    """A deterministic zip of what the Dockerfile needs; its hash is the image tag."""
+    files = []
+    for entry in BUILD_CONTEXT:
+        p = ROOT / entry
+        files += [f for f in sorted(p.rglob("*")) if f.is_file() and "__pycache__" not in f.parts] if p.is_dir() else [p]
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in files:
+            info = zipfile.ZipInfo(str(f.relative_to(ROOT)), date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            z.writestr(info, f.read_bytes())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(buf.getvalue())
+    return out, hashlib.sha256(buf.getvalue()).hexdigest()
+
+
+def upload(s3, path: Path, bucket: str, key: str, sha256: str,
+           progress: Callable[[int, int], None] | None = None) -> str:
+    """Stream to S3 (multipart for big files) unless an object with the same sha256 is there.
+    Returns 'uploaded' or 'skipped (same sha256)'."""
+    from botocore.exceptions import ClientError
+
+    try:
+        head = s3.head_object(Bucket=bucket, Key=key)
+        if head.get("Metadata", {}).get("sha256") == sha256:
+            return "skipped (same sha256 already in S3)"
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] not in ("404", "NoSuchKey", "NotFound"):
+            raise
+    total = path.stat().st_size
+    sent = 0
+
+    def cb(n: int) -> None:
+        nonlocal sent
+        sent += n
+        if progress:
+            progress(sent, total)
+
+    s3.upload_file(str(path), bucket, key, ExtraArgs={"Metadata": {"sha256": sha256}}, Callback=cb)
+    return "uploaded"

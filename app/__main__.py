@@ -1,5 +1,6 @@
 """python -m app run         start the workbench (Streamlit) on 127.0.0.1:8501, printing its URL
-python -m app calibrate   evaluate a policy on a labeled set, print metrics and the gate, export the policy"""
+python -m app calibrate   evaluate a policy on a labeled set, print metrics and the gate, export the policy
+python -m app bench       the same states sent to several targets: p50/p95 latency and ratios"""
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,10 @@ def main(argv=None) -> int:
     run.add_argument("--host", default=os.environ.get("SEMIF_HOST", "127.0.0.1"))
     run.add_argument("--port", type=int, default=int(os.environ.get("SEMIF_PORT", "8501")))
     run.set_defaults(fn=cmd_run)
-    from .cli import add_parser
+    from .cli import add_bench_parser, add_parser
 
     add_parser(sub)
+    add_bench_parser(sub)
     args = ap.parse_args(argv)
     return args.fn(args)
 

@@ -28,7 +28,11 @@ def latency_stats(df: pd.DataFrame) -> pd.DataFrame:
                     "p50_ms": float(np.percentile(lat, 50)) if len(lat) else np.nan,
                     "p95_ms": float(np.percentile(lat, 95)) if len(lat) else np.nan,
                     "max_ms": float(lat.max()) if len(lat) else np.nan})
-    return pd.DataFrame(out, columns=["target", "rows", "errors", "p50_ms", "p95_ms", "max_ms"])
+    df_out = pd.DataFrame(out, columns=["target", "rows", "errors", "p50_ms", "p95_ms", "max_ms"])
+    if len(df_out):  # ratios against the first target (the benchmark's baseline)
+        df_out["p50_vs_first"] = df_out["p50_ms"] / df_out["p50_ms"].iloc[0]
+        df_out["p95_vs_first"] = df_out["p95_ms"] / df_out["p95_ms"].iloc[0]
+    return df_out
 
 
 def top_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from adapter.engine import Engine, EngineConfig
-from adapter.policies import DATA_DIR
+from adapter.policies import DATA_DIR, request_for
 
 from . import evaluation
 from .inputs import InputError
@@ -129,3 +129,38 @@ def add_parser(sub) -> None:
     p.add_argument("--db", help="SQLite file (default: SEMIF_DB or data/workbench.db)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=calibrate)
+
+
+def bench(args) -> int:
+    """The same states sent sequentially to each target; p50/p95 and their ratios, saved as a
+    comparison the Compare page opens."""
+    from . import analysis
+    from .inputs import rows_from_upload
+    from .runner import run_policy
+
+    store = Store(args.db)
+    policy = resolve_policy(store, args.policy)
+    path = Path(args.states)
+    rows = rows_from_upload(path.name, path.read_bytes())[: args.limit or None]
+    provider = functools.lru_cache(maxsize=2)(lambda model: Engine(model, EngineConfig.from_env()))
+    targets = [target_by_name(store, name, provider) for name in args.target]
+    for t in targets:  # warm up (model load, connections) outside the measurement
+        t.decide([request_for(policy, rows[0].state, "warm-up")])
+    group, run_ids = run_policy(store, policy, rows, targets, kind="compare")
+    runs = store.runs_in_group(group)
+    stats = analysis.latency_stats(analysis.results_frame(runs, {r["id"]: store.results(r["id"]) for r in runs}))
+    print(f"{len(rows)} states x {len(targets)} targets, sequential; saved as comparison {group} (Compare page)")
+    for _, s in stats.iterrows():
+        print(f"{s['target']:>20s}: p50 {s['p50_ms']:8.1f} ms ({s['p50_vs_first']:.2f}x)  "
+              f"p95 {s['p95_ms']:8.1f} ms ({s['p95_vs_first']:.2f}x)  errors {s['errors']}")
+    return 0
+
+
+def add_bench_parser(sub) -> None:
+    p = sub.add_parser("bench", help="latency benchmark of several targets on the same states")
+    p.add_argument("--policy", required=True)
+    p.add_argument("--states", required=True, help="CSV/JSONL with a state column (e.g. data/cases/probe.jsonl)")
+    p.add_argument("--target", action="append", required=True, help="target name; repeat (the first is the baseline)")
+    p.add_argument("--limit", type=int, default=0)
+    p.add_argument("--db")
+    p.set_defaults(fn=bench)

@@ -14,7 +14,8 @@ st.navigation({
     "Decide": [st.Page(HERE / "playground.py", title="Playground", icon=":material/target:", default=True),
                st.Page(HERE / "compare.py", title="Compare", icon=":material/compare_arrows:"),
                st.Page(HERE / "history.py", title="History", icon=":material/history:")],
-    "Calibrate": [st.Page(HERE / "calibrate.py", title="Calibrate", icon=":material/tune:")],
+    "Calibrate & ship": [st.Page(HERE / "calibrate.py", title="Calibrate", icon=":material/tune:"),
+                         st.Page(HERE / "deploy.py", title="Deploy", icon=":material/cloud_upload:")],
     "Set up": [st.Page(HERE / "policies.py", title="Policies", icon=":material/description:"),
                st.Page(HERE / "targets.py", title="Targets", icon=":material/hub:")],
 }).run()

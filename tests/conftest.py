@@ -104,3 +104,45 @@ def routing_row(state: str, row_id: str = "r1", **extra) -> dict:
     policy = json.loads((ROOT / "data" / "policies" / "ticket-routing.json").read_text())
     return {"id": row_id, "state": state, "question": policy["question"], "options": policy["options"],
             "examples": policy["examples"], **extra}
+
+
+# -- AWS without AWS: moto's server on 127.0.0.1 ------------------------------------------------------
+REGION = "us-east-1"
+
+
+@pytest.fixture(scope="session")
+def moto_url():
+    from moto.sagemaker import models as sm_models
+    from moto.server import ThreadedMotoServer
+
+    original = sm_models.FakeEndpointConfig.validate_production_variants
+
+    def allow_pools(self, variants):  # moto predates InstancePools and knows no g5/g6/g6e types
+        plain = [v for v in variants if "InstancePools" not in v and not v.get("InstanceType", "").startswith(("ml.g5", "ml.g6"))]
+        return original(self, plain)
+
+    sm_models.FakeEndpointConfig.validate_production_variants = allow_pools
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+    sm_models.FakeEndpointConfig.validate_production_variants = original
+
+
+@pytest.fixture
+def aws_env(monkeypatch, moto_url):
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION,
+                 "AWS_SESSION_TOKEN": "testing"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    import boto3
+
+    s3 = boto3.client("s3", region_name=REGION, endpoint_url=moto_url)
+    try:
+        s3.create_bucket(Bucket="semif-test-models")
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    return moto_url
+
+

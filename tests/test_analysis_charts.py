@@ -29,6 +29,7 @@ def test_latency_stats_skip_errors():
     assert s.loc["local", "max_ms"] == pytest.approx(400.0)
     assert s.loc["gpu", "errors"] == 1 and s.loc["gpu", "max_ms"] == pytest.approx(2000.0)
     assert s.loc["gpu", "p95_ms"] == pytest.approx(np.percentile([1000, 1000, 2000], 95))
+    assert s.loc["local", "p50_vs_first"] == 1.0 and s.loc["gpu", "p50_vs_first"] == pytest.approx(1000 / 250)
 
 
 def test_agreement_and_disagreements():

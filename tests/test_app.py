@@ -197,3 +197,46 @@ def test_calibrate_page_evaluates_compares_readouts_and_exports(db):
     # running again reuses the finished runs (no new rows scored)
     at.button(key="cal_run").click().run()
     assert len(db.list_runs(kind="eval")) == 2
+
+
+def test_deploy_page_plan_confirm_record_destroy(db, aws_env, monkeypatch):
+    monkeypatch.setenv("SEMIF_AWS_ENDPOINT_URL", aws_env)
+    monkeypatch.setenv("SEMIF_DEPLOY_POLL", "0.01")
+    at = app("deploy")
+    assert aws_env in at.info[0].value  # the page says where AWS calls go
+    at.radio(key="dep_path").set_value("semif")
+    at.radio(key="dep_compute").set_value("gpu")
+    at.text_input(key="dep_bucket").input("semif-test-models")
+    at.text_input(key="dep_role").input("arn:aws:iam::123456789012:role/sm")
+    at.button(key="FormSubmitter:dep_form-Plan").click().run()
+    assert any("CodeBuild role ARN" in e.value for e in at.error) and db.list_deployments() == []
+    at.text_input(key="dep_cb_role").input("arn:aws:iam::123456789012:role/cb")
+    at.button(key="FormSubmitter:dep_form-Plan").click().run()
+    assert not at.exception
+    assert "depending on which pool wins" in at.metric[0].value
+    calls = frame_with(at, "call")["call"].tolist()
+    assert calls[:3] == ["s3.PutObject", "ecr.CreateRepository", "codebuild.CreateProject"]
+    assert "sagemaker.CreateEndpointConfig" in calls
+    assert at.button(key="dep_go").disabled  # not before the acknowledgement
+    at.checkbox(key="dep_ack").check().run()
+    at.button(key="dep_go").click().run()
+    assert not at.exception, at.exception
+    (dep,) = db.list_deployments()
+    assert dep["status"] == "InService" and dep["compute"] == "gpu"
+    assert [a["action"] for a in db.audit_log(dep["id"])] == ["plan", "apply"]
+    assert any(t["name"] == dep["endpoint_name"] and t["kind"] == "sagemaker" for t in db.list_targets())
+    # the new endpoint is offered as a target in the Playground
+    at.switch_page("pages/playground.py").run()
+    at.button(key="pg_seed").click().run()
+    assert dep["endpoint_name"] in at.multiselect(key="pg_targets").options
+    at.switch_page("pages/deploy.py").run()
+    at.selectbox(key="dep_pick").select(dep["id"]).run()
+    assert at.button(key="dep_destroy").disabled
+    at.text_input(key="dep_confirm_name").input(dep["endpoint_name"]).run()
+    at.button(key="dep_destroy").click().run()
+    assert db.get_deployment(dep["id"])["status"] == "deleted"
+    assert [a["action"] for a in db.audit_log(dep["id"])] == ["plan", "apply", "destroy"]
+    import boto3
+
+    sm = boto3.client("sagemaker", region_name="us-east-1", endpoint_url=aws_env)
+    assert dep["endpoint_name"] not in [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]]

@@ -131,44 +131,11 @@ def test_friendly_errors_and_pool_winner():
 
 
 # -- against moto's server ---------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def moto_url():
-    from moto.sagemaker import models as sm_models
-    from moto.server import ThreadedMotoServer
-
-    original = sm_models.FakeEndpointConfig.validate_production_variants
-
-    def allow_pools(self, variants):  # moto predates InstancePools and knows no g5/g6/g6e types
-        plain = [v for v in variants if "InstancePools" not in v and not v.get("InstanceType", "").startswith(("ml.g5", "ml.g6"))]
-        return original(self, plain)
-
-    sm_models.FakeEndpointConfig.validate_production_variants = allow_pools
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-    sm_models.FakeEndpointConfig.validate_production_variants = original
-
-
-@pytest.fixture
-def aws_env(monkeypatch, moto_url):
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION,
-                 "AWS_SESSION_TOKEN": "testing"}.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    s3 = boto3.client("s3", region_name=REGION, endpoint_url=moto_url)
-    try:
-        s3.create_bucket(Bucket="semif-test-models")
-    except s3.exceptions.BucketAlreadyOwnedByYou:
-        pass
-    return moto_url
-
-
 def test_full_gpu_semif_lifecycle_against_moto(aws_env, tmp_path):
     events = []
     ex = Executor(REGION, endpoint_url=aws_env, poll_seconds=0.01, on_event=events.append, work_dir=tmp_path)
-    c = cfg(compute="gpu", account_id="<account-id>", name_suffix="life1")
+    c = cfg(compute="gpu", account_id="<account-id>", name_suffix="life1", repository="semif-adapter-life",
+            project="semif-adapter-build-life")  # its own repository/project: the moto server is shared
     out = ex.apply(c)
     assert c.account_id == "123456789012"  # resolved through STS
     results = {s["operation"]: s["result"] for s in out["steps"]}
@@ -176,14 +143,14 @@ def test_full_gpu_semif_lifecycle_against_moto(aws_env, tmp_path):
     assert results["BatchGetBuilds"] == "image built and pushed" and out["status"]["status"] == "InService"
     sm = boto3.client("sagemaker", region_name=REGION, endpoint_url=aws_env)
     model = sm.describe_model(ModelName=c.model_name)
-    assert model["PrimaryContainer"]["Image"].startswith("123456789012.dkr.ecr.us-east-1.amazonaws.com/semif-adapter:src-")
+    assert model["PrimaryContainer"]["Image"].startswith("123456789012.dkr.ecr.us-east-1.amazonaws.com/semif-adapter-life:src-")
     assert model["PrimaryContainer"]["ModelDataUrl"] == f"s3://semif-test-models/models/semif/{c.deployment_id}/model.tar.gz"
     s3 = boto3.client("s3", region_name=REGION, endpoint_url=aws_env)
     head = s3.head_object(Bucket="semif-test-models", Key=f"models/semif/{c.deployment_id}/model.tar.gz")
     assert head["Metadata"]["sha256"] == out["model_sha256"]
     assert any(e.get("phase") == "upload" for e in events)
     assert boto3.client("codebuild", region_name=REGION, endpoint_url=aws_env).batch_get_projects(
-        names=["semif-adapter-build"])["projects"][0]["environment"]["privilegedMode"] is True
+        names=["semif-adapter-build-life"])["projects"][0]["environment"]["privilegedMode"] is True
 
     again = ex.apply(c)  # idempotent: everything reused or skipped, nothing duplicated
     res2 = {s["operation"]: s["result"] for s in again["steps"]}

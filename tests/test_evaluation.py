@@ -145,3 +145,17 @@ def test_policy_validation_and_model_mismatch(tmp_path):
     bad_file.write_text(json.dumps({**good, "schema_version": "semif-policy/9"}))
     with pytest.raises(PolicyError, match="schema_version"):
         load_policy(bad_file)
+
+
+def test_benchmark_cli_reports_ratios_and_saves_a_comparison(tmp_path, adapter_server):
+    db = tmp_path / "wb.db"
+    Store(db).save_target("adapter", "semif", {"url": adapter_server.url})
+    proc = subprocess.run([sys.executable, "-m", "app", "bench", "--policy", "ticket-routing", "--states",
+                           str(ROOT / "data" / "cases" / "probe.jsonl"), "--target", "local", "--target", "adapter",
+                           "--limit", "4", "--db", str(db)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [l for l in proc.stdout.splitlines() if "p50" in l]
+    assert len(lines) == 2 and "(1.00x)" in lines[0] and "x)" in lines[1]
+    runs = Store(db).list_runs(kind="compare")
+    assert {r["target_name"] for r in runs} == {"local", "adapter"} and len({r["group_id"] for r in runs}) == 1
+    assert all(len(Store(db).results(r["id"])) == 4 for r in runs)

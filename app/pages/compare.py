@@ -60,7 +60,8 @@ if groups:
     df = analysis.results_frame(runs, {r["id"]: db.results(r["id"]) for r in runs})
     st.subheader("Latency")
     st.dataframe(analysis.latency_stats(df), hide_index=True, key="cmp_latency",
-                 column_config={c: st.column_config.NumberColumn(format="%.0f") for c in ("p50_ms", "p95_ms", "max_ms")})
+                 column_config={**{c: st.column_config.NumberColumn(format="%.0f") for c in ("p50_ms", "p95_ms", "max_ms")},
+                                **{c: st.column_config.NumberColumn(format="%.2fx") for c in ("p50_vs_first", "p95_vs_first")}})
     box, ecdf = st.tabs(["Box plot", "ECDF"])
     box.plotly_chart(charts.latency_box(df), key="cmp_box")
     ecdf.plotly_chart(charts.latency_ecdf(df), key="cmp_ecdf")

@@ -117,6 +117,19 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
     for png in ("playground", "compare", "history", "policies", "targets"):
         assert (shots / f"{png}.png").stat().st_size > 10_000
 
+    # deploy: a GPU SemIf plan (pure: no AWS call happens before confirmation)
+    page.get_by_role("link", name="Deploy").click()
+    settle(page)
+    page.get_by_role("radiogroup", name="Compute").get_by_text("GPU instance pool").click()
+    assert page.get_by_role("radio", name="SemIf adapter image").is_checked()
+    page.get_by_label("S3 bucket for model.tar.gz").fill("my-models")
+    page.get_by_label("SageMaker execution role ARN").fill("arn:aws:iam::123456789012:role/sm")
+    page.get_by_label("CodeBuild service role ARN (SemIf path)").fill("arn:aws:iam::123456789012:role/cb")
+    page.get_by_role("button", name="Plan").click()
+    settle(page)
+    assert page.get_by_text("depending on which pool wins").is_visible()
+    page.screenshot(path=str(shots / "deploy.png"), full_page=True)
+
     # calibrate: import the shipped sets, evaluate refund check, download the calibrated policy
     page.get_by_role("link", name="Calibrate").click()
     settle(page)

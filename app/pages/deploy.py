@@ -24,7 +24,7 @@ st.caption("Credentials come from the normal AWS chain (AWS_PROFILE, environment
 
 with st.form("dep_form"):
     c1, c2, c3 = st.columns(3)
-    path = c1.radio("Serving path", PATHS, horizontal=True, key="dep_path",
+    path = c1.radio("Serving path", PATHS, index=PATHS.index("semif"), horizontal=True, key="dep_path",
                     format_func={"textgen": "llama.cpp DLC (chat completions)", "semif": "SemIf adapter image"}.get)
     compute = c2.radio("Compute", COMPUTES, horizontal=True, key="dep_compute",
                        format_func={"cpu": "CPU", "gpu": "GPU instance pool"}.get)
@@ -62,7 +62,7 @@ if st.session_state.get("dep_cfg"):
     steps = deployment_plan(cfg, default_package(cfg))
     errors = validate_plan(steps, cfg.region)
     st.subheader(f"Plan for `{cfg.endpoint_name}`")
-    st.metric("Cost while running", hint(cfg))
+    st.markdown(f"**Cost while running:** {hint(cfg)} (on-demand list prices, us-east-1; a hint, not a quote)")
     st.dataframe(pd.DataFrame([{"#": i, "call": f"{s.service}.{s.operation}", "what": s.description}
                                for i, s in enumerate(steps, 1)]), hide_index=True)
     with st.expander("Every call with its parameters (validated offline against botocore's service model)"):

@@ -11,7 +11,7 @@ import httpx
 
 class RuntimeShim:
     def __init__(self, routes: dict[str, str]):
-        self.routes = routes  # endpoint name -> adapter base URL
+        self.routes = routes  # endpoint name -> adapter base URL ("*": any endpoint)
         shim = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -20,14 +20,15 @@ class RuntimeShim:
 
             def do_POST(self):
                 parts = self.path.strip("/").split("/")
-                if len(parts) != 3 or parts[0] != "endpoints" or parts[2] != "invocations" or parts[1] not in shim.routes:
+                url = shim.routes.get(parts[1] if len(parts) == 3 else "", shim.routes.get("*"))
+                if len(parts) != 3 or parts[0] != "endpoints" or parts[2] != "invocations" or url is None:
                     self.send_response(404)
                     self.send_header("content-type", "application/json")
                     self.end_headers()
                     self.wfile.write(b'{"message": "Endpoint not found"}')
                     return
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                resp = httpx.post(shim.routes[parts[1]] + "/invocations", content=body,
+                resp = httpx.post(url + "/invocations", content=body,
                                   headers={"content-type": self.headers.get("content-type", "application/json")},
                                   timeout=120)
                 self.send_response(resp.status_code)

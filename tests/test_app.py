@@ -199,8 +199,18 @@ def test_calibrate_page_evaluates_compares_readouts_and_exports(db):
     assert len(db.list_runs(kind="eval")) == 2
 
 
-def test_deploy_page_plan_confirm_record_destroy(db, aws_env, monkeypatch):
+@pytest.fixture
+def runtime_shim(adapter_server):
+    from tests.shim import RuntimeShim
+
+    shim = RuntimeShim({"*": adapter_server.url})  # every endpoint name reaches the adapter process
+    yield shim
+    shim.stop()
+
+
+def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monkeypatch):
     monkeypatch.setenv("SEMIF_AWS_ENDPOINT_URL", aws_env)
+    monkeypatch.setenv("SEMIF_AWS_RUNTIME_URL", runtime_shim.url)
     monkeypatch.setenv("SEMIF_DEPLOY_POLL", "0.01")
     at = app("deploy")
     assert aws_env in at.info[0].value  # the page says where AWS calls go
@@ -229,6 +239,15 @@ def test_deploy_page_plan_confirm_record_destroy(db, aws_env, monkeypatch):
     at.switch_page("pages/playground.py").run()
     at.button(key="pg_seed").click().run()
     assert dep["endpoint_name"] in at.multiselect(key="pg_targets").options
+    # invoke it: the real boto3 sagemaker-runtime client -> the shim -> the adapter process
+    at.selectbox(key="pg_policy").select("ticket-routing").run()
+    at.text_area(key="pg_state").input("I was charged twice for my order").run()
+    at.multiselect(key="pg_targets").set_value(["local", dep["endpoint_name"]]).run()
+    at.button(key="pg_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    runs = {r["target_name"]: db.results(r["id"])[0] for r in db.list_runs(kind="playground")}
+    assert runs[dep["endpoint_name"]]["probabilities"] == runs["local"]["probabilities"]
+    assert any("agree" in s.value for s in at.success)
     at.switch_page("pages/deploy.py").run()
     at.selectbox(key="dep_pick").select(dep["id"]).run()
     assert at.button(key="dep_destroy").disabled

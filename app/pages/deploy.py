@@ -17,6 +17,7 @@ from deploy.validate import validate_plan
 st.title("Deploy to SageMaker")
 db = resources.store()
 endpoint_url = os.environ.get("SEMIF_AWS_ENDPOINT_URL") or None
+runtime_url = os.environ.get("SEMIF_AWS_RUNTIME_URL") or endpoint_url  # sagemaker-runtime (tests: a local shim)
 poll = float(os.environ.get("SEMIF_DEPLOY_POLL", "15"))
 if endpoint_url:
     st.info(f"AWS calls go to **{endpoint_url}** (SEMIF_AWS_ENDPOINT_URL), not to AWS.")
@@ -85,7 +86,7 @@ if st.session_state.get("dep_cfg"):
             try:
                 out = Executor(cfg.region, endpoint_url=endpoint_url, poll_seconds=poll, on_event=on_event).apply(cfg)
                 status = out["status"]["status"]
-                record_result(db, cfg.deployment_id, "apply", status, json.dumps(out["steps"]), endpoint_url=endpoint_url)
+                record_result(db, cfg.deployment_id, "apply", status, json.dumps(out["steps"]), endpoint_url=runtime_url)
                 log.update(label=f"{cfg.endpoint_name}: {status}", state="complete")
                 st.success(f"`{cfg.endpoint_name}` is {status}; it is now a target in the Playground and Compare pages.")
             except DeployError as exc:

@@ -16,8 +16,6 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 
@@ -109,7 +107,11 @@ class Engine:
         self.chat = None
         if template:
             eos = model.token_get_text(model.token_eos()) if model.token_eos() >= 0 else ""
-            self.chat = ChatTemplate(template, bos_token=self._bos_text, eos_token=eos)
+            try:
+                chat = ChatTemplate(template, bos_token=self._bos_text, eos_token=eos)
+            except Exception:  # a template our Jinja sandbox cannot parse: use plain completion prompts
+                chat = None
+            self.chat = chat if chat is not None and chat.works() else None
         desc = model.desc()
         default_readout = (SHIPPED[choice.shipped].default_readout if choice.shipped
                            else ("letters" if self.chat else "option-words"))
@@ -117,10 +119,10 @@ class Engine:
             file=choice.path.name, path=str(choice.path), sha256=file_sha256(choice.path),
             quantization=_quantization(desc, meta), description=desc, n_ctx=self.llm.n_ctx(),
             n_threads=threads, n_gpu_layers=cfg.n_gpu_layers, llama_cpp_version=llama_cpp.__version__,
-            chat_template=bool(template), default_readout=default_readout, source=choice.source,
+            chat_template=self.chat is not None, default_readout=default_readout, source=choice.source,
             shipped=choice.shipped,
         )
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()  # public: callers may hold it across several score() calls
         self._cached: list[tuple[int, ...]] = []
         self._label_cache: dict[tuple[str, str], tuple[int, ...]] = {}
 
@@ -170,7 +172,7 @@ class Engine:
         return logits, keep, time.perf_counter() - t0
 
     def clear_cache(self) -> None:
-        with self._lock:
+        with self.lock:
             self._cached = []
             self.llm.n_tokens = 0
             self.llm._ctx.kv_cache_clear()
@@ -232,7 +234,7 @@ class Engine:
 
     def score(self, req: DecisionRequest, *, fresh: bool = False) -> dict:
         """Score one row. Same input -> same output, bit for bit, cached or fresh."""
-        with self._lock:
+        with self.lock:
             if fresh:
                 self.clear_cache()
             t0 = time.perf_counter()
@@ -268,16 +270,8 @@ class Engine:
 
     def score_shared(self, shared: SharedStateRequest) -> list[dict]:
         """Many questions on one state: the state segment is evaluated once, each question branches."""
-        with self._lock:
+        with self.lock:
             return [self.score(row) for row in shared.rows()]
-
-    def score_many(self, rows: Iterable[DecisionRequest], progress: Callable[[int], None] | None = None) -> list[dict]:
-        out = []
-        for row in rows:
-            out.append(self.score(row))
-            if progress:
-                progress(len(out))
-        return out
 
 
 def _quantization(desc: str, meta: dict) -> str:

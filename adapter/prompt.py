@@ -68,8 +68,24 @@ class ChatTemplate:
         self.bos_token, self.eos_token = bos_token, eos_token
 
     def render(self, messages: list[dict]) -> str:
-        return self._tpl.render(messages=messages, add_generation_prompt=True, enable_thinking=False,
-                                bos_token=self.bos_token, eos_token=self.eos_token)
+        """Render with a generation prompt and thinking off. Templates that reject a system role
+        (e.g. Gemma's) get the system text merged into the first user message instead."""
+        kw = dict(add_generation_prompt=True, enable_thinking=False, bos_token=self.bos_token, eos_token=self.eos_token)
+        try:
+            return self._tpl.render(messages=messages, **kw)
+        except jinja2.TemplateError:
+            if not messages or messages[0]["role"] != "system":
+                raise
+            merged = [{"role": "user", "content": messages[0]["content"] + "\n\n" + messages[1]["content"]},
+                      *messages[2:]]
+            return self._tpl.render(messages=merged, **kw)
+
+    def works(self) -> bool:
+        """Whether this template renders a plain exchange at all (some need features we lack)."""
+        try:
+            return "probe" in self.render([{"role": "system", "content": "s"}, {"role": "user", "content": "probe"}])
+        except Exception:
+            return False
 
 
 def _raise(msg: str):

@@ -141,15 +141,6 @@ def errors_from(exc: ValidationError | RequestError, prefix: list[str | int] = (
     return out
 
 
-def parse_request(payload: Any) -> DecisionRequest:
-    """Validate one row; raise RequestError naming the first bad field."""
-    try:
-        return DecisionRequest.model_validate(payload)
-    except ValidationError as exc:
-        first = errors_from(exc)[0]
-        raise RequestError(first["loc"], first["msg"], first["type"]) from None
-
-
 def state_text(state: State) -> str:
     """The state as the model sees it: text verbatim, objects/arrays as indented JSON."""
     if isinstance(state, str):

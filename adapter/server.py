@@ -151,7 +151,7 @@ def score_payload(engine, payload: Any, policies: PolicySet | None = None) -> An
             shared = SharedStateRequest.model_validate(payload)
         except ValidationError as exc:
             raise _Invalid(errors_from(exc)) from None
-        with engine._lock:
+        with engine.lock:
             return [scored(r, p) for r, p in zip(shared.rows(), used)]
     if not isinstance(payload, dict):
         raise RequestError([], "send a JSON object (one row), an array of rows, or {state, questions}")
@@ -205,7 +205,7 @@ def score_systemone(engine, payload: Any) -> dict:
         rows = to_rows(req)
     except ValidationError as exc:
         raise _Invalid(errors_from(exc, ["body"])) from None
-    with engine._lock:  # all questions in a row: the state segment is evaluated once
+    with engine.lock:  # all questions in a row: the state segment is evaluated once
         try:
             results = [engine.score(row) for row in rows]
         except RequestError as exc:

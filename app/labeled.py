@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 from .inputs import InputError, is_empty_state, read_records
 
@@ -52,7 +53,7 @@ def content_hash(rows: list[dict]) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
-def shipped_sets() -> list[tuple[str, "Path"]]:
+def shipped_sets() -> list[tuple[str, Path]]:
     """(policy template id, file) for the labeled sets in data/labeled (file stem = template id)."""
     from adapter.policies import DATA_DIR
 

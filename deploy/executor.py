@@ -126,21 +126,9 @@ class Executor:
                           lambda sent, total: self.emit(phase="upload", sent=sent, total=total,
                                                         message=f"{step.params['Key']}: {sent / max(total, 1):.0%}"))
         if op == "CreateRepository":
-            try:
-                self.client("ecr").create_repository(**step.params)
-                return "created"
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] == "RepositoryAlreadyExistsException":
-                    return "reused (already exists)"
-                raise
+            return _create_or_reuse(self.client("ecr").create_repository, step.params, "RepositoryAlreadyExistsException")
         if op == "CreateProject":
-            try:
-                self.client("codebuild").create_project(**step.params)
-                return "created"
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] == "ResourceAlreadyExistsException":
-                    return "reused (already exists)"
-                raise
+            return _create_or_reuse(self.client("codebuild").create_project, step.params, "ResourceAlreadyExistsException")
         if op == "StartBuild":
             tag = step.extra["image_tag"]
             if self._exists(self.client("ecr").describe_images, repositoryName=cfg.repository,
@@ -242,6 +230,16 @@ class Executor:
             done.append({"operation": step.operation, "result": result})
             self.emit(phase="done", index=i, total=len(steps), message=f"{step.operation}: {result}")
         return done
+
+
+def _create_or_reuse(create, params: dict, exists_code: str) -> str:
+    try:
+        create(**params)
+        return "created"
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == exists_code:
+            return "reused (already exists)"
+        raise
 
 
 def summarize_endpoint(ep: dict) -> dict:

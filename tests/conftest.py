@@ -30,6 +30,17 @@ def gemma():
     return Engine("gemma3-270m")
 
 
+def free_port() -> int:
+    """A port nobody listens on right now (bound and released)."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 class ServerProcess:
     """A server started as a real subprocess on 127.0.0.1:0; its port read from stdout."""
 

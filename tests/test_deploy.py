@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import boto3
 import pytest
@@ -162,9 +161,11 @@ def test_full_gpu_semif_lifecycle_against_moto(aws_env, tmp_path):
     done = ex.destroy(c.endpoint_name, c.endpoint_config_name, c.model_name)
     assert [d["operation"] for d in done][0] == "DeleteEndpoint"
     assert ex.status(c.endpoint_name)["status"] == "NotFound"
-    with pytest.raises(Exception):
+    from botocore.exceptions import ClientError
+
+    with pytest.raises(ClientError):
         sm.describe_model(ModelName=c.model_name)
-    with pytest.raises(Exception):
+    with pytest.raises(ClientError):
         sm.describe_endpoint_config(EndpointConfigName=c.endpoint_config_name)
 
 

@@ -176,3 +176,16 @@ def test_smollm2_letters_through_chat_template(engine):
     # turn markers are control tokens, not spelled-out text
     im_start = engine.llm.tokenize(b"<|im_start|>", add_bos=False, special=True)
     assert len(im_start) == 1 and im_start[0] in segs[0]
+
+
+def test_chat_templates_without_a_system_role_get_it_merged():
+    from adapter.prompt import ChatTemplate
+
+    gemma_like = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+                  "{% endif %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+                  "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+    t = ChatTemplate(gemma_like)
+    assert t.works()
+    text = t.render([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+    assert text == "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+    assert not ChatTemplate("{{ raise_exception('no') }}").works()

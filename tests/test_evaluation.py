@@ -43,7 +43,7 @@ def test_killed_run_resumes_without_rescoring_or_duplicates(tmp_path):
     assert 10 <= len(before) < run["n_rows"] == 56 and run["status"] == "running"
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert f"resumed" in done.stderr and f"reused {len(before)}" in done.stderr
+    assert "resumed" in done.stderr and f"reused {len(before)}" in done.stderr
     (run,) = store.list_runs(kind="eval")  # reused, not a second run
     after = store.results(run["id"])
     assert len(after) == 56 and len({r["row_key"] for r in after}) == 56

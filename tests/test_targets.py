@@ -2,7 +2,6 @@
 OpenAI-compatible server on the shipped model (the text-generation path)."""
 from __future__ import annotations
 
-import socket
 import sys
 
 import pytest
@@ -11,7 +10,7 @@ from adapter.models import shipped_path
 from adapter.policies import load_template, request_for
 from app.targets import (ChatTarget, LocalTarget, SemIfTarget, TargetError, build_target, parse_chat_answer,
                          validate_target_spec)
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, free_port
 
 ROUTING = load_template("ticket-routing")
 
@@ -27,14 +26,6 @@ def chat_server():
                         port_pattern=r"Uvicorn running on http://127\.0\.0\.1:(\d+)", ready_path="/v1/models")
     yield srv
     srv.stop()
-
-
-def closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_semif_target_matches_the_local_engine(adapter_server, engine):
@@ -57,7 +48,7 @@ def test_semif_target_surfaces_field_errors(adapter_server):
 
 
 def test_unreachable_targets_fail_with_a_message():
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     for target in (SemIfTarget("down", {"url": url}), ChatTarget("down", {"url": url})):
         (res,) = target.decide([req()])
         assert not res.ok and "cannot reach" in res.error

@@ -72,7 +72,7 @@ if st.button("Run evaluation (resumes unfinished runs)", type="primary", key="ca
         rid = run["id"] if run else evaluation.start_eval(db, policy=policies[pid], set_id=sid, target=target,
                                                           readout=readout, permute=permute, examples=examples)
         bar = st.progress(0.0, text=f"{v}: starting…")
-        out = evaluation.resume_eval(db, rid, target, lambda d, t, e, v=v: bar.progress(
+        out = evaluation.resume_eval(db, rid, target, lambda d, t, e, v=v, bar=bar: bar.progress(
             d / t if t else 1.0, text=f"{v}: {d}/{t} rows" + ("" if e is None else f" · about {e:.0f} s left")))
         bar.progress(1.0, text=f"{v}: done — scored {out['scored']}, reused {out['skipped']}, errors {out['errors']}")
         st.session_state["cal_open"] = rid

@@ -146,6 +146,25 @@ def calibrate_run(store: Store, run_id: int, *, target_accuracy: float = 0.9, pe
             "calibrated": cal, "oof": oof, "P": P, "y": y, "results": used, "target_accuracy": target_accuracy}
 
 
+def readout_table(store: Store, runs: list[dict]) -> list[dict]:
+    """One row per eval run (same policy x set): readout, rows, accuracy, macro-F1, ECE before/after
+    temperature, NLL - the side-by-side the analyst picks a readout from."""
+    rows = []
+    for r in runs:
+        cfg = r.get("config") or {}
+        base = {"run": r["id"], "target": r["target_name"],
+                "readout": (cfg.get("readout") or "default") + (" + permutation" if cfg.get("permute") else ""),
+                "examples": cfg.get("examples"), "status": r["status"]}
+        try:
+            rep = calibrate_run(store, r["id"], target_accuracy=0.9)["report"]
+        except ValueError as exc:  # not enough usable rows yet
+            rows.append({**base, "status": f"{r['status']}: {exc}"})
+            continue
+        rows.append({**base, "rows": rep.n, "accuracy": rep.accuracy, "macro_f1": rep.macro_f1, "ece": rep.ece_width,
+                     "ece_after_T": rep.oof_ece_width, "nll": rep.nll})
+    return rows
+
+
 def build_policy(store: Store, run_id: int, cal: dict, *, threshold: float | None, fallback: str,
                  option_thresholds: dict[str, float] | None = None) -> dict:
     """The versioned policy config for this run and gate (validated by adapter.policy)."""

@@ -73,6 +73,9 @@ class Target:
             except TargetError as exc:
                 out.append(TargetResult(req.id, time.perf_counter() - t0, None, str(exc),
                                         req.model_dump(exclude_none=True), getattr(exc, "raw", None)))
+            except Exception as exc:  # never let one target take a page or a batch down
+                out.append(TargetResult(req.id, time.perf_counter() - t0, None,
+                                        f"unexpected {type(exc).__name__}: {exc}", req.model_dump(exclude_none=True)))
         return out
 
     def _one(self, req: DecisionRequest) -> tuple[Any, Any, dict]:

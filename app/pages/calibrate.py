@@ -82,17 +82,7 @@ if not runs:
     st.caption("No evaluation of this policy on this set yet.")
     st.stop()
 
-rows = []
-for r in runs:
-    try:
-        c = evaluation.calibrate_run(db, r["id"], target_accuracy=0.9)
-        rep = c["report"]
-        rows.append({"run": r["id"], "target": r["target_name"], "readout": (r["config"].get("readout") or "default")
-                     + (" + permutation" if r["config"].get("permute") else ""), "examples": r["config"].get("examples"),
-                     "rows": rep.n, "accuracy": rep.accuracy, "macro_f1": rep.macro_f1, "ece": rep.ece_width,
-                     "ece_after_T": rep.oof_ece_width, "nll": rep.nll, "status": r["status"]})
-    except ValueError as exc:
-        rows.append({"run": r["id"], "target": r["target_name"], "status": f"{r['status']}: {exc}"})
+rows = evaluation.readout_table(db, runs)
 st.markdown("**Readouts side by side** (same policy × set)")
 st.dataframe(pd.DataFrame(rows), hide_index=True, key="cal_compare")
 

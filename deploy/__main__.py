@@ -97,7 +97,7 @@ def cmd_apply(args) -> int:
         print(f"deploy failed: {exc}", file=sys.stderr)
         return 1
     status = outcome["status"]["status"]
-    record_result(db, cfg.deployment_id, "apply", status, json.dumps(outcome["steps"]),
+    record_result(db, cfg.deployment_id, "apply", status, json.dumps({"model_sha256": outcome["model_sha256"], "steps": outcome["steps"]}),
                   endpoint_url=os.environ.get("SEMIF_AWS_RUNTIME_URL") or args.endpoint_url)
     print(json.dumps(outcome, indent=2, default=str))
     return 0 if status == "InService" else 1

@@ -198,7 +198,9 @@ def test_cli_plan_apply_status_destroy_against_moto(aws_env, tmp_path):
     gone = subprocess.run([*base, "destroy", name, *common], cwd=ROOT, capture_output=True, text=True, env=env)
     assert gone.returncode == 0, gone.stderr
     assert store.get_deployment(name)["status"] == "deleted"
-    assert [a["action"] for a in store.audit_log(name)] == ["plan", "apply", "destroy"]
+    log = store.audit_log(name)
+    assert [a["action"] for a in log] == ["plan", "apply", "destroy"]
+    assert len(json.loads(log[1]["what"])["model_sha256"]) == 64  # the package checksum is on record
     assert not any(t["name"] == name for t in store.list_targets())
 
 

@@ -86,7 +86,7 @@ if st.session_state.get("dep_cfg"):
             try:
                 out = Executor(cfg.region, endpoint_url=endpoint_url, poll_seconds=poll, on_event=on_event).apply(cfg)
                 status = out["status"]["status"]
-                record_result(db, cfg.deployment_id, "apply", status, json.dumps(out["steps"]), endpoint_url=runtime_url)
+                record_result(db, cfg.deployment_id, "apply", status, json.dumps({"model_sha256": out["model_sha256"], "steps": out["steps"]}), endpoint_url=runtime_url)
                 log.update(label=f"{cfg.endpoint_name}: {status}", state="complete")
                 st.success(f"`{cfg.endpoint_name}` is {status}; it is now a target in the Playground and Compare pages.")
             except DeployError as exc:

@@ -96,8 +96,7 @@ def resume_eval(store: Store, run_id: int, target: Target,
     done = store.done_keys(run_id)
     todo = [(pos, by_key[k]) for pos, k in enumerate(cfg["row_keys"]) if k not in done]
     overrides = {"permute": cfg["permute"]} | ({"readout": cfg["readout"]} if cfg["readout"] else {})
-    tracker = Progress(len(cfg["row_keys"]), progress)
-    tracker.done = len(cfg["row_keys"]) - len(todo)
+    tracker = Progress(len(cfg["row_keys"]), progress, already=len(cfg["row_keys"]) - len(todo))
     store.set_status(run_id, "running")
     try:
         for pos, r in todo:
@@ -114,7 +113,7 @@ def resume_eval(store: Store, run_id: int, target: Target,
     results = store.results(run_id)
     errors = sum(1 for r in results if r["error"])
     store.finish_run(run_id, "done" if not errors else "done-with-errors")
-    return {"scored": len(todo), "skipped": tracker.done - len(todo), "errors": errors}
+    return {"scored": len(todo), "skipped": tracker.already, "errors": errors}
 
 
 # -- calibration on a finished run -----------------------------------------------------------------

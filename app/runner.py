@@ -27,8 +27,11 @@ class Row:
 class Progress:
     """Counts and a simple ETA from the mean time per finished item."""
 
-    def __init__(self, total: int, callback: Callable[[int, int, float | None], None] | None = None):
-        self.total, self.done, self.t0, self.callback = total, 0, time.perf_counter(), callback
+    def __init__(self, total: int, callback: Callable[[int, int, float | None], None] | None = None,
+                 already: int = 0):
+        """`already`: items finished before this session (a resumed run) - counted, not timed."""
+        self.total, self.done, self.already = total, already, already
+        self.t0, self.callback = time.perf_counter(), callback
 
     def tick(self, n: int = 1) -> None:
         self.done += n
@@ -36,9 +39,10 @@ class Progress:
             self.callback(self.done, self.total, self.eta())
 
     def eta(self) -> float | None:
-        if not self.done:
+        timed = self.done - self.already
+        if timed <= 0:
             return None
-        return (time.perf_counter() - self.t0) / self.done * (self.total - self.done)
+        return (time.perf_counter() - self.t0) / timed * (self.total - self.done)
 
 
 def progress_text(done: int, total: int, eta: float | None) -> str:

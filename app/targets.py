@@ -63,8 +63,15 @@ class Target:
     def describe(self) -> dict:
         return {"name": self.name, "kind": self.kind, "config": self.config}
 
+    def prepare(self) -> None:
+        """Work that must not count as latency (loading a model); errors surface per request."""
+
     def decide(self, requests: list[DecisionRequest]) -> list[TargetResult]:
         out = []
+        try:
+            self.prepare()
+        except Exception:
+            pass  # the same failure is reported, with its message, by the first request below
         for req in requests:
             t0 = time.perf_counter()
             try:
@@ -89,6 +96,9 @@ class LocalTarget(Target):
     def __init__(self, name: str, config: dict, engine_provider: Callable[[str | None], Any]):
         super().__init__(name, "local", config)
         self._provider = engine_provider
+
+    def prepare(self) -> None:
+        self.engine()
 
     def engine(self):
         try:

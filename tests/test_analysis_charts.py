@@ -76,3 +76,18 @@ def test_shift_bars_marks_changed_rows():
                        "max_shift": 0.5, "shift_option": "a", "shift": -0.5}])
     fig = charts.shift_bars(d)
     assert list(fig.data[0].y) == [-0.5] and fig.data[0].marker.color[0] == "#d62728"
+
+
+def test_progress_eta_ignores_rows_finished_before_a_resume():
+    import time
+
+    from app.runner import Progress, progress_text
+
+    seen = []
+    p = Progress(10, lambda d, t, e: seen.append((d, t, e)), already=6)
+    assert p.eta() is None  # nothing timed yet: no guess
+    time.sleep(0.05)
+    p.tick()
+    done, total, eta = seen[-1]
+    assert (done, total) == (7, 10) and eta == pytest.approx(3 * 0.05, rel=0.6)  # 3 left at ~0.05 s each
+    assert progress_text(10, 10, 0.0).endswith("done") and "7/10" in progress_text(7, 10, eta)

@@ -78,16 +78,14 @@ def test_shift_bars_marks_changed_rows():
     assert list(fig.data[0].y) == [-0.5] and fig.data[0].marker.color[0] == "#d62728"
 
 
-def test_progress_eta_ignores_rows_finished_before_a_resume():
-    import time
+def test_progress_eta_ignores_rows_finished_before_a_resume(monkeypatch):
+    from app import runner
 
-    from app.runner import Progress, progress_text
-
+    clock = iter([100.0, 102.0])  # start, then 2 s later (a fake clock: no timing in tests)
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: next(clock))
     seen = []
-    p = Progress(10, lambda d, t, e: seen.append((d, t, e)), already=6)
-    assert p.eta() is None  # nothing timed yet: no guess
-    time.sleep(0.05)
+    p = runner.Progress(10, lambda d, t, e: seen.append((d, t, e)), already=6)
+    assert p.eta.__self__ is p and p.done == 6
     p.tick()
-    done, total, eta = seen[-1]
-    assert (done, total) == (7, 10) and eta == pytest.approx(3 * 0.05, rel=0.6)  # 3 left at ~0.05 s each
-    assert progress_text(10, 10, 0.0).endswith("done") and "7/10" in progress_text(7, 10, eta)
+    assert seen[-1] == (7, 10, 2.0 / 1 * 3)  # 1 row timed in 2 s, 3 rows left -> 6 s
+    assert runner.progress_text(10, 10, 0.0).endswith("done") and "about 6 s left" in runner.progress_text(7, 10, 6.0)

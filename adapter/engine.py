@@ -263,6 +263,7 @@ class Engine:
                 "cached_tokens": sum(r["cached_tokens"] for r in runs),
                 "evaluated_tokens": sum(r["input_tokens"] - r["cached_tokens"] for r in runs),
                 "label_token_counts": runs[0]["label_token_counts"],
+                "extra_evals": sum(r["extra_evals"] for r in runs),  # evaluations to tell colliding labels apart
                 "forward_seconds": sum(r["forward_seconds"] for r in runs),
                 "total_seconds": time.perf_counter() - t0,
                 "model": self.info.public(),

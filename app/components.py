@@ -51,6 +51,15 @@ def show_group_results(db: Store, group_id: str, key: str) -> None:
                 st.json({"request": res["request"], "response": res["response"]}, expanded=False)
 
 
+def policy_picker(policies: list[dict], key: str, default: str = "ticket-routing") -> dict:
+    """A policy selectbox (names shown, the routing template preselected when present)."""
+    by_id = {p["id"]: p for p in policies}
+    ids = list(by_id)
+    pid = st.selectbox("Policy", ids, index=ids.index(default) if default in ids else 0,
+                       format_func=lambda i: by_id[i]["name"], key=key)
+    return by_id[pid]
+
+
 def download_frame(df: pd.DataFrame, filename: str, label: str, key: str) -> None:
     flat = df.copy()
     for c in flat.columns:

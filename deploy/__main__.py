@@ -81,26 +81,21 @@ def cmd_plan(args) -> int:
 
 def cmd_apply(args) -> int:
     from .executor import DeployError
-    from .records import record_planned, record_result
+    from .records import apply_and_record
 
     cfg = config_from(args)
     steps = checked_plan(cfg)
     if args.dry_run:
         print(json.dumps(printable(cfg, steps), indent=2))
         return 0
-    db = store(args)
-    record_planned(db, cfg, printable(cfg, steps)["calls"])
     try:
-        outcome = executor(args).apply(cfg)
+        outcome = apply_and_record(store(args), cfg, printable(cfg, steps)["calls"], executor(args),
+                                   runtime_url=os.environ.get("SEMIF_AWS_RUNTIME_URL") or args.endpoint_url)
     except DeployError as exc:
-        record_result(db, cfg.deployment_id, "apply", "failed", str(exc))
         print(f"deploy failed: {exc}", file=sys.stderr)
         return 1
-    status = outcome["status"]["status"]
-    record_result(db, cfg.deployment_id, "apply", status, json.dumps({"model_sha256": outcome["model_sha256"], "steps": outcome["steps"]}),
-                  endpoint_url=os.environ.get("SEMIF_AWS_RUNTIME_URL") or args.endpoint_url)
     print(json.dumps(outcome, indent=2, default=str))
-    return 0 if status == "InService" else 1
+    return 0 if outcome["status"]["status"] == "InService" else 1
 
 
 def cmd_status(args) -> int:
@@ -123,19 +118,13 @@ def cmd_invoke(args) -> int:
 
 def cmd_destroy(args) -> int:
     from .executor import DeployError
-    from .records import record_result
+    from .records import destroy_and_record
 
-    db = store(args)
-    dep = db.get_deployment(args.endpoint)
-    model = dep["model_name"] if dep else f"{args.endpoint}-model"
-    config = dep["endpoint_config_name"] if dep else f"{args.endpoint}-config"
     try:
-        done = executor(args).destroy(args.endpoint, config, model)
+        done = destroy_and_record(store(args), args.endpoint, executor(args))
     except DeployError as exc:
-        record_result(db, args.endpoint, "destroy", "destroy-failed", str(exc))
         print(f"destroy failed: {exc}", file=sys.stderr)
         return 1
-    record_result(db, args.endpoint, "destroy", "deleted", json.dumps(done))
     print(json.dumps(done, indent=2))
     return 0
 

@@ -18,6 +18,11 @@ from .plan import Package, Step, default_package, deployment_plan, teardown_plan
 
 Event = Callable[[dict], None]
 BUILD_DONE = {"SUCCEEDED", "FAILED", "FAULT", "STOPPED", "TIMED_OUT"}
+SAGEMAKER_CREATES = {  # operation -> (name parameter, describe call, create call, result when created)
+    "CreateModel": ("ModelName", "describe_model", "create_model", "created"),
+    "CreateEndpointConfig": ("EndpointConfigName", "describe_endpoint_config", "create_endpoint_config", "created"),
+    "CreateEndpoint": ("EndpointName", "describe_endpoint", "create_endpoint", "creating"),
+}
 
 
 class DeployError(RuntimeError):
@@ -152,21 +157,12 @@ class Executor:
                                 for p in failed) or build["buildStatus"]
                 raise DeployError(f"the image build {build['buildStatus']}: {why} (see the CodeBuild logs)")
             return "image built and pushed"
-        if op == "CreateModel":
-            if self._exists(sm.describe_model, ModelName=step.params["ModelName"]):
+        if op in SAGEMAKER_CREATES:  # describe first: an existing resource is reused, never duplicated
+            name_key, describe, create, created = SAGEMAKER_CREATES[op]
+            if self._exists(getattr(sm, describe), **{name_key: step.params[name_key]}):
                 return "reused (already exists)"
-            sm.create_model(**step.params)
-            return "created"
-        if op == "CreateEndpointConfig":
-            if self._exists(sm.describe_endpoint_config, EndpointConfigName=step.params["EndpointConfigName"]):
-                return "reused (already exists)"
-            sm.create_endpoint_config(**step.params)
-            return "created"
-        if op == "CreateEndpoint":
-            if self._exists(sm.describe_endpoint, EndpointName=step.params["EndpointName"]):
-                return "reused (already exists)"
-            sm.create_endpoint(**step.params)
-            return "creating"
+            getattr(sm, create)(**step.params)
+            return created
         if step.kind == "wait-endpoint":
             return self._wait_endpoint(step.params["EndpointName"])
         if step.kind == "wait-deleted":

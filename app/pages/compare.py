@@ -2,7 +2,7 @@
 import streamlit as st
 
 from app import analysis, charts, resources
-from app.components import download_frame
+from app.components import download_frame, policy_picker
 from app.inputs import InputError, rows_from_text, rows_from_upload
 from app.runner import progress_text, run_policy
 from app.targets import TargetError
@@ -13,10 +13,7 @@ policies = db.list_policies()
 if not policies:
     st.info("No policies yet: load the examples on the Playground page or create one on the Policies page.")
     st.stop()
-by_id = {p["id"]: p for p in policies}
-ids = list(by_id)
-pid = st.selectbox("Policy", ids, index=ids.index("ticket-routing") if "ticket-routing" in ids else 0,
-                   format_func=lambda i: by_id[i]["name"], key="cmp_policy")
+policy = policy_picker(policies, key="cmp_policy")
 paste_tab, upload_tab = st.tabs(["Paste states", "Upload CSV / JSONL"])
 pasted = paste_tab.text_area("One state per line", height=160, key="cmp_paste")
 upload = upload_tab.file_uploader("CSV with a `state` column (optional `id`, `label`), or JSONL objects",
@@ -42,7 +39,7 @@ if st.button("Run comparison", type="primary", key="cmp_run"):
             st.error(str(exc))
             st.stop()
         bar = st.progress(0.0, text=f"0/{len(rows) * len(targets)} calls")
-        group, _ = run_policy(db, by_id[pid], rows, targets, kind="compare",
+        group, _ = run_policy(db, policy, rows, targets, kind="compare",
                               progress=lambda d, t, e: bar.progress(d / t, text=progress_text(d, t, e)))
         st.session_state["cmp_group"] = group
 

@@ -1,6 +1,5 @@
 """Deploy: plan -> confirm -> watch a SageMaker deployment (text-gen DLC or SemIf image, CPU or a
 GPU instance pool); every action recorded with an audit log; a live endpoint becomes a target."""
-import json
 import os
 
 import pandas as pd
@@ -11,7 +10,7 @@ from deploy.config import COMPUTES, DEFAULT_POOLS, PATHS, DeployConfig
 from deploy.executor import DeployError, Executor
 from deploy.plan import default_package, deployment_plan
 from deploy.pricing import hint
-from deploy.records import record_planned, record_result
+from deploy.records import apply_and_record, destroy_and_record
 from deploy.validate import validate_plan
 
 st.title("Deploy to SageMaker")
@@ -73,7 +72,6 @@ if st.session_state.get("dep_cfg"):
     else:
         ok = st.checkbox("I understand this creates billable AWS resources", key="dep_ack")
         if st.button("Confirm and deploy", type="primary", disabled=not ok, key="dep_go"):
-            record_planned(db, cfg, [s.to_dict() for s in steps])
             bar = st.progress(0.0, text="starting…")
             log = st.status("Deploying…", expanded=True)
 
@@ -84,13 +82,13 @@ if st.session_state.get("dep_cfg"):
                     log.write(e["message"])
 
             try:
-                out = Executor(cfg.region, endpoint_url=endpoint_url, poll_seconds=poll, on_event=on_event).apply(cfg)
+                out = apply_and_record(db, cfg, [s.to_dict() for s in steps],
+                                       Executor(cfg.region, endpoint_url=endpoint_url, poll_seconds=poll, on_event=on_event),
+                                       runtime_url=runtime_url)
                 status = out["status"]["status"]
-                record_result(db, cfg.deployment_id, "apply", status, json.dumps({"model_sha256": out["model_sha256"], "steps": out["steps"]}), endpoint_url=runtime_url)
                 log.update(label=f"{cfg.endpoint_name}: {status}", state="complete")
                 st.success(f"`{cfg.endpoint_name}` is {status}; it is now a target in the Playground and Compare pages.")
             except DeployError as exc:
-                record_result(db, cfg.deployment_id, "apply", "failed", str(exc))
                 log.update(label="Deployment failed", state="error")
                 st.error(str(exc))
             st.session_state.pop("dep_cfg", None)
@@ -117,12 +115,9 @@ with c2.popover("Destroy"):
     typed = st.text_input("Endpoint name", key="dep_confirm_name")
     if st.button("Destroy", type="primary", disabled=typed != dep["endpoint_name"], key="dep_destroy"):
         try:
-            done = Executor(dep["region"], endpoint_url=endpoint_url, poll_seconds=poll).destroy(
-                dep["endpoint_name"], dep["endpoint_config_name"], dep["model_name"])
-            record_result(db, dep["id"], "destroy", "deleted", json.dumps(done))
+            destroy_and_record(db, dep["endpoint_name"], Executor(dep["region"], endpoint_url=endpoint_url, poll_seconds=poll))
             st.rerun()
         except DeployError as exc:
-            record_result(db, dep["id"], "destroy", "destroy-failed", str(exc))
             st.error(str(exc))
 st.markdown("**Audit log**")
 st.dataframe(pd.DataFrame(db.audit_log(pick)), hide_index=True)

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from app import resources
-from app.components import show_group_results
+from app.components import policy_picker, show_group_results
 from app.runner import Row, run_policy
 from app.targets import TargetError
 
@@ -20,11 +20,7 @@ if not policies:
     st.page_link("pages/policies.py", label="Create a policy", icon=":material/description:")
     st.stop()
 
-by_id = {p["id"]: p for p in policies}
-ids = list(by_id)
-pid = st.selectbox("Policy", ids, index=ids.index("ticket-routing") if "ticket-routing" in ids else 0,
-                   format_func=lambda i: by_id[i]["name"], key="pg_policy")
-policy = by_id[pid]
+policy = policy_picker(policies, key="pg_policy")
 with st.expander(f"**{policy['question']}** — {len(policy['options'])} options", expanded=False):
     st.dataframe(policy["options"], hide_index=True)
 

@@ -5,7 +5,7 @@ serve   the SemIf adapter (SageMaker runs `docker run IMAGE serve`): port from -
 score   offline scoring: rows.jsonl (one decision row or {state, questions} per line) -> JSONL on
         stdout, a progress bar on stderr
 check   load the model and score one case (catches a broken llama.cpp build)
-models  where the model comes from, and the shipped ones
+models  the shipped model catalog (size, sha256, licence, source, measured accuracy) and the selection
 """
 from __future__ import annotations
 
@@ -89,20 +89,37 @@ def cmd_check(args) -> int:
 
 
 def cmd_models(args) -> int:
+    """The shipped catalog (size, sha256, licence, source, what we measured) and which model is selected."""
+    from .catalog import DEFAULT_SHIPPED
     from .models import SHIPPED, ModelNotFound, resolve_model, shipped_path
 
-    try:
-        c = resolve_model(args.model)
-        print(f"selected: {c.path} (source: {c.source})")
-    except ModelNotFound as exc:
-        print(f"selected: none - {exc}")
     for name, m in SHIPPED.items():
         try:
-            where = shipped_path(name)
+            where = str(shipped_path(name)) if (args.assemble or not m.chunks) else _chunk_status(m)
         except ModelNotFound as exc:
-            where = f"not installed ({exc})"
-        print(f"shipped {name}: {m.description}; default readout {m.default_readout}; {where}")
+            where = f"NOT AVAILABLE - {exc}"
+        print(f"{name}{'  (default)' if name == DEFAULT_SHIPPED else ''}\n"
+              f"  {m.title}: {m.size_text}, sha256 {m.sha256 or 'not pinned (single-file package)'}\n"
+              f"  licence: {m.license}\n  source: {m.source}\n"
+              f"  default readout {m.default_readout}, debias {m.default_debias}; {m.role}\n"
+              f"  measured: {m.measured}\n  file: {where}")
+    try:
+        c = resolve_model(args.model) if (args.assemble or args.model) else None
+        if c is not None:
+            print(f"selected: {c.path} (source: {c.source})")
+    except ModelNotFound as exc:
+        print(f"selected: none - {exc}")
+        return 1
     return 0
+
+
+def _chunk_status(m) -> str:
+    from .models import CACHE_DIR, chunk_file
+
+    for c in m.chunks:
+        chunk_file(c)  # raises ModelNotFound naming the package
+    target = CACHE_DIR / "models" / m.file_name
+    return str(target) if target.is_file() else f"{len(m.chunks)} chunk packages installed; assembled on first use"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def common(p):
-        p.add_argument("--model", help="GGUF path or shipped model name (default: SEMIF_MODEL, /opt/ml/model, smollm2)")
+        p.add_argument("--model", help="GGUF path or shipped model name (default: SEMIF_MODEL, /opt/ml/model, qwen2.5-coder-1.5b)")
         p.add_argument("--ctx-size", type=int, help="context tokens (SM_SEMIF_CTX_SIZE)")
         p.add_argument("--threads", type=int, help="CPU threads (SM_SEMIF_THREADS)")
         return p
@@ -129,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=cmd_score)
     common(sub.add_parser("check", help="load the model and score one case")).set_defaults(fn=cmd_check)
-    common(sub.add_parser("models", help="show model discovery")).set_defaults(fn=cmd_models)
+    s = common(sub.add_parser("models", help="the shipped model catalog and which model is selected"))
+    s.add_argument("--assemble", action="store_true", help="assemble and verify every chunked shipped model now")
+    s.set_defaults(fn=cmd_models)
     args = ap.parse_args(argv)
     return args.fn(args)
 

@@ -14,14 +14,18 @@ import math
 import os
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .models import SHIPPED, ModelChoice, file_sha256, resolve_model
+from .models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
 from .prompt import ChatTemplate, Prompt, render_letters, render_option_words, rotations
 from .schema import DecisionRequest, RequestError, SharedStateRequest, finite
+
+# "Calibrate Before Use" (Zhao et al. 2021): the answer a prompt gets with no content is its bias.
+CONTENT_FREE_STATES = ("N/A", "none", "[MASK]")
+PRIOR_CACHE_SIZE = 512
 
 
 def default_threads() -> int:
@@ -68,6 +72,7 @@ class ModelInfo:
     llama_cpp_version: str
     chat_template: bool
     default_readout: str
+    default_debias: str
     source: str
     shipped: str | None
 
@@ -86,11 +91,13 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 class Engine:
     """One loaded GGUF. Thread-safe: calls are serialised (a llama.cpp context is not)."""
 
-    def __init__(self, model: str | os.PathLike | ModelChoice | None = None, config: EngineConfig | None = None):
+    def __init__(self, model: str | os.PathLike | ModelChoice | None = None, config: EngineConfig | None = None,
+                 progress: Progress | None = None):
+        """`progress(done, total)` reports the one-time assembly of a chunked shipped model."""
         import llama_cpp
 
         self._llama_cpp = llama_cpp
-        choice = model if isinstance(model, ModelChoice) else resolve_model(model)
+        choice = model if isinstance(model, ModelChoice) else resolve_model(model, progress)
         cfg = config or EngineConfig()
         threads = cfg.n_threads or default_threads()
         self.llm = llama_cpp.Llama(
@@ -113,25 +120,35 @@ class Engine:
                 chat = None
             self.chat = chat if chat is not None and chat.works() else None
         desc = model.desc()
-        default_readout = (SHIPPED[choice.shipped].default_readout if choice.shipped
-                           else ("letters" if self.chat else "option-words"))
+        if choice.shipped:
+            default_readout, default_debias = SHIPPED[choice.shipped].default_readout, SHIPPED[choice.shipped].default_debias
+        else:  # a user's own GGUF: an instruct model reads letters; position bias is corrected by default
+            default_readout, default_debias = ("letters", "content-free") if self.chat else ("option-words", "none")
         self.info = ModelInfo(
             file=choice.path.name, path=str(choice.path), sha256=file_sha256(choice.path),
             quantization=_quantization(desc, meta), description=desc, n_ctx=self.llm.n_ctx(),
             n_threads=threads, n_gpu_layers=cfg.n_gpu_layers, llama_cpp_version=llama_cpp.__version__,
-            chat_template=self.chat is not None, default_readout=default_readout, source=choice.source,
+            chat_template=self.chat is not None, default_readout=default_readout, default_debias=default_debias,
+            source=choice.source,
             shipped=choice.shipped,
         )
         self.lock = threading.RLock()  # public: callers may hold it across several score() calls
         self._cached: list[tuple[int, ...]] = []
         self._label_cache: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._priors: OrderedDict[str, np.ndarray] = OrderedDict()  # content-free priors, LRU
 
     # -- tokens -----------------------------------------------------------------------------
     def tokenize_prompt(self, prompt: Prompt) -> list[tuple[int, ...]]:
+        """Token ids per segment. Only the chat template's own markup may become control tokens:
+        every piece of content (state, question, options, examples) is tokenized as plain text."""
         segs = []
-        for i, text in enumerate(prompt.segments):
-            bos = i == 0 and self._add_bos and not (self._bos_text and text.startswith(self._bos_text))
-            segs.append(tuple(self.llm.tokenize(text.encode(), add_bos=bos, special=True)))
+        for i, pieces in enumerate(prompt.pieces):
+            toks: list[int] = []
+            for j, (part, is_text) in enumerate(pieces):
+                bos = (i == 0 and j == 0 and self._add_bos
+                       and not (not is_text and self._bos_text and part.startswith(self._bos_text)))
+                toks += self.llm.tokenize(part.encode(), add_bos=bos, special=not is_text)
+            segs.append(tuple(toks))
         return segs
 
     def label_tokens(self, prompt: Prompt) -> list[tuple[int, ...]]:
@@ -232,47 +249,95 @@ class Engine:
                 stats["extra_evals"] += 1
                 self._walk(segs, seqs, group, depth + 1, sub, path, scores, stats)
 
+    def settings(self, req: DecisionRequest) -> tuple[str, str]:
+        """(readout, debias) for a row: its own, else the model's measured defaults. The default
+        debias belongs to the default readout; another readout asked for by name gets none."""
+        readout = req.readout or self.info.default_readout
+        if req.debias:
+            return readout, req.debias
+        return readout, (self.info.default_debias if readout == self.info.default_readout else "none")
+
+    def prior(self, req: DecisionRequest, readout: str, order: list[int] | None) -> np.ndarray:
+        """The policy's content-free prior for one option order, in request order: the mean
+        probabilities the prompt gives with no state (CONTENT_FREE_STATES). Cached per policy x
+        readout x order, so it costs len(CONTENT_FREE_STATES) passes per policy, not per row."""
+        key = self.render(req.model_copy(update={"state": "\x00"}), readout, order).sha256()
+        if key in self._priors:
+            self._priors.move_to_end(key)
+            return self._priors[key]
+        runs = [self._score_prompt(self.render(req.model_copy(update={"state": s}), readout, order))
+                for s in CONTENT_FREE_STATES]
+        prior = np.mean([r["probs"] for r in runs], axis=0)
+        self._priors[key] = prior
+        while len(self._priors) > PRIOR_CACHE_SIZE:
+            self._priors.popitem(last=False)
+        return prior
+
     def score(self, req: DecisionRequest, *, fresh: bool = False) -> dict:
         """Score one row. Same input -> same output, bit for bit, cached or fresh."""
+        return self.score_many([req], fresh=fresh)[0]
+
+    def score_many(self, rows: list[DecisionRequest], *, fresh: bool = False) -> list[dict]:
+        """Score rows in order. Content-free priors are computed first, so that rows sharing a state
+        still find it in the KV cache when they are scored one after the other."""
         with self.lock:
             if fresh:
                 self.clear_cache()
-            t0 = time.perf_counter()
-            readout = req.readout or self.info.default_readout
-            orders = rotations(len(req.options)) if req.permute else [None]
-            runs = [self._score_prompt(self.render(req, readout, order)) for order in orders]
-            if len(runs) == 1:
-                probs, logits = runs[0]["probs"], runs[0]["logits"]
-            else:  # permutation averaging: mean probability; logits reported as log of that mean
-                probs = np.mean([r["probs"] for r in runs], axis=0)
-                logits = np.log(np.maximum(probs, 1e-300))
-            top = int(np.argmax(probs))
-            return {
-                "id": req.id,
-                "option_ids": [o.id for o in req.options],
-                "probabilities": [finite(float(p)) for p in probs],
-                "option_logits": [finite(float(x)) for x in logits],
-                "top_option": req.options[top].id,
-                "probability_status": "uncalibrated",
-                "label_mass": finite(float(np.mean([r["label_mass"] for r in runs]))),
-                "readout": readout,
-                "prompt_version": runs[0]["version"],
-                "prompt_sha256": runs[0]["sha"],
-                "permutations": len(runs),
-                "input_tokens": runs[0]["input_tokens"],
-                "cached_tokens": sum(r["cached_tokens"] for r in runs),
-                "evaluated_tokens": sum(r["input_tokens"] - r["cached_tokens"] for r in runs),
-                "label_token_counts": runs[0]["label_token_counts"],
-                "extra_evals": sum(r["extra_evals"] for r in runs),  # evaluations to tell colliding labels apart
-                "forward_seconds": sum(r["forward_seconds"] for r in runs),
-                "total_seconds": time.perf_counter() - t0,
-                "model": self.info.public(),
-            }
+                self._priors.clear()
+            plans = []
+            for req in rows:
+                readout, debias = self.settings(req)
+                orders = rotations(len(req.options)) if req.permute else [None]
+                priors = [self.prior(req, readout, o) for o in orders] if debias == "content-free" else None
+                plans.append((req, readout, debias, orders, priors))
+            return [self._score_row(*plan) for plan in plans]
+
+    def _score_row(self, req: DecisionRequest, readout: str, debias: str, orders: list, priors: list | None) -> dict:
+        t0 = time.perf_counter()
+        runs = [self._score_prompt(self.render(req, readout, order)) for order in orders]
+        raw_probs = [r["probs"] for r in runs]
+        if priors is not None:  # divide out the prior, renormalise (per option order)
+            fixed = [p / np.maximum(q, 1e-12) for p, q in zip(raw_probs, priors)]
+            probs_per_order = [f / f.sum() for f in fixed]
+        else:
+            probs_per_order = raw_probs
+        if len(runs) == 1:
+            probs = probs_per_order[0]
+            logits = runs[0]["logits"] - (np.log(np.maximum(priors[0], 1e-12)) if priors is not None else 0.0)
+        else:  # permutation averaging: mean probability; logits reported as log of that mean
+            probs = np.mean(probs_per_order, axis=0)
+            logits = np.log(np.maximum(probs, 1e-300))
+        top = int(np.argmax(probs))
+        out = {
+            "id": req.id,
+            "option_ids": [o.id for o in req.options],
+            "probabilities": [finite(float(p)) for p in probs],
+            "option_logits": [finite(float(x)) for x in logits],
+            "top_option": req.options[top].id,
+            "probability_status": "uncalibrated",
+            "label_mass": finite(float(np.mean([r["label_mass"] for r in runs]))),
+            "readout": readout,
+            "debias": debias,
+            "prompt_version": runs[0]["version"],
+            "prompt_sha256": runs[0]["sha"],
+            "permutations": len(runs),
+            "input_tokens": runs[0]["input_tokens"],
+            "cached_tokens": sum(r["cached_tokens"] for r in runs),
+            "evaluated_tokens": sum(r["input_tokens"] - r["cached_tokens"] for r in runs),
+            "label_token_counts": runs[0]["label_token_counts"],
+            "extra_evals": sum(r["extra_evals"] for r in runs),  # evaluations to tell colliding labels apart
+            "forward_seconds": sum(r["forward_seconds"] for r in runs),
+            "total_seconds": time.perf_counter() - t0,
+            "model": self.info.public(),
+        }
+        if priors is not None:
+            out["prior"] = [finite(float(p)) for p in np.mean(priors, axis=0)]
+            out["uncorrected_probabilities"] = [finite(float(p)) for p in np.mean(raw_probs, axis=0)]
+        return out
 
     def score_shared(self, shared: SharedStateRequest) -> list[dict]:
         """Many questions on one state: the state segment is evaluated once, each question branches."""
-        with self.lock:
-            return [self.score(row) for row in shared.rows()]
+        return self.score_many(shared.rows())
 
 
 def _quantization(desc: str, meta: dict) -> str:

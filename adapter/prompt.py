@@ -34,22 +34,53 @@ SYSTEM_INSTRUCTION = (
 )
 OPTION_WORDS_INSTRUCTION = "Answer each case with the id of exactly one option from the list."
 _SEGMENT = "\u27e6SEMIF-SEGMENT\u27e7"  # split marker, removed before tokenizing
+_USER, _END_USER = "\u27e6SEMIF-TEXT\u27e7", "\u27e6/SEMIF-TEXT\u27e7"  # around text that must not become control tokens
+_MARKERS = (_SEGMENT, _USER, _END_USER)
+Piece = tuple[str, bool]  # (text, is_text): text pieces are tokenized with special=False
+
+
+def text(s: str) -> str:
+    """Mark content as plain text: whatever it contains (`<|im_end|>`, `<start_of_turn>`) is
+    tokenized as ordinary characters, never as the chat template's control tokens."""
+    for m in _MARKERS:
+        s = s.replace(m, "")
+    return f"{_USER}{s}{_END_USER}"
+
+
+def split_marked(marked: str) -> list[list[Piece]]:
+    """Segments of (text, is_text) pieces from a rendered string with segment and text markers."""
+    segments: list[list[Piece]] = []
+    inside = False
+    for seg in marked.split(_SEGMENT):
+        pieces: list[Piece] = []
+        for i, part in enumerate(seg.replace(_END_USER, _USER).split(_USER)):
+            if i:
+                inside = not inside
+            if part:
+                pieces.append((part, inside))
+        segments.append(pieces)
+    return segments
 
 
 @dataclass
 class Prompt:
     readout: str
     version: str
-    segments: list[str]
+    pieces: list[list[Piece]]  # segments, each a list of (text, is_text) pieces
     labels: list[str]  # answer text read right after the prompt, one per option in displayed order
     chat: bool = False
     order: list[int] = field(default_factory=list)  # displayed position -> request option index
+
+    @property
+    def segments(self) -> list[str]:
+        return ["".join(t for t, _ in seg) for seg in self.pieces]
 
     @property
     def text(self) -> str:
         return "".join(self.segments)
 
     def sha256(self) -> str:
+        """Identity of the prompt as evaluated: version, segments (text and split) and answer labels."""
         h = hashlib.sha256(self.version.encode())
         for part in (*self.segments, "\x1f", *self.labels):
             h.update(b"\x1e" + part.encode())
@@ -98,20 +129,20 @@ def option_line(letter: str, opt: Option) -> str:
 
 def render_letters(state: State, question: str, options: list[Option], chat: ChatTemplate | None,
                    order: list[int] | None = None) -> Prompt:
+    """Segments: [instruction up to "State:"] [the state] [question, options, answer header], so
+    the instruction is shared by every row and the state by every question asked of it."""
     order = order or list(range(len(options)))
     shown = [options[i] for i in order]
     body = "\n".join(option_line(LETTERS[k], o) for k, o in enumerate(shown))
-    head = f"State:\n{state_text(state)}\n\n"
     ask = f"Question: {question}\n\nOptions:\n{body}\n\nAnswer with one letter."
+    user = text("State:\n") + _SEGMENT + text(f"{state_text(state)}\n\n") + _SEGMENT + text(ask)
     if chat is not None:
-        text = chat.render([{"role": "system", "content": SYSTEM_INSTRUCTION},
-                            {"role": "user", "content": head + _SEGMENT + ask}])
-        seg0, seg1 = text.split(_SEGMENT, 1)
+        marked = chat.render([{"role": "system", "content": text(SYSTEM_INSTRUCTION)}, {"role": "user", "content": user}])
         labels = list(LETTERS[: len(shown)])  # read straight after the assistant header
     else:
-        seg0, seg1 = f"{SYSTEM_INSTRUCTION}\n\n{head}", f"{ask}\nAnswer:"
+        marked = text(f"{SYSTEM_INSTRUCTION}\n\n") + user + text("\nAnswer:")
         labels = [f" {c}" for c in LETTERS[: len(shown)]]
-    return Prompt("letters", PROMPT_VERSIONS["letters"], [seg0, seg1], labels, chat is not None, order)
+    return Prompt("letters", PROMPT_VERSIONS["letters"], split_marked(marked), labels, chat is not None, order)
 
 
 def render_option_words(state: State, question: str, options: list[Option], examples: list[Example],
@@ -124,14 +155,15 @@ def render_option_words(state: State, question: str, options: list[Option], exam
     listing = "\n".join(f"- {o.id}: {o.description}" if o.description else f"- {o.id}" for o in shown)
     labels = [f" {o.id}\n" for o in shown]
     if not examples:
-        seg0 = f"Case:\n{state_text(state)}\n\n"
-        seg1 = (f"{OPTION_WORDS_INSTRUCTION}\n\nQuestion: {question}\nOptions:\n{listing}\n\n"
-                "Answer for the case above.\nAnswer:")
-        return Prompt("option-words", PROMPT_VERSIONS["option-words-state-first"], [seg0, seg1], labels, False, order)
+        marked = (text("Case:\n") + _SEGMENT + text(f"{state_text(state)}\n\n") + _SEGMENT
+                  + text(f"{OPTION_WORDS_INSTRUCTION}\n\nQuestion: {question}\nOptions:\n{listing}\n\n"
+                         "Answer for the case above.\nAnswer:"))
+        return Prompt("option-words", PROMPT_VERSIONS["option-words-state-first"], split_marked(marked), labels,
+                      False, order)
     solved = "".join(f"Case:\n{state_text(e.state)}\nAnswer: {e.option_id}\n\n" for e in examples)
-    seg0 = f"{OPTION_WORDS_INSTRUCTION}\n\nQuestion: {question}\nOptions:\n{listing}\n\n{solved}Case:\n"
-    seg1 = f"{state_text(state)}\nAnswer:"
-    return Prompt("option-words", PROMPT_VERSIONS["option-words"], [seg0, seg1], labels, False, order)
+    marked = (text(f"{OPTION_WORDS_INSTRUCTION}\n\nQuestion: {question}\nOptions:\n{listing}\n\n{solved}Case:\n")
+              + _SEGMENT + text(f"{state_text(state)}\nAnswer:"))
+    return Prompt("option-words", PROMPT_VERSIONS["option-words"], split_marked(marked), labels, False, order)
 
 
 def rotations(n: int) -> list[list[int]]:

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 MAX_OPTIONS = 26  # letters A..Z
 READOUTS = ("letters", "option-words")
 Readout = Literal["letters", "option-words"]
+DEBIAS = ("none", "content-free")
+Debias = Literal["none", "content-free"]
 State = Union[str, dict[str, Any], list[Any]]
 
 
@@ -64,6 +66,8 @@ class Question(BaseModel):
     options: list[Option] = Field(min_length=2, max_length=MAX_OPTIONS)
     readout: Readout | None = Field(default=None, description="letters | option-words; default per model")
     permute: bool = Field(default=False, description="average over cyclic option orders (debiasing)")
+    debias: Debias | None = Field(default=None, description="content-free: divide out the policy's no-state prior; "
+                                  "default per model and readout")
     examples: list[Example] = Field(default_factory=list, max_length=32)
     policy_id: str | None = Field(default=None, description="apply a loaded calibrated policy")
 

@@ -97,7 +97,7 @@ def to_rows(req: SystemOneRequest) -> list[DecisionRequest]:
             text = _question_text(q, "Which level fits this state?")
             readout = None
         fields = dict(id=qid, state=req.state, question=text, options=options, readout=readout)
-        rows.append(DecisionRequest.model_construct(**fields, permute=False, examples=[], policy_id=None)
+        rows.append(DecisionRequest.model_construct(**fields, permute=False, debias=None, examples=[], policy_id=None)
                     if len(options) > MAX_OPTIONS else DecisionRequest(**fields))
     return rows
 

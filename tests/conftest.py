@@ -14,6 +14,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# Speed: the suite runs on the 135M fixture wherever the model's quality is not the point (also in
+# the servers and pages it starts). Tests of the shipped default unset this (test_default_model.py).
+os.environ["SEMIF_DEFAULT_MODEL"] = "smollm2"
 
 
 @pytest.fixture(scope="session")
@@ -107,6 +110,27 @@ def adapter_server():
                         env={"SM_SEMIF_CTX_SIZE": "1024"})
     yield srv
     srv.stop()
+
+
+def scored_rows(set_name: str) -> int:
+    """How many rows of a shipped labeled set an evaluation scores (the train split never is)."""
+    import json
+
+    lines = (ROOT / "data" / "labeled" / f"{set_name}.jsonl").read_text().splitlines()
+    return sum(1 for l in lines if l.strip() and json.loads(l).get("split") != "train")
+
+
+def subset_file(tmp_path, set_name: str, n_test: int, n_train: int = 8) -> Path:
+    """The first n_test test rows (and n_train train rows) of a shipped set, as a file: tests that
+    are about evaluation mechanics, not model quality, score a small set."""
+    import json
+
+    rows = [json.loads(l) for l in (ROOT / "data" / "labeled" / f"{set_name}.jsonl").read_text().splitlines() if l.strip()]
+    test = [r for r in rows if r.get("split") != "train"][:n_test]
+    train = [r for r in rows if r.get("split") == "train"][:n_train]
+    out = tmp_path / f"{set_name}.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in test + train))
+    return out
 
 
 def routing_row(state: str, row_id: str = "r1", **extra) -> dict:

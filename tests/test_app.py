@@ -5,7 +5,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.store import Store
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scored_rows
 
 MAIN = str(ROOT / "app" / "main.py")
 
@@ -177,9 +177,9 @@ def test_calibrate_page_evaluates_compares_readouts_and_exports(db):
     at.button(key="cal_run").click().run()
     assert not at.exception
     runs = db.list_runs(kind="eval")
-    assert len(runs) == 2 and all(r["status"] == "done" and r["n_rows"] == 52 for r in runs)
+    assert len(runs) == 2 and all(r["status"] == "done" and r["n_rows"] == scored_rows("refund-check") for r in runs)
     table = frame_with(at, "ece_after_T")
-    assert sorted(table["readout"]) == ["default", "letters"] and (table["rows"] == 52).all()
+    assert sorted(table["readout"]) == ["default", "letters"] and (table["rows"] == scored_rows("refund-check")).all()
     # the 135M model cannot reach 90% on this set: the page says so and exports a safe policy
     assert any("unreachable" in e.value for e in at.error)
     at.checkbox(key="cal_manual").check().run()

@@ -14,7 +14,7 @@ import pytest
 from adapter.policy import CalibratedPolicy, PolicyError, load_policy
 from app import evaluation
 from app.store import Store
-from tests.conftest import ROOT, ServerProcess
+from tests.conftest import ROOT, ServerProcess, subset_file
 
 
 def calibrate_cmd(db, *extra):
@@ -30,7 +30,7 @@ def count(db) -> int:
 
 def test_killed_run_resumes_without_rescoring_or_duplicates(tmp_path):
     db = tmp_path / "wb.db"
-    args = calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", "ticket-routing.jsonl")
+    args = calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", str(subset_file(tmp_path, "ticket-routing", 40)))
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while count(db) < 10 and time.time() < deadline and proc.poll() is None:
@@ -40,13 +40,13 @@ def test_killed_run_resumes_without_rescoring_or_duplicates(tmp_path):
     store = Store(db)
     (run,) = store.list_runs(kind="eval")
     before = {r["row_key"]: r["id"] for r in store.results(run["id"])}
-    assert 10 <= len(before) < run["n_rows"] == 56 and run["status"] == "running"
+    assert 10 <= len(before) < run["n_rows"] == 40 and run["status"] == "running"
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "resumed" in done.stderr and f"reused {len(before)}" in done.stderr
     (run,) = store.list_runs(kind="eval")  # reused, not a second run
     after = store.results(run["id"])
-    assert len(after) == 56 and len({r["row_key"] for r in after}) == 56
+    assert len(after) == 40 and len({r["row_key"] for r in after}) == 40
     assert {k: v for k, v in ((r["row_key"], r["id"]) for r in after) if k in before} == before  # not re-scored
     assert set(before) | {r["row_key"] for r in after} == set(run["config"]["row_keys"])
     assert run["status"] == "done"
@@ -71,7 +71,8 @@ def test_examples_from_train_are_never_scored(tmp_path):
 
 def test_cli_strict_exit_and_policy_written(tmp_path):
     db, out = tmp_path / "wb.db", tmp_path / "policy.json"
-    proc = subprocess.run(calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", "ticket-routing.jsonl",
+    proc = subprocess.run(calibrate_cmd(db, "--policy", "ticket-routing",
+                                        "--labeled-set", str(subset_file(tmp_path, "ticket-routing", 60)),
                                         "--target-accuracy", "0.99", "--strict", "--out", str(out)),
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3, proc.stdout + proc.stderr
@@ -83,8 +84,8 @@ def test_cli_strict_exit_and_policy_written(tmp_path):
 
 def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
     db, out = tmp_path / "wb.db", tmp_path / "refund.policy.json"
-    proc = subprocess.run(calibrate_cmd(db, "--policy", "refund-check", "--labeled-set", "refund-check.jsonl",
-                                        "--gate", "0.62", "--fallback", "human-review", "--out", str(out)),
+    proc = subprocess.run(calibrate_cmd(db, "--policy", "refund-check",
+                                        "--labeled-set", str(subset_file(tmp_path, "refund-check", 60)), "--gate", "0.62", "--fallback", "human-review", "--out", str(out)),
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     policy = load_policy(out)

@@ -41,10 +41,12 @@ def test_jsonl_with_split_and_metadata_and_dedupe(tmp_path):
 
 def test_shipped_sets_are_valid_and_big_enough():
     found = dict(shipped_sets())
-    assert set(found) >= {"ticket-routing", "refund-check", "incident-priority"}
+    assert set(found) >= {"ticket-routing", "refund-check", "incident-priority", "content-moderation"}
     for pid, path in found.items():
         rows = parse_labeled(path.name, path.read_bytes(), [o["id"] for o in load_template(pid)["options"]])
-        assert len(rows) >= 60
+        # big enough to carry a gate: >= 200 rows, >= 100 of them in the test split, no repeated text
+        assert len(rows) >= 200 and sum(r["split"] == "test" for r in rows) >= 100, pid
+        assert len({r["state"].strip().lower() for r in rows}) == len(rows), pid
         labels = {r["label"] for r in rows}
         assert labels == {o["id"] for o in load_template(pid)["options"]}  # every option is represented
         assert {r["split"] for r in rows} == {"train", "test"}

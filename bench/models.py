@@ -1,0 +1,104 @@
+"""Which model, readout and debias to ship by default: accuracy on the shipped labeled test splits.
+
+Not a test: it prints the README's model table. Every (model, readout, debias, permute, set, row)
+result is appended to a JSONL cache as it is scored, so a killed run resumes where it stopped.
+
+Run: .venv/bin/python -m bench.models [--models qwen2.5-coder-1.5b ...] [--configs letters letters+cf ...]
+                                       [--limit N]   (first N test rows per set; 0 = all)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+from adapter.catalog import SHIPPED
+from adapter.engine import Engine
+from adapter.policies import DATA_DIR, load_jsonl, load_template, request_for
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = {  # name -> (readout, debias, permute)
+    "letters": ("letters", "none", False),
+    "letters+cf": ("letters", "content-free", False),
+    "letters+permute": ("letters", "none", True),
+    "option-words": ("option-words", "none", False),
+    "option-words+cf": ("option-words", "content-free", False),
+}
+
+
+def test_rows(limit: int) -> dict[str, list[dict]]:
+    out = {}
+    for path in sorted((DATA_DIR / "labeled").glob("*.jsonl")):
+        rows = [r for r in load_jsonl(path) if r.get("split") == "test"]
+        out[path.stem] = rows[:limit] if limit else rows
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="*", default=["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2"])
+    ap.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--cache", default=str(ROOT / "var" / "bench-models.jsonl"))
+    ap.add_argument("--report-only", action="store_true", help="print the table from the cache, score nothing")
+    args = ap.parse_args()
+    cache = Path(args.cache)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    done: dict[tuple, dict] = {}
+    if cache.exists():
+        for line in cache.read_text().splitlines():
+            r = json.loads(line)
+            done[tuple(r["key"])] = r
+    sets = test_rows(args.limit)
+    if not args.report_only:
+        for model in args.models:
+            engine = None
+            for cfg in args.configs:
+                readout, debias, permute = CONFIGS[cfg]
+                for set_name, rows in sets.items():
+                    policy = load_template(set_name)
+                    for row in rows:
+                        key = (model, cfg, set_name, row["id"])
+                        if key in done:
+                            continue
+                        engine = engine or Engine(model)
+                        t0 = time.perf_counter()
+                        r = engine.score(request_for(policy, row["state"], row["id"], readout=readout,
+                                                     debias=debias, permute=permute))
+                        rec = {"key": list(key), "label": row["label"], "top": r["top_option"],
+                               "position": r["option_ids"].index(r["top_option"]), "seconds": time.perf_counter() - t0,
+                               "label_mass": r["label_mass"], "p_label": r["probabilities"][r["option_ids"].index(row["label"])]}
+                        done[key] = rec
+                        with cache.open("a") as fh:
+                            fh.write(json.dumps(rec) + "\n")
+                    print(f"{model} {cfg} {set_name}: done", flush=True)
+            del engine
+    report(done, sets, args.models, args.configs)
+
+
+def report(done: dict, sets: dict, models: list[str], configs: list[str]) -> None:
+    print("\n| model | readout + debias | " + " | ".join(sets) + " | all | s/decision | chosen positions |")
+    print("|---|---|" + "---|" * (len(sets) + 3))
+    for model in models:
+        for cfg in configs:
+            per_set, secs, pos, n_all, ok_all = [], [], Counter(), 0, 0
+            for set_name, rows in sets.items():
+                recs = [done.get((model, cfg, set_name, r["id"])) for r in rows]
+                recs = [r for r in recs if r]
+                ok = sum(r["top"] == r["label"] for r in recs)
+                per_set.append(f"{ok / len(recs):.0%} ({len(recs)})" if recs else "-")
+                secs += [r["seconds"] for r in recs]
+                pos.update(r["position"] for r in recs if set_name != "refund-check")
+                n_all += len(recs)
+                ok_all += ok
+            if not n_all:
+                continue
+            spread = "/".join(str(pos[i]) for i in range(4))
+            print(f"| {SHIPPED[model].title} | {cfg} | " + " | ".join(per_set)
+                  + f" | **{ok_all / n_all:.1%}** | {sorted(secs)[len(secs) // 2]:.2f} | {spread} |")
+
+
+if __name__ == "__main__":
+    main()

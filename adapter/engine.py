@@ -16,16 +16,27 @@ import threading
 import time
 from collections import OrderedDict, defaultdict
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import numpy as np
 
+from .prefix_cache import PrefixCache
 from .models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
 from .prompt import ChatTemplate, Prompt, render_letters, render_option_words, rotations
 from .schema import DecisionRequest, RequestError, SharedStateRequest, finite
 
+class Budget(Protocol):
+    """What a caller passes to stop work early: check() raises (deadline passed, client gone,
+    shutting down). The engine calls it between forward passes."""
+
+    def check(self) -> None: ...
+
+
 # "Calibrate Before Use" (Zhao et al. 2021): the answer a prompt gets with no content is its bias.
 CONTENT_FREE_STATES = ("N/A", "none", "[MASK]")
 PRIOR_CACHE_SIZE = 512
+LABEL_CACHE_SIZE = 4096  # (prompt tail, label) -> tokens; bounded so memory does not grow with traffic
+MAX_DEFAULT_CTX = 16384
 
 
 def default_threads() -> int:
@@ -37,12 +48,14 @@ def default_threads() -> int:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Mirrors the DLC's SM_LLAMA_CPP_* style: SM_SEMIF_CTX_SIZE, SM_SEMIF_THREADS, SM_SEMIF_N_GPU_LAYERS."""
+    """Mirrors the DLC's SM_LLAMA_CPP_* style: SM_SEMIF_CTX_SIZE, SM_SEMIF_THREADS, SM_SEMIF_N_GPU_LAYERS,
+    SM_SEMIF_BATCH_SIZE, SM_SEMIF_PARALLEL."""
 
-    n_ctx: int = 4096
+    n_ctx: int = 0  # 0 = the model's trained context, capped at 16384 (255 /v1/systemone choices fit)
     n_threads: int = 0  # 0 = all CPUs this process may use
     n_gpu_layers: int = 0
     n_batch: int = 512
+    n_parallel: int = 8  # question suffixes on one shared prefix evaluated together (1 = one after another)
 
     @classmethod
     def from_env(cls, env=os.environ) -> "EngineConfig":
@@ -56,7 +69,8 @@ class EngineConfig:
                 raise ValueError(f"{name}={raw!r} is not an integer") from None
 
         return cls(num("SM_SEMIF_CTX_SIZE", cls.n_ctx), num("SM_SEMIF_THREADS", cls.n_threads),
-                   num("SM_SEMIF_N_GPU_LAYERS", cls.n_gpu_layers), num("SM_SEMIF_BATCH_SIZE", cls.n_batch))
+                   num("SM_SEMIF_N_GPU_LAYERS", cls.n_gpu_layers), num("SM_SEMIF_BATCH_SIZE", cls.n_batch),
+                   max(1, num("SM_SEMIF_PARALLEL", cls.n_parallel)))
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,7 @@ class ModelInfo:
     n_ctx: int
     n_threads: int
     n_gpu_layers: int
+    n_parallel: int
     llama_cpp_version: str
     chat_template: bool
     default_readout: str
@@ -101,10 +116,12 @@ class Engine:
         cfg = config or EngineConfig()
         threads = cfg.n_threads or default_threads()
         self.llm = llama_cpp.Llama(
-            model_path=str(choice.path), n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch,
+            model_path=str(choice.path), n_ctx=cfg.n_ctx or 512, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch,
             n_threads=threads, n_threads_batch=threads, n_gpu_layers=cfg.n_gpu_layers,
             logits_all=False, verbose=False,
         )
+        self.n_parallel = cfg.n_parallel
+        self._use_context(cfg.n_ctx or min(self.llm._model.n_ctx_train(), MAX_DEFAULT_CTX), cfg.n_parallel)
         meta = self.llm.metadata
         model = self.llm._model
         self._n_vocab = self.llm.n_vocab()
@@ -127,15 +144,36 @@ class Engine:
         self.info = ModelInfo(
             file=choice.path.name, path=str(choice.path), sha256=file_sha256(choice.path),
             quantization=_quantization(desc, meta), description=desc, n_ctx=self.llm.n_ctx(),
-            n_threads=threads, n_gpu_layers=cfg.n_gpu_layers, llama_cpp_version=llama_cpp.__version__,
+            n_threads=threads, n_gpu_layers=cfg.n_gpu_layers, n_parallel=cfg.n_parallel,
+            llama_cpp_version=llama_cpp.__version__,
             chat_template=self.chat is not None, default_readout=default_readout, default_debias=default_debias,
             source=choice.source,
             shipped=choice.shipped,
         )
         self.lock = threading.RLock()  # public: callers may hold it across several score() calls
+        self.prefixes = PrefixCache(self.info.sha256, f"{self.info.n_ctx}|{cfg.n_batch}|{cfg.n_gpu_layers}|"
+                                    f"{llama_cpp.__version__}")
         self._cached: list[tuple[int, ...]] = []
-        self._label_cache: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._label_cache: OrderedDict[tuple[str, str], tuple[int, ...]] = OrderedDict()
         self._priors: OrderedDict[str, np.ndarray] = OrderedDict()  # content-free priors, LRU
+        self._restore = True  # may a first segment come from the on-disk KV cache (not on the fresh path)
+
+    def _use_context(self, n_ctx: int, n_parallel: int) -> None:
+        """Replace the context Llama() made with one that holds `n_parallel` sequences in one unified
+        KV buffer: forked question suffixes then share the prefix's cells instead of copying them."""
+        from llama_cpp import _internals
+
+        params = self.llm.context_params
+        params.n_ctx = n_ctx
+        params.n_seq_max = n_parallel
+        params.kv_unified = True
+        old = self.llm._ctx
+        self.llm._ctx = _internals.LlamaContext(model=self.llm._model, params=params, verbose=False)
+        self.llm.context_params = params
+        old.close()
+        self.llm._n_ctx = self.llm.n_ctx()
+        if self.llm.input_ids.shape[0] < self.llm._n_ctx:
+            self.llm.input_ids = np.zeros(self.llm._n_ctx, dtype=np.intc)
 
     # -- tokens -----------------------------------------------------------------------------
     def tokenize_prompt(self, prompt: Prompt) -> list[tuple[int, ...]]:
@@ -158,7 +196,9 @@ class Engine:
 
     def _label_seq(self, tail: str, label: str) -> tuple[int, ...]:
         key = (tail, label)
-        if key not in self._label_cache:
+        if key in self._label_cache:
+            self._label_cache.move_to_end(key)
+        else:
             base = self.llm.tokenize(tail.encode(), add_bos=False, special=True)
             full = self.llm.tokenize((tail + label).encode(), add_bos=False, special=True)
             if full[: len(base)] == base and len(full) > len(base):
@@ -166,27 +206,105 @@ class Engine:
             else:  # the label merged with the prompt's last token: read it on its own
                 seq = tuple(self.llm.tokenize(label.encode(), add_bos=False, special=True))
             self._label_cache[key] = seq
+            while len(self._label_cache) > LABEL_CACHE_SIZE:
+                self._label_cache.popitem(last=False)
         return self._label_cache[key]
 
     # -- forward ----------------------------------------------------------------------------
-    def _forward(self, segs: list[tuple[int, ...]]) -> tuple[np.ndarray, int, float]:
-        """Evaluate segments, reusing cached leading segments; return last-position logits."""
+    def _eval(self, tokens: list[int], budget: Budget | None) -> None:
+        """llm.eval in n_batch chunks - exactly the split llm.eval makes itself, so results are the
+        same - checking the request's budget (deadline, cancellation) between chunks."""
+        for i in range(0, len(tokens), self.llm.n_batch):
+            if budget is not None:
+                budget.check()
+            self.llm.eval(tokens[i: i + self.llm.n_batch])
+
+    def _keep_prefix(self, segs: list[tuple[int, ...]], limit: int) -> int:
+        """How many leading segments (at most `limit`) are already in the KV cache."""
         k = 0
-        while k < len(segs) - 1 and k < len(self._cached) and self._cached[k] == segs[k]:
+        while k < limit and k < len(self._cached) and self._cached[k] == segs[k]:
             k += 1
-        keep = sum(len(s) for s in segs[:k])
+        return k
+
+    def _forward(self, segs: list[tuple[int, ...]], budget: Budget | None = None) -> tuple[np.ndarray, int, float]:
+        """Evaluate segments, reusing cached leading segments; return last-position logits."""
+        k = self._keep_prefix(segs, len(segs) - 1)
         t0 = time.perf_counter()
         try:
+            k = self._restore_head(segs, k, len(segs) - 1)
+            keep = sum(len(s) for s in segs[:k])
             self.llm.n_tokens = keep
-            for seg in segs[k:]:
-                self.llm.eval(list(seg))
-        except Exception:
+            for i in range(k, len(segs)):
+                self._eval(list(segs[i]), budget)
+                if i == 0:
+                    self.prefixes.save(self.llm.ctx, segs[0])
+        except BaseException:
             self._cached, self.llm.n_tokens = [], 0
             raise
         self._cached = list(segs)
         ptr = self._llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
         logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
         return logits, keep, time.perf_counter() - t0
+
+    def _forward_parallel(self, group: list[list[tuple[int, ...]]], budget: Budget | None
+                          ) -> tuple[list[np.ndarray], int, float]:
+        """Prompts that share every segment but the last: the shared prefix is evaluated once (or
+        kept from the cache) as sequence 0, each last segment becomes its own sequence forked from
+        it, and all of them are evaluated in one batch. Returns each prompt's last-position logits,
+        the cached prefix tokens and the seconds taken."""
+        cpp = self._llama_cpp
+        prefix = group[0][:-1]
+        k = self._keep_prefix(prefix, len(prefix))
+        n_prefix = sum(len(s) for s in prefix)
+        t0 = time.perf_counter()
+        mem = cpp.llama_get_memory(self.llm.ctx)
+        suffixes = [segs[-1] for segs in group]
+        batch = cpp.llama_batch_init(sum(len(s) for s in suffixes), 0, 1)
+        try:
+            k = self._restore_head(prefix, k, len(prefix))
+            keep = sum(len(s) for s in prefix[:k])
+            self.llm.n_tokens = keep
+            for i in range(k, len(prefix)):
+                self._eval(list(prefix[i]), budget)
+                if i == 0:
+                    self.prefixes.save(self.llm.ctx, prefix[0])
+            self.llm._ctx.kv_cache_seq_rm(-1, n_prefix, -1)  # what earlier suffixes left behind
+            last, n = [], 0
+            for j, suffix in enumerate(suffixes, 1):
+                cpp.llama_memory_seq_cp(mem, 0, j, -1, -1)
+                for i, tok in enumerate(suffix):
+                    batch.token[n], batch.pos[n], batch.n_seq_id[n] = tok, n_prefix + i, 1
+                    batch.seq_id[n][0] = j
+                    batch.logits[n] = i == len(suffix) - 1
+                    n += 1
+                last.append(n - 1)
+            batch.n_tokens = n
+            if budget is not None:
+                budget.check()
+            if cpp.llama_decode(self.llm.ctx, batch) != 0:
+                raise RuntimeError("llama_decode failed on a parallel batch (context full?)")
+            logits = [np.ctypeslib.as_array(cpp.llama_get_logits_ith(self.llm.ctx, i), shape=(self._n_vocab,)).copy()
+                      for i in last]
+        except BaseException:
+            self._cached = []
+            self.llm._ctx.kv_cache_clear()
+            self.llm.n_tokens = 0
+            raise
+        finally:
+            cpp.llama_batch_free(batch)
+        for j in range(1, len(suffixes) + 1):
+            cpp.llama_memory_seq_rm(mem, j, -1, -1)
+        self._cached, self.llm.n_tokens = list(prefix), n_prefix
+        return logits, keep, time.perf_counter() - t0
+
+    def _restore_head(self, segs: list[tuple[int, ...]], k: int, limit: int) -> int:
+        """With nothing reusable in memory, load the first segment's KV from disk when it was saved
+        before (a restarted process skips evaluating it); returns the segments now in the cache."""
+        if k == 0 and limit > 0:
+            self.llm._ctx.kv_cache_clear()
+            if self._restore and self.prefixes.load(self.llm.ctx, segs[0]):
+                return 1
+        return k
 
     def clear_cache(self) -> None:
         with self.lock:
@@ -200,7 +318,8 @@ class Engine:
             return render_letters(req.state, req.question, req.options, self.chat, order)
         return render_option_words(req.state, req.question, req.options, req.examples, order)
 
-    def _score_prompt(self, prompt: Prompt) -> dict:
+    def _prepare(self, prompt: Prompt) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+        """(prompt segments, answer-label token sequences) as token ids, checked before any work."""
         segs = self.tokenize_prompt(prompt)
         seqs = self.label_tokens(prompt)
         if prompt.readout == "letters":
@@ -213,10 +332,39 @@ class Engine:
         if n_in + depth > self.info.n_ctx:
             raise RequestError(["state"], f"the prompt is {n_in} tokens but the context holds {self.info.n_ctx}: "
                                "shorten the state/examples or raise SM_SEMIF_CTX_SIZE", "value_error.too_long")
-        logits, cached, seconds = self._forward(segs)
+        return segs, seqs
+
+    def evaluate(self, prompts: list[Prompt], budget: Budget | None = None) -> list[dict]:
+        """Score prompts in order. Consecutive prompts that differ only in their last segment (several
+        questions on one state, the option orders of a permutation) are evaluated as parallel
+        sequences on their shared prefix, up to `n_parallel` at a time."""
+        prepared = [self._prepare(p) for p in prompts]
+        out: list[dict] = []
+        i = 0
+        while i < len(prepared):
+            j = i + 1
+            head = prepared[i][0][:-1]
+            if head:
+                while (j < len(prepared) and j - i < self.n_parallel - 1 and prepared[j][0][:-1] == head
+                       and sum(len(p[0][-1]) for p in prepared[i: j + 1]) <= self.llm.n_batch):
+                    j += 1
+            if j - i > 1:
+                logits, cached, seconds = self._forward_parallel([p[0] for p in prepared[i:j]], budget)
+                n_head = sum(len(s) for s in head)
+                for k in range(i, j):  # the first pays for the prefix; the others reuse it
+                    out.append(self._finish(prompts[k], *prepared[k], logits[k - i], cached if k == i else n_head,
+                                            seconds / (j - i), budget))
+            else:
+                logits1, cached1, seconds1 = self._forward(prepared[i][0], budget)
+                out.append(self._finish(prompts[i], *prepared[i], logits1, cached1, seconds1, budget))
+            i = j
+        return out
+
+    def _finish(self, prompt: Prompt, segs, seqs, logits: np.ndarray, cached: int, seconds: float,
+                budget: Budget | None) -> dict:
         stats = {"forward_seconds": seconds, "extra_evals": 0}
         scores = np.zeros(len(seqs))
-        self._walk(segs, seqs, list(range(len(seqs))), 0, logits, (), scores, stats)
+        self._walk(segs, seqs, list(range(len(seqs))), 0, logits, (), scores, stats, budget)
         logp = _log_softmax(logits)
         first = sorted({s[0] for s in seqs})
         label_mass = float(np.exp(logp[first]).sum())
@@ -226,12 +374,12 @@ class Engine:
         probs, raw = np.zeros(n), np.zeros(n)
         for k, idx in enumerate(prompt.order):
             probs[idx], raw[idx] = disp[k], scores[k]
-        return {"probs": probs, "logits": raw, "label_mass": label_mass, "input_tokens": n_in,
+        return {"probs": probs, "logits": raw, "label_mass": label_mass, "input_tokens": sum(len(s) for s in segs),
                 "cached_tokens": cached, "label_token_counts": [len(s) for s in seqs],
                 "forward_seconds": stats["forward_seconds"], "extra_evals": stats["extra_evals"],
                 "sha": prompt.sha256(), "version": prompt.version}
 
-    def _walk(self, segs, seqs, members, depth, logits, prefix, scores, stats) -> None:
+    def _walk(self, segs, seqs, members, depth, logits, prefix, scores, stats, budget=None) -> None:
         """Score options by their label tokens; options sharing a first token are told apart by
         evaluating that token and reading the next one (log-probabilities added to the raw logit)."""
         base = logits.astype(np.float64) if depth == 0 else _log_softmax(logits)
@@ -244,10 +392,10 @@ class Engine:
             scores[group] += base[tok]
             if len(group) > 1:
                 path = (*prefix, tok)
-                sub, _, sec = self._forward([*segs, path])
+                sub, _, sec = self._forward([*segs, path], budget)
                 stats["forward_seconds"] += sec
                 stats["extra_evals"] += 1
-                self._walk(segs, seqs, group, depth + 1, sub, path, scores, stats)
+                self._walk(segs, seqs, group, depth + 1, sub, path, scores, stats, budget)
 
     def settings(self, req: DecisionRequest) -> tuple[str, str]:
         """(readout, debias) for a row: its own, else the model's measured defaults. The default
@@ -257,7 +405,8 @@ class Engine:
             return readout, req.debias
         return readout, (self.info.default_debias if readout == self.info.default_readout else "none")
 
-    def prior(self, req: DecisionRequest, readout: str, order: list[int] | None) -> np.ndarray:
+    def prior(self, req: DecisionRequest, readout: str, order: list[int] | None,
+              budget: Budget | None = None) -> np.ndarray:
         """The policy's content-free prior for one option order, in request order: the mean
         probabilities the prompt gives with no state (CONTENT_FREE_STATES). Cached per policy x
         readout x order, so it costs len(CONTENT_FREE_STATES) passes per policy, not per row."""
@@ -265,36 +414,57 @@ class Engine:
         if key in self._priors:
             self._priors.move_to_end(key)
             return self._priors[key]
-        runs = [self._score_prompt(self.render(req.model_copy(update={"state": s}), readout, order))
-                for s in CONTENT_FREE_STATES]
+        runs = self.evaluate([self.render(req.model_copy(update={"state": s}), readout, order)
+                              for s in CONTENT_FREE_STATES], budget)
         prior = np.mean([r["probs"] for r in runs], axis=0)
         self._priors[key] = prior
         while len(self._priors) > PRIOR_CACHE_SIZE:
             self._priors.popitem(last=False)
         return prior
 
-    def score(self, req: DecisionRequest, *, fresh: bool = False) -> dict:
+    def score(self, req: DecisionRequest, *, fresh: bool = False, budget: Budget | None = None) -> dict:
         """Score one row. Same input -> same output, bit for bit, cached or fresh."""
-        return self.score_many([req], fresh=fresh)[0]
+        return self.score_many([req], fresh=fresh, budget=budget)[0]
 
-    def score_many(self, rows: list[DecisionRequest], *, fresh: bool = False) -> list[dict]:
-        """Score rows in order. Content-free priors are computed first, so that rows sharing a state
-        still find it in the KV cache when they are scored one after the other."""
+    def score_many(self, rows: list[DecisionRequest], *, fresh: bool = False,
+                   budget: Budget | None = None) -> list[dict]:
+        """Score rows in order, as one unit of work: content-free priors first (so that rows sharing a
+        state still find it in the KV cache), then every row's prompts - the option orders of a
+        permutation, several questions on one state - evaluated together where they share a prefix.
+        `budget.check()` is called between forward passes and raises to stop early."""
         with self.lock:
-            if fresh:
+            if fresh:  # the reference path: nothing from memory or disk
                 self.clear_cache()
                 self._priors.clear()
-            plans = []
-            for req in rows:
-                readout, debias = self.settings(req)
-                orders = rotations(len(req.options)) if req.permute else [None]
-                priors = [self.prior(req, readout, o) for o in orders] if debias == "content-free" else None
-                plans.append((req, readout, debias, orders, priors))
-            return [self._score_row(*plan) for plan in plans]
+            self._restore = not fresh
+            try:
+                return self._score_many(rows, budget)
+            finally:
+                self._restore = True
 
-    def _score_row(self, req: DecisionRequest, readout: str, debias: str, orders: list, priors: list | None) -> dict:
+    def _score_many(self, rows: list[DecisionRequest], budget: Budget | None) -> list[dict]:
         t0 = time.perf_counter()
-        runs = [self._score_prompt(self.render(req, readout, order)) for order in orders]
+        plans, prompts = [], []
+        for req in rows:
+            readout, debias = self.settings(req)
+            orders = rotations(len(req.options)) if req.permute else [None]
+            priors = [self.prior(req, readout, o, budget) for o in orders] if debias == "content-free" else None
+            plans.append((req, readout, debias, len(prompts), len(orders), priors))
+            prompts += [self.render(req, readout, order) for order in orders]
+        # a canonical order: prompts that share a prefix sit together, and the batches (so the
+        # bits) do not depend on the order in which a request listed its questions
+        canon = sorted(range(len(prompts)), key=lambda i: (prompts[i].segments[:-1], prompts[i].segments[-1],
+                                                           prompts[i].labels))
+        evaluated = self.evaluate([prompts[i] for i in canon], budget)
+        runs: list[dict] = [{} for _ in prompts]
+        for i, r in zip(canon, evaluated):
+            runs[i] = r
+        seconds = (time.perf_counter() - t0) / max(1, len(rows))
+        return [self._result(req, readout, debias, runs[at: at + n], priors, seconds)
+                for req, readout, debias, at, n, priors in plans]
+
+    def _result(self, req: DecisionRequest, readout: str, debias: str, runs: list[dict], priors: list | None,
+                seconds: float) -> dict:
         raw_probs = [r["probs"] for r in runs]
         if priors is not None:  # divide out the prior, renormalise (per option order)
             fixed = [p / np.maximum(q, 1e-12) for p, q in zip(raw_probs, priors)]
@@ -327,7 +497,7 @@ class Engine:
             "label_token_counts": runs[0]["label_token_counts"],
             "extra_evals": sum(r["extra_evals"] for r in runs),  # evaluations to tell colliding labels apart
             "forward_seconds": sum(r["forward_seconds"] for r in runs),
-            "total_seconds": time.perf_counter() - t0,
+            "total_seconds": seconds,  # this row's share of the call (rows evaluated together share time)
             "model": self.info.public(),
         }
         if priors is not None:

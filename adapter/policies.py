@@ -39,7 +39,8 @@ def request_for(policy: dict, state, row_id: str, **overrides) -> DecisionReques
     """A decision row from a policy (question, options, examples) and a state."""
     fields = {"id": row_id, "state": state, "question": policy["question"], "options": policy["options"],
               "examples": policy.get("examples", [])}
-    if policy.get("readout"):
-        fields["readout"] = policy["readout"]
+    for key in ("readout", "debias"):  # empty = the model's measured default
+        if policy.get(key):
+            fields[key] = policy[key]
     fields.update(overrides)
     return DecisionRequest.model_validate(fields)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .schema import Example, Option, Readout, errors_from
+from .schema import Debias, Example, Option, Readout, errors_from
 
 SCHEMA_VERSION = "semif-policy/1"
 
@@ -49,6 +49,7 @@ class CalibratedPolicy(BaseModel):
     options: list[Option] = Field(min_length=2, max_length=26)
     examples: list[Example] = Field(default_factory=list)
     readout: Readout
+    debias: Debias = "none"
     permute: bool = False
     prompt_version: str
     model: ModelIdentity
@@ -99,9 +100,9 @@ class CalibratedPolicy(BaseModel):
                 "reason": "above gate" if gate is not None else "no gate set"}
 
     def request_fields(self) -> dict:
-        """What a decision row needs from this policy (question, options, examples, readout)."""
+        """What a decision row needs from this policy (question, options, examples, readout, debias)."""
         return {"question": self.question, "options": [o.model_dump() for o in self.options],
-                "examples": [e.model_dump() for e in self.examples], "readout": self.readout,
+                "examples": [e.model_dump() for e in self.examples], "readout": self.readout, "debias": self.debias,
                 "permute": self.permute}
 
 

@@ -1,15 +1,14 @@
 """Headless calibration: `python -m app calibrate ...` for scripts and CI."""
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
 
-from adapter.engine import Engine, EngineConfig
 from adapter.policies import DATA_DIR, request_for
 
 from . import evaluation
+from .engines import EnginePool
 from .inputs import InputError
 from .labeled import import_file
 from .policies import templates, validate_policy
@@ -58,8 +57,7 @@ def calibrate(args) -> int:
     store = Store(args.db)
     policy = resolve_policy(store, args.policy)
     set_id = resolve_set(store, args.labeled_set, policy)
-    target = target_by_name(store, args.target, functools.lru_cache(maxsize=2)(
-        lambda model: Engine(model, EngineConfig.from_env())))  # one model load for the whole run
+    target = target_by_name(store, args.target, EnginePool())  # one model load for the whole run
     run = None if args.new_run else evaluation.find_run(store, policy=policy, set_id=set_id, target_name=target.name,
                                                         readout=args.readout, permute=args.permute,
                                                         examples=args.examples)
@@ -142,7 +140,7 @@ def bench(args) -> int:
     policy = resolve_policy(store, args.policy)
     path = Path(args.states)
     rows = rows_from_upload(path.name, path.read_bytes())[: args.limit or None]
-    provider = functools.lru_cache(maxsize=2)(lambda model: Engine(model, EngineConfig.from_env()))
+    provider = EnginePool()
     targets = [target_by_name(store, name, provider) for name in args.target]
     for t in targets:  # warm up (model load, connections) outside the measurement
         t.decide([request_for(policy, rows[0].state, "warm-up")])

@@ -61,23 +61,24 @@ def plan_eval(policy: dict, rows: list[dict], examples: str = "policy", n_exampl
 
 
 def find_run(store: Store, *, policy: dict, set_id: int, target_name: str, readout: str | None, permute: bool,
-             examples: str) -> dict | None:
+             examples: str, debias: str | None = None) -> dict | None:
     """The latest eval run with the same policy content, set, target and readout settings."""
     fp = policy_fingerprint(policy)
     for run in store.list_runs(kind="eval"):
         c = run.get("config") or {}
         if (run["labeled_set_id"] == set_id and run["target_name"] == target_name and c.get("policy_fingerprint") == fp
-                and c.get("readout") == readout and c.get("permute") == permute and c.get("examples") == examples):
+                and c.get("readout") == readout and c.get("permute") == permute and c.get("examples") == examples
+                and c.get("debias") == debias):
             return run
     return None
 
 
 def start_eval(store: Store, *, policy: dict, set_id: int, target: Target, readout: str | None = None,
-               permute: bool = False, examples: str = "policy", n_examples: int = 4) -> int:
+               permute: bool = False, examples: str = "policy", n_examples: int = 4, debias: str | None = None) -> int:
     rows = store.labeled_rows(set_id)
     evaluated, scored = plan_eval(policy, rows, examples, n_examples)
     labeled = store.get_labeled_set(set_id)
-    config = {"readout": readout, "permute": permute, "examples": examples, "n_examples": n_examples,
+    config = {"readout": readout, "debias": debias, "permute": permute, "examples": examples, "n_examples": n_examples,
               "policy_fingerprint": policy_fingerprint(policy), "evaluated_policy": evaluated,
               "row_keys": [r["row_key"] for r in scored], "dataset_hash": labeled["content_hash"],
               "dataset_name": labeled["name"]}
@@ -95,7 +96,7 @@ def resume_eval(store: Store, run_id: int, target: Target,
     by_key = {r["row_key"]: r for r in store.labeled_rows(run["labeled_set_id"])}
     done = store.done_keys(run_id)
     todo = [(pos, by_key[k]) for pos, k in enumerate(cfg["row_keys"]) if k not in done]
-    overrides = {"permute": cfg["permute"]} | ({"readout": cfg["readout"]} if cfg["readout"] else {})
+    overrides = {"permute": cfg["permute"]} | {k: cfg[k] for k in ("readout", "debias") if cfg.get(k)}
     tracker = Progress(len(cfg["row_keys"]), progress, already=len(cfg["row_keys"]) - len(todo))
     store.set_status(run_id, "running")
     try:
@@ -114,6 +115,16 @@ def resume_eval(store: Store, run_id: int, target: Target,
     errors = sum(1 for r in results if r["error"])
     store.finish_run(run_id, "done" if not errors else "done-with-errors")
     return {"scored": len(todo), "skipped": tracker.already, "errors": errors}
+
+
+def variant_name(cfg: dict) -> str:
+    """'letters + content-free', 'default + permutation': how a run read the model's answer."""
+    parts = [cfg.get("readout") or "default"]
+    if cfg.get("debias"):
+        parts.append(cfg["debias"])
+    if cfg.get("permute"):
+        parts.append("permutation")
+    return " + ".join(parts)
 
 
 # -- calibration on a finished run -----------------------------------------------------------------
@@ -152,7 +163,7 @@ def readout_table(store: Store, runs: list[dict]) -> list[dict]:
     for r in runs:
         cfg = r.get("config") or {}
         base = {"run": r["id"], "target": r["target_name"],
-                "readout": (cfg.get("readout") or "default") + (" + permutation" if cfg.get("permute") else ""),
+                "readout": variant_name(cfg),
                 "examples": cfg.get("examples"), "status": r["status"]}
         try:
             rep = calibrate_run(store, r["id"], target_accuracy=0.9)["report"]
@@ -175,10 +186,11 @@ def build_policy(store: Store, run_id: int, cal: dict, *, threshold: float | Non
         raise ValueError("no stored result names its model (file + sha256): run the evaluation on a llama.cpp target")
     model = first["response"]["model"]
     readout = cfg["readout"] or first["response"].get("readout")
+    debias = cfg.get("debias") or first["response"].get("debias") or "none"
     config = {
         "schema_version": SCHEMA_VERSION, "policy_id": evaluated["id"], "name": evaluated.get("name", ""),
         "question": evaluated["question"], "options": evaluated["options"], "examples": evaluated.get("examples") or [],
-        "readout": readout, "permute": bool(cfg["permute"]),
+        "readout": readout, "debias": debias, "permute": bool(cfg["permute"]),
         "prompt_version": first["response"].get("prompt_version") or PROMPT_VERSIONS[readout],
         "model": {"file": model["file"], "sha256": model["sha256"]}, "temperature": cal["report"].temperature,
         "threshold": threshold, "option_thresholds": option_thresholds or {}, "fallback_option": fallback,

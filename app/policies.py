@@ -7,9 +7,9 @@ import re
 from pydantic import ValidationError
 
 from adapter.policies import list_templates
-from adapter.schema import MAX_OPTIONS, READOUTS, Question, errors_from
+from adapter.schema import DEBIAS, MAX_OPTIONS, READOUTS, Question, errors_from
 
-FIELDS = ("id", "name", "question", "options", "examples", "notes", "readout")
+FIELDS = ("id", "name", "question", "options", "examples", "notes", "readout", "debias")
 
 
 def slugify(text: str) -> str:
@@ -33,6 +33,9 @@ def validate_policy(data: dict) -> tuple[dict | None, dict[str, str]]:
     readout = data.get("readout") or None
     if readout is not None and readout not in READOUTS:
         errors["readout"] = f"choose {' or '.join(READOUTS)} (or leave empty for the model's default)"
+    debias = data.get("debias") or None
+    if debias is not None and debias not in DEBIAS:
+        errors["debias"] = f"choose {' or '.join(DEBIAS)} (or leave empty for the model's default)"
     options = [o for o in (data.get("options") or []) if isinstance(o, dict) and str(o.get("id") or "").strip()]
     examples = [e for e in (data.get("examples") or []) if isinstance(e, dict) and str(e.get("state") or "").strip()]
     try:
@@ -59,7 +62,7 @@ def validate_policy(data: dict) -> tuple[dict | None, dict[str, str]]:
     clean = {"id": pid, "name": name, "question": q.question,
              "options": [o.model_dump() for o in q.options],
              "examples": [e.model_dump() for e in q.examples],
-             "notes": str(data.get("notes") or ""), "readout": readout or ""}
+             "notes": str(data.get("notes") or ""), "readout": readout or "", "debias": debias or ""}
     return clean, {}
 
 

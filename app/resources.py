@@ -1,19 +1,42 @@
-"""Streamlit-side shared objects: the cached local engine, the store, targets by name."""
+"""Streamlit-side shared objects: the local model pool, the store, targets by name."""
 from __future__ import annotations
 
 import streamlit as st
 
-from adapter.engine import Engine, EngineConfig
 from adapter.policies import list_templates
 
-from .store import Store
+from .engines import EnginePool
 from .resources_cli import target_specs  # noqa: F401  (re-exported for pages)
-from .targets import Target, build_target
+from .store import Store
+from .targets import LocalTarget, Target, build_target
 
 
-@st.cache_resource(show_spinner="Loading the local model (first time only)…", max_entries=2)
-def engine(model: str | None = None) -> Engine:
-    return Engine(model or None, EngineConfig.from_env())
+@st.cache_resource(show_spinner=False)
+def engines() -> EnginePool:
+    """One pool per server process: models load lazily, at most SEMIF_MAX_LOADED_MODELS stay loaded."""
+    return EnginePool()
+
+
+def engine(model: str | None = None):
+    return engines().get(model)
+
+
+def load_models(targets: list[Target]) -> None:
+    """Load the local targets' models before a run, saying which and how big, with the one-time
+    assembly of a chunked shipped model as a progress bar (a load failure is reported per target)."""
+    pool = engines()
+    for t in targets:
+        ref = t.config.get("model") or None
+        if not isinstance(t, LocalTarget) or pool.is_loaded(ref):
+            continue
+        with st.status(f"Loading {pool.describe(ref)} for **{t.name}**…", expanded=False) as status:
+            bar = st.empty()
+            try:
+                pool.get(ref, progress=lambda done, total: bar.progress(
+                    done / total, text=f"assembling the model file: {done / 1e6:,.0f}/{total / 1e6:,.0f} MB"))
+                status.update(label=f"Loaded {pool.describe(ref)}", state="complete")
+            except Exception as exc:  # shown again as this target's error by the run
+                status.update(label=f"Could not load {pool.describe(ref)}: {exc}", state="error")
 
 
 def store() -> Store:

@@ -3,14 +3,26 @@ from __future__ import annotations
 
 from typing import Callable
 
+from adapter.catalog import SHIPPED
+
+from .engines import model_key
 from .store import Store
 from .targets import LOCAL_DEFAULT, Target, build_target
 
 
+def builtin_specs() -> list[dict]:
+    """`local` (the default model) and `local-<name>` for each other shipped model: several local
+    models side by side need no set-up."""
+    default = model_key(None)
+    return [LOCAL_DEFAULT] + [{"name": f"local-{m.name}", "kind": "local", "config": {"model": m.name}}
+                              for m in SHIPPED.values() if m.offered and m.name != default]
+
+
 def target_specs(store: Store) -> list[dict]:
-    """The built-in local target first, then the saved ones (a saved 'local' overrides it)."""
+    """The built-in local targets first, then the saved ones (a saved name overrides a built-in)."""
     saved = store.list_targets()
-    return ([LOCAL_DEFAULT] if "local" not in {t["name"] for t in saved} else []) + saved
+    names = {t["name"] for t in saved}
+    return [b for b in builtin_specs() if b["name"] not in names] + saved
 
 
 def target_by_name(store: Store, name: str, engine_provider: Callable) -> Target:

@@ -20,7 +20,7 @@ DEFAULT_DB = Path(__file__).resolve().parent.parent / "data" / "workbench.db"
 
 SCHEMA: dict[str, dict] = {
     "policies": {"columns": {"id": str, "name": str, "question": str, "options": str, "examples": str,
-                             "notes": str, "readout": str, "created_at": str, "updated_at": str}, "pk": "id"},
+                             "notes": str, "readout": str, "debias": str, "created_at": str, "updated_at": str}, "pk": "id"},
     "targets": {"columns": {"name": str, "kind": str, "config": str, "created_at": str}, "pk": "name"},
     "runs": {"columns": {"id": int, "group_id": str, "kind": str, "policy_id": str, "policy": str,
                          "target_name": str, "target": str, "model": str, "status": str, "n_rows": int,
@@ -96,6 +96,7 @@ class Store:
         row = {"id": policy["id"], "name": policy["name"], "question": policy["question"],
                "options": policy["options"], "examples": policy.get("examples") or [],
                "notes": policy.get("notes") or "", "readout": policy.get("readout") or "",
+               "debias": policy.get("debias") or "",
                "created_at": existing["created_at"] if existing else now(), "updated_at": now()}
         with self.db() as db:
             db["policies"].upsert(_encode(row), pk="id")

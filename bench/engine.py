@@ -1,11 +1,14 @@
 """Engine benchmark (not a test): ratios measured in one run on the shipped model.
 
 (a) direct readout vs generating the same answer as a short JSON with the same model
-(b) 20 questions on one state: shared-state path vs fresh evaluation of each
+(b) 10 questions on one state: shared-state path vs fresh evaluation of each, against its bound
+    (prefix + suffix) / suffix tokens
 (c) engine time vs a bare llama_cpp eval of the same tokens (overhead %)
 (d) adapter HTTP overhead: p50/p95 of /invocations vs direct in-process calls
+(e) the same 10 questions: suffixes as parallel sequences in one batch vs one after another
+(f) a policy's first segment loaded from the on-disk KV cache vs evaluated (a restarted process)
 
-Run: make bench   (or .venv/bin/python -m bench.engine --model gemma3-270m)
+Run: make bench   (or .venv/bin/python -m bench.engine --model smollm2)
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import httpx
 import llama_cpp
 import numpy as np
 
+from adapter.catalog import DEFAULT_SHIPPED
 from adapter.engine import Engine
 from adapter.policies import list_templates, load_template, probe_cases, request_for
 from adapter.schema import SharedStateRequest
@@ -37,7 +41,7 @@ def bench_generate(engine: Engine, cases) -> tuple[float, float, int]:
     being read from the logits of one forward pass."""
     direct, gen, agree = [], [], 0
     for c in cases:
-        req = request_for(load_template(c["policy"]), c["state"], c["id"], readout="letters")
+        req = request_for(load_template(c["policy"]), c["state"], c["id"], readout="letters", debias="none")
         t0 = time.perf_counter()
         r = engine.score(req, fresh=True)
         direct.append(time.perf_counter() - t0)
@@ -53,32 +57,84 @@ def bench_generate(engine: Engine, cases) -> tuple[float, float, int]:
     return statistics.median(direct), statistics.median(gen), agree
 
 
-def bench_shared(engine: Engine, n_questions: int = 20) -> tuple[float, float, float]:
+def shared_request(n_questions: int = 10) -> SharedStateRequest:
     state = " ".join(c["state"] for c in probe_cases()[:12])  # a long-ish state (~400 tokens)
     templates = list_templates()
     questions = []
     for i in range(n_questions):
         p = templates[i % len(templates)]
         questions.append({"id": f"q{i}", "question": f"{p['question']} (view {i})", "options": p["options"],
-                          "readout": "letters"})
-    shared = SharedStateRequest(state=state, questions=questions)
-    engine.clear_cache()
-    t0 = time.perf_counter()
-    res_shared = engine.score_shared(shared)
-    t_shared = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    res_fresh = [engine.score(row, fresh=True) for row in shared.rows()]
-    t_fresh = time.perf_counter() - t0
+                          "readout": "letters", "debias": "none"})
+    return SharedStateRequest(state=state, questions=questions)
+
+
+def bench_shared(engine: Engine) -> tuple[float, float, float, float]:
+    """(shared s, fresh s, max probability difference, bound): fresh evaluates every prompt whole;
+    the bound is what skipping the shared tokens could save at best."""
+    shared = shared_request()
+    engine.n_parallel, parallel = 1, engine.n_parallel  # (e) measures parallel; here both run serially
+    try:
+        engine.clear_cache()
+        t0 = time.perf_counter()
+        res_shared = engine.score_shared(shared)
+        t_shared = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        res_fresh = [engine.score(row, fresh=True) for row in shared.rows()]
+        t_fresh = time.perf_counter() - t0
+    finally:
+        engine.n_parallel = parallel
     diff = max(float(np.max(np.abs(np.subtract(a["probabilities"], b["probabilities"]))))
                for a, b in zip(res_shared, res_fresh))
-    return t_shared, t_fresh, diff
+    bound = sum(r["input_tokens"] for r in res_fresh) / sum(r["evaluated_tokens"] for r in res_shared)
+    return t_shared, t_fresh, diff, bound
+
+
+def bench_parallel(engine: Engine, rounds: int = 2) -> tuple[float, float, float]:
+    """(serial s, parallel s, max probability difference): best of `rounds`, state evaluated each time."""
+    shared = shared_request()
+    times = {1: [], 8: []}
+    results = {}
+    for _ in range(rounds):
+        for n in (1, 8):  # alternate, so machine noise hits both alike
+            engine.n_parallel = n
+            engine.clear_cache()
+            t0 = time.perf_counter()
+            results[n] = engine.score_shared(shared)
+            times[n].append(time.perf_counter() - t0)
+    diff = max(float(np.max(np.abs(np.subtract(a["probabilities"], b["probabilities"]))))
+               for a, b in zip(results[1], results[8]))
+    return min(times[1]), min(times[8]), diff
+
+
+def bench_prefix_restore(engine: Engine, cases) -> tuple[float, float, int]:
+    """First decision of a policy with solved examples (option-words, the policy segment first):
+    its segment evaluated vs loaded from the on-disk KV cache, as after a restart."""
+    policy = load_template("agent-next-action")
+    req = request_for(policy, cases[0]["state"], "restart", readout="option-words", debias="none")
+    folder = engine.prefixes.folder
+    tokens = engine.tokenize_prompt(engine.render(req, "option-words"))[0]
+    engine.score(req, fresh=True)  # writes the file if it is not there yet
+    evaluated, loaded = [], []
+    for _ in range(3):
+        engine.prefixes.folder = None
+        engine.clear_cache()
+        t0 = time.perf_counter()
+        a = engine.score(req)
+        evaluated.append(time.perf_counter() - t0)
+        engine.prefixes.folder = folder
+        engine.clear_cache()
+        t0 = time.perf_counter()
+        b = engine.score(req)
+        loaded.append(time.perf_counter() - t0)
+        assert a["probabilities"] == b["probabilities"]  # the KV bytes are the same: so are the answers
+    return min(evaluated), min(loaded), len(tokens)
 
 
 def bench_overhead(engine: Engine, cases) -> tuple[float, float, float]:
     """Engine fresh score vs bare llama_cpp: reset, eval the same tokens, read the logits."""
     eng, bare, split_diff = [], [], 0.0
     for c in cases:
-        req = request_for(load_template(c["policy"]), c["state"], c["id"])
+        req = request_for(load_template(c["policy"]), c["state"], c["id"], debias="none")
         prompt = engine.render(req, req.readout or engine.info.default_readout)
         tokens = [t for s in engine.tokenize_prompt(prompt) for t in s]
         first = [s[0] for s in engine.label_tokens(prompt)]
@@ -132,26 +188,34 @@ def bench_http(engine: Engine, cases, model: str, rounds: int = 2) -> tuple[list
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--model", default=DEFAULT_SHIPPED)
+    ap.add_argument("--cases", type=int, default=8, help="probe cases for (a), (c), (d)")
     args = ap.parse_args()
     engine = Engine(args.model)
-    cases = probe_cases()
+    cases = probe_cases()[: args.cases]
     print(f"model {engine.info.file} ({engine.info.quantization}), {engine.info.n_threads} threads, "
-          f"llama-cpp-python {engine.info.llama_cpp_version}, {len(cases)} probe cases")
+          f"llama-cpp-python {engine.info.llama_cpp_version}, {len(cases)} probe cases", flush=True)
     d, g, agree = bench_generate(engine, cases)
     print(f"(a) direct letters readout p50 {d * 1000:.0f} ms vs generated JSON answer p50 {g * 1000:.0f} ms: "
-          f"generation takes {g / d:.2f}x the time (the generated JSON named the readout's top letter in {agree}/{len(cases)})")
-    s, f, diff = bench_shared(engine)
-    print(f"(b) 20 questions on one state: shared-state {s:.2f} s vs fresh {f:.2f} s: {f / s:.1f}x faster "
-          f"(max probability difference {diff:.3g})")
+          f"generation takes {g / d:.2f}x the time (the generated JSON named the readout's top letter in "
+          f"{agree}/{len(cases)})", flush=True)
+    s, f, diff, bound = bench_shared(engine)
+    print(f"(b) 10 questions on one state: shared-state {s:.2f} s vs fresh {f:.2f} s: {f / s:.2f}x faster, bound "
+          f"{bound:.2f}x ((prefix + suffix) / suffix tokens); max probability difference {diff:.3g}", flush=True)
     e, b, split = bench_overhead(engine, cases)
     print(f"(c) engine fresh score p50 {e * 1000:.0f} ms vs bare llama_cpp eval of the same tokens p50 "
           f"{b * 1000:.0f} ms: overhead {100 * (e - b) / b:+.0f}% (segmented vs one-batch eval changes "
-          f"probabilities by up to {split:.3f}: llama.cpp batch-split float effects)")
+          f"probabilities by up to {split:.3f}: llama.cpp batch-split float effects)", flush=True)
     dd, hh = bench_http(engine, cases, args.model)
     print(f"(d) adapter HTTP p50 {pct(hh, 50) * 1000:.0f} ms / p95 {pct(hh, 95) * 1000:.0f} ms vs direct "
           f"p50 {pct(dd, 50) * 1000:.0f} ms / p95 {pct(dd, 95) * 1000:.0f} ms: overhead p50 "
-          f"{(pct(hh, 50) - pct(dd, 50)) * 1000:+.0f} ms ({pct(hh, 50) / pct(dd, 50):.2f}x)")
+          f"{(pct(hh, 50) - pct(dd, 50)) * 1000:+.0f} ms ({pct(hh, 50) / pct(dd, 50):.2f}x)", flush=True)
+    ser, par, pdiff = bench_parallel(engine)
+    print(f"(e) 10 questions on one state, suffixes one after another {ser:.2f} s vs as parallel sequences in one "
+          f"batch {par:.2f} s: {ser / par:.2f}x (max probability difference {pdiff:.3g})", flush=True)
+    ev, ld, n = bench_prefix_restore(engine, cases)
+    print(f"(f) first decision after a restart, policy segment ({n} tokens) evaluated {ev:.2f} s vs loaded from the "
+          f"KV file {ld:.2f} s: {ev / ld:.2f}x, same probabilities bit for bit", flush=True)
 
 
 if __name__ == "__main__":

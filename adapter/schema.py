@@ -25,6 +25,7 @@ class RequestError(ValueError):
     def __init__(self, loc: list[str | int], msg: str, type_: str = "value_error", status: int = 422):
         super().__init__(f"{'.'.join(map(str, loc))}: {msg}")
         self.loc, self.msg, self.type, self.status = list(loc), msg, type_, status
+        self.row: int | None = None  # set by the engine: which row of a multi-row call it belongs to
 
     def to_detail(self) -> list[dict]:
         return [{"loc": self.loc, "msg": self.msg, "type": self.type}]
@@ -62,7 +63,7 @@ class Question(BaseModel):
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
     id: str = Field(min_length=1, max_length=200)
-    question: str = Field(min_length=1, max_length=4000)
+    question: str = Field(min_length=1, max_length=8000)
     options: list[Option] = Field(min_length=2, max_length=MAX_OPTIONS)
     readout: Readout | None = Field(default=None, description="letters | option-words; default per model")
     permute: bool = Field(default=False, description="average over cyclic option orders (debiasing)")

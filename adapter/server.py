@@ -1,91 +1,40 @@
-"""The SemIf adapter over HTTP, with the SageMaker container contract.
+"""The SemIf adapter's HTTP routes, with the SageMaker container contract.
 
-GET  /ping          200 once the model is loaded, 503 before (SageMaker polls it)
-POST /invocations   one row, a JSON array of rows, or {"state", "questions": [...]} (shared state)
+GET  /ping                 200 once the model is loaded, 503 before (SageMaker polls it; never needs a key)
+POST /invocations          one row, a JSON array of rows, or {"state", "questions": [...]} (shared state)
+POST /v1/systemone         TypeSafe's decision API;  GET /v1/models
+GET  /info                 model, readouts, enforced policies
 
-Errors: 422 {"detail": [{"loc", "msg", "type"}]} for bad fields (FastAPI's shape), other 4xx
-{"detail": {"error_type", "message"}}. Bad input never yields a 5xx.
+Every answer is JSON (see http_errors.py). Around every scoring call: a bounded queue (429 +
+Retry-After), a deadline (503 + Retry-After when it passed in the queue, 413 when the request's own
+work outgrew it), cancellation when the client goes away or the process drains (503), and caps on
+rows and option readings per request (422). With SM_SEMIF_API_KEY set, every route
+but /ping needs `Authorization: Bearer <key>` - including /docs and /openapi.json.
 """
 from __future__ import annotations
 
-import contextlib
-import gzip
-import json
+import asyncio
+import hmac
 import logging
-import os
-import signal
-import socket
-import sys
 import threading
-import zlib
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .admission import Admission, RequestBudget, Stopped
+from .http_body import decode, parse_json, read_raw
+from .http_errors import HTTPProblem, Invalid, invalid, problem
+from .policy import CalibratedPolicy, PolicySet
 from .schema import DecisionRequest, RequestError, SharedStateRequest, errors_from
-from .policy import PolicySet
+from .settings import AdapterSettings
 from .systemone import SystemOneRequest, respond, to_rows
 
-MAX_BODY = 6 * 1024 * 1024  # SageMaker's invocation payload limit
 log = logging.getLogger("semif.adapter")
-
-
-class HTTPProblem(Exception):
-    """A non-validation 4xx/5xx: {"detail": {"error_type", "message"}}."""
-
-    def __init__(self, status: int, error_type: str, message: str):
-        super().__init__(message)
-        self.status, self.error_type, self.message = status, error_type, message
-
-
-def problem(status: int, error_type: str, message: str) -> JSONResponse:
-    return JSONResponse({"detail": {"error_type": error_type, "message": message}}, status_code=status)
-
-
-def invalid(errors: list[dict]) -> JSONResponse:
-    return JSONResponse({"detail": errors}, status_code=422)
-
-
-def decode_body(raw: bytes, encoding: str | None) -> bytes:
-    """Undo Content-Encoding (zstd, gzip, deflate) - TypeSafe's client zstd-compresses bodies >= 1 KB."""
-    enc = (encoding or "identity").strip().lower()
-    try:
-        if enc in ("", "identity"):
-            return raw
-        if enc == "gzip":
-            return gzip.decompress(raw)
-        if enc == "deflate":
-            return zlib.decompress(raw)
-        if enc == "zstd":
-            import zstandard
-
-            return zstandard.ZstdDecompressor().decompressobj().decompress(raw)
-    except Exception as exc:  # corrupt stream: the client's fault
-        raise HTTPProblem(400, "invalid_encoding", f"body is not valid {enc} data ({exc})") from None
-    raise HTTPProblem(415, "unsupported_encoding", f"Content-Encoding {enc!r} is not supported: send identity, gzip or zstd")
-
-
-async def read_json(request: Request) -> Any:
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype not in ("application/json", "") and not ctype.endswith("+json"):
-        raise HTTPProblem(415, "unsupported_media_type",
-                          f"Content-Type {ctype!r} is not supported: send application/json")
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise HTTPProblem(413, "payload_too_large", f"body is {len(raw)} bytes; the limit is {MAX_BODY}")
-    body = decode_body(raw, request.headers.get("content-encoding"))
-    if len(body) > 8 * MAX_BODY:
-        raise HTTPProblem(413, "payload_too_large", "decompressed body is too large")
-    if not body.strip():
-        raise HTTPProblem(400, "invalid_json", "empty body: send a JSON decision row")
-    try:
-        return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HTTPProblem(400, "invalid_json", f"body is not valid JSON: {exc}") from None
 
 
 class EngineHolder:
@@ -124,100 +73,126 @@ class EngineHolder:
         return self.engine
 
 
-def score_payload(engine, payload: Any, policies: PolicySet | None = None) -> Any:
-    """Dispatch the three /invocations shapes; raise RequestError with a full loc on bad input.
-    Rows naming a loaded policy are completed from it and answered with the gated decision."""
-    policies = policies or PolicySet()
+# -- /invocations: the three shapes -> rows ------------------------------------------------------
+@dataclass
+class Invocation:
+    shape: str  # "one" | "array" | "shared"
+    rows: list[DecisionRequest]
+    policies: list[CalibratedPolicy | None]
+    locs: list[list] = field(default_factory=list)  # where each row sits in the request, for errors
 
-    def scored(row: DecisionRequest, policy) -> dict:
-        result = engine.score(row)
-        return PolicySet.decorate(result, policy) if policy else result
 
+def parse_invocation(payload: Any, policies: PolicySet, settings: AdapterSettings) -> Invocation:
+    """Validate a body into rows (filled from named policies), or raise Invalid with full locs."""
     if isinstance(payload, list):
         if not payload:
-            raise RequestError([], "empty array: send at least one decision row")
-        rows = []
+            raise Invalid([{"loc": [], "msg": "empty array: send at least one decision row", "type": "value_error"}])
+        _cap_rows(len(payload), [], settings)
+        rows, used, locs = [], [], []
         for i, item in enumerate(payload):
-            policy = policies.fill(item, [i])
-            try:
-                rows.append((DecisionRequest.model_validate(item), policy))
-            except ValidationError as exc:
-                raise _Invalid(errors_from(exc, [i])) from None
-        return [scored(r, p) for r, p in rows]
-    if isinstance(payload, dict) and "questions" in payload:
+            used.append(_fill(policies, item, [i]))
+            rows.append(_validate(DecisionRequest, item, [i]))
+            locs.append([i])
+        inv = Invocation("array", rows, used, locs)
+    elif isinstance(payload, dict) and "questions" in payload:
         qs = payload["questions"] if isinstance(payload["questions"], list) else []
-        used = [policies.fill(q, ["questions", i]) for i, q in enumerate(qs)]
-        try:
-            shared = SharedStateRequest.model_validate(payload)
-        except ValidationError as exc:
-            raise _Invalid(errors_from(exc)) from None
-        with engine.lock:
-            return [scored(r, p) for r, p in zip(shared.rows(), used)]
-    if not isinstance(payload, dict):
-        raise RequestError([], "send a JSON object (one row), an array of rows, or {state, questions}")
-    policy = policies.fill(payload, [])
+        _cap_rows(len(qs), ["questions"], settings)
+        used = [_fill(policies, q, ["questions", i]) for i, q in enumerate(qs)]
+        shared = _validate(SharedStateRequest, payload, [])
+        inv = Invocation("shared", shared.rows(), used, [["questions", i] for i in range(len(qs))])
+    elif isinstance(payload, dict):
+        used = [_fill(policies, payload, [])]
+        inv = Invocation("one", [_validate(DecisionRequest, payload, [])], used, [[]])
+    else:
+        raise Invalid([{"loc": [], "msg": "send a JSON object (one row), an array of rows, or {state, questions}",
+                        "type": "type_error"}])
+    _cap_cost(inv.rows, settings)
+    return inv
+
+
+def _fill(policies: PolicySet, item: Any, loc: list) -> CalibratedPolicy | None:
     try:
-        row = DecisionRequest.model_validate(payload)
-    except ValidationError as exc:
-        raise _Invalid(errors_from(exc)) from None
-    return scored(row, policy)
+        return policies.fill(item, loc)
+    except RequestError as exc:
+        raise Invalid(exc.to_detail()) from None
 
 
-class _Invalid(Exception):
-    def __init__(self, errors: list[dict]):
-        self.errors = errors
+def _validate(model, item: Any, loc: list):
+    try:
+        return model.model_validate(item)
+    except (ValidationError, RequestError) as exc:
+        raise Invalid(errors_from(exc, loc)) from None
 
 
-def model_names(engine) -> tuple[str, list[str]]:
+def _cap_rows(n: int, loc: list, settings: AdapterSettings) -> None:
+    if n > settings.max_rows:
+        raise Invalid([{"loc": loc, "msg": f"{n} rows in one request; at most {settings.max_rows} "
+                        "(SM_SEMIF_MAX_ROWS): split the batch", "type": "too_long"}])
+
+
+def option_readings(rows: list[DecisionRequest]) -> int:
+    """The work a request asks for, in options read: a permuted row reads every option in every order."""
+    return sum(len(r.options) * (len(r.options) if r.permute else 1) for r in rows)
+
+
+def _cap_cost(rows: list[DecisionRequest], settings: AdapterSettings, loc: list | None = None) -> None:
+    cost = option_readings(rows)
+    if cost > settings.max_cost:
+        raise Invalid([{"loc": loc or [], "msg": f"this request reads {cost} options (options x permutations, summed "
+                        f"over rows); at most {settings.max_cost} (SM_SEMIF_MAX_COST): send fewer rows or options, "
+                        "or drop permute", "type": "too_long"}])
+
+
+def score_invocation(engine, inv: Invocation, budget: RequestBudget) -> Any:
+    try:
+        results = engine.score_many(inv.rows, budget=budget)
+    except RequestError as exc:
+        prefix = inv.locs[exc.row] if exc.row is not None else []
+        raise Invalid(errors_from(exc, prefix)) from None
+    out = [PolicySet.decorate(r, p) if p else r for r, p in zip(results, inv.policies)]
+    return out[0] if inv.shape == "one" else out
+
+
+# -- /v1/systemone ---------------------------------------------------------------------------------
+def model_names(engine, settings: AdapterSettings) -> tuple[str, list[str]]:
     """The served model's name (SM_SEMIF_MODEL_NAME, else the GGUF file stem) and its aliases."""
-    name = os.environ.get("SM_SEMIF_MODEL_NAME") or engine.info.file.rsplit(".gguf", 1)[0]
-    aliases = [a.strip() for a in os.environ.get("SM_SEMIF_MODEL_ALIASES", "jev-latest,semif-latest").split(",")
-               if a.strip()]
-    return name, aliases
+    return settings.model_name or engine.info.file.rsplit(".gguf", 1)[0], list(settings.model_aliases)
 
 
-def check_auth(request: Request) -> None:
-    """Bearer auth when SM_SEMIF_API_KEY is set; otherwise any or no key is accepted."""
-    key = os.environ.get("SM_SEMIF_API_KEY")
-    if not key:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        raise HTTPProblem(401, "authentication_error", "missing API key: send 'Authorization: Bearer <key>'")
-    import hmac
-
-    if not hmac.compare_digest(given.strip().encode(), key.encode()):
-        raise HTTPProblem(401, "authentication_error", "invalid API key")
-
-
-def score_systemone(engine, payload: Any) -> dict:
+def parse_systemone(engine, payload: Any, settings: AdapterSettings) -> tuple[SystemOneRequest, list[DecisionRequest]]:
     try:
         req = SystemOneRequest.model_validate(payload)
-    except ValidationError as exc:
-        raise _Invalid(errors_from(exc, ["body"])) from None
-    name, aliases = model_names(engine)
+    except (ValidationError, RequestError) as exc:
+        raise Invalid(errors_from(exc, ["body"])) from None
+    name, aliases = model_names(engine, settings)
     if req.model not in (name, *aliases):
         raise HTTPProblem(400, "invalid_request_error",
                           f"unknown model {req.model!r}: this server serves {name!r} (aliases {', '.join(aliases)}); "
                           "see GET /v1/models")
     try:
         rows = to_rows(req)
-    except ValidationError as exc:
-        raise _Invalid(errors_from(exc, ["body"])) from None
-    with engine.lock:  # all questions in a row: the state segment is evaluated once
-        try:
-            results = [engine.score(row) for row in rows]
-        except RequestError as exc:
-            raise _Invalid(errors_from(exc, ["body"])) from None
+    except (ValidationError, RequestError) as exc:
+        raise Invalid(errors_from(exc, ["body"])) from None
+    _cap_cost(rows, settings, ["body", "questions"])
+    return req, rows
+
+
+def score_systemone(engine, req: SystemOneRequest, rows: list[DecisionRequest], budget: RequestBudget) -> dict:
+    try:
+        results = engine.score_many(rows, budget=budget)  # one prefill of the state for all questions
+    except RequestError as exc:
+        qid = rows[exc.row].id if exc.row is not None else None
+        raise Invalid(errors_from(exc, ["body", "questions", qid] if qid is not None else ["body"])) from None
     return respond(req, results, req.model)
 
 
-def create_app(holder: EngineHolder) -> FastAPI:
-    from starlette.exceptions import HTTPException as StarletteHTTPException
-
-    app = FastAPI(title="SemIf adapter", version="1", docs_url="/docs", redoc_url=None)
-    app.state.holder = holder
+# -- the app -----------------------------------------------------------------------------------------
+def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) -> FastAPI:
+    settings = settings or AdapterSettings.from_env()
+    admission = Admission(settings.max_queue)
+    app = FastAPI(title="SemIf adapter", version="1", docs_url="/docs", redoc_url=None, redirect_slashes=False)
+    app.state.holder, app.state.admission, app.state.settings = holder, admission, settings
+    app.add_middleware(_Gate, api_key=settings.api_key)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException):
@@ -226,15 +201,74 @@ def create_app(holder: EngineHolder) -> FastAPI:
 
     @app.exception_handler(HTTPProblem)
     async def _problem(_: Request, exc: HTTPProblem):
-        return problem(exc.status, exc.error_type, exc.message)
+        return problem(exc.status, exc.error_type, exc.message, exc.headers)
+
+    @app.exception_handler(Stopped)
+    async def _stopped(_: Request, exc: Stopped):
+        headers = {"Retry-After": str(admission.retry_after())} if exc.status in (429, 503) else None
+        return problem(exc.status, exc.error_type, exc.message, headers)
+
+    @app.exception_handler(Invalid)
+    async def _invalid(_: Request, exc: Invalid):
+        return invalid(exc.errors)
 
     @app.exception_handler(RequestError)
     async def _request_error(_: Request, exc: RequestError):
         return invalid(exc.to_detail())
 
-    @app.exception_handler(_Invalid)
-    async def _invalid(_: Request, exc: _Invalid):
-        return invalid(exc.errors)
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception):  # a bug, not the client's fault: still JSON
+        log.exception("unexpected error")
+        return problem(500, "internal_error", f"{type(exc).__name__}: the adapter failed on this request")
+
+    async def body_json(request: Request, systemone: bool = False) -> Any:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in ("application/json", "") and not ctype.endswith("+json"):
+            raise HTTPProblem(415, "unsupported_media_type",
+                              f"Content-Type {ctype!r} is not supported: send application/json")
+        raw = await read_raw(request, settings)
+        body = await run_in_threadpool(decode, raw, request.headers.get("content-encoding"), settings.max_decoded)
+        try:
+            if not body.strip():
+                raise ValueError("empty body: send a JSON document")
+            return parse_json(body, settings.max_depth)
+        except ValueError as exc:
+            msg = f"body is not valid JSON: {exc}"
+            if systemone:  # FastAPI's shape, as TypeSafe's client expects
+                pos = getattr(exc, "pos", 0)
+                raise Invalid([{"loc": ["body", pos], "msg": msg, "type": "json_invalid"}]) from None
+            raise HTTPProblem(400, "invalid_json", msg) from None
+
+    async def run_budgeted(request: Request, work: Callable[[RequestBudget], Any]) -> Any:
+        """Queue bound, deadline, engine lock, and cancellation when the client disconnects."""
+        budget = RequestBudget(settings.request_timeout)
+        admission.enter(budget)
+        t0 = time.monotonic()
+
+        def locked() -> Any:
+            engine = holder.get()
+            while not engine.lock.acquire(timeout=0.1):  # queued: still stops on deadline or cancel
+                budget.check()
+            budget.working = True
+            try:
+                budget.check()
+                return work(budget)
+            finally:
+                engine.lock.release()
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(0.25)
+                if await request.is_disconnected():
+                    budget.cancel(499, "client_closed", "the client closed the connection")
+                    return
+
+        watcher = asyncio.create_task(watch())
+        try:
+            return await run_in_threadpool(locked)
+        finally:
+            watcher.cancel()
+            admission.leave(budget, time.monotonic() - t0)
 
     @app.get("/ping")
     def ping():
@@ -243,30 +277,35 @@ def create_app(holder: EngineHolder) -> FastAPI:
 
     @app.post("/invocations")
     async def invocations(request: Request):
-        payload = await read_json(request)
+        payload = await body_json(request)
         engine = holder.get()
-        return await run_in_threadpool(score_payload, engine, payload, holder.policies)
+        inv = parse_invocation(payload, holder.policies, settings)
+        return await run_budgeted(request, lambda budget: score_invocation(engine, inv, budget))
 
     @app.post("/v1/systemone")
     async def systemone(request: Request):
-        check_auth(request)
-        payload = await read_json(request)
+        payload = await body_json(request, systemone=True)
         engine = holder.get()
-        return await run_in_threadpool(score_systemone, engine, payload)
+        req, rows = parse_systemone(engine, payload, settings)
+        return await run_budgeted(request, lambda budget: score_systemone(engine, req, rows, budget))
 
     @app.get("/v1/models")
-    def models(request: Request):
-        check_auth(request)
+    def models():
         engine = holder.get()
-        name, aliases = model_names(engine)
+        name, aliases = model_names(engine, settings)
         desc = f"{engine.info.description} via llama.cpp; readout {engine.info.default_readout}"
         return {"models": [{"name": n, "description": desc if n == name else f"alias of {name}",
-                            "release_date": None} for n in (name, *aliases)]}
+                            "release_date": settings.model_release_date or engine.info.release_date}
+                           for n in (name, *aliases)]}
 
     @app.get("/info")
     def info():
         engine = holder.get()
         return {"model": engine.info.public(), "readouts": ["letters", "option-words"],
+                "debias": ["none", "content-free"],
+                "limits": {"request_timeout_s": settings.request_timeout, "max_queue": settings.max_queue,
+                           "max_rows": settings.max_rows, "max_cost": settings.max_cost,
+                           "max_body_bytes": settings.max_body},
                 "policies": {pid: {"name": p.name, "threshold": p.threshold, "temperature": p.temperature,
                                    "model_matches": pid not in holder.policies.mismatched()}
                              for pid, p in holder.policies.policies.items()}}
@@ -274,60 +313,25 @@ def create_app(holder: EngineHolder) -> FastAPI:
     return app
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
+class _Gate:
+    """Pure ASGI middleware in front of every route: `/x/` is served as `/x` (no redirect with an
+    empty body), and with an API key set every path but /ping needs it (docs and schema too)."""
 
+    def __init__(self, app, api_key: str | None):
+        self.app, self.api_key = app, api_key
 
-def load_policies(engine) -> PolicySet:
-    """SM_SEMIF_POLICY (files/folders, comma-separated) and policy*.json beside the model."""
-    from pathlib import Path
-
-    from .policy import discover_policies
-
-    model_dir = Path(engine.info.path).parent if engine.info.source == "sagemaker" else None
-    found = discover_policies(model_dir, os.environ.get("SM_SEMIF_POLICY"))
-    if found:
-        log.info("enforcing policies: %s", ", ".join(found))
-    return PolicySet(found, engine.info.sha256)
-
-
-def serve(host: str, port: int, loader: Callable[[], Any], log_level: str = "info") -> int:
-    """Run until SIGTERM/SIGINT (uvicorn shuts down gracefully); returns the exit code."""
-    holder = EngineHolder(loader, load_policies)
-    holder.start()
-    sock = bind_socket(host, port)
-    bound = sock.getsockname()[1]
-    print(f"SEMIF_ADAPTER_PORT={bound}", flush=True)
-    print(f"semif adapter listening on http://{host}:{bound} (model loading in background)", file=sys.stderr, flush=True)
-    config = uvicorn.Config(create_app(holder), log_level=log_level, access_log=log_level == "debug",
-                            timeout_graceful_shutdown=25)
-    server = GracefulServer(config)
-    server.run(sockets=[sock])
-    return 0
-
-
-class GracefulServer(uvicorn.Server):
-    """uvicorn re-raises SIGTERM after its graceful shutdown, so the process would die by the
-    signal (exit 143). SageMaker and tests expect a clean exit 0 after a drained shutdown."""
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        old = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
-
-
-def default_port() -> int:
-    return int(os.environ.get("SAGEMAKER_BIND_TO_PORT") or 8080)
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        if len(path) > 1 and path.endswith("/"):
+            scope = {**scope, "path": path.rstrip("/") or "/", "raw_path": path.rstrip("/").encode() or b"/"}
+        if self.api_key and scope["path"] != "/ping":
+            headers = dict(scope.get("headers") or [])
+            scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer" or not given.strip():
+                return await problem(401, "authentication_error",
+                                     "missing API key: send 'Authorization: Bearer <key>'")(scope, receive, send)
+            if not hmac.compare_digest(given.strip().encode(), self.api_key.encode()):
+                return await problem(401, "authentication_error", "invalid API key")(scope, receive, send)
+        return await self.app(scope, receive, send)

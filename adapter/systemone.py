@@ -13,29 +13,50 @@ Question ids are the caller's and never shown to the model; the answers come bac
 """
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .schema import DecisionRequest, MAX_OPTIONS, Option, State, _check_state, finite
+from .schema import MAX_OPTIONS, DecisionRequest, Option, State, _check_state, finite, state_text
 
 MAX_CHOICES = 255
 NOUL_QUESTION = "Is the following true for this state? Answer true or false."
 
 
+Text = Union[str, dict[str, Any], list[Any]]  # structured text: shown to the model like a state
+
+
+def text_of(value: Text | None, *, one_line: bool = False) -> str:
+    """Instructions and criteria may be strings, objects or arrays: strings verbatim, the others as
+    JSON (indented like a state; on one line where it becomes an option's description)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value.strip()
+    return json.dumps(value, ensure_ascii=False) if one_line else state_text(value)
+
+
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    instructions: str | None = Field(default=None, max_length=8000)
+    instructions: Text | None = None
+
+    @field_validator("instructions")
+    @classmethod
+    def _instructions_size(cls, v: Any) -> Any:
+        if v is not None and len(text_of(v)) > 8000:
+            raise ValueError("instructions are longer than 8000 characters")
+        return v
 
 
 class NoulQuestion(_Base):
     type: Literal["noul"]
-    criteria: dict[Literal["true", "false"], str | None] | None = None
+    criteria: dict[Literal["true", "false"], Text | None] | None = None
 
 
 class ChoiceQuestion(_Base):
     type: Literal["choice"]
-    criteria: dict[str, str | None] = Field(min_length=2, max_length=MAX_CHOICES)
+    criteria: dict[str, Text | None] = Field(min_length=2, max_length=MAX_CHOICES)
 
     @field_validator("criteria")
     @classmethod
@@ -48,34 +69,39 @@ class ChoiceQuestion(_Base):
 
 class ScoreQuestion(_Base):
     type: Literal["score"]
-    criteria: list[str] = Field(min_length=2, max_length=10,
-                                description="ordered level descriptions, level 0 first (a list, not a map)")
+    criteria: list[Text] = Field(min_length=2, max_length=10,
+                                 description="ordered level descriptions, level 0 first (a list, not a map)")
 
 
 SystemOneQuestion = Annotated[Union[NoulQuestion, ChoiceQuestion, ScoreQuestion], Field(discriminator="type")]
 
 
 class SystemOneRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown top-level fields are ignored (clients send e.g. `seed`), as TypeSafe's API does;
+    inside a question they are errors, so a misspelt `criteria` is not silently dropped."""
+
+    model_config = ConfigDict(extra="ignore")
     model: str = Field(min_length=1)
     state: State
     questions: dict[str, SystemOneQuestion] = Field(min_length=1, max_length=256)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_extensions(cls, data: Any) -> Any:
-        if isinstance(data, dict):  # x_-prefixed fields are extensions: accepted and ignored
-            return {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x_"))}
-        return data
+    assets: Any = None
 
     @field_validator("state")
     @classmethod
     def _state(cls, v: Any) -> Any:
         return _check_state(v)
 
+    @field_validator("assets")
+    @classmethod
+    def _no_assets(cls, v: Any) -> Any:
+        if v:
+            raise ValueError("images need a vision-language model; this adapter serves a text model: "
+                             "send the content as text in state")
+        return None
+
 
 def _question_text(q, default: str) -> str:
-    return (q.instructions or "").strip() or default
+    return text_of(q.instructions) or default
 
 
 def to_rows(req: SystemOneRequest) -> list[DecisionRequest]:
@@ -84,16 +110,16 @@ def to_rows(req: SystemOneRequest) -> list[DecisionRequest]:
     for qid, q in req.questions.items():
         if q.type == "noul":
             crit = q.criteria or {}
-            options = [Option(id="true", description=crit.get("true") or "yes"),
-                       Option(id="false", description=crit.get("false") or "no")]
+            options = [Option(id="true", description=text_of(crit.get("true"), one_line=True) or "yes"),
+                       Option(id="false", description=text_of(crit.get("false"), one_line=True) or "no")]
             text = _question_text(q, NOUL_QUESTION)
             readout = None
         elif q.type == "choice":
-            options = [Option(id=name, description=desc or "") for name, desc in q.criteria.items()]
+            options = [Option(id=name, description=text_of(desc, one_line=True)) for name, desc in q.criteria.items()]
             text = _question_text(q, "Which of the options fits this state best?")
             readout = "option-words" if len(options) > MAX_OPTIONS else None
         else:
-            options = [Option(id=str(i), description=desc) for i, desc in enumerate(q.criteria)]
+            options = [Option(id=str(i), description=text_of(desc, one_line=True)) for i, desc in enumerate(q.criteria)]
             text = _question_text(q, "Which level fits this state?")
             readout = None
         fields = dict(id=qid, state=req.state, question=text, options=options, readout=readout)
@@ -125,7 +151,7 @@ def to_answer(q, result: dict) -> dict:
         return {"type": "choice", "choice": ids[max(range(len(ids)), key=probs.__getitem__)],
                 "probabilities": dict(zip(ids, probs)), "confidence": choice_confidence(probs), **extra}
     return {"type": "score", "score": finite(sum(i * p for i, p in enumerate(probs))),
-            "legend": {str(i): d for i, d in enumerate(q.criteria)},
+            "legend": {str(i): d for i, d in enumerate(q.criteria)},  # as the caller sent them
             "probabilities": {str(i): p for i, p in enumerate(probs)}, "confidence": score_confidence(probs), **extra}
 
 

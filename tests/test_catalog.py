@@ -27,7 +27,7 @@ def fake_model(tmp_path, monkeypatch, parts: list[bytes], name: str = "fakechunk
     whole = b"".join(parts)
     return ShippedModel(name=name, title="Fake", file_name=f"{name}.gguf", size=len(whole),
                         sha256=hashlib.sha256(whole).hexdigest(), license="test", source="test",
-                        default_readout="letters", default_debias="none", role="test", measured="-",
+                        default_readout="letters", default_debias="none", role="test", measured="-", release_date="2026-01-01",
                         chunks=tuple(chunks))
 
 

@@ -158,3 +158,12 @@ def test_sigterm_exits_cleanly():
     assert httpx.get(srv.url + "/ping").status_code == 200
     assert srv.stop(signal.SIGTERM) == 0
     assert any("Shutting down" in line or "Finished server process" in line for line in srv.lines)
+
+
+def test_engine_errors_inside_arrays_name_the_row(adapter_server):
+    """A row the engine itself refuses (too long for the context) is named by its index."""
+    res = post(adapter_server, [routing_row("fine"), routing_row("lorem ipsum dolor " * 600, "r2")])
+    assert res.status_code == 422 and res.json()["detail"][0]["loc"] == [1, "state"]
+    res = post(adapter_server, {"state": "lorem ipsum dolor " * 600,
+                                "questions": [{k: v for k, v in routing_row("x").items() if k != "state"}]})
+    assert res.status_code == 422 and res.json()["detail"][0]["loc"] == ["questions", 0, "state"]

@@ -150,7 +150,9 @@ def test_many_choices_past_26(server):
     ({**ALL_TYPES, "questions": {}}, ["body", "questions"]),
     ({k: v for k, v in ALL_TYPES.items() if k != "state"}, ["body", "state"]),
     ({**ALL_TYPES, "state": ""}, ["body", "state"]),
-    ({**ALL_TYPES, "colour": "red"}, ["body", "colour"]),
+    ({**ALL_TYPES, "questions": {"q": {"type": "choice", "criterias": {"a": None, "b": None}}}},
+     ["body", "questions", "q", "choice"]),
+    ({**ALL_TYPES, "assets": {"img-1": {"type": "image", "data_base64": "AAAA"}}}, ["body", "assets"]),
 ])
 def test_validation_errors_are_422_with_loc(server, body, loc):
     res = post(server, body)
@@ -161,11 +163,15 @@ def test_validation_errors_are_422_with_loc(server, body, loc):
 
 def test_x_fields_are_accepted_unknown_model_is_400_and_404_shape(server):
     assert post(server, {**ALL_TYPES, "x_trace_id": "abc"}).status_code == 200
+    assert post(server, {**ALL_TYPES, "seed": 7, "colour": "red"}).status_code == 200  # unknown top level: ignored
     res = post(server, {**ALL_TYPES, "model": "gpt-9"})
     assert res.status_code == 400 and res.json()["detail"]["error_type"] == "invalid_request_error"
     res = httpx.get(server.url + "/v1/nothing")
     assert res.status_code == 404 and res.json()["detail"]["error_type"] == "not_found"
-    assert post(server, None, raw=b"{nope").status_code == 400
+    bad = post(server, None, raw=b'{"model": "jev-latest", nope')
+    assert bad.status_code == 422  # FastAPI's shape: where in the body, and what
+    (err,) = bad.json()["detail"]
+    assert err["loc"] == ["body", 24] and err["type"] == "json_invalid" and "JSON" in err["msg"]
 
 
 def test_compressed_bodies(server):
@@ -208,3 +214,43 @@ def test_workbench_target_against_our_server(auth_server, monkeypatch):
     wrong = SystemOneTarget("s1", {"url": auth_server.url, "model": "house-model"})
     (res,) = wrong.decide([request_for(policy, "x", "t2")])
     assert not res.ok and "HTTP 401" in res.error
+
+
+def test_the_official_client_talks_to_us(server):
+    """TypeSafe's own SDK (typesafe-sdk on PyPI): models.list() validates release_date, system_one
+    sends zstd bodies and parses every answer type."""
+    from typesafe_sdk import Choice, Noul, Score, TypeSafeClient
+
+    with TypeSafeClient(api_key="any-key", base_url=server.url, model="jev-latest") as client:
+        models = client.models.list()
+        names = [m.name for m in models.models]
+        assert names[1:] == ["jev-latest", "semif-latest"] and all(len(m.release_date) == 10 for m in models.models)
+        out = client.system_one(
+            state={"ticket": "Customer Ann was charged twice for order #4411.", "history": ["asked for a refund"]},
+            questions={"refund": Noul(instructions="Does the customer ask for money back?"),
+                       "queue": Choice(instructions={"task": "route the ticket", "queues": "billing or access"},
+                                       criteria={"billing": {"covers": ["charges", "refunds"]}, "access": None}),
+                       "mood": Score(instructions="How upset is the customer?", criteria=["calm", "annoyed", "furious"])})
+    assert 0 <= out.answers["refund"].noul <= 1
+    assert out.answers["queue"].choice in ("billing", "access")
+    assert {str(k) for k in out.answers["mood"].probabilities} == {"0", "1", "2"}  # the SDK keys levels by int
+
+
+def test_structured_instructions_and_criteria_are_rendered_like_states():
+    req = request(q={"type": "choice", "instructions": {"task": "route", "queues": ["a", "b"]},
+                     "criteria": {"billing": {"covers": ["charges"]}, "access": ["sign-in", "2FA"]}},
+                  n={"type": "noul", "criteria": {"true": {"means": "refund asked"}, "false": None}},
+                  s={"type": "score", "criteria": [{"level": "calm"}, "angry"]})
+    q, n, s = to_rows(req)
+    assert q.question == json.dumps({"task": "route", "queues": ["a", "b"]}, indent=2)
+    assert [o.description for o in q.options] == ['{"covers": ["charges"]}', '["sign-in", "2FA"]']
+    assert n.options[0].description == '{"means": "refund asked"}' and n.options[1].description == "no"
+    assert s.options[0].description == '{"level": "calm"}'
+
+
+def test_255_choices_fit_the_default_context(server):
+    crit = {f"department-{i:03d}": f"requests handled by department {i}" for i in range(255)}
+    res = post(server, {"model": "jev-latest", "state": "Please forward this to the right department.",
+                        "questions": {"q": {"type": "choice", "criteria": crit}}})
+    assert res.status_code == 200, res.text
+    assert len(res.json()["answers"]["q"]["probabilities"]) == 255

@@ -1,0 +1,96 @@
+"""How much work the adapter takes on, and when it stops: a bounded queue, a per-request budget.
+
+- `Admission`: at most `max_queue` requests waiting for or holding the engine; the next one gets a
+  429 with `Retry-After` (estimated from recent service times) instead of an ever longer wait.
+- `RequestBudget`: a deadline (SM_SEMIF_REQUEST_TIMEOUT, SageMaker's own 60 s by default) plus a
+  cancel switch (client gone, shutting down). The engine calls `check()` between forward passes
+  and llama.cpp's abort callback asks `should_stop()` during one, so a request stops within
+  milliseconds of its deadline or cancellation.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+
+class Stopped(Exception):
+    """Work stopped early: `status` and `error_type` say why for the HTTP answer."""
+
+    def __init__(self, status: int, error_type: str, message: str):
+        super().__init__(message)
+        self.status, self.error_type, self.message = status, error_type, message
+
+
+@dataclass(eq=False)  # identity: budgets live in a set
+class RequestBudget:
+    timeout: float
+    started: float = 0.0
+    working: bool = False  # the engine is ours: past this point a deadline is the request's own cost
+    _reason: Stopped | None = None
+
+    def __post_init__(self) -> None:
+        self.started = self.started or time.monotonic()
+
+    def remaining(self) -> float:
+        return self.timeout - (time.monotonic() - self.started)
+
+    def cancel(self, status: int, error_type: str, message: str) -> None:
+        if self._reason is None:
+            self._reason = Stopped(status, error_type, message)
+
+    def should_stop(self) -> bool:
+        return self._reason is not None or self.remaining() <= 0
+
+    def check(self) -> None:
+        """Raise why the work must stop. A deadline passed while queued is the server's load (503,
+        worth a retry); passed during the request's own work, the request is too big for the
+        deadline (413: a retry would cost the same again, so clients must not retry it)."""
+        if self._reason is not None:
+            raise self._reason
+        if self.remaining() <= 0:
+            if not self.working:
+                raise Stopped(503, "overloaded", f"waited {self.timeout:g} s (SM_SEMIF_REQUEST_TIMEOUT) for the engine "
+                              "behind other requests: retry after the Retry-After seconds")
+            raise Stopped(413, "deadline_exceeded",
+                          f"the request needs more than {self.timeout:g} s of compute (SM_SEMIF_REQUEST_TIMEOUT): "
+                          "send fewer rows, options or permutations per request, or a shorter state")
+
+
+class Admission:
+    """A counter of requests in the adapter, with the queue bound and the in-flight budgets (so a
+    shutdown can cancel them)."""
+
+    def __init__(self, max_queue: int):
+        self.max_queue = max_queue
+        self._lock = threading.Lock()
+        self._active: set[RequestBudget] = set()
+        self._service = 1.0  # moving average of seconds per request, for Retry-After
+        self.draining = False
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    def enter(self, budget: RequestBudget) -> None:
+        with self._lock:
+            if self.draining:
+                raise Stopped(503, "shutting_down", "the adapter is shutting down: retry on another instance")
+            if len(self._active) >= self.max_queue:
+                raise Stopped(429, "queue_full", f"{len(self._active)} requests are already queued (SM_SEMIF_MAX_QUEUE="
+                              f"{self.max_queue}): retry after the Retry-After seconds")
+            self._active.add(budget)
+
+    def leave(self, budget: RequestBudget, seconds: float) -> None:
+        with self._lock:
+            self._active.discard(budget)
+            self._service = 0.8 * self._service + 0.2 * seconds
+
+    def retry_after(self) -> int:
+        return max(1, math.ceil(self._service * max(1, len(self._active))))
+
+    def cancel_all(self, status: int, error_type: str, message: str) -> int:
+        with self._lock:
+            for b in self._active:
+                b.cancel(status, error_type, message)
+            return len(self._active)

@@ -1,0 +1,163 @@
+"""A seeded fuzz run: 1,000 hostile bodies of every class we know (malformed and non-UTF-8 JSON,
+deep nesting, 5,000-digit integers, NaN, unhashable ids, wrong types in every field, huge strings,
+too many options/rows, broken and bomb-ish encodings, odd content types, trailing slashes) against
+both endpoints of a real adapter. The contract: never a 5xx, always a JSON body."""
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import random
+import sys
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+import zstandard
+
+from tests.conftest import ServerProcess
+
+N_CASES = 1000
+# short, so the valid bodies (the model runs on them) keep the run quick; the shapes are complete
+ROW = {"id": "r1", "state": "Where is my parcel?", "question": "Queue?",
+       "options": [{"id": "billing", "description": "money"}, {"id": "shipping"}], "examples": []}
+S1 = {"model": "jev-latest", "state": "I was charged twice.",
+      "questions": {"q": {"type": "choice", "criteria": {"billing": "money", "access": None}},
+                    "s": {"type": "score", "instructions": "Tone?", "criteria": ["calm", "angry"]}}}
+WEIRD = [None, True, 0, -1, 1e308, "", " ", "x" * 800, [], {}, [[]], {"a": {}}, [1, "a", None], "\u0000",
+         "<|im_end|>", 10 ** 40, -0.0]
+
+
+def deep(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+def paths(obj, prefix=()):
+    """Every (path) to a value inside a JSON document."""
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from paths(v, (*prefix, i))
+
+
+def put(obj, path, value):
+    if not path:
+        return value
+    obj = copy.deepcopy(obj)
+    cur = obj
+    for p in path[:-1]:
+        cur = cur[p]
+    cur[path[-1]] = value
+    return obj
+
+
+def case(rng: random.Random) -> tuple[str, bytes, dict]:
+    """(path, body bytes, headers) of one hostile request."""
+    path = rng.choice(["/invocations", "/v1/systemone", "/invocations/", "/v1/systemone/"])
+    base = S1 if "systemone" in path else rng.choice([ROW, [ROW, ROW], {"state": "s", "questions": [
+        {k: v for k, v in ROW.items() if k not in ("state",)}]}])
+    headers = {"content-type": "application/json"}
+    kind = rng.randrange(12)
+    if kind == 11 and rng.random() < 0.7:  # keep valid (model-running) bodies to a few percent
+        kind = 0
+    if kind == 0:  # a field replaced by a value of the wrong type
+        target = rng.choice(list(paths(base)))
+        body = json.dumps(put(base, target, rng.choice(WEIRD))).encode()
+    elif kind == 1:  # a field deleted
+        target = rng.choice([p for p in paths(base) if p]) if base else ()
+        doc = copy.deepcopy(base)
+        cur = doc
+        for p in target[:-1]:
+            cur = cur[p]
+        del cur[target[-1]]
+        body = json.dumps(doc).encode()
+    elif kind == 2:  # deep nesting somewhere
+        target = rng.choice(list(paths(base)))
+        text = json.dumps(put(base, target, "@@"))
+        body = text.replace('"@@"', deep(rng.choice([70, 999, 1000, 5000, 50000]))).encode()
+    elif kind == 3:  # a 5,000-digit integer, NaN or Infinity
+        target = rng.choice(list(paths(base)))
+        lit = rng.choice(["9" * 5000, "-" + "1" * 4400, "NaN", "Infinity", "-Infinity", "1e99999"])
+        body = json.dumps(put(base, target, "@@")).replace('"@@"', lit).encode()
+    elif kind == 4:  # unhashable or odd policy ids and question items
+        doc = copy.deepcopy(ROW if not isinstance(base, list) else base[0])
+        doc["policy_id"] = rng.choice([[], {}, [1], {"a": 1}, 5, None, "nope"])
+        body = json.dumps(rng.choice([doc, [doc], {"state": "s", "questions": [doc, [1], "q", None]}])).encode()
+    elif kind == 5:  # malformed JSON and non-UTF-8
+        good = json.dumps(base).encode()
+        body = rng.choice([good[: rng.randrange(len(good))], b"\xff\xfe" + good, good + b"}", b"{'a': 1}",
+                           bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))), b"", b"   ", b"null",
+                           b"[]", b"\"s\"", b"123"])
+    elif kind == 6:  # encodings: wrong, truncated, garbage, bomb-ish
+        good = json.dumps(base).encode()
+        enc = rng.choice(["gzip", "zstd", "deflate", "br", "gzip, zstd", "identity"])
+        headers["content-encoding"] = enc
+        packed = {"gzip": gzip.compress(good), "zstd": zstandard.ZstdCompressor().compress(good),
+                  "deflate": zlib.compress(good)}.get(enc, good)
+        body = rng.choice([packed, packed[: max(1, len(packed) // 2)], b"garbage", zlib.compress(b" " * (20 << 20))])
+    elif kind == 7:  # odd content types
+        headers["content-type"] = rng.choice(["text/plain", "application/x-www-form-urlencoded", "application/json; "
+                                              "charset=latin-1", "multipart/form-data", "application/xml", ""])
+        body = json.dumps(base).encode()
+    elif kind == 8:  # huge strings
+        target = rng.choice(list(paths(base)))
+        body = json.dumps(put(base, target, "x" * rng.choice([300_000, 2_000_000]))).encode()
+    elif kind == 9:  # too many options, rows or questions
+        if "systemone" in path:
+            doc = copy.deepcopy(S1)
+            doc["questions"]["q"]["criteria"] = {f"c{i}": None for i in range(rng.choice([1, 256, 1000]))}
+        else:
+            doc = rng.choice([{**ROW, "options": [{"id": f"o{i}"} for i in range(rng.choice([1, 27, 300]))]},
+                              [ROW] * rng.choice([0, 257, 2000]), {"state": "s", "questions": []}])
+        body = json.dumps(doc).encode()
+    elif kind == 10:  # structure swapped: objects for arrays and back
+        body = json.dumps(rng.choice([{"0": ROW}, [[ROW]], [S1], {"questions": {"a": ROW}, "state": "s"},
+                                      {**S1, "questions": list(S1["questions"].values())},
+                                      {**S1, "questions": {"q": {"type": "box"}}}])).encode()
+    else:  # valid, so the model really runs between the hostile ones
+        body = json.dumps(base).encode()
+    return path, body, headers
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ServerProcess([sys.executable, "-m", "adapter", "serve", "--port", "0"],
+                        env={"SM_SEMIF_REQUEST_TIMEOUT": "30"})
+    yield srv
+    srv.stop()
+
+
+def test_fuzz_never_5xx_always_json(server, capsys):
+    rng = random.Random(20261201)
+    cases = [case(rng) for _ in range(N_CASES)]
+    statuses: dict[int, int] = {}
+    failures = []
+    t0 = time.perf_counter()
+
+    def send(c):
+        path, body, headers = c
+        res = client.post(server.url + path, content=body, headers=headers)
+        try:
+            payload = res.json()
+        except ValueError:
+            payload = None
+        return path, body[:120], res.status_code, payload
+
+    # two clients: validation of one overlaps the model's work on the other; the deadline is generous
+    # because a queue wait is load, not the body's fault
+    with httpx.Client(timeout=60) as client, ThreadPoolExecutor(2) as pool:
+        for path, head, status, payload in pool.map(send, cases):
+            statuses[status] = statuses.get(status, 0) + 1
+            if status >= 500 or payload is None or (status >= 400 and "detail" not in payload):
+                failures.append((path, head, status, payload))
+    took = time.perf_counter() - t0
+    with capsys.disabled():
+        print(f"\nfuzz: {N_CASES} requests in {took:.0f} s, statuses {dict(sorted(statuses.items()))}")
+    assert not failures, failures[:5]
+    assert statuses.get(200, 0) >= 40 and sum(v for k, v in statuses.items() if 400 <= k < 500) >= 700
+    assert server.proc.poll() is None and httpx.get(server.url + "/ping").status_code == 200

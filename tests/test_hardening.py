@@ -1,0 +1,200 @@
+"""The adapter under hostile input and operations: bombs, auth on every route, deadlines, a bounded
+queue, clients that leave, bodies that stop arriving, SIGTERM during work, and a fuzz run."""
+from __future__ import annotations
+
+import gzip
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+import zlib
+
+import httpx
+import pytest
+import zstandard
+
+from tests.conftest import ServerProcess, routing_row
+
+J = {"content-type": "application/json"}
+LONG_STATE = "The nightly export failed again and the customer wrote a long complaint about it. " * 260  # ~4k tokens
+LIMITS = {"SM_SEMIF_REQUEST_TIMEOUT": "2", "SM_SEMIF_BODY_TIMEOUT": "1", "SM_SEMIF_MAX_QUEUE": "2",
+          "SM_SEMIF_MAX_ROWS": "8", "SM_SEMIF_MAX_COST": "200", "SM_SEMIF_SHUTDOWN_GRACE": "2"}
+
+
+def serve(env: dict | None = None) -> ServerProcess:
+    return ServerProcess([sys.executable, "-m", "adapter", "serve", "--port", "0"], env={**LIMITS, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def limited():
+    srv = serve()
+    yield srv
+    srv.stop()
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def bomb(encoding: str, size: int = 1 << 30) -> bytes:
+    """`size` bytes of spaces after '[', compressed as a stream (never held in memory here)."""
+    block = b" " * (1 << 20)
+    if encoding == "zstd":
+        c = zstandard.ZstdCompressor(level=3).compressobj()
+        out = [c.compress(b"[")] + [c.compress(block) for _ in range(size >> 20)] + [c.flush()]
+    else:
+        c = zlib.compressobj(9, zlib.DEFLATED, 31 if encoding == "gzip" else 15)
+        out = [c.compress(b"[")] + [c.compress(block) for _ in range(size >> 20)] + [c.flush()]
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "zstd"])
+def test_compression_bomb_is_refused_without_inflating(limited, encoding, capsys):
+    body = bomb(encoding)
+    assert len(body) < 6 * 1024 * 1024
+    before = peak_rss_mb(limited.proc.pid)
+    res = httpx.post(limited.url + "/invocations", content=body, headers={**J, "content-encoding": encoding}, timeout=60)
+    after = peak_rss_mb(limited.proc.pid)
+    assert res.status_code == 413 and res.json()["detail"]["error_type"] == "payload_too_large"
+    assert "SM_SEMIF_MAX_DECODED_BYTES" in res.json()["detail"]["message"]
+    with capsys.disabled():
+        print(f"\n{encoding} bomb ({len(body) / 1e6:.2f} MB -> 1 GiB): peak RSS {before:.0f} -> {after:.0f} MB")
+    assert after - before < 64
+
+
+def test_truncated_and_corrupt_encodings_are_400_saying_so(limited):
+    raw = json.dumps(routing_row("x" * 4000)).encode()
+    for enc, data in (("zstd", zstandard.ZstdCompressor().compress(raw)), ("gzip", gzip.compress(raw))):
+        res = httpx.post(limited.url + "/invocations", content=data[: len(data) // 2], headers={**J, "content-encoding": enc})
+        assert res.status_code == 400 and "truncated" in res.json()["detail"]["message"], res.text
+    res = httpx.post(limited.url + "/invocations", content=b"not zstd at all", headers={**J, "content-encoding": "zstd"})
+    assert res.status_code == 400 and res.json()["detail"]["error_type"] == "invalid_encoding"
+
+
+def test_every_route_but_ping_needs_the_key():
+    srv = serve({"SM_SEMIF_API_KEY": "s3cret"})
+    try:
+        routes = [("GET", "/info"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/v1/models"),
+                  ("POST", "/invocations"), ("POST", "/invocations/"), ("POST", "/v1/systemone"), ("GET", "/nope")]
+        for method, path in routes:
+            res = httpx.request(method, srv.url + path, json=routing_row("x"))
+            assert res.status_code == 401 and res.json()["detail"]["error_type"] == "authentication_error", path
+        assert httpx.get(srv.url + "/ping").status_code == 200  # SageMaker's health check carries no key
+        key = {"authorization": "Bearer s3cret"}
+        assert httpx.get(srv.url + "/openapi.json", headers=key).status_code == 200
+        assert httpx.post(srv.url + "/invocations", json=routing_row("x"), headers=key).status_code == 200
+    finally:
+        srv.stop()
+
+
+def test_bad_shapes_are_json_4xx_naming_the_field(limited):
+    cases = [
+        ({**routing_row("x"), "policy_id": []}, ["policy_id"]),
+        ({**routing_row("x"), "policy_id": {}}, ["policy_id"]),
+        ([routing_row("x"), {**routing_row("y"), "policy_id": ["a"]}], [1, "policy_id"]),
+        ({"state": "s", "questions": [{"policy_id": {}}]}, ["questions", 0, "policy_id"]),
+        ({**routing_row("x"), "options": 7, "policy_id": None}, ["options"]),
+    ]
+    for body, loc in cases:
+        res = httpx.post(limited.url + "/invocations", json=body)
+        assert res.status_code == 422, res.text
+        assert res.json()["detail"][0]["loc"][: len(loc)] == loc
+    deep = b'{"id": "d", "state": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    for path in ("/invocations", "/v1/systemone"):
+        for body in (deep, zstandard.ZstdCompressor().compress(deep)):
+            headers = {**J, "content-encoding": "zstd"} if body is not deep else J
+            res = httpx.post(limited.url + path, content=body, headers=headers)
+            assert res.status_code in (400, 422) and "nested" in json.dumps(res.json()), res.text
+    huge = json.dumps(routing_row("x"))[:-1] + ', "permute": ' + "9" * 5000 + "}"
+    res = httpx.post(limited.url + "/invocations", content=huge, headers=J)
+    assert res.status_code == 400 and "4300 digits" in res.json()["detail"]["message"]
+    slash = httpx.post(limited.url + "/invocations/", json=routing_row("Where is my parcel?"))
+    assert slash.status_code == 200 and slash.json()["option_ids"][0] == "access"
+
+
+def test_caps_on_rows_and_option_readings(limited):
+    res = httpx.post(limited.url + "/invocations", json=[routing_row(f"s{i}", str(i)) for i in range(9)])
+    assert res.status_code == 422 and "SM_SEMIF_MAX_ROWS" in res.json()["detail"][0]["msg"]
+    many = {**routing_row("x"), "options": [{"id": f"o{i}"} for i in range(15)], "examples": [], "permute": True}
+    res = httpx.post(limited.url + "/invocations", json=many)  # 15 options x 15 orders = 225 > 200
+    assert res.status_code == 422 and "SM_SEMIF_MAX_COST" in res.json()["detail"][0]["msg"]
+
+
+def test_deadline_answers_413_in_time(limited, capsys):
+    t0 = time.perf_counter()
+    res = httpx.post(limited.url + "/invocations", json=routing_row(LONG_STATE), timeout=60)
+    took = time.perf_counter() - t0
+    with capsys.disabled():
+        print(f"\ndeadline 2 s: answered {res.status_code} after {took:.2f} s")
+    assert res.status_code == 413 and res.json()["detail"]["error_type"] == "deadline_exceeded"
+    assert took < 4
+    assert httpx.post(limited.url + "/invocations", json=routing_row("Lost parcel")).status_code == 200  # still serving
+
+
+def test_full_queue_is_429_with_retry_after_and_a_gone_client_frees_the_engine(limited):
+    results = {}
+
+    def long(i):
+        try:
+            results[i] = httpx.post(limited.url + "/invocations", json=routing_row(LONG_STATE, f"long{i}"), timeout=60)
+        except httpx.HTTPError as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=long, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    res = httpx.post(limited.url + "/invocations", json=routing_row("quick"))
+    assert res.status_code == 429 and int(res.headers["retry-after"]) >= 1 and res.json()["detail"]["error_type"] == "queue_full"
+    for t in threads:
+        t.join()
+    # a client that gives up: its work is dropped, so the next request is not kept waiting for it
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(limited.url + "/invocations", json=routing_row(LONG_STATE, "gone"), timeout=0.5)
+    t0 = time.perf_counter()
+    assert httpx.post(limited.url + "/invocations", json=routing_row("quick after")).status_code == 200
+    assert time.perf_counter() - t0 < 1.8  # well before the abandoned request's 2 s deadline would free it
+
+
+def test_a_body_that_stops_arriving_gets_408(limited):
+    host, port = limited.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 500\r\n\r\n{\"id\": \"slow\"")
+        t0 = time.perf_counter()
+        reply = b""
+        while b"}}" not in reply and time.perf_counter() - t0 < 10:  # headers, then the JSON body
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        took = time.perf_counter() - t0
+        reply = reply.decode()
+    assert reply.startswith("HTTP/1.1 408") and "body_timeout" in reply and took < 3
+
+
+def test_sigterm_during_a_long_request_answers_503_and_exits_in_time(capsys):
+    srv = serve({"SM_SEMIF_REQUEST_TIMEOUT": "60"})
+    box = {}
+
+    def long():
+        box["res"] = httpx.post(srv.url + "/invocations", json=routing_row(LONG_STATE, "long"), timeout=60)
+
+    t = threading.Thread(target=long)
+    t.start()
+    time.sleep(0.7)
+    t0 = time.perf_counter()
+    srv.proc.send_signal(signal.SIGTERM)
+    code = srv.proc.wait(30)
+    exited = time.perf_counter() - t0
+    t.join(10)
+    with capsys.disabled():
+        print(f"\nSIGTERM with a request in flight (grace 2 s): exit {code} after {exited:.2f} s")
+    assert code == 0 and exited < 2 + 2
+    res = box["res"]
+    assert res.status_code == 503 and res.json()["detail"]["error_type"] == "shutting_down"

@@ -460,11 +460,14 @@ class Engine:
         """Score one row. Same input -> same output, bit for bit, cached or fresh."""
         return self.score_many([req], fresh=fresh, budget=budget)[0]
 
-    def score_many(self, rows: list[DecisionRequest], *, fresh: bool = False,
-                   budget: Budget | None = None) -> list[dict]:
+    def score_many(self, rows: list[DecisionRequest], *, fresh: bool = False, budget: Budget | None = None,
+                   together: bool = False) -> list[dict]:
         """Score rows in order, as one unit of work: content-free priors first (so that rows sharing a
-        state still find it in the KV cache), then every row's prompts - the option orders of a
-        permutation, several questions on one state - evaluated together where they share a prefix.
+        state still find it in the KV cache), then the rows. A row's own prompts (the option orders
+        of a permutation) are always evaluated together where they share a prefix. With `together`
+        (several questions on one state: /v1/systemone, shared-state requests) prompts of different
+        rows are too - faster, but a row's last bits then depend on its companions; without it each
+        row gives exactly what it gives alone (what calibration measured).
         `budget.check()` is called between forward passes and raises to stop early."""
         with self.lock:
             if fresh:  # the reference path: nothing from memory or disk
@@ -472,11 +475,11 @@ class Engine:
                 self._priors.clear()
             self._restore, self._budget = not fresh, budget
             try:
-                return self._score_many(rows, budget)
+                return self._score_many(rows, budget, together)
             finally:
                 self._restore, self._budget = True, None
 
-    def _score_many(self, rows: list[DecisionRequest], budget: Budget | None) -> list[dict]:
+    def _score_many(self, rows: list[DecisionRequest], budget: Budget | None, together: bool) -> list[dict]:
         t0 = time.perf_counter()
         settings, rendered = [], []
         for i, req in enumerate(rows):  # every row checked before any work, errors naming their row
@@ -495,14 +498,16 @@ class Engine:
             priors = [self.prior(req, readout, o, budget) for o in orders] if debias == "content-free" else None
             plans.append((req, readout, debias, len(prompts), len(orders), priors))
             prompts += row_prompts
-        # a canonical order: prompts that share a prefix sit together, and the batches (so the
-        # bits) do not depend on the order in which a request listed its questions
-        canon = sorted(range(len(prompts)), key=lambda i: (prompts[i].segments[:-1], prompts[i].segments[-1],
-                                                           prompts[i].labels))
-        evaluated = self.evaluate([prompts[i] for i in canon], budget)
-        runs: list[dict] = [{} for _ in prompts]
-        for i, r in zip(canon, evaluated):
-            runs[i] = r
+        if together:
+            # a canonical order: prompts that share a prefix sit together, and the batches (so the
+            # bits) do not depend on the order in which a request listed its questions
+            canon = sorted(range(len(prompts)), key=lambda i: (prompts[i].segments[:-1], prompts[i].segments[-1],
+                                                               prompts[i].labels))
+            runs: list[dict] = [{} for _ in prompts]
+            for i, r in zip(canon, self.evaluate([prompts[i] for i in canon], budget)):
+                runs[i] = r
+        else:
+            runs = [r for _, _, _, at, n, _ in plans for r in self.evaluate(prompts[at: at + n], budget)]
         seconds = (time.perf_counter() - t0) / max(1, len(rows))
         return [self._result(req, readout, debias, runs[at: at + n], priors, seconds)
                 for req, readout, debias, at, n, priors in plans]
@@ -549,9 +554,9 @@ class Engine:
             out["uncorrected_probabilities"] = [finite(float(p)) for p in np.mean(raw_probs, axis=0)]
         return out
 
-    def score_shared(self, shared: SharedStateRequest) -> list[dict]:
-        """Many questions on one state: the state segment is evaluated once, each question branches."""
-        return self.score_many(shared.rows())
+    def score_shared(self, shared: SharedStateRequest, budget: Budget | None = None) -> list[dict]:
+        """Many questions on one state: the state segment is evaluated once, the questions together."""
+        return self.score_many(shared.rows(), budget=budget, together=True)
 
 
 def _quantization(desc: str, meta: dict) -> str:

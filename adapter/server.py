@@ -145,7 +145,7 @@ def _cap_cost(rows: list[DecisionRequest], settings: AdapterSettings, loc: list 
 
 def score_invocation(engine, inv: Invocation, budget: RequestBudget) -> Any:
     try:
-        results = engine.score_many(inv.rows, budget=budget)
+        results = engine.score_many(inv.rows, budget=budget, together=inv.shape == "shared")
     except RequestError as exc:
         prefix = inv.locs[exc.row] if exc.row is not None else []
         raise Invalid(errors_from(exc, prefix)) from None
@@ -179,7 +179,7 @@ def parse_systemone(engine, payload: Any, settings: AdapterSettings) -> tuple[Sy
 
 def score_systemone(engine, req: SystemOneRequest, rows: list[DecisionRequest], budget: RequestBudget) -> dict:
     try:
-        results = engine.score_many(rows, budget=budget)  # one prefill of the state for all questions
+        results = engine.score_many(rows, budget=budget, together=True)  # one prefill of the state for all questions
     except RequestError as exc:
         qid = rows[exc.row].id if exc.row is not None else None
         raise Invalid(errors_from(exc, ["body", "questions", qid] if qid is not None else ["body"])) from None

@@ -13,9 +13,10 @@ from .inputs import InputError
 from .labeled import import_file
 from .policies import templates, validate_policy
 from .resources_cli import target_by_name
-from .store import Store
+from .store import RunBusy, Store
 
 EXIT_UNREACHABLE = 3
+EXIT_BUSY = 4
 
 
 def resolve_policy(store: Store, ref: str) -> dict:
@@ -71,7 +72,11 @@ def calibrate(args) -> int:
             bar.n = done
             bar.refresh()
 
-        outcome = evaluation.resume_eval(store, run_id, target, progress)
+        try:
+            outcome = evaluation.resume_eval(store, run_id, target, progress)
+        except RunBusy as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BUSY
     print(f"scored {outcome['scored']} rows, reused {outcome['skipped']}, errors {outcome['errors']}", file=sys.stderr)
     cal = evaluation.calibrate_run(store, run_id, target_accuracy=args.target_accuracy, per_option=args.per_option)
     rep, gate = cal["report"], cal["gate"]

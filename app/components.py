@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from . import charts
+from .safe_text import csv_safe, md
 from .store import Store
 
 
@@ -22,19 +23,19 @@ def show_group_results(db: Store, group_id: str, key: str) -> None:
     tops = {r["target_name"]: f["top_option"] for r, f in zip(runs, first) if f and not f["error"]}
     if len(tops) > 1:
         if len(set(tops.values())) > 1:
-            st.warning("⚠ **Disagreement**: " + ", ".join(f"{t} → `{o}`" for t, o in tops.items()))
+            st.warning("⚠ **Disagreement**: " + ", ".join(f"{md(t)} → {md(o)}" for t, o in tops.items()))
         else:
-            st.success(f"All {len(tops)} targets agree on `{next(iter(tops.values()))}`")
+            st.success(f"All {len(tops)} targets agree on {md(next(iter(tops.values())))}")
     cols = st.columns(len(runs))
     for col, run, res in zip(cols, runs, first):
         with col:
             st.subheader(run["target_name"])
-            st.caption(f"{run['target']['kind']} · {run['model'] or 'model unknown'} · run #{run['id']}")
+            st.caption(f"{run['target']['kind']} · {md(run['model'] or 'model unknown')} · run #{run['id']}")
             if res is None:
                 st.info("No result stored.")
                 continue
             if res["error"]:
-                st.error(f"This target failed: {res['error']}")
+                st.error(f"This target failed: {md(res['error'])}")
             else:
                 st.plotly_chart(charts.probability_bars(res["option_ids"], res["probabilities"]),
                                 key=f"{key}-chart-{run['id']}")
@@ -65,4 +66,4 @@ def download_frame(df: pd.DataFrame, filename: str, label: str, key: str) -> Non
     for c in flat.columns:
         if flat[c].map(lambda v: isinstance(v, (list, dict))).any():
             flat[c] = flat[c].map(lambda v: None if v is None else json.dumps(v))
-    st.download_button(label, flat.to_csv(index=False).encode(), file_name=filename, mime="text/csv", key=key)
+    st.download_button(label, csv_safe(flat).to_csv(index=False).encode(), file_name=filename, mime="text/csv", key=key)

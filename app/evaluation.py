@@ -98,7 +98,7 @@ def resume_eval(store: Store, run_id: int, target: Target,
     todo = [(pos, by_key[k]) for pos, k in enumerate(cfg["row_keys"]) if k not in done]
     overrides = {"permute": cfg["permute"]} | {k: cfg[k] for k in ("readout", "debias") if cfg.get(k)}
     tracker = Progress(len(cfg["row_keys"]), progress, already=len(cfg["row_keys"]) - len(todo))
-    store.set_status(run_id, "running")
+    store.take_lease(run_id)  # RunBusy when another process is scoring this run
     try:
         for pos, r in todo:
             req = request_for(cfg["evaluated_policy"], r["state"], r["row_key"], **overrides)
@@ -109,7 +109,7 @@ def resume_eval(store: Store, run_id: int, target: Target,
                 store.set_run_model(run_id, run["model"])
             tracker.tick()
     except BaseException:
-        store.set_status(run_id, "interrupted")
+        store.stop_run(run_id, "interrupted")
         raise
     results = store.results(run_id)
     errors = sum(1 for r in results if r["error"])

@@ -7,6 +7,8 @@ import json
 
 from .runner import Row
 
+MAX_FIELD = 16 * 1024 * 1024  # characters in one CSV cell
+
 
 class InputError(ValueError):
     """Bad input file: `problems` lists 'row N, column C: message' lines; nothing is used."""
@@ -48,13 +50,17 @@ def read_records(filename: str, data: bytes, problems: list[str], required: str 
                 continue
             records.append((n, obj))
     elif name.endswith((".csv", ".tsv", ".txt")):
+        csv.field_size_limit(MAX_FIELD)  # the default 131,072 characters is less than a long log excerpt
         reader = csv.DictReader(io.StringIO(text), dialect="excel-tab" if name.endswith(".tsv") else "excel")
-        header = [f.strip() for f in reader.fieldnames or []]
-        for col in ("state", required):
-            if col and col not in header:
-                raise InputError([f"row 1 (header): no {col!r} column; found {header or 'none'}"])
-        for n, rec in enumerate(reader, 2):
-            records.append((n, {(k or "").strip(): v for k, v in rec.items()}))
+        try:
+            header = [f.strip() for f in reader.fieldnames or []]
+            for col in ("state", required):
+                if col and col not in header:
+                    raise InputError([f"row 1 (header): no {col!r} column; found {header or 'none'}"])
+            for n, rec in enumerate(reader, 2):
+                records.append((n, {(k or "").strip(): v for k, v in rec.items()}))
+        except csv.Error as exc:
+            raise InputError([f"row {reader.line_num}: not readable as CSV ({exc})"]) from None
     else:
         raise InputError([f"{filename}: upload a .csv or .jsonl file"])
     return records

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import time
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -25,7 +27,8 @@ SCHEMA: dict[str, dict] = {
     "runs": {"columns": {"id": int, "group_id": str, "kind": str, "policy_id": str, "policy": str,
                          "target_name": str, "target": str, "model": str, "status": str, "n_rows": int,
                          "created_at": str, "finished_at": str, "pinned": int, "note": str,
-                         "labeled_set_id": int, "config": str}, "pk": "id"},
+                         "labeled_set_id": int, "config": str, "lease_owner": str, "lease_until": float},
+             "pk": "id"},
     "deployments": {"columns": {"id": str, "path": str, "compute": str, "region": str, "endpoint_name": str,
                                 "model_name": str, "endpoint_config_name": str, "status": str, "config": str,
                                 "plan": str, "created_at": str, "updated_at": str}, "pk": "id"},
@@ -46,6 +49,38 @@ JSON_COLUMNS = {"options", "examples", "config", "policy", "target", "option_ids
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+LEASE_SECONDS = 60.0  # a worker renews its lease with every result; a dead worker's lease runs out
+OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class RunBusy(RuntimeError):
+    """Another process is working on this run (it holds the run's lease)."""
+
+
+def _alive(owner: str | None) -> bool:
+    """Whether a lease owner can still be working: its lease is unexpired and, when it ran on this
+    machine, its process exists (a killed worker shows as interrupted at once, not after a minute)."""
+    host, _, rest = (owner or "").partition(":")
+    pid = rest.partition(":")[0]
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+    return True
+
+
+def _run(row: dict) -> dict:
+    """A run as read: a 'running' run whose worker is gone (lease expired, or its process dead)
+    was interrupted."""
+    run = _decode(row)
+    if run.get("status") == "running" and ((run.get("lease_until") or 0) < time.time() or not _alive(run.get("lease_owner"))):
+        run["status"] = "interrupted"
+    return run
 
 
 def _decode(row: dict) -> dict:
@@ -125,32 +160,53 @@ class Store:
         row = {"group_id": group_id or uuid.uuid4().hex[:12], "kind": kind, "policy_id": policy.get("id"),
                "policy": policy, "target_name": target["name"], "target": target, "model": "",
                "status": "running", "n_rows": n_rows, "created_at": now(), "finished_at": None,
-               "pinned": 0, "note": note, "labeled_set_id": labeled_set_id, "config": config or {}}
+               "pinned": 0, "note": note, "labeled_set_id": labeled_set_id, "config": config or {},
+               "lease_owner": OWNER, "lease_until": time.time() + LEASE_SECONDS}
         with self.db() as db:
             return db["runs"].insert(_encode(row)).last_pk
+
+    def take_lease(self, run_id: int) -> None:
+        """Claim a run for this process (atomically: two workers never score the same run), or
+        raise RunBusy naming who holds it."""
+        with self.db() as db:
+            (owner, until), = db.execute("SELECT lease_owner, lease_until FROM runs WHERE id = ?", [run_id]).fetchall()
+            stale = owner if owner and not _alive(owner) else "\x00"
+            cur = db.execute("UPDATE runs SET lease_owner = ?, lease_until = ?, status = 'running' WHERE id = ? AND "
+                             "(lease_owner IS NULL OR lease_owner IN (?, ?) OR lease_until IS NULL OR lease_until < ?)",
+                             [OWNER, time.time() + LEASE_SECONDS, run_id, OWNER, stale, time.time()])
+            db.conn.commit()
+            if cur.rowcount == 1:
+                return
+        raise RunBusy(f"run #{run_id} is being scored by another process ({owner}) for at least "
+                      f"{max(0, until - time.time()):.0f} s more: wait for it, or start a new run")
+
+    def stop_run(self, run_id: int, status: str = "interrupted") -> None:
+        """Stopped before finishing: the status says so and the lease is given back."""
+        with self.db() as db:
+            db["runs"].update(run_id, {"status": status, "lease_owner": None, "lease_until": None})
 
     def add_result(self, run_id: int, row: dict[str, Any]) -> None:
         """One result, written as it arrives; a row key already stored for this run is replaced
         (INSERT OR REPLACE on the unique (run_id, row_key) index), so a resumed run never duplicates."""
         with self.db() as db:
             db["results"].insert(_encode({**row, "run_id": run_id}), replace=True)
+            db.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ?",
+                       [time.time() + LEASE_SECONDS, run_id, OWNER])  # still alive: keep the run
+            db.conn.commit()
 
     def set_run_model(self, run_id: int, model: str) -> None:
         with self.db() as db:
             db["runs"].update(run_id, {"model": model})
 
-    def set_status(self, run_id: int, status: str) -> None:
-        with self.db() as db:
-            db["runs"].update(run_id, {"status": status})
-
     def finish_run(self, run_id: int, status: str = "done") -> None:
+        """Final status, and the lease given back."""
         with self.db() as db:
-            db["runs"].update(run_id, {"status": status, "finished_at": now()})
+            db["runs"].update(run_id, {"status": status, "finished_at": now(), "lease_owner": None, "lease_until": None})
 
     def list_runs(self, kind: str | None = None) -> list[dict]:
         with self.db() as db:
             where, args = ("kind = ?", [kind]) if kind else (None, [])
-            runs = [_decode(r) for r in db["runs"].rows_where(where, args, order_by="id desc")]
+            runs = [_run(r) for r in db["runs"].rows_where(where, args, order_by="id desc")]
             counts = {r["run_id"]: (r["n"], r["errors"]) for r in db.query(
                 "SELECT run_id, count(*) AS n, sum(error IS NOT NULL) AS errors FROM results GROUP BY run_id")}
         for r in runs:
@@ -160,11 +216,11 @@ class Store:
     def get_run(self, run_id: int) -> dict | None:
         with self.db() as db:
             rows = list(db["runs"].rows_where("id = ?", [run_id]))
-        return _decode(rows[0]) if rows else None
+        return _run(rows[0]) if rows else None
 
     def runs_in_group(self, group_id: str) -> list[dict]:
         with self.db() as db:
-            return [_decode(r) for r in db["runs"].rows_where("group_id = ?", [group_id], order_by="id")]
+            return [_run(r) for r in db["runs"].rows_where("group_id = ?", [group_id], order_by="id")]
 
     def results(self, run_id: int) -> list[dict]:
         with self.db() as db:
@@ -185,7 +241,7 @@ class Store:
     def pinned_run(self) -> dict | None:
         with self.db() as db:
             rows = list(db["runs"].rows_where("pinned = 1"))
-        return _decode(rows[0]) if rows else None
+        return _run(rows[0]) if rows else None
 
     def delete_run(self, run_id: int) -> None:
         with self.db() as db:

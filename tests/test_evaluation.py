@@ -40,7 +40,7 @@ def test_killed_run_resumes_without_rescoring_or_duplicates(tmp_path):
     store = Store(db)
     (run,) = store.list_runs(kind="eval")
     before = {r["row_key"]: r["id"] for r in store.results(run["id"])}
-    assert 10 <= len(before) < run["n_rows"] == 40 and run["status"] == "running"
+    assert 10 <= len(before) < run["n_rows"] == 40 and run["status"] == "interrupted"  # its process is gone
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "resumed" in done.stderr and f"reused {len(before)}" in done.stderr
@@ -53,6 +53,22 @@ def test_killed_run_resumes_without_rescoring_or_duplicates(tmp_path):
     # train rows served as nothing here but are never scored
     train = {r["row_key"] for r in store.labeled_rows(run["labeled_set_id"]) if r["split"] == "train"}
     assert not train & {r["row_key"] for r in after}
+
+
+def test_two_workers_never_score_the_same_run(tmp_path):
+    db = tmp_path / "wb.db"
+    args = calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", str(subset_file(tmp_path, "ticket-routing", 30)))
+    first = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while count(db) < 3 and time.time() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    second = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 4 and "being scored by another process" in second.stderr, second.stderr
+    assert first.wait(300) == 0
+    store = Store(db)
+    (run,) = store.list_runs(kind="eval")
+    results = store.results(run["id"])
+    assert run["status"] == "done" and len(results) == 30 == len({r["row_key"] for r in results})
 
 
 def test_examples_from_train_are_never_scored(tmp_path):

@@ -7,6 +7,7 @@ import streamlit as st
 from app import charts, evaluation, resources
 from app.inputs import InputError
 from app.labeled import import_file, shipped_sets
+from app.safe_text import md
 
 st.title("Calibrate")
 st.caption("Probabilities only become operational confidence after they are checked against labels. Evaluate a "
@@ -39,7 +40,7 @@ with st.expander("Labeled sets", expanded=not db.list_labeled_sets()):
             sid = import_file(db, upload.name, upload.getvalue(), policies[up_policy])
             st.success(f"Imported as set #{sid}.")
         except InputError as exc:
-            st.error("**Upload** rejected, nothing was imported:\n\n" + "\n".join(f"- {p}" for p in exc.problems[:20]))
+            st.error("**Upload** rejected, nothing was imported:\n\n" + "\n".join(f"- {md(p)}" for p in exc.problems[:20]))
     sets = db.list_labeled_sets()
     if sets:
         st.dataframe(pd.DataFrame(sets)[["id", "name", "policy_id", "n_rows", "content_hash", "created_at"]],

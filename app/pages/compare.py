@@ -5,6 +5,7 @@ from app import analysis, charts, resources
 from app.components import download_frame, policy_picker
 from app.inputs import InputError, rows_from_text, rows_from_upload
 from app.runner import progress_text, run_policy
+from app.safe_text import md
 from app.targets import TargetError
 
 st.title("Compare targets")
@@ -26,7 +27,7 @@ if st.button("Run comparison", type="primary", key="cmp_run"):
     try:
         rows = rows_from_upload(upload.name, upload.getvalue()) if upload is not None else rows_from_text(pasted)
     except InputError as exc:
-        st.error("**Upload** rejected, nothing was run:\n\n" + "\n".join(f"- {p}" for p in exc.problems[:20]))
+        st.error("**Upload** rejected, nothing was run:\n\n" + "\n".join(f"- {md(p)}" for p in exc.problems[:20]))
         st.stop()
     if not rows:
         st.error("**States**: paste at least one line or upload a file.")
@@ -71,7 +72,7 @@ if groups:
     st.dataframe(table[table["disagree"]] if only else table, hide_index=True, key="cmp_table")
     errors = df[df["error"].notna()]
     if len(errors):
-        st.error(f"{len(errors)} calls failed, e.g. {errors['target'].iloc[0]}: {errors['error'].iloc[0]}")
+        st.error(f"{len(errors)} calls failed, e.g. {md(errors['target'].iloc[0])}: {md(errors['error'].iloc[0])}")
     download_frame(df, f"comparison-{gid}.csv", "Download all results (CSV)", key="cmp_dl")
 else:
     st.caption("No comparisons yet: paste a few states, pick targets and run.")

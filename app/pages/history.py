@@ -4,6 +4,7 @@ import streamlit as st
 
 from app import analysis, charts, resources
 from app.components import download_frame, show_group_results
+from app.safe_text import md
 
 st.title("History")
 db = resources.store()
@@ -43,7 +44,7 @@ with c2.popover("Delete run"):
         st.rerun()
 
 if baseline and baseline["id"] != rid:
-    st.subheader(f"Against baseline #{baseline['id']} ({baseline['target_name']}, {baseline['created_at']})")
+    st.subheader(f"Against baseline #{baseline['id']} ({md(baseline['target_name'])}, {baseline['created_at']})")
     diff = analysis.diff_runs(db.results(baseline["id"]), results)
     if diff.empty:
         st.caption("No rows in common with the baseline (rows are matched by their id).")

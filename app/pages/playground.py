@@ -4,6 +4,7 @@ import streamlit as st
 from app import resources
 from app.components import policy_picker, show_group_results
 from app.runner import Row, run_policy
+from app.safe_text import md
 from app.targets import TargetError
 
 st.title("Playground")
@@ -21,7 +22,7 @@ if not policies:
     st.stop()
 
 policy = policy_picker(policies, key="pg_policy")
-with st.expander(f"**{policy['question']}** — {len(policy['options'])} options", expanded=False):
+with st.expander(f"**{md(policy['question'])}** — {len(policy['options'])} options", expanded=False):
     st.dataframe(policy["options"], hide_index=True)
 
 state = st.text_area("State (a ticket, a log excerpt, an agent's context)", height=140, key="pg_state",

@@ -4,6 +4,7 @@ import streamlit as st
 
 from app import resources
 from app.policies import parse_policy_json, policy_json, templates, validate_policy
+from app.safe_text import md
 
 st.title("Policies")
 db = resources.store()
@@ -77,7 +78,7 @@ with form_tab:
         if clean:
             db.save_policy(clean)
             st.session_state["pol_next"] = clean["id"]
-            st.toast(f"Saved {clean['name']}")
+            st.toast(f"Saved {md(clean['name'])}")
         st.rerun()
 
 with json_tab:
@@ -103,7 +104,7 @@ if pick != NEW:
         st.session_state["pol_next"] = copy["id"]
         st.rerun()
     with c2.popover("Delete"):
-        st.write(f"Delete **{current['name']}**? Runs that used it keep their own copy.")
+        st.write(f"Delete **{md(current['name'])}**? Runs that used it keep their own copy.")
         if st.button("Delete policy", type="primary", key="pol_delete"):
             db.delete_policy(pick)
             st.session_state["pol_next"] = None

@@ -2,6 +2,7 @@
 import streamlit as st
 
 from app import resources
+from app.safe_text import md
 from app.targets import KINDS, TargetError, validate_target_spec
 
 st.title("Targets")
@@ -13,14 +14,14 @@ for spec in specs:
     with st.container(border=True):
         c1, c2, c3 = st.columns([3, 1, 1])
         cfg = {k: v for k, v in spec["config"].items() if v}
-        c1.markdown(f"**{spec['name']}** · {KINDS.get(spec['kind'], spec['kind'])}  \n`{cfg or 'shipped default model'}`")
+        c1.markdown(f"**{md(spec['name'])}** · {KINDS.get(spec['kind'], spec['kind'])}  \n{md(cfg or 'shipped default model')}")
         if c2.button("Test connection", key=f"tg_test_{spec['name']}"):
             try:
                 c1.success(resources.make_target(spec).test_connection())
             except TargetError as exc:
-                c1.error(str(exc))
+                c1.error(md(exc))
             except Exception as exc:  # a target must never take the page down
-                c1.error(f"{type(exc).__name__}: {exc}")
+                c1.error(f"{type(exc).__name__}: {md(exc)}")
         if spec.get("created_at") and c3.button("Delete", key=f"tg_del_{spec['name']}"):
             db.delete_target(spec["name"])
             st.rerun()

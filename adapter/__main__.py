@@ -78,21 +78,22 @@ def cmd_score(args) -> int:
         for item in items:
             results = engine.score_shared(item) if isinstance(item, SharedStateRequest) else [engine.score(item, fresh=args.fresh)]
             for r in results:
-                out.write(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n")
+                out.write(json.dumps(r.public(), ensure_ascii=False, allow_nan=False) + "\n")
                 bar.update(1)
             out.flush()
     return 0
 
 
 def cmd_check(args) -> int:
-    from .policies import load_template, request_for
+    from .templates import load_template, request_for
 
     engine = _engine(args)
     policy = load_template("ticket-routing")
     r = engine.score(request_for(policy, "After a password reset my account is locked and I cannot sign in.", "check"))
-    print(json.dumps({"ok": True, "model": engine.info.file, "readout": r["readout"], "top_option": r["top_option"],
-                      "probabilities": dict(zip(r["option_ids"], [round(p, 4) for p in r["probabilities"]])),
-                      "label_mass": round(r["label_mass"], 4), "seconds": round(r["total_seconds"], 3)}))
+    print(json.dumps({"ok": True, "model": engine.info.file, "readout": r.readout, "debias": r.debias,
+                      "top_option": r.top_option,
+                      "probabilities": dict(zip(r.option_ids, [round(p, 4) for p in r.probabilities])),
+                      "label_mass": round(r.label_mass or 0, 4), "seconds": round(r.total_seconds or 0, 3)}))
     return 0
 
 

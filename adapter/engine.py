@@ -24,7 +24,7 @@ import numpy as np
 from .prefix_cache import PrefixCache
 from .models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
 from .prompt import ChatTemplate, Prompt, render_letters, render_option_words, rotations
-from .schema import DecisionRequest, RequestError, SharedStateRequest, finite
+from .schema import DecisionRequest, DecisionResult, RequestError, SharedStateRequest, finite
 
 class Budget(Protocol):
     """What a caller passes to stop work early (deadline passed, client gone, shutting down):
@@ -456,12 +456,12 @@ class Engine:
             self._priors.popitem(last=False)
         return prior
 
-    def score(self, req: DecisionRequest, *, fresh: bool = False, budget: Budget | None = None) -> dict:
+    def score(self, req: DecisionRequest, *, fresh: bool = False, budget: Budget | None = None) -> DecisionResult:
         """Score one row. Same input -> same output, bit for bit, cached or fresh."""
         return self.score_many([req], fresh=fresh, budget=budget)[0]
 
     def score_many(self, rows: list[DecisionRequest], *, fresh: bool = False, budget: Budget | None = None,
-                   together: bool = False) -> list[dict]:
+                   together: bool = False) -> list[DecisionResult]:
         """Score rows in order, as one unit of work: content-free priors first (so that rows sharing a
         state still find it in the KV cache), then the rows. A row's own prompts (the option orders
         of a permutation) are always evaluated together where they share a prefix. With `together`
@@ -479,7 +479,7 @@ class Engine:
             finally:
                 self._restore, self._budget = True, None
 
-    def _score_many(self, rows: list[DecisionRequest], budget: Budget | None, together: bool) -> list[dict]:
+    def _score_many(self, rows: list[DecisionRequest], budget: Budget | None, together: bool) -> list[DecisionResult]:
         t0 = time.perf_counter()
         settings, rendered = [], []
         for i, req in enumerate(rows):  # every row checked before any work, errors naming their row
@@ -513,7 +513,7 @@ class Engine:
                 for req, readout, debias, at, n, priors in plans]
 
     def _result(self, req: DecisionRequest, readout: str, debias: str, runs: list[dict], priors: list | None,
-                seconds: float) -> dict:
+                seconds: float) -> DecisionResult:
         raw_probs = [r["probs"] for r in runs]
         if priors is not None:  # divide out the prior, renormalise (per option order)
             fixed = [p / np.maximum(q, 1e-12) for p, q in zip(raw_probs, priors)]
@@ -527,34 +527,31 @@ class Engine:
             probs = np.mean(probs_per_order, axis=0)
             logits = np.log(np.maximum(probs, 1e-300))
         top = int(np.argmax(probs))
-        out = {
-            "id": req.id,
-            "option_ids": [o.id for o in req.options],
-            "probabilities": [finite(float(p)) for p in probs],
-            "option_logits": [finite(float(x)) for x in logits],
-            "top_option": req.options[top].id,
-            "probability_status": "uncalibrated",
-            "label_mass": finite(float(np.mean([r["label_mass"] for r in runs]))),
-            "readout": readout,
-            "debias": debias,
-            "prompt_version": runs[0]["version"],
-            "prompt_sha256": runs[0]["sha"],
-            "permutations": len(runs),
-            "input_tokens": runs[0]["input_tokens"],
-            "cached_tokens": sum(r["cached_tokens"] for r in runs),
-            "evaluated_tokens": sum(r["input_tokens"] - r["cached_tokens"] for r in runs),
-            "label_token_counts": runs[0]["label_token_counts"],
-            "extra_evals": sum(r["extra_evals"] for r in runs),  # evaluations to tell colliding labels apart
-            "forward_seconds": sum(r["forward_seconds"] for r in runs),
-            "total_seconds": seconds,  # this row's share of the call (rows evaluated together share time)
-            "model": self.info.public(),
-        }
-        if priors is not None:
-            out["prior"] = [finite(float(p)) for p in np.mean(priors, axis=0)]
-            out["uncorrected_probabilities"] = [finite(float(p)) for p in np.mean(raw_probs, axis=0)]
-        return out
+        return DecisionResult(
+            id=req.id,
+            option_ids=[o.id for o in req.options],
+            probabilities=[finite(float(p)) for p in probs],
+            option_logits=[finite(float(x)) for x in logits],
+            top_option=req.options[top].id,
+            label_mass=finite(float(np.mean([r["label_mass"] for r in runs]))),
+            readout=readout,
+            debias=debias,
+            prompt_version=runs[0]["version"],
+            prompt_sha256=runs[0]["sha"],
+            permutations=len(runs),
+            input_tokens=runs[0]["input_tokens"],
+            cached_tokens=sum(r["cached_tokens"] for r in runs),
+            evaluated_tokens=sum(r["input_tokens"] - r["cached_tokens"] for r in runs),
+            label_token_counts=runs[0]["label_token_counts"],
+            extra_evals=sum(r["extra_evals"] for r in runs),
+            forward_seconds=sum(r["forward_seconds"] for r in runs),
+            total_seconds=seconds,  # this row's share of the call (rows evaluated together share time)
+            model=self.info.public(),
+            prior=None if priors is None else [finite(float(p)) for p in np.mean(priors, axis=0)],
+            uncorrected_probabilities=None if priors is None else [finite(float(p)) for p in np.mean(raw_probs, axis=0)],
+        )
 
-    def score_shared(self, shared: SharedStateRequest, budget: Budget | None = None) -> list[dict]:
+    def score_shared(self, shared: SharedStateRequest, budget: Budget | None = None) -> list[DecisionResult]:
         """Many questions on one state: the state segment is evaluated once, the questions together."""
         return self.score_many(shared.rows(), budget=budget, together=True)
 

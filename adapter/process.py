@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import uvicorn
 
-from .policy import PolicySet, discover_policies
+from .calibrated import PolicySet, discover_policies
 from .server import EngineHolder, create_app
 from .settings import AdapterSettings
 

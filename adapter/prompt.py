@@ -127,15 +127,27 @@ def option_line(letter: str, opt: Option) -> str:
     return f"{letter}. {opt.id}: {opt.description}" if opt.description else f"{letter}. {opt.id}"
 
 
+def letters_user_parts(state: State, question: str, shown: list[Option]) -> tuple[str, str, str]:
+    """The letters readout's user message in three parts: ("State:" header, the state, the question
+    with its lettered options). A chat-completions target sends the same text joined."""
+    body = "\n".join(option_line(LETTERS[k], o) for k, o in enumerate(shown))
+    return "State:\n", f"{state_text(state)}\n\n", f"Question: {question}\n\nOptions:\n{body}\n\nAnswer with one letter."
+
+
+def letters_messages(state: State, question: str, options: list[Option]) -> list[dict]:
+    """The letters prompt as chat messages, for servers that apply the chat template themselves."""
+    return [{"role": "system", "content": SYSTEM_INSTRUCTION},
+            {"role": "user", "content": "".join(letters_user_parts(state, question, options))}]
+
+
 def render_letters(state: State, question: str, options: list[Option], chat: ChatTemplate | None,
                    order: list[int] | None = None) -> Prompt:
     """Segments: [instruction up to "State:"] [the state] [question, options, answer header], so
     the instruction is shared by every row and the state by every question asked of it."""
     order = order or list(range(len(options)))
     shown = [options[i] for i in order]
-    body = "\n".join(option_line(LETTERS[k], o) for k, o in enumerate(shown))
-    ask = f"Question: {question}\n\nOptions:\n{body}\n\nAnswer with one letter."
-    user = text("State:\n") + _SEGMENT + text(f"{state_text(state)}\n\n") + _SEGMENT + text(ask)
+    head, body, ask = letters_user_parts(state, question, shown)
+    user = text(head) + _SEGMENT + text(body) + _SEGMENT + text(ask)
     if chat is not None:
         marked = chat.render([{"role": "system", "content": text(SYSTEM_INSTRUCTION)}, {"role": "user", "content": user}])
         labels = list(LETTERS[: len(shown)])  # read straight after the assistant header

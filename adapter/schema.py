@@ -125,6 +125,53 @@ class SharedStateRequest(BaseModel):
         return [DecisionRequest(state=self.state, **q.model_dump()) for q in self.questions]
 
 
+ProbabilityStatus = Literal["uncalibrated", "calibrated", "generated-logprobs", "generated-one-hot"]
+
+
+class DecisionResult(BaseModel):
+    """What every target returns for one row: one probability per option in the request's order,
+    plus how they were read. Engine results fill the token/timing fields; other targets leave
+    them None and fill their own (a chat target's `generated_text`, a /v1/systemone `confidence`).
+    `probability_status` tells probabilities read from logits from a generated one-hot answer."""
+
+    model_config = ConfigDict(extra="ignore")  # a newer adapter's extra fields do not break older clients
+    id: str
+    option_ids: list[str]
+    probabilities: list[float]
+    option_logits: list[float] | None = None
+    top_option: str
+    probability_status: ProbabilityStatus = "uncalibrated"
+    label_mass: float | None = None  # share of next-token probability the option labels held
+    readout: str  # letters | option-words | chat-generation | systemone
+    debias: Debias | None = None
+    prompt_version: str | None = None
+    prompt_sha256: str | None = None
+    permutations: int = 1
+    input_tokens: int | None = None
+    cached_tokens: int | None = None
+    evaluated_tokens: int | None = None
+    label_token_counts: list[int] | None = None
+    extra_evals: int = 0  # evaluations needed to tell options with a common first token apart
+    forward_seconds: float | None = None
+    total_seconds: float | None = None
+    model: dict[str, Any] = Field(default_factory=dict)  # file, sha256, quantization, n_ctx, ...
+    prior: list[float] | None = None  # the content-free prior that was divided out
+    uncorrected_probabilities: list[float] | None = None
+    calibrated_probabilities: list[float] | None = None  # set when a calibrated policy was applied
+    decision: dict[str, Any] | None = None
+    policy: dict[str, Any] | None = None
+    confidence: float | None = None
+    generated_text: str | None = None
+    usage: dict[str, Any] | None = None
+
+    def public(self) -> dict[str, Any]:
+        """The JSON body: fields that apply to this result only."""
+        return self.model_dump(exclude_none=True)
+
+    def probability_of(self, option_id: str) -> float:
+        return self.probabilities[self.option_ids.index(option_id)]
+
+
 def errors_from(exc: ValidationError | RequestError, prefix: list[str | int] = ()) -> list[dict]:
     """FastAPI-shaped error list: [{"loc": [...], "msg": ..., "type": ...}]."""
     if isinstance(exc, RequestError):

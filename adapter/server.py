@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .admission import Admission, RequestBudget, Stopped
 from .http_body import decode, parse_json, read_raw
 from .http_errors import HTTPProblem, Invalid, invalid, problem
-from .policy import CalibratedPolicy, PolicySet
+from .calibrated import CalibratedPolicy, PolicySet
 from .schema import DecisionRequest, RequestError, SharedStateRequest, errors_from
 from .settings import AdapterSettings
 from .systemone import SystemOneRequest, respond, to_rows
@@ -149,7 +149,7 @@ def score_invocation(engine, inv: Invocation, budget: RequestBudget) -> Any:
     except RequestError as exc:
         prefix = inv.locs[exc.row] if exc.row is not None else []
         raise Invalid(errors_from(exc, prefix)) from None
-    out = [PolicySet.decorate(r, p) if p else r for r, p in zip(results, inv.policies)]
+    out = [(PolicySet.decorate(r, p) if p else r).public() for r, p in zip(results, inv.policies)]
     return out[0] if inv.shape == "one" else out
 
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .schema import MAX_OPTIONS, DecisionRequest, Option, State, _check_state, finite, state_text
+from .schema import MAX_OPTIONS, DecisionRequest, DecisionResult, Option, State, _check_state, finite, state_text
 
 MAX_CHOICES = 255
 NOUL_QUESTION = "Is the following true for this state? Answer true or false."
@@ -141,10 +141,9 @@ def score_confidence(probs: list[float]) -> float:
     return finite(max(0.0, 1 - spread / mad_unif))
 
 
-def to_answer(q, result: dict) -> dict:
-    ids, probs = result["option_ids"], [float(p) for p in result["probabilities"]]
-    extra = {"x_label_mass": result.get("label_mass"), "x_readout": result.get("readout"),
-             "x_prompt_sha256": result.get("prompt_sha256")}
+def to_answer(q, result: DecisionResult) -> dict:
+    ids, probs = result.option_ids, [float(p) for p in result.probabilities]
+    extra = {"x_label_mass": result.label_mass, "x_readout": result.readout, "x_prompt_sha256": result.prompt_sha256}
     if q.type == "noul":
         return {"type": "noul", "noul": finite(probs[ids.index("true")]), **extra}
     if q.type == "choice":
@@ -155,10 +154,10 @@ def to_answer(q, result: dict) -> dict:
             "probabilities": {str(i): p for i, p in enumerate(probs)}, "confidence": score_confidence(probs), **extra}
 
 
-def respond(req: SystemOneRequest, results: list[dict], model_name: str) -> dict:
+def respond(req: SystemOneRequest, results: list[DecisionResult], model_name: str) -> dict:
     answers = {qid: to_answer(q, r) for (qid, q), r in zip(req.questions.items(), results)}
-    prompt = sum(int(r.get("input_tokens", 0)) for r in results)
-    evaluated = sum(int(r.get("evaluated_tokens", r.get("input_tokens", 0))) for r in results)
+    prompt = sum(r.input_tokens or 0 for r in results)
+    evaluated = sum(r.evaluated_tokens if r.evaluated_tokens is not None else (r.input_tokens or 0) for r in results)
     return {"model": model_name, "answers": answers,
             "usage": {"input_tokens": prompt, "output_tokens": 0},
             # the shared state is prefilled once: tokens really evaluated vs taken from the cache

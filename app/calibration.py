@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from adapter.policy import calibrate_probs
+from adapter.calibrated import calibrate_probs
 
 SMALL, PROVISIONAL = 50, 200
 
@@ -100,7 +100,7 @@ def ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = 10, strategy: str =
 
 # -- temperature scaling ---------------------------------------------------------------------------
 def apply_temperature(P: np.ndarray, T: float) -> np.ndarray:
-    """Row-wise adapter.policy.calibrate_probs: the exact function the runtime applies."""
+    """Row-wise adapter.calibrated.calibrate_probs: the exact function the runtime applies."""
     return np.array([calibrate_probs(list(map(float, row)), T) for row in P])
 
 
@@ -111,7 +111,15 @@ def _nll_at(logP: np.ndarray, y: np.ndarray, T: float) -> float:
     return float(np.mean(lse - z[np.arange(len(y)), y]))
 
 
-def fit_temperature(P: np.ndarray, y: np.ndarray, lo: float = 0.05, hi: float = 20.0, iters: int = 80) -> float:
+T_MIN, T_MAX = 0.05, 20.0  # the temperature search interval
+
+
+def at_upper_bound(T: float) -> bool:
+    """A fitted temperature at the top of its interval: the probabilities carry (almost) no signal."""
+    return T >= T_MAX * 0.99
+
+
+def fit_temperature(P: np.ndarray, y: np.ndarray, lo: float = T_MIN, hi: float = T_MAX, iters: int = 80) -> float:
     """T minimising NLL of softmax(log P / T): golden-section search on log T (NLL is convex in 1/T)."""
     logP = np.log(np.clip(P, 1e-300, 1.0))
     a, b = math.log(lo), math.log(hi)

@@ -5,14 +5,14 @@ import json
 import sys
 from pathlib import Path
 
-from adapter.policies import DATA_DIR, request_for
+from adapter.templates import DATA_DIR, request_for
 
 from . import evaluation
 from .engines import EnginePool
 from .inputs import InputError
 from .labeled import import_file
-from .policies import templates, validate_policy
-from .resources_cli import target_by_name
+from .policy_form import templates, validate_policy
+from .target_registry import target_by_name
 from .store import RunBusy, Store
 
 EXIT_UNREACHABLE = 3
@@ -59,15 +59,18 @@ def calibrate(args) -> int:
     policy = resolve_policy(store, args.policy)
     set_id = resolve_set(store, args.labeled_set, policy)
     target = target_by_name(store, args.target, EnginePool())  # one model load for the whole run
-    run = None if args.new_run else evaluation.find_run(store, policy=policy, set_id=set_id, target_name=target.name,
-                                                        readout=args.readout, permute=args.permute,
-                                                        examples=args.examples)
-    run_id = run["id"] if run else evaluation.start_eval(store, policy=policy, set_id=set_id, target=target,
-                                                         readout=args.readout, permute=args.permute,
-                                                         examples=args.examples, n_examples=args.n_examples)
-    print(f"run #{run_id} ({'resumed' if run else 'new'}): policy {policy['id']} x set #{set_id} x target {target.name}",
-          file=sys.stderr)
-    with tqdm(total=store.get_run(run_id)["n_rows"], unit="row", file=sys.stderr, disable=args.quiet) as bar:
+    variant = evaluation.Variant(args.readout, args.debias, args.permute)
+    try:
+        run_id, resumed = evaluation.find_or_start(store, policy=policy, set_id=set_id, target=target, variant=variant,
+                                                   examples=args.examples, n_examples=args.n_examples,
+                                                   new_run=args.new_run)
+    except ValueError as exc:  # e.g. the set's labels are not this policy's options
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"run #{run_id} ({'resumed' if resumed else 'new'}): policy {policy['id']} x set #{set_id} x target "
+          f"{target.name} ({variant.name})", file=sys.stderr)
+    with tqdm(total=(store.get_run(run_id) or {}).get("n_rows", 0), unit="row", file=sys.stderr,
+              disable=args.quiet) as bar:
         def progress(done, total, eta):
             bar.n = done
             bar.refresh()
@@ -79,29 +82,18 @@ def calibrate(args) -> int:
             return EXIT_BUSY
     print(f"scored {outcome['scored']} rows, reused {outcome['skipped']}, errors {outcome['errors']}", file=sys.stderr)
     cal = evaluation.calibrate_run(store, run_id, target_accuracy=args.target_accuracy, per_option=args.per_option)
-    rep, gate = cal["report"], cal["gate"]
+    rep = cal["report"]
     print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
           f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after temperature "
           f"T={rep.temperature:.3f} (out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
-    if rep.temperature >= 19.9:
-        print("note: the temperature hit its upper bound (20): these probabilities carry almost no information")
-    reachable = gate.reachable and rep.size_flag != "too-small"
-    if rep.size_flag == "too-small":
-        print(f"no gate recommended: only {rep.n} labeled rows (< 50)")
-    elif gate.reachable:
-        print(f"gate for {args.target_accuracy:.0%}: confidence >= {gate.threshold:.3f}; held-out accuracy "
-              f"{fmt(gate.holdout_accuracy)} at coverage {fmt(gate.holdout_coverage)} "
-              f"({gate.holdout_accepted}/{gate.holdout_n} held-out rows decided)"
-              + (" [provisional: < 200 rows]" if rep.size_flag == "provisional" else ""))
-    else:
-        print(f"target {args.target_accuracy:.0%} unreachable: {gate.note}")
-    threshold = gate.threshold if reachable else 1.0  # unreachable: everything goes to the fallback
-    if args.gate is not None:
-        threshold = args.gate
-        print(f"gate set by hand: {threshold:.3f}")
+    gate = evaluation.decide_gate(cal, args.gate)
+    for line in gate.messages:
+        print(line)
+    if gate.source == "hand-set":
+        print(f"gate set by hand: {gate.threshold:.3f}")
     option_thresholds = {oid: g.threshold for oid, g in cal["option_gates"].items() if g.reachable}
-    config = evaluation.build_policy(store, run_id, cal, threshold=threshold, fallback=args.fallback,
+    config = evaluation.build_policy(store, run_id, cal, gate=gate, fallback=args.fallback,
                                      option_thresholds=option_thresholds)
     at = config["metrics"]["at_gate"]
     print(f"exported rule on all {at['n']} rows: decides {at['decided']} (coverage {fmt(at['coverage'])}), "
@@ -109,7 +101,7 @@ def calibrate(args) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
-    return EXIT_UNREACHABLE if (args.strict and not reachable and args.gate is None) else 0
+    return EXIT_UNREACHABLE if (args.strict and gate.source == "unreachable") else 0
 
 
 def add_parser(sub) -> None:
@@ -118,6 +110,7 @@ def add_parser(sub) -> None:
     p.add_argument("--labeled-set", required=True, help="CSV/JSONL file (or a file name in data/labeled), or a set id")
     p.add_argument("--target", default="local", help="target name (default: the local engine)")
     p.add_argument("--readout", choices=["letters", "option-words"], help="default: the policy's / model's")
+    p.add_argument("--debias", choices=["none", "content-free"], help="default: the policy's / model's")
     p.add_argument("--permute", action="store_true", help="permutation averaging")
     p.add_argument("--examples", choices=evaluation.EXAMPLE_SOURCES, default="policy",
                    help="few-shot examples from the policy, or from the set's train split")
@@ -148,7 +141,7 @@ def bench(args) -> int:
     provider = EnginePool()
     targets = [target_by_name(store, name, provider) for name in args.target]
     for t in targets:  # warm up (model load, connections) outside the measurement
-        t.decide([request_for(policy, rows[0].state, "warm-up")])
+        t.decide(request_for(policy, rows[0].state, "warm-up"))
     group, run_ids = run_policy(store, policy, rows, targets, kind="compare")
     runs = store.runs_in_group(group)
     stats = analysis.latency_stats(analysis.results_frame(runs, {r["id"]: store.results(r["id"]) for r in runs}))

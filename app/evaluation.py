@@ -9,20 +9,23 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from dataclasses import asdict
-from typing import Callable
+from dataclasses import asdict, dataclass
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel
 
-from adapter.policy import SCHEMA_VERSION, CalibratedPolicy
+from adapter.calibrated import SCHEMA_VERSION, CalibratedPolicy
 from adapter.prompt import PROMPT_VERSIONS
+from adapter.templates import request_for
 
 from . import calibration
-from .runner import Progress, Row, model_identity, result_row
+from .runner import Case, Job, ProgressFn, score_into_runs
 from .store import Store, now
 from .targets import Target
 
 EXAMPLE_SOURCES = ("policy", "train")
+ExampleSource = Literal["policy", "train"]
 
 
 def policy_fingerprint(policy: dict) -> str:
@@ -60,77 +63,132 @@ def plan_eval(policy: dict, rows: list[dict], examples: str = "policy", n_exampl
     return evaluated, scored
 
 
-def find_run(store: Store, *, policy: dict, set_id: int, target_name: str, readout: str | None, permute: bool,
-             examples: str, debias: str | None = None) -> dict | None:
-    """The latest eval run with the same policy content, set, target and readout settings."""
-    fp = policy_fingerprint(policy)
-    for run in store.list_runs(kind="eval"):
-        c = run.get("config") or {}
-        if (run["labeled_set_id"] == set_id and run["target_name"] == target_name and c.get("policy_fingerprint") == fp
-                and c.get("readout") == readout and c.get("permute") == permute and c.get("examples") == examples
-                and c.get("debias") == debias):
-            return run
-    return None
+@dataclass(frozen=True)
+class Variant:
+    """How a run reads the model's answer: readout, position-bias correction, permutation
+    (None = the policy's choice, else the model's measured default)."""
+    readout: str | None = None
+    debias: str | None = None
+    permute: bool = False
+
+    @property
+    def name(self) -> str:
+        parts = [self.readout or "default"]
+        if self.debias:
+            parts.append(self.debias)
+        if self.permute:
+            parts.append("permutation")
+        return " + ".join(parts)
+
+    def overrides(self) -> dict:
+        return {"permute": self.permute} | {k: v for k, v in (("readout", self.readout), ("debias", self.debias)) if v}
 
 
-def start_eval(store: Store, *, policy: dict, set_id: int, target: Target, readout: str | None = None,
-               permute: bool = False, examples: str = "policy", n_examples: int = 4, debias: str | None = None) -> int:
-    rows = store.labeled_rows(set_id)
-    evaluated, scored = plan_eval(policy, rows, examples, n_examples)
-    labeled = store.get_labeled_set(set_id)
-    config = {"readout": readout, "debias": debias, "permute": permute, "examples": examples, "n_examples": n_examples,
-              "policy_fingerprint": policy_fingerprint(policy), "evaluated_policy": evaluated,
-              "row_keys": [r["row_key"] for r in scored], "dataset_hash": labeled["content_hash"],
-              "dataset_name": labeled["name"]}
-    return store.create_run(kind="eval", policy=policy, target=target.describe(), n_rows=len(scored),
-                            labeled_set_id=set_id, config=config)
+VARIANTS = {v.name: v for v in (Variant(), Variant("letters", "none"), Variant("letters", "content-free"),
+                                Variant("option-words", "none"), Variant("option-words", "content-free"),
+                                Variant("letters", "none", True), Variant("option-words", "none", True))}
 
 
-def resume_eval(store: Store, run_id: int, target: Target,
-                progress: Callable[[int, int, float | None], None] | None = None) -> dict:
-    """Score the rows of an eval run that have no successful result yet; safe to call again."""
-    from adapter.policies import request_for
+class EvalRunConfig(BaseModel):
+    """What an evaluation run scored and how: stored with the run, read back by resume, the
+    calibration views and the export."""
+    readout: str | None = None
+    debias: str | None = None
+    permute: bool = False
+    examples: ExampleSource = "policy"
+    n_examples: int = 4
+    policy_fingerprint: str
+    evaluated_policy: dict
+    row_keys: list[str]
+    dataset_hash: str
+    dataset_name: str
 
-    run = store.get_run(run_id)
-    cfg = run["config"]
-    by_key = {r["row_key"]: r for r in store.labeled_rows(run["labeled_set_id"])}
-    done = store.done_keys(run_id)
-    todo = [(pos, by_key[k]) for pos, k in enumerate(cfg["row_keys"]) if k not in done]
-    overrides = {"permute": cfg["permute"]} | {k: cfg[k] for k in ("readout", "debias") if cfg.get(k)}
-    tracker = Progress(len(cfg["row_keys"]), progress, already=len(cfg["row_keys"]) - len(todo))
-    store.take_lease(run_id)  # RunBusy when another process is scoring this run
-    try:
-        for pos, r in todo:
-            req = request_for(cfg["evaluated_policy"], r["state"], r["row_key"], **overrides)
-            res = target.decide([req])[0]
-            store.add_result(run_id, result_row(res, Row(r["row_key"], r["state"], r["label"]), pos))
-            if res.ok and not run["model"]:
-                run["model"] = model_identity(res.result, target)
-                store.set_run_model(run_id, run["model"])
-            tracker.tick()
-    except BaseException:
-        store.stop_run(run_id, "interrupted")
-        raise
-    results = store.results(run_id)
-    errors = sum(1 for r in results if r["error"])
-    store.finish_run(run_id, "done" if not errors else "done-with-errors")
-    return {"scored": len(todo), "skipped": tracker.already, "errors": errors}
+    @property
+    def variant(self) -> Variant:
+        return Variant(self.readout, self.debias, self.permute)
+
+
+def run_config(run: dict) -> EvalRunConfig:
+    return EvalRunConfig.model_validate(run["config"])
 
 
 def variant_name(cfg: dict) -> str:
     """'letters + content-free', 'default + permutation': how a run read the model's answer."""
-    parts = [cfg.get("readout") or "default"]
-    if cfg.get("debias"):
-        parts.append(cfg["debias"])
-    if cfg.get("permute"):
-        parts.append("permutation")
-    return " + ".join(parts)
+    return Variant(cfg.get("readout"), cfg.get("debias"), bool(cfg.get("permute"))).name
+
+
+def label_mismatch(policy: dict, rows: list[dict]) -> str | None:
+    """Why a labeled set cannot evaluate this policy (its labels are not the policy's options), or None."""
+    ids = [o["id"] for o in policy["options"]]
+    foreign = sorted({r["label"] for r in rows} - set(ids))
+    if not foreign:
+        return None
+    return (f"the set's labels {', '.join(foreign)} are not options of '{policy.get('name') or policy['id']}' "
+            f"({', '.join(ids)}): pick the set made for this policy")
+
+
+def find_run(store: Store, *, policy: dict, set_id: int, target_name: str, variant: Variant,
+             examples: str = "policy") -> dict | None:
+    """The latest eval run with the same policy content, set, target and variant."""
+    fp = policy_fingerprint(policy)
+    for run in store.list_runs(kind="eval"):
+        c = run.get("config") or {}
+        if (run["labeled_set_id"] == set_id and run["target_name"] == target_name and c.get("policy_fingerprint") == fp
+                and variant_name(c) == variant.name and c.get("examples") == examples):
+            return run
+    return None
+
+
+def start_eval(store: Store, *, policy: dict, set_id: int, target: Target, variant: Variant = Variant(),
+               examples: ExampleSource = "policy", n_examples: int = 4) -> int:
+    rows = store.labeled_rows(set_id)
+    problem = label_mismatch(policy, rows)
+    if problem:
+        raise ValueError(problem)
+    evaluated, scored = plan_eval(policy, rows, examples, n_examples)
+    labeled = store.get_labeled_set(set_id) or {}
+    config = EvalRunConfig(readout=variant.readout, debias=variant.debias, permute=variant.permute, examples=examples,
+                           n_examples=n_examples, policy_fingerprint=policy_fingerprint(policy),
+                           evaluated_policy=evaluated, row_keys=[r["row_key"] for r in scored],
+                           dataset_hash=labeled.get("content_hash", ""), dataset_name=labeled.get("name", ""))
+    return store.create_run(kind="eval", policy=policy, target=target.describe(), n_rows=len(scored),
+                            labeled_set_id=set_id, config=config.model_dump())
+
+
+def find_or_start(store: Store, *, policy: dict, set_id: int, target: Target, variant: Variant = Variant(),
+                  examples: ExampleSource = "policy", n_examples: int = 4, new_run: bool = False) -> tuple[int, bool]:
+    """(run id, resumed?): the matching earlier run, else a new one. What the Calibrate page and
+    `python -m app calibrate` both do before scoring."""
+    run = None if new_run else find_run(store, policy=policy, set_id=set_id, target_name=target.name, variant=variant,
+                                        examples=examples)
+    if run:
+        return run["id"], True
+    return start_eval(store, policy=policy, set_id=set_id, target=target, variant=variant, examples=examples,
+                      n_examples=n_examples), False
+
+
+def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn | None = None) -> dict:
+    """Score the rows of an eval run that have no successful result yet; safe to call again (and
+    from two processes: the second gets RunBusy instead of scoring the same rows)."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise ValueError(f"no run #{run_id}")
+    cfg = run_config(run)
+    by_key = {r["row_key"]: r for r in store.labeled_rows(run["labeled_set_id"])}
+    done = store.done_keys(run_id)
+    todo = [(pos, by_key[k]) for pos, k in enumerate(cfg.row_keys) if k not in done]
+    items = ((pos, Case(r["row_key"], r["state"], r["label"]),
+              request_for(cfg.evaluated_policy, r["state"], r["row_key"], **cfg.variant.overrides())) for pos, r in todo)
+    score_into_runs(store, [Job(run_id, target)], items, total=len(cfg.row_keys), already=len(cfg.row_keys) - len(todo),
+                    progress=progress)
+    errors = sum(1 for r in store.results(run_id) if r["error"])
+    return {"scored": len(todo), "skipped": len(cfg.row_keys) - len(todo), "errors": errors}
 
 
 # -- calibration on a finished run -----------------------------------------------------------------
 def arrays(store: Store, run_id: int) -> tuple[np.ndarray, np.ndarray, list[str], list[dict]]:
     """(P, y, option ids, results used): rows that errored or whose label is not an option are left out."""
-    run = store.get_run(run_id)
+    run = store.get_run(run_id) or {}
     ids = [o["id"] for o in run["policy"]["options"]]
     used = [r for r in store.results(run_id) if not r["error"] and r["probabilities"] and r["label"] in ids]
     P = np.array([r["probabilities"] for r in used], float).reshape(-1, len(ids))
@@ -156,6 +214,38 @@ def calibrate_run(store: Store, run_id: int, *, target_accuracy: float = 0.9, pe
             "calibrated": cal, "oof": oof, "P": P, "y": y, "results": used, "target_accuracy": target_accuracy}
 
 
+@dataclass
+class GateDecision:
+    """The gate an export gets, and how it was chosen - recorded in the policy file."""
+    threshold: float
+    source: Literal["recommended", "hand-set", "unreachable"]
+    messages: list[str]  # what to tell the analyst, most important first
+
+
+def decide_gate(cal: dict, manual: float | None = None) -> GateDecision:
+    """The threshold decision shared by the page and the CLI: the recommended gate when the target
+    is reachable on enough rows, a hand-set one when given, else 1.0 (everything to the fallback)."""
+    rep, gate, target = cal["report"], cal["gate"], cal["target_accuracy"]
+    notes = []
+    if rep.size_flag == "too-small":
+        notes.append(f"no gate recommended: only {rep.n} labeled rows (< {calibration.SMALL})")
+    elif rep.size_flag == "provisional":
+        notes.append(f"{rep.n} labeled rows: treat the gate as provisional (< {calibration.PROVISIONAL})")
+    if calibration.at_upper_bound(rep.temperature):
+        notes.append(f"the temperature hit its upper bound ({calibration.T_MAX:g}): these probabilities carry almost "
+                     "no information about correctness")
+    if manual is not None:
+        return GateDecision(float(manual), "hand-set", notes)
+    if gate.reachable and rep.size_flag != "too-small":
+        notes.insert(0, f"gate for {target:.0%}: confidence >= {gate.threshold:.3f}; held-out accuracy "
+                        f"{gate.holdout_accuracy:.1%} at coverage {gate.holdout_coverage:.1%} "
+                        f"({gate.holdout_accepted}/{gate.holdout_n} held-out rows decided)")
+        return GateDecision(float(gate.threshold), "recommended", notes)
+    notes.insert(0, f"target {target:.0%} unreachable: {gate.note or 'too few rows'}; the exported policy sends every "
+                    "case to the fallback")
+    return GateDecision(1.0, "unreachable", notes)
+
+
 def readout_table(store: Store, runs: list[dict]) -> list[dict]:
     """One row per eval run (same policy x set): readout, rows, accuracy, macro-F1, ECE before/after
     temperature, NLL - the side-by-side the analyst picks a readout from."""
@@ -175,27 +265,29 @@ def readout_table(store: Store, runs: list[dict]) -> list[dict]:
     return rows
 
 
-def build_policy(store: Store, run_id: int, cal: dict, *, threshold: float | None, fallback: str,
+def build_policy(store: Store, run_id: int, cal: dict, *, gate: GateDecision, fallback: str,
                  option_thresholds: dict[str, float] | None = None) -> dict:
-    """The versioned policy config for this run and gate (validated by adapter.policy)."""
-    run = store.get_run(run_id)
-    cfg = run["config"]
-    evaluated = cfg["evaluated_policy"]
+    """The versioned policy config for this run and gate (validated by adapter.calibrated), with
+    how the gate was chosen: the target accuracy is recorded only when it chose the gate."""
+    run = store.get_run(run_id) or {}
+    cfg = run_config(run)
+    evaluated = cfg.evaluated_policy
     first = next((r for r in cal["results"] if isinstance(r.get("response"), dict) and r["response"].get("model")), None)
     if first is None:
         raise ValueError("no stored result names its model (file + sha256): run the evaluation on a llama.cpp target")
-    model = first["response"]["model"]
-    readout = cfg["readout"] or first["response"].get("readout")
-    debias = cfg.get("debias") or first["response"].get("debias") or "none"
+    response = first["response"]
+    readout = cfg.readout or response.get("readout")
     config = {
         "schema_version": SCHEMA_VERSION, "policy_id": evaluated["id"], "name": evaluated.get("name", ""),
         "question": evaluated["question"], "options": evaluated["options"], "examples": evaluated.get("examples") or [],
-        "readout": readout, "debias": debias, "permute": bool(cfg["permute"]),
-        "prompt_version": first["response"].get("prompt_version") or PROMPT_VERSIONS[readout],
-        "model": {"file": model["file"], "sha256": model["sha256"]}, "temperature": cal["report"].temperature,
-        "threshold": threshold, "option_thresholds": option_thresholds or {}, "fallback_option": fallback,
-        "target_accuracy": cal["target_accuracy"], "run_id": run_id, "created_at": now(),
-        "dataset": {"set_id": run["labeled_set_id"], "name": cfg["dataset_name"], "content_hash": cfg["dataset_hash"],
+        "readout": readout, "debias": cfg.debias or response.get("debias") or "none", "permute": cfg.permute,
+        "prompt_version": response.get("prompt_version") or PROMPT_VERSIONS[readout],
+        "model": {"file": response["model"]["file"], "sha256": response["model"]["sha256"]},
+        "temperature": cal["report"].temperature, "threshold": gate.threshold, "gate_source": gate.source,
+        "option_thresholds": option_thresholds or {}, "fallback_option": fallback,
+        "target_accuracy": None if gate.source == "hand-set" else cal["target_accuracy"],
+        "run_id": run_id, "created_at": now(),
+        "dataset": {"set_id": run["labeled_set_id"], "name": cfg.dataset_name, "content_hash": cfg.dataset_hash,
                     "rows_scored": len(cal["results"])},
     }
     policy = CalibratedPolicy.model_validate(config)
@@ -209,7 +301,7 @@ def applied_metrics(policy: CalibratedPolicy, results: list[dict]) -> dict:
     """The exported rule applied to stored raw results: coverage, accuracy of what it decides."""
     decided = correct = gated = 0
     for r in results:
-        d = policy.apply({"option_ids": r["option_ids"], "probabilities": r["probabilities"]})
+        d = policy.apply(r["option_ids"], r["probabilities"])
         if d["gated"]:
             gated += 1
         else:

@@ -5,7 +5,7 @@ import csv
 import io
 import json
 
-from .runner import Row
+from .runner import Case
 
 MAX_FIELD = 16 * 1024 * 1024  # characters in one CSV cell
 
@@ -22,9 +22,9 @@ def is_empty_state(state) -> bool:
     return state is None or (isinstance(state, str) and not state.strip()) or (isinstance(state, (dict, list)) and not state)
 
 
-def rows_from_text(text: str) -> list[Row]:
+def rows_from_text(text: str) -> list[Case]:
     """One state per non-empty line."""
-    return [Row(f"row-{i + 1}", line.strip()) for i, line in enumerate(l for l in text.splitlines() if l.strip())]
+    return [Case(f"row-{i + 1}", line.strip()) for i, line in enumerate(l for l in text.splitlines() if l.strip())]
 
 
 def read_records(filename: str, data: bytes, problems: list[str], required: str | None = None) -> list[tuple[int, dict]]:
@@ -66,7 +66,7 @@ def read_records(filename: str, data: bytes, problems: list[str], required: str 
     return records
 
 
-def rows_from_upload(filename: str, data: bytes) -> list[Row]:
+def rows_from_upload(filename: str, data: bytes) -> list[Case]:
     """CSV (header with `state`, optional `id`, `label`) or JSONL ({"state", "id"?, "label"?})."""
     problems: list[str] = []
     records = read_records(filename, data, problems)
@@ -82,7 +82,7 @@ def rows_from_upload(filename: str, data: bytes) -> list[Row]:
             continue
         seen.add(key)
         label = rec.get("label")
-        rows.append(Row(key, state, str(label).strip() if label not in (None, "") else None))
+        rows.append(Case(key, state, str(label).strip() if label not in (None, "") else None))
     if problems:
         raise InputError(problems)
     if not rows:

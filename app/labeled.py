@@ -37,8 +37,7 @@ def parse_labeled(filename: str, data: bytes, option_ids: list[str] | None = Non
             continue
         split = str(rec.get("split") or "").strip().lower() or None
         meta = {k: v for k, v in rec.items() if k not in RESERVED and v not in (None, "")}
-        out.append({"row_key": key, "state": state if isinstance(state, str) else json.dumps(state, ensure_ascii=False),
-                    "label": label, "split": split, "meta": meta})
+        out.append({"row_key": key, "state": state, "label": label, "split": split, "meta": meta})
     if problems:
         raise InputError(problems)
     if not out:
@@ -48,14 +47,14 @@ def parse_labeled(filename: str, data: bytes, option_ids: list[str] | None = Non
 
 def content_hash(rows: list[dict]) -> str:
     """sha256 over the rows' id, state, label and split - the dataset identity in exported policies."""
-    canon = json.dumps([[r["row_key"], r["state"], r["label"], r.get("split")] for r in rows], ensure_ascii=False,
+    canon = json.dumps([[r["row_key"], r["state"], r["label"], r.get("split")] for r in rows], ensure_ascii=False, sort_keys=True,
                        separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()
 
 
 def shipped_sets() -> list[tuple[str, Path]]:
     """(policy template id, file) for the labeled sets in data/labeled (file stem = template id)."""
-    from adapter.policies import DATA_DIR
+    from adapter.templates import DATA_DIR
 
     return [(p.stem, p) for p in sorted((DATA_DIR / "labeled").glob("*.jsonl"))]
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from adapter.policies import list_templates
+from adapter.templates import list_templates
 
 from .engines import EnginePool
-from .resources_cli import target_specs  # noqa: F401  (re-exported for pages)
+from .target_registry import target_specs  # noqa: F401  (re-exported for pages)
 from .store import Store
 from .targets import LocalTarget, Target, build_target
 

@@ -1,24 +1,30 @@
-"""Runs a policy over states against targets, saving each result as it arrives (no Streamlit).
+"""The one scoring loop of the workbench (no Streamlit): cases x targets into stored runs.
 
-Rows go outer and targets inner, so a half-finished comparison already shows every target for
-the rows it reached. Progress is reported as (done, total, eta_seconds) to a callback.
+Playground, Compare, the benchmark and labeled-set evaluations all go through `score_into_runs`:
+cases go outer and targets inner, so a half-finished comparison already shows every target for
+the cases it reached; each result is saved as it arrives (a resumed run never re-scores or
+duplicates a case); every run holds a lease while it is scored. Progress is reported as
+(done, total, eta_seconds) to a callback.
 """
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from adapter.policies import request_for
+from adapter.schema import DecisionRequest
+from adapter.templates import request_for
 
-from .store import Store
+from .store import RunStatus, Store
 from .targets import Target, TargetResult
+
+ProgressFn = Callable[[int, int, "float | None"], None]
 
 
 @dataclass
-class Row:
+class Case:
+    """One state to decide on, with its key and, for labeled sets, the correct option id."""
     key: str
     state: object
     label: str | None = None
@@ -27,8 +33,7 @@ class Row:
 class Progress:
     """Counts and a simple ETA from the mean time per finished item."""
 
-    def __init__(self, total: int, callback: Callable[[int, int, float | None], None] | None = None,
-                 already: int = 0):
+    def __init__(self, total: int, callback: ProgressFn | None = None, already: int = 0):
         """`already`: items finished before this session (a resumed run) - counted, not timed."""
         self.total, self.done, self.already = total, already, already
         self.t0, self.callback = time.perf_counter(), callback
@@ -45,56 +50,78 @@ class Progress:
         return (time.perf_counter() - self.t0) / timed * (self.total - self.done)
 
 
-def progress_text(done: int, total: int, eta: float | None) -> str:
+def progress_text(done: int, total: int, eta: float | None, unit: str = "calls") -> str:
     if done >= total:
-        return f"{done}/{total} calls · done"
+        return f"{done}/{total} {unit} · done"
     left = "" if eta is None else f" · about {eta:.0f} s left" if eta >= 1 else " · almost done"
-    return f"{done}/{total} calls{left}"
+    return f"{done}/{total} {unit}{left}"
 
 
-def result_row(res: TargetResult, row: Row, position: int) -> dict:
-    r = res.result or {}
-    return {"row_key": row.key, "position": position,
-            "state": row.state if isinstance(row.state, str) else json.dumps(row.state, ensure_ascii=False),
-            "label": row.label, "option_ids": r.get("option_ids"), "probabilities": r.get("probabilities"),
-            "top_option": r.get("top_option"), "label_mass": r.get("label_mass"), "latency_s": res.latency_s,
-            "error": res.error, "request": res.request, "response": res.response}
+def result_row(res: TargetResult, case: Case, position: int) -> dict:
+    r = res.result
+    return {"row_key": case.key, "position": position, "state": case.state, "label": case.label,
+            "option_ids": r.option_ids if r else None, "probabilities": r.probabilities if r else None,
+            "top_option": r.top_option if r else None, "label_mass": r.label_mass if r else None,
+            "probability_status": r.probability_status if r else None, "readout": r.readout if r else None,
+            "latency_s": res.latency_s, "error": res.error, "request": res.request, "response": res.response}
 
 
-def model_identity(result: dict | None, target: Target) -> str:
-    if result and isinstance(result.get("model"), dict):
-        m = result["model"]
-        return f"{m.get('file')} ({str(m.get('sha256', ''))[:12]})"
+def model_identity(res: TargetResult, target: Target) -> str:
+    m = res.result.model if res.result else {}
+    if m.get("file"):
+        return f"{m['file']} ({str(m.get('sha256', ''))[:12]})" if m.get("sha256") else str(m["file"])
     return str(target.config.get("model") or target.config.get("endpoint_name") or target.kind)
 
 
-def run_policy(store: Store, policy: dict, rows: list[Row], targets: Iterable[Target], *, kind: str,
-               progress: Callable[[int, int, float | None], None] | None = None,
-               overrides: dict | None = None, group_id: str | None = None) -> tuple[str, list[int]]:
-    """Score every row on every target; return (group id, run ids in target order)."""
-    targets = list(targets)
-    requests = [request_for(policy, row.state, row.key, **(overrides or {})) for row in rows]
-    group = group_id or uuid.uuid4().hex[:12]
-    run_ids = [store.create_run(kind=kind, policy=policy, target=t.describe(), n_rows=len(rows), group_id=group)
-               for t in targets]
-    tracker = Progress(len(rows) * len(targets), progress)
-    named = {rid: False for rid in run_ids}
-    status = {rid: "done" for rid in run_ids}
+@dataclass
+class Job:
+    """One stored run being filled by one target."""
+    run_id: int
+    target: Target
+
+
+def final_status(results: list[dict]) -> RunStatus:
+    """done: every case answered; done-with-errors: some failed; failed: all failed."""
+    errors = sum(1 for r in results if r["error"])
+    return "done" if not errors else "failed" if errors == len(results) else "done-with-errors"
+
+
+def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Case, DecisionRequest]], *,
+                    total: int, already: int = 0, progress: ProgressFn | None = None) -> None:
+    """Score (position, case, request) items on every job's target, saving as results arrive. A
+    run whose worker stops (an exception, Ctrl-C, a closed page) is marked interrupted."""
+    for job in jobs:
+        store.take_lease(job.run_id)  # RunBusy when another process is scoring it
+    tracker = Progress(total * len(jobs), progress, already=already * len(jobs))
+    named = {job.run_id: bool((store.get_run(job.run_id) or {}).get("model")) for job in jobs}
     try:
-        for pos, (row, req) in enumerate(zip(rows, requests)):
-            for target, rid in zip(targets, run_ids):
-                res = target.decide([req])[0]
-                store.add_result(rid, result_row(res, row, pos))
-                if res.ok and not named[rid]:
-                    store.set_run_model(rid, model_identity(res.result, target))
-                    named[rid] = True
+        for pos, case, req in items:
+            for job in jobs:
+                res = job.target.decide(req)
+                store.add_result(job.run_id, result_row(res, case, pos))
+                if res.ok and not named[job.run_id]:
+                    store.set_run_model(job.run_id, model_identity(res, job.target))
+                    named[job.run_id] = True
                 tracker.tick()
     except BaseException:
-        status = {rid: "interrupted" for rid in run_ids}
+        for job in jobs:
+            store.stop_run(job.run_id, "interrupted")
         raise
-    finally:
-        for rid in run_ids:
-            errors = sum(1 for r in store.results(rid) if r["error"])
-            final = status[rid] if status[rid] != "done" else ("failed" if rows and errors == len(rows) else "done")
-            store.finish_run(rid, final)
+    for job in jobs:
+        store.finish_run(job.run_id, final_status(store.results(job.run_id)))
+
+
+def run_policy(store: Store, policy: dict, cases: list[Case], targets: Iterable[Target], *, kind: str,
+               progress: ProgressFn | None = None, overrides: dict | None = None,
+               group_id: str | None = None) -> tuple[str, list[int]]:
+    """Score every case on every target as a new group of runs; return (group id, run ids in target order)."""
+    targets = list(targets)
+    requests = [request_for(policy, case.state, case.key, **(overrides or {})) for case in cases]
+    group = group_id or uuid.uuid4().hex[:12]
+    run_ids = [store.create_run(kind=kind, policy=policy, target=t.describe(), n_rows=len(cases), group_id=group,
+                                config={"overrides": overrides or {}})
+               for t in targets]
+    score_into_runs(store, [Job(r, t) for r, t in zip(run_ids, targets)],
+                    ((pos, case, req) for pos, (case, req) in enumerate(zip(cases, requests))),
+                    total=len(cases), progress=progress)
     return group, run_ids

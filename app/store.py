@@ -14,7 +14,7 @@ import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import sqlite_utils
 
@@ -40,11 +40,27 @@ SCHEMA: dict[str, dict] = {
                                  "label": str, "split": str, "meta": str}, "pk": "id"},
     "results": {"columns": {"id": int, "run_id": int, "row_key": str, "position": int, "state": str,
                             "label": str, "option_ids": str, "probabilities": str, "top_option": str,
-                            "label_mass": float, "latency_s": float, "error": str, "request": str,
-                            "response": str}, "pk": "id"},
+                            "label_mass": float, "probability_status": str, "readout": str, "latency_s": float,
+                            "error": str, "request": str, "response": str}, "pk": "id"},
 }
 JSON_COLUMNS = {"options", "examples", "config", "policy", "target", "option_ids", "probabilities",
                 "request", "response", "meta", "plan"}
+
+
+STATE_COLUMNS = {"state"}  # a state is text or JSON: stored tagged so each comes back as it went in
+RunStatus = Literal["running", "done", "done-with-errors", "failed", "interrupted"]
+
+
+def encode_state(state: Any) -> str:
+    """'t:' + text, or 'j:' + JSON for an object/array state: the text "42" stays text, and an
+    object state is scored as the same object (rendered like the adapter renders it)."""
+    return "t:" + state if isinstance(state, str) else "j:" + json.dumps(state, ensure_ascii=False)
+
+
+def decode_state(stored: Any) -> Any:
+    if isinstance(stored, str) and stored[:2] in ("t:", "j:"):
+        return stored[2:] if stored[0] == "t" else json.loads(stored[2:])
+    return stored  # written before the tagged encoding: text
 
 
 def now() -> str:
@@ -84,12 +100,13 @@ def _run(row: dict) -> dict:
 
 
 def _decode(row: dict) -> dict:
-    return {k: (json.loads(v) if k in JSON_COLUMNS and isinstance(v, str) and v else v) for k, v in row.items()}
+    return {k: (json.loads(v) if k in JSON_COLUMNS and isinstance(v, str) and v
+                else decode_state(v) if k in STATE_COLUMNS else v) for k, v in row.items()}
 
 
 def _encode(row: dict) -> dict:
     return {k: (json.dumps(v, ensure_ascii=False) if k in JSON_COLUMNS and v is not None and not isinstance(v, str)
-                else v) for k, v in row.items()}
+                else encode_state(v) if k in STATE_COLUMNS and v is not None else v) for k, v in row.items()}
 
 
 class Store:

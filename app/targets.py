@@ -1,15 +1,16 @@
-"""One interface, many targets: `decide(requests) -> results`, with client-measured latency.
+"""One interface, many targets: `decide(request) -> TargetResult` with client-measured latency.
 
-- `local`     the engine in-process (the UI caches it with st.cache_resource)
+- `local`     the engine in-process (models from the workbench's EnginePool)
 - `semif`     a SemIf adapter URL (POST /invocations)
-- `sagemaker` a SageMaker endpoint running the SemIf adapter (boto3 sagemaker-runtime)
+- `sagemaker` a SageMaker endpoint running the SemIf adapter (boto3 sagemaker-runtime), or the
+              llama.cpp DLC (`protocol: chat`)
 - `systemone` any /v1/systemone server: the policy is sent as a `choice` question
 - `chat`      an OpenAI-compatible chat completions endpoint (the llama.cpp DLC text-generation
               path, llama-cpp-python's server, ...): the answer is generated and parsed back to an
               option; an answer that names no option is marked unparseable
 
-Configs are saved by name without secrets: an API key is read from the environment variable the
-config names (or Streamlit secrets, resolved by the page), never stored.
+Every target returns the same typed `DecisionResult`. Configs are saved by name without secrets:
+an API key is read from the environment variable the config names (or Streamlit secrets).
 """
 from __future__ import annotations
 
@@ -19,14 +20,15 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import httpx
 
-from adapter.prompt import LETTERS, SYSTEM_INSTRUCTION, option_line
-from adapter.schema import DecisionRequest, state_text
+from adapter.prompt import LETTERS, letters_messages
+from adapter.schema import DecisionRequest, DecisionResult, RequestError
 
-KINDS = {
+TargetKind = Literal["local", "semif", "systemone", "sagemaker", "chat"]
+KINDS: dict[str, str] = {
     "local": "Local engine (in-process llama.cpp)",
     "semif": "SemIf adapter URL",
     "systemone": "/v1/systemone server (TypeSafe Jev, Kev, laya-serve, our adapter)",
@@ -39,15 +41,19 @@ LOCAL_DEFAULT = {"name": "local", "kind": "local", "config": {"model": ""}}
 class TargetError(RuntimeError):
     """A target that failed: the message is shown to the analyst as is (no stack trace)."""
 
+    def __init__(self, message: str, raw: Any = None):
+        super().__init__(message)
+        self.raw = raw  # what the target answered, kept for the run's raw response
+
 
 @dataclass
 class TargetResult:
     row_id: str
     latency_s: float
-    result: dict | None = None  # the common decision shape: option_ids, probabilities, top_option, ...
+    result: DecisionResult | None = None
     error: str | None = None
-    request: Any = None
-    response: Any = None
+    request: Any = None  # what was sent, as JSON
+    response: Any = None  # what came back, as JSON
 
     @property
     def ok(self) -> bool:
@@ -66,26 +72,24 @@ class Target:
     def prepare(self) -> None:
         """Work that must not count as latency (loading a model); errors surface per request."""
 
-    def decide(self, requests: list[DecisionRequest]) -> list[TargetResult]:
-        out = []
+    def decide(self, req: DecisionRequest) -> TargetResult:
+        """One decision; never raises: a failure is a TargetResult with its error text."""
         try:
             self.prepare()
         except Exception:
-            pass  # the same failure is reported, with its message, by the first request below
-        for req in requests:
-            t0 = time.perf_counter()
-            try:
-                sent, raw, result = self._one(req)
-                out.append(TargetResult(req.id, time.perf_counter() - t0, result, None, sent, raw))
-            except TargetError as exc:
-                out.append(TargetResult(req.id, time.perf_counter() - t0, None, str(exc),
-                                        req.model_dump(exclude_none=True), getattr(exc, "raw", None)))
-            except Exception as exc:  # never let one target take a page or a batch down
-                out.append(TargetResult(req.id, time.perf_counter() - t0, None,
-                                        f"unexpected {type(exc).__name__}: {exc}", req.model_dump(exclude_none=True)))
-        return out
+            pass  # the same failure is reported, with its message, by the call below
+        t0 = time.perf_counter()
+        try:
+            sent, raw, result = self._one(req)
+            return TargetResult(req.id, time.perf_counter() - t0, result, None, sent, raw)
+        except TargetError as exc:
+            return TargetResult(req.id, time.perf_counter() - t0, None, str(exc), req.model_dump(exclude_none=True),
+                                exc.raw)
+        except Exception as exc:  # never let one target take a page or a batch down
+            return TargetResult(req.id, time.perf_counter() - t0, None, f"unexpected {type(exc).__name__}: {exc}",
+                                req.model_dump(exclude_none=True))
 
-    def _one(self, req: DecisionRequest) -> tuple[Any, Any, dict]:
+    def _one(self, req: DecisionRequest) -> tuple[Any, Any, DecisionResult]:
         raise NotImplementedError
 
     def test_connection(self) -> str:
@@ -107,13 +111,11 @@ class LocalTarget(Target):
             raise TargetError(f"the local model could not be loaded: {exc}") from None
 
     def _one(self, req):
-        from adapter.schema import RequestError
-
         try:
             result = self.engine().score(req)
         except RequestError as exc:
             raise TargetError(f"{'.'.join(map(str, exc.loc))}: {exc.msg}") from None
-        return req.model_dump(exclude_none=True), result, result
+        return req.model_dump(exclude_none=True), result.public(), result
 
     def test_connection(self) -> str:
         info = self.engine().info
@@ -129,18 +131,39 @@ def api_key(config: dict, secrets: dict | None) -> str | None:
 def _http_error(resp: httpx.Response) -> TargetError:
     try:
         body = resp.json()
-        detail = body.get("detail", body)
+        detail = body.get("detail", body) if isinstance(body, dict) else body
         if isinstance(detail, list):
-            msg = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail)
+            msg = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail if isinstance(d, dict))
         elif isinstance(detail, dict):
             msg = detail.get("message") or json.dumps(detail)
         else:
             msg = str(detail)
     except ValueError:
         body, msg = resp.text[:500], resp.text[:200]
-    err = TargetError(f"HTTP {resp.status_code}: {msg}")
-    err.raw = body
-    return err
+    return TargetError(f"HTTP {resp.status_code}: {msg}", body)
+
+
+def http_json(method: str, url: str, *, body: Any = None, headers: dict | None = None, timeout: float = 60) -> Any:
+    """The one HTTP path of every URL target: a JSON call whose failures become TargetErrors that
+    say what went wrong (unreachable, an HTTP error with the server's own message, not JSON)."""
+    try:
+        resp = httpx.request(method, url, json=body, headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise TargetError(f"cannot reach {url}: {exc}") from None
+    if resp.status_code != 200:
+        raise _http_error(resp)
+    try:
+        return resp.json()
+    except ValueError:
+        raise TargetError(f"{url} did not answer JSON: {resp.text[:200]!r}") from None
+
+
+def decision_from(data: Any, what: str) -> DecisionResult:
+    """A SemIf adapter's answer as a DecisionResult, or a TargetError keeping the raw answer."""
+    try:
+        return DecisionResult.model_validate(data)
+    except Exception:
+        raise TargetError(f"not a SemIf decision result from {what}: {str(data)[:200]}", data) from None
 
 
 class SemIfTarget(Target):
@@ -151,23 +174,22 @@ class SemIfTarget(Target):
 
     def _one(self, req):
         body = req.model_dump(exclude_none=True)
-        try:
-            resp = httpx.post(self.url + "/invocations", json=body, timeout=self.timeout)
-        except httpx.HTTPError as exc:
-            raise TargetError(f"cannot reach {self.url}: {exc}") from None
-        if resp.status_code != 200:
-            raise _http_error(resp)
-        data = resp.json()
-        return body, data, data
+        data = http_json("POST", self.url + "/invocations", body=body, timeout=self.timeout)
+        return body, data, decision_from(data, self.url)
 
     def test_connection(self) -> str:
-        try:
-            resp = httpx.get(self.url + "/ping", timeout=5)
-        except httpx.HTTPError as exc:
-            raise TargetError(f"cannot reach {self.url}: {exc}") from None
-        if resp.status_code != 200:
-            raise _http_error(resp)
-        return f"{self.url} is up: {resp.json().get('model', '')}"
+        data = http_json("GET", self.url + "/ping", timeout=5)
+        return f"{self.url} is up: {data.get('model', '') if isinstance(data, dict) else ''}"
+
+
+def aws_error(exc: Exception) -> TargetError:
+    """boto3 failures in words (no credentials, access denied, ...), the same ones the Deploy page uses."""
+    try:
+        from deploy.executor import friendly
+
+        return TargetError(f"SageMaker: {friendly(exc)}")
+    except ImportError:  # pragma: no cover - deploy/ ships with the workbench
+        return TargetError(f"SageMaker: {exc}")
 
 
 class SageMakerTarget(Target):
@@ -178,7 +200,7 @@ class SageMakerTarget(Target):
         super().__init__(name, "sagemaker", config)
         self.endpoint = config["endpoint_name"]
         self.region = config.get("region") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        self._client = None
+        self._client: Any = None
 
     def client(self, service: str = "sagemaker-runtime"):
         import boto3
@@ -197,31 +219,19 @@ class SageMakerTarget(Target):
             resp = self._client.invoke_endpoint(EndpointName=self.endpoint, ContentType="application/json",
                                                  Accept="application/json", Body=json.dumps(body))
             data = json.loads(resp["Body"].read())
-        except ClientError as exc:
-            raise TargetError(f"SageMaker {exc.response['Error'].get('Code')}: "
-                              f"{exc.response['Error'].get('Message')}") from None
-        except BotoCoreError as exc:
-            raise TargetError(f"AWS: {exc}") from None
+        except (ClientError, BotoCoreError) as exc:
+            raise aws_error(exc) from None
         except ValueError:
             raise TargetError("the endpoint did not answer JSON") from None
-        if chat:
-            return body, data, chat_result(req, data)
-        if not isinstance(data, dict) or "probabilities" not in data:
-            err = TargetError(f"not a SemIf decision result: {str(data)[:200]}")
-            err.raw = data
-            raise err
-        return body, data, data
+        return body, data, (chat_result(req, data) if chat else decision_from(data, self.endpoint))
 
     def test_connection(self) -> str:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             ep = self.client("sagemaker").describe_endpoint(EndpointName=self.endpoint)
-        except ClientError as exc:
-            raise TargetError(f"SageMaker {exc.response['Error'].get('Code')}: "
-                              f"{exc.response['Error'].get('Message')}") from None
-        except BotoCoreError as exc:
-            raise TargetError(f"AWS: {exc}") from None
+        except (ClientError, BotoCoreError) as exc:
+            raise aws_error(exc) from None
         return f"{self.endpoint} in {self.region}: {ep['EndpointStatus']}"
 
 
@@ -242,50 +252,29 @@ class SystemOneTarget(Target):
         body = {"model": self.model, "state": req.state,
                 "questions": {"decision": {"type": "choice", "instructions": req.question,
                                            "criteria": {o.id: (o.description or None) for o in req.options}}}}
-        try:
-            resp = httpx.post(self.url + "/v1/systemone", json=body, headers=self._headers(),
-                              timeout=float(self.config.get("timeout", 120)))
-        except httpx.HTTPError as exc:
-            raise TargetError(f"cannot reach {self.url}: {exc}") from None
-        if resp.status_code != 200:
-            raise _http_error(resp)
-        data = resp.json()
+        data = http_json("POST", self.url + "/v1/systemone", body=body, headers=self._headers(),
+                         timeout=float(self.config.get("timeout", 120)))
         try:
             answer = data["answers"]["decision"]
-            by_name = answer["probabilities"]
-            probs = [float(by_name[o.id]) for o in req.options]
+            probs = [float(answer["probabilities"][o.id]) for o in req.options]
         except (KeyError, TypeError, ValueError):
-            err = TargetError(f"not a /v1/systemone choice answer: {str(data)[:200]}")
-            err.raw = data
-            raise err from None
-        ids = [o.id for o in req.options]
-        result = {"id": req.id, "option_ids": ids, "probabilities": probs, "top_option": answer.get("choice"),
-                  "confidence": answer.get("confidence"), "label_mass": answer.get("x_label_mass"),
-                  "probability_status": "uncalibrated", "readout": answer.get("x_readout") or "systemone",
-                  "usage": data.get("usage"), "model": {"file": data.get("model")}}
+            raise TargetError(f"not a /v1/systemone choice answer: {str(data)[:200]}", data) from None
+        result = DecisionResult(id=req.id, option_ids=[o.id for o in req.options], probabilities=probs,
+                                top_option=answer.get("choice") or req.options[max(range(len(probs)), key=probs.__getitem__)].id,
+                                confidence=answer.get("confidence"), label_mass=answer.get("x_label_mass"),
+                                readout=answer.get("x_readout") or "systemone", usage=data.get("usage"),
+                                model={"file": data.get("model")})
         return body, data, result
 
     def test_connection(self) -> str:
-        try:
-            resp = httpx.get(self.url + "/v1/models", headers=self._headers(), timeout=5)
-        except httpx.HTTPError as exc:
-            raise TargetError(f"cannot reach {self.url}: {exc}") from None
-        if resp.status_code != 200:
-            raise _http_error(resp)
-        names = [m.get("name") for m in resp.json().get("models", [])]
+        data = http_json("GET", self.url + "/v1/models", headers=self._headers(), timeout=5)
+        names = [m.get("name") for m in data.get("models", [])]
         if self.model not in names:
-            raise TargetError(f"{self.url} is up but does not serve {self.model!r}; it serves {', '.join(names)}")
+            raise TargetError(f"{self.url} is up but does not serve {self.model!r}; it serves {', '.join(map(str, names))}")
         return f"{self.url} is up; serves {self.model}"
 
 
 # -- chat completions (text generation) --------------------------------------------------------
-def chat_messages(req: DecisionRequest) -> list[dict]:
-    body = "\n".join(option_line(LETTERS[i], o) for i, o in enumerate(req.options))
-    user = (f"State:\n{state_text(req.state)}\n\nQuestion: {req.question}\n\nOptions:\n{body}\n\n"
-            "Answer with one letter.")
-    return [{"role": "system", "content": SYSTEM_INSTRUCTION}, {"role": "user", "content": user}]
-
-
 def parse_chat_answer(text: str, req: DecisionRequest) -> int | None:
     """The option a generated answer names: a letter (A, 'B.', '(C)', 'Answer: D') or an option id."""
     n = len(req.options)
@@ -311,37 +300,28 @@ class ChatTarget(Target):
         self.model = config.get("model") or "default"
         self.max_tokens = int(config.get("max_tokens", 4))
 
+    def _headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     def _one(self, req):
         body = chat_body(req, self.model, self.max_tokens)
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        try:
-            resp = httpx.post(self.url, json=body, headers=headers, timeout=float(self.config.get("timeout", 120)))
-        except httpx.HTTPError as exc:
-            raise TargetError(f"cannot reach {self.url}: {exc}") from None
-        if resp.status_code != 200:
-            raise _http_error(resp)
-        data = resp.json()
+        data = http_json("POST", self.url, body=body, headers=self._headers(), timeout=float(self.config.get("timeout", 120)))
         return body, data, chat_result(req, data)
 
     def test_connection(self) -> str:
         base = self.url.rsplit("/chat/completions", 1)[0]
-        try:
-            resp = httpx.get(base + "/models", timeout=5,
-                             headers={"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})
-        except httpx.HTTPError as exc:
-            raise TargetError(f"cannot reach {base}: {exc}") from None
-        if resp.status_code != 200:
-            raise _http_error(resp)
-        models = [m.get("id") for m in resp.json().get("data", [])]
+        data = http_json("GET", base + "/models", headers=self._headers(), timeout=5)
+        models = [m.get("id") for m in data.get("data", [])]
         return f"{base} is up; models: {', '.join(map(str, models)) or 'none listed'}"
 
 
 def chat_body(req: DecisionRequest, model: str, max_tokens: int = 4) -> dict:
-    return {"model": model, "messages": chat_messages(req), "max_tokens": max_tokens, "temperature": 0,
-            "logprobs": True, "top_logprobs": 20}
+    """The letters prompt as chat messages: the same text the local letters readout reads."""
+    return {"model": model, "messages": letters_messages(req.state, req.question, req.options),
+            "max_tokens": max_tokens, "temperature": 0, "logprobs": True, "top_logprobs": 20}
 
 
-def chat_result(req: DecisionRequest, data: Any) -> dict:
+def chat_result(req: DecisionRequest, data: Any) -> DecisionResult:
     """A chat completion parsed back to the decision shape; TargetError when it names no option."""
     try:
         choice = data["choices"][0]
@@ -350,24 +330,22 @@ def chat_result(req: DecisionRequest, data: Any) -> dict:
         raise TargetError(f"not a chat completion response: {str(data)[:200]}") from None
     picked = parse_chat_answer(text, req)
     if picked is None:
-        err = TargetError(f"unparseable answer: {text[:80]!r} names no single option")
-        err.raw = data
-        raise err
+        raise TargetError(f"unparseable answer: {text[:80]!r} names no single option", data)
     ids = [o.id for o in req.options]
     probs, status = _probs_from_logprobs(choice.get("logprobs"), len(ids))
     if probs is None or int(max(range(len(ids)), key=probs.__getitem__)) != picked:
         probs, status = [1.0 if i == picked else 0.0 for i in range(len(ids))], "generated-one-hot"
-    return {"id": req.id, "option_ids": ids, "probabilities": probs, "top_option": ids[picked],
-            "probability_status": status, "generated_text": text, "readout": "chat-generation",
-            "label_mass": None, "usage": data.get("usage")}
+    return DecisionResult(id=req.id, option_ids=ids, probabilities=probs, top_option=ids[picked],
+                          probability_status=status, generated_text=text, readout="chat-generation",
+                          usage=data.get("usage"))
 
 
-def _probs_from_logprobs(logprobs: dict | None, n: int) -> tuple[list[float] | None, str]:
+def _probs_from_logprobs(logprobs: dict | None, n: int) -> tuple[list[float] | None, Literal["generated-logprobs"]]:
     """Letter distribution from the first generated token's top logprobs, renormalised."""
     try:
-        top = logprobs["content"][0]["top_logprobs"]
+        top = logprobs["content"][0]["top_logprobs"]  # type: ignore[index]
     except (TypeError, KeyError, IndexError):
-        return None, ""
+        return None, "generated-logprobs"
     mass = [0.0] * n
     for item in top:
         tok = (item.get("token") or "").strip().upper()
@@ -375,7 +353,7 @@ def _probs_from_logprobs(logprobs: dict | None, n: int) -> tuple[list[float] | N
             mass[LETTERS.index(tok)] += math.exp(item["logprob"])
     total = sum(mass)
     if total <= 0:
-        return None, ""
+        return None, "generated-logprobs"
     return [m / total for m in mass], "generated-logprobs"
 
 
@@ -414,6 +392,13 @@ def validate_target_spec(name: str, kind: str, config: dict) -> dict[str, str]:
             errors["endpoint_name"] = "SageMaker endpoint names are 1-63 letters, digits and hyphens"
         if config.get("region") and not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", config["region"]):
             errors["region"] = "e.g. us-east-1"
+    if kind == "local" and config.get("model"):
+        from adapter.catalog import SHIPPED
+
+        ref = config["model"].strip()
+        if ref not in SHIPPED and not (ref.endswith(".gguf") and os.path.isfile(os.path.expanduser(ref))):
+            errors["model"] = (f"a shipped model ({', '.join(m for m in SHIPPED if SHIPPED[m].offered)}) or the path "
+                               "of an existing .gguf file on this machine")
     if kind in ("chat", "systemone") and config.get("api_key_env") and not re.fullmatch(r"[A-Z_][A-Z0-9_]*", config["api_key_env"]):
         errors["api_key_env"] = "the NAME of an environment variable holding the key (the key itself is never stored)"
     if kind not in KINDS:

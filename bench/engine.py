@@ -26,7 +26,7 @@ import numpy as np
 
 from adapter.catalog import DEFAULT_SHIPPED
 from adapter.engine import Engine
-from adapter.policies import list_templates, load_template, probe_cases, request_for
+from adapter.templates import list_templates, load_template, probe_cases, request_for
 from adapter.schema import SharedStateRequest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def bench_generate(engine: Engine, cases) -> tuple[float, float, int]:
         out = engine.llm.create_completion(text, max_tokens=16, temperature=0.0, stop=["}"])
         gen.append(time.perf_counter() - t0)
         engine.clear_cache()
-        letter = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[r["option_ids"].index(r["top_option"])]
+        letter = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[r.option_ids.index(r.top_option)]
         agree += f'"{letter}"' in out["choices"][0]["text"]
     return statistics.median(direct), statistics.median(gen), agree
 
@@ -83,9 +83,9 @@ def bench_shared(engine: Engine) -> tuple[float, float, float, float]:
         t_fresh = time.perf_counter() - t0
     finally:
         engine.n_parallel = parallel
-    diff = max(float(np.max(np.abs(np.subtract(a["probabilities"], b["probabilities"]))))
+    diff = max(float(np.max(np.abs(np.subtract(a.probabilities, b.probabilities))))
                for a, b in zip(res_shared, res_fresh))
-    bound = sum(r["input_tokens"] for r in res_fresh) / sum(r["evaluated_tokens"] for r in res_shared)
+    bound = sum(r.input_tokens for r in res_fresh) / sum(r.evaluated_tokens for r in res_shared)
     return t_shared, t_fresh, diff, bound
 
 
@@ -101,7 +101,7 @@ def bench_parallel(engine: Engine, rounds: int = 2) -> tuple[float, float, float
             t0 = time.perf_counter()
             results[n] = engine.score_shared(shared)
             times[n].append(time.perf_counter() - t0)
-    diff = max(float(np.max(np.abs(np.subtract(a["probabilities"], b["probabilities"]))))
+    diff = max(float(np.max(np.abs(np.subtract(a.probabilities, b.probabilities))))
                for a, b in zip(results[1], results[8]))
     return min(times[1]), min(times[8]), diff
 
@@ -126,7 +126,7 @@ def bench_prefix_restore(engine: Engine, cases) -> tuple[float, float, int]:
         t0 = time.perf_counter()
         b = engine.score(req)
         loaded.append(time.perf_counter() - t0)
-        assert a["probabilities"] == b["probabilities"]  # the KV bytes are the same: so are the answers
+        assert a.probabilities == b.probabilities  # the KV bytes are the same: so are the answers
     return min(evaluated), min(loaded), len(tokens)
 
 
@@ -139,7 +139,7 @@ def bench_overhead(engine: Engine, cases) -> tuple[float, float, float]:
         tokens = [t for s in engine.tokenize_prompt(prompt) for t in s]
         first = [s[0] for s in engine.label_tokens(prompt)]
         r = engine.score(req, fresh=True)
-        eng.append(r["total_seconds"])
+        eng.append(r.total_seconds)
         engine.clear_cache()
         t0 = time.perf_counter()
         engine.llm.eval(tokens)
@@ -150,7 +150,7 @@ def bench_overhead(engine: Engine, cases) -> tuple[float, float, float]:
         x = logits[first].astype(np.float64)
         p = np.exp(x - x.max())
         p /= p.sum()
-        split_diff = max(split_diff, float(np.max(np.abs(p - np.array(r["probabilities"])[prompt.order]))))
+        split_diff = max(split_diff, float(np.max(np.abs(p - np.array(r.probabilities)[prompt.order]))))
     return statistics.median(eng), statistics.median(bare), split_diff
 
 

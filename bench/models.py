@@ -16,7 +16,7 @@ from pathlib import Path
 
 from adapter.catalog import SHIPPED
 from adapter.engine import Engine
-from adapter.policies import DATA_DIR, load_jsonl, load_template, request_for
+from adapter.templates import DATA_DIR, load_jsonl, load_template, request_for
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {  # name -> (readout, debias, permute)
@@ -68,9 +68,9 @@ def main() -> None:
                         t0 = time.perf_counter()
                         r = engine.score(request_for(policy, row["state"], row["id"], readout=readout,
                                                      debias=debias, permute=permute))
-                        rec = {"key": list(key), "label": row["label"], "top": r["top_option"],
-                               "position": r["option_ids"].index(r["top_option"]), "seconds": time.perf_counter() - t0,
-                               "label_mass": r["label_mass"], "p_label": r["probabilities"][r["option_ids"].index(row["label"])]}
+                        rec = {"key": list(key), "label": row["label"], "top": r.top_option,
+                               "position": r.option_ids.index(r.top_option), "seconds": time.perf_counter() - t0,
+                               "label_mass": r.label_mass, "p_label": r.probabilities[r.option_ids.index(row["label"])]}
                         done[key] = rec
                         with cache.open("a") as fh:
                             fh.write(json.dumps(rec) + "\n")
@@ -86,7 +86,7 @@ def report(done: dict, sets: dict, models: list[str], configs: list[str]) -> Non
         for cfg in configs:
             per_set, secs, pos, n_all, ok_all = [], [], Counter(), 0, 0
             for set_name, rows in sets.items():
-                recs = [done.get((model, cfg, set_name, r["id"])) for r in rows]
+                recs = [done.get((model, cfg, set_name, r.id)) for r in rows]
                 recs = [r for r in recs if r]
                 ok = sum(r["top"] == r["label"] for r in recs)
                 per_set.append(f"{ok / len(recs):.0%} ({len(recs)})" if recs else "-")

@@ -10,7 +10,7 @@ from collections import Counter
 
 from adapter.engine import Engine
 from adapter.models import SHIPPED
-from adapter.policies import load_template, probe_cases, request_for
+from adapter.templates import load_template, probe_cases, request_for
 
 
 def main() -> None:
@@ -29,11 +29,11 @@ def main() -> None:
                 for c in cases:
                     r = engine.score(request_for(policies[c["policy"]], c["state"], c["id"],
                                                  readout=readout, permute=permute))
-                    hit = r["top_option"] == c["label"]
+                    hit = r.top_option == c["label"]
                     ok += hit
                     per_policy[c["policy"]] += hit
-                    mass += r["label_mass"]
-                    tops[r["option_ids"].index(r["top_option"])] += 1
+                    mass += r.label_mass
+                    tops[r.option_ids.index(r.top_option)] += 1
                 dt = (time.perf_counter() - t0) / len(cases)
                 print(f"{name:12s} {readout:12s} permute={permute!s:5s} {ok:2d}/{len(cases)} "
                       f"mass={mass / len(cases):.2f} positions={dict(sorted(tops.items()))} {dt:.2f}s "

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from adapter.engine import Engine
-from adapter.policies import load_template, probe_cases, request_for
+from adapter.templates import load_template, probe_cases, request_for
 from adapter.schema import DecisionRequest, RequestError, SharedStateRequest
 
 ROUTING = load_template("ticket-routing")
@@ -19,15 +19,15 @@ OBVIOUS = {c["id"]: c for c in probe_cases() if c["id"] in ("route-01", "route-0
 def test_default_readout_routes_obvious_tickets(engine, case_id):
     case = OBVIOUS[case_id]
     r = engine.score(request_for(ROUTING, case["state"], case_id))
-    assert r["readout"] == engine.info.default_readout == "option-words"
-    assert r["top_option"] == case["label"], r["probabilities"]
-    assert r["option_ids"] == [o["id"] for o in ROUTING["options"]]
+    assert r.readout == engine.info.default_readout == "option-words"
+    assert r.top_option == case["label"], r.probabilities
+    assert r.option_ids == [o["id"] for o in ROUTING["options"]]
 
 
 def test_locked_account_goes_to_access_not_billing(engine):
     r = engine.score(request_for(ROUTING, "After I reset my password this morning the site says my account "
                                           "is locked. I can't get in at all.", "t"))
-    p = dict(zip(r["option_ids"], r["probabilities"]))
+    p = dict(zip(r.option_ids, r.probabilities))
     assert p["access"] > p["billing"]
 
 
@@ -43,30 +43,33 @@ def test_each_readout_returns_a_distribution_in_request_order(engine, readout, p
     req = request_for(ROUTING, "The courier says delivered but no box is at my door.", "x",
                       readout=readout, permute=permute)
     r = engine.score(req)
-    assert r["option_ids"] == ["access", "billing", "technical", "shipping"]
-    assert math.isclose(sum(r["probabilities"]), 1.0, abs_tol=1e-9)
-    assert all(0 < p < 1 for p in r["probabilities"])
+    assert r.option_ids == ["access", "billing", "technical", "shipping"]
+    assert math.isclose(sum(r.probabilities), 1.0, abs_tol=1e-9)
+    assert all(0 < p < 1 for p in r.probabilities)
     # the logits explain the probabilities (for averaged permutations they are log mean probs)
-    assert np.allclose(_softmax(r["option_logits"]), r["probabilities"], atol=1e-9)
-    assert 0 < r["label_mass"] <= 1
-    assert r["readout"] == readout and r["prompt_version"].startswith(readout)
-    assert r["permutations"] == (4 if permute else 1)
-    assert len(r["prompt_sha256"]) == 64
-    assert r["model"]["sha256"] and r["model"]["quantization"] == "Q4_1"
+    assert np.allclose(_softmax(r.option_logits), r.probabilities, atol=1e-9)
+    assert 0 < r.label_mass <= 1
+    assert r.readout == readout and r.prompt_version.startswith(readout)
+    assert r.permutations == (4 if permute else 1)
+    assert len(r.prompt_sha256) == 64
+    assert r.model["sha256"] and r.model["quantization"] == "Q4_1"
     if readout == "letters":
-        assert r["label_token_counts"] == [1, 1, 1, 1]  # each letter is one token at that boundary
+        assert r.label_token_counts == [1, 1, 1, 1]  # each letter is one token at that boundary
 
 
-def test_option_order_follows_the_request(engine):
-    """Reversing the options reverses option_ids; the ids' probabilities come from the same
-    option, not the same position (permutation averaging makes this exact up to rotations)."""
-    state = "My card was charged twice for one order."
-    fwd = engine.score(request_for(ROUTING, state, "f", readout="letters", permute=True))
+@pytest.mark.parametrize("readout", ["option-words", "letters"])
+def test_option_order_follows_the_request(qwen05, readout):
+    """Reversing the options reverses option_ids, and each probability stays with its option: an
+    obvious ticket keeps the same top option id with a clear margin whichever way it is listed
+    (a position mix-up would hand the top probability to another id)."""
+    state = "I was charged twice for the same invoice, please refund the duplicate payment."
+    fwd = qwen05.score(request_for(ROUTING, state, "f", readout=readout, permute=True, debias="none"))
     rev_policy = {**ROUTING, "options": ROUTING["options"][::-1]}
-    rev = engine.score(request_for(rev_policy, state, "r", readout="letters", permute=True))
-    assert rev["option_ids"] == fwd["option_ids"][::-1]
-    assert set(rev["option_ids"]) == set(fwd["option_ids"])
-    assert len(set(fwd["probabilities"])) > 1
+    rev = qwen05.score(request_for(rev_policy, state, "r", readout=readout, permute=True, debias="none"))
+    assert rev.option_ids == fwd.option_ids[::-1]
+    pf, pr = dict(zip(fwd.option_ids, fwd.probabilities)), dict(zip(rev.option_ids, rev.probabilities))
+    assert fwd.top_option == rev.top_option == "billing", (pf, pr)
+    assert all(abs(pf[k] - pr[k]) < 0.25 for k in pf), (pf, pr)
 
 
 def test_same_input_same_output_bit_for_bit(engine):
@@ -75,10 +78,10 @@ def test_same_input_same_output_bit_for_bit(engine):
     other = engine.score(request_for(ROUTING, "something else entirely", "o"))  # changes the cache
     b = engine.score(req)  # policy prefix from the cache
     c = engine.score(req, fresh=True)
-    assert other["prompt_sha256"] != a["prompt_sha256"]
-    assert b["cached_tokens"] > 0 and a["cached_tokens"] == 0
+    assert other.prompt_sha256 != a.prompt_sha256
+    assert b.cached_tokens > 0 and a.cached_tokens == 0
     for key in ("probabilities", "option_logits", "label_mass", "prompt_sha256"):
-        assert a[key] == b[key] == c[key], key
+        assert getattr(a, key) == getattr(b, key) == getattr(c, key), key
 
 
 def test_shared_state_matches_fresh(engine, monkeypatch):
@@ -95,20 +98,20 @@ def test_shared_state_matches_fresh(engine, monkeypatch):
     request = SharedStateRequest(state=state, questions=questions)
     monkeypatch.setattr(engine, "n_parallel", 1)
     serial = engine.score_shared(request)
-    assert [r["id"] for r in serial] == [q["id"] for q in questions]
-    assert all(r["cached_tokens"] > 0 for r in serial[1:])  # the state segment was reused
+    assert [r.id for r in serial] == [q["id"] for q in questions]
+    assert all(r.cached_tokens > 0 for r in serial[1:])  # the state segment was reused
     fresh = [engine.score(DecisionRequest(state=state, **q), fresh=True) for q in questions]
-    assert all(f["cached_tokens"] == 0 for f in fresh)
+    assert all(f.cached_tokens == 0 for f in fresh)
     for key in ("probabilities", "option_logits", "label_mass", "prompt_sha256"):
-        assert [f[key] for f in fresh] == [r[key] for r in serial], key
+        assert [getattr(f, key) for f in fresh] == [getattr(r, key) for r in serial], key
     monkeypatch.setattr(engine, "n_parallel", 8)
     engine.clear_cache()
     parallel = engine.score_shared(request)
     again = engine.score_shared(request)  # the prefix is cached now: same bits all the same
-    assert [(a["probabilities"], a["option_logits"]) for a in again] == [(p["probabilities"], p["option_logits"])
+    assert [(a.probabilities, a.option_logits) for a in again] == [(p.probabilities, p.option_logits)
                                                                          for p in parallel]
-    diff = max(float(np.max(np.abs(np.subtract(p["probabilities"], r["probabilities"])))) for p, r in zip(parallel, serial))
-    assert [p["top_option"] for p in parallel] == [r["top_option"] for r in serial]
+    diff = max(float(np.max(np.abs(np.subtract(p.probabilities, r.probabilities)))) for p, r in zip(parallel, serial))
+    assert [p.top_option for p in parallel] == [r.top_option for r in serial]
     assert 0 <= diff < 0.05, diff
 
 
@@ -147,9 +150,9 @@ def test_colliding_first_tokens_are_told_apart(engine):
     assert split >= 1
     lp = np.array([logprob_seq(seqs[0], split + 1), logprob_seq(seqs[1], split + 1), logprob_seq(seqs[2], 1)])
     engine.clear_cache()
-    assert len(toks) == r["input_tokens"]
-    assert np.allclose(_softmax(lp), r["probabilities"], atol=1e-6)
-    assert r["label_token_counts"][0] >= 2 and r["extra_evals"] >= 1
+    assert len(toks) == r.input_tokens
+    assert np.allclose(_softmax(lp), r.probabilities, atol=1e-6)
+    assert r.label_token_counts[0] >= 2 and r.extra_evals >= 1
 
 
 def test_prompt_longer_than_context_is_a_field_error():
@@ -169,8 +172,8 @@ def test_gemma_base_model_letters_in_completion_format(gemma):
     bos = gemma.llm.token_bos()
     assert segs[0][0] == bos and segs[0][1] != bos and all(bos not in s for s in segs[1:])
     r = gemma.score(req)
-    assert r["label_token_counts"] == [1, 1, 1, 1]
-    assert math.isclose(sum(r["probabilities"]), 1.0, abs_tol=1e-9)
+    assert r.label_token_counts == [1, 1, 1, 1]
+    assert math.isclose(sum(r.probabilities), 1.0, abs_tol=1e-9)
 
 
 def test_smollm2_letters_through_chat_template(engine):
@@ -216,27 +219,27 @@ def test_control_tokens_in_content_stay_plain_text(request, fixture):
     assert sorted(counts.values()) == [2, 3], counts
     assert "<|im_end|>" in prompt.segments[1]  # still visible to the model, as text
     r = eng.score(req)
-    assert math.isclose(sum(r["probabilities"]), 1.0, abs_tol=1e-9)
+    assert math.isclose(sum(r.probabilities), 1.0, abs_tol=1e-9)
 
 
 def test_content_free_debias_divides_out_the_policy_prior(engine):
     state = "My parcel has been stuck in customs for two weeks."
     plain = engine.score(request_for(ROUTING, state, "p", readout="letters", debias="none"))
     fixed = engine.score(request_for(ROUTING, state, "d", readout="letters", debias="content-free"))
-    prior = np.array(fixed["prior"])
-    expected = np.array(plain["probabilities"]) / prior
-    assert fixed["uncorrected_probabilities"] == plain["probabilities"]
-    assert np.allclose(fixed["probabilities"], expected / expected.sum(), atol=1e-12)
-    assert np.allclose(_softmax(fixed["option_logits"]), fixed["probabilities"], atol=1e-9)
+    prior = np.array(fixed.prior)
+    expected = np.array(plain.probabilities) / prior
+    assert fixed.uncorrected_probabilities == plain.probabilities
+    assert np.allclose(fixed.probabilities, expected / expected.sum(), atol=1e-12)
+    assert np.allclose(_softmax(fixed.option_logits), fixed.probabilities, atol=1e-9)
     # the prior is the mean answer to the content-free states, computed by the same engine
-    direct = [engine.score(request_for(ROUTING, s, "cf", readout="letters", debias="none"))["probabilities"]
+    direct = [engine.score(request_for(ROUTING, s, "cf", readout="letters", debias="none")).probabilities
               for s in ("N/A", "none", "[MASK]")]
     assert np.allclose(prior, np.mean(direct, axis=0), atol=1e-12)
     # once per policy: a second row costs one evaluation, not four
     other = engine.score(request_for(ROUTING, "Refund my last invoice please.", "d2", readout="letters",
                                      debias="content-free"))
-    assert other["prior"] == fixed["prior"] and other["evaluated_tokens"] < 2 * other["input_tokens"]
-    assert fixed["debias"] == "content-free" and plain["debias"] == "none" and "prior" not in plain
+    assert other.prior == fixed.prior and other.evaluated_tokens < 2 * other.input_tokens
+    assert fixed.debias == "content-free" and plain.debias == "none" and plain.prior is None
 
 
 def test_policy_segment_restored_from_disk_is_exact(tmp_path, monkeypatch):
@@ -249,10 +252,10 @@ def test_policy_segment_restored_from_disk_is_exact(tmp_path, monkeypatch):
     assert first.prefixes.saved == 1 and len(list((tmp_path / "kv").glob("*.kv"))) == 1
     restarted = Engine("smollm2")  # a new process would start like this: empty KV cache
     b = restarted.score(req)
-    assert restarted.prefixes.loaded == 1 and b["cached_tokens"] > 0 and a["cached_tokens"] == 0
-    assert a["probabilities"] == b["probabilities"] and a["option_logits"] == b["option_logits"]
+    assert restarted.prefixes.loaded == 1 and b.cached_tokens > 0 and a.cached_tokens == 0
+    assert a.probabilities == b.probabilities and a.option_logits == b.option_logits
     c = restarted.score(req, fresh=True)  # the reference path never reads the disk
-    assert c["cached_tokens"] == 0 and c["probabilities"] == a["probabilities"]
+    assert c.cached_tokens == 0 and c.probabilities == a.probabilities
 
 
 def test_label_token_cache_is_bounded(engine, monkeypatch):

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from adapter.policy import CalibratedPolicy, PolicyError, load_policy
+from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy
 from app import evaluation
 from app.store import Store
 from tests.conftest import ROOT, ServerProcess, subset_file

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from app.inputs import InputError, rows_from_text, rows_from_upload
-from app.policies import parse_policy_json, policy_json, validate_policy, templates
+from app.policy_form import parse_policy_json, policy_json, validate_policy, templates
 
 
 def test_csv_and_jsonl_uploads():

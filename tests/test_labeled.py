@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.policies import load_template
+from adapter.templates import load_template
 from app.inputs import InputError
 from app.labeled import content_hash, import_file, parse_labeled, shipped_sets
 from app.store import Store

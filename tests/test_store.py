@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from adapter.policies import load_template
+from adapter.templates import load_template
 from app.store import Store
 
 

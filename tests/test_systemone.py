@@ -11,12 +11,18 @@ import pytest
 import zstandard
 from pydantic import ValidationError
 
+from adapter.schema import DecisionResult
 from adapter.systemone import (SystemOneRequest, choice_confidence, respond, score_confidence, to_answer,
                                to_rows)
 from app.targets import SystemOneTarget
 from tests.conftest import ServerProcess
 
 J = {"content-type": "application/json"}
+
+
+def result(ids, probs, **extra) -> DecisionResult:
+    return DecisionResult(id="r", option_ids=ids, probabilities=probs, top_option=ids[probs.index(max(probs))],
+                          readout="letters", **extra)
 
 
 def request(**questions):
@@ -55,17 +61,17 @@ def test_formulas_on_hand_computed_cases():
     assert score_confidence([1 / 3] * 3) == pytest.approx(0.0)  # uniform -> clipped at 0
     assert score_confidence([0, 0, 1.0]) == pytest.approx(1.0)
     q = request(s={"type": "score", "criteria": ["a", "b", "c"]}).questions["s"]
-    ans = to_answer(q, {"option_ids": ["0", "1", "2"], "probabilities": [0.1, 0.2, 0.7]})
+    ans = to_answer(q, result(["0", "1", "2"], [0.1, 0.2, 0.7]))
     assert ans["score"] == pytest.approx(1.6) and ans["legend"] == {"0": "a", "1": "b", "2": "c"}
     assert ans["probabilities"] == {"0": 0.1, "1": 0.2, "2": 0.7}
     nq = request(n={"type": "noul"}).questions["n"]
-    assert to_answer(nq, {"option_ids": ["true", "false"], "probabilities": [0.8, 0.2]})["noul"] == 0.8
+    assert to_answer(nq, result(["true", "false"], [0.8, 0.2]))["noul"] == 0.8
 
 
 def test_response_has_only_x_prefixed_extras_and_real_usage():
     req = request(c={"type": "choice", "criteria": {"a": None, "b": None}})
-    out = respond(req, [{"option_ids": ["a", "b"], "probabilities": [0.3, 0.7], "input_tokens": 50,
-                         "evaluated_tokens": 20, "cached_tokens": 30}], "jev-latest")
+    out = respond(req, [result(["a", "b"], [0.3, 0.7], input_tokens=50, evaluated_tokens=20, cached_tokens=30)],
+                  "jev-latest")
     assert set(out) - {"model", "answers", "usage"} <= {k for k in out if k.startswith("x_")}
     assert all(k in ("type", "choice", "probabilities", "confidence") or k.startswith("x_") for k in out["answers"]["c"])
     assert out["usage"] == {"input_tokens": 50, "output_tokens": 0}
@@ -201,18 +207,18 @@ def test_auth_on(auth_server):
 
 def test_workbench_target_against_our_server(auth_server, monkeypatch):
     monkeypatch.setenv("WB_SYSTEMONE_KEY", "s3cret")
-    from adapter.policies import load_template, request_for
+    from adapter.templates import load_template, request_for
 
     target = SystemOneTarget("s1", {"url": auth_server.url, "model": "house-model", "api_key_env": "WB_SYSTEMONE_KEY"})
     assert "serves house-model" in target.test_connection()
     policy = load_template("ticket-routing")
-    (res,) = target.decide([request_for(policy, "I can't log in after the password reset", "t1")])
+    res = target.decide(request_for(policy, "I can't log in after the password reset", "t1"))
     assert res.ok, res.error
-    assert res.result["option_ids"] == [o["id"] for o in policy["options"]]
-    assert res.result["top_option"] == res.result["option_ids"][max(range(4), key=res.result["probabilities"].__getitem__)]
+    assert res.result.option_ids == [o["id"] for o in policy["options"]]
+    assert res.result.top_option == res.result.option_ids[max(range(4), key=res.result.probabilities.__getitem__)]
     assert "s3cret" not in json.dumps(target.describe())
     wrong = SystemOneTarget("s1", {"url": auth_server.url, "model": "house-model"})
-    (res,) = wrong.decide([request_for(policy, "x", "t2")])
+    res = wrong.decide(request_for(policy, "x", "t2"))
     assert not res.ok and "HTTP 401" in res.error
 
 
@@ -249,8 +255,10 @@ def test_structured_instructions_and_criteria_are_rendered_like_states():
 
 
 def test_255_choices_fit_the_default_context(server):
-    crit = {f"department-{i:03d}": f"requests handled by department {i}" for i in range(255)}
-    res = post(server, {"model": "jev-latest", "state": "Please forward this to the right department.",
+    """The API allows 255 choices; with the old 4,096-token context this request was a 422."""
+    crit = {f"queue_{i:03d}": None for i in range(255)}
+    res = post(server, {"model": "jev-latest", "state": "Please forward this to the right queue.",
                         "questions": {"q": {"type": "choice", "criteria": crit}}})
     assert res.status_code == 200, res.text
     assert len(res.json()["answers"]["q"]["probabilities"]) == 255
+    assert httpx.get(server.url + "/info").json()["model"]["n_ctx"] >= 8192  # sized to the model, not 4,096

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from adapter.models import shipped_path
-from adapter.policies import load_template, request_for
+from adapter.templates import load_template, request_for
 from app.targets import (ChatTarget, LocalTarget, SemIfTarget, TargetError, build_target, parse_chat_answer,
                          validate_target_spec)
 from tests.conftest import ServerProcess, free_port
@@ -31,26 +31,26 @@ def chat_server():
 def test_semif_target_matches_the_local_engine(adapter_server, engine):
     target = SemIfTarget("adapter", {"url": adapter_server.url})
     assert "is up" in target.test_connection()
-    (res,) = target.decide([req()])
+    res = target.decide(req())
     assert res.ok and res.latency_s > 0
     local = LocalTarget("local", {}, lambda model: engine)
-    (loc,) = local.decide([req()])
-    assert res.result["option_ids"] == loc.result["option_ids"]
-    assert res.result["probabilities"] == loc.result["probabilities"]  # same model, same prompt, bit for bit
+    loc = local.decide(req())
+    assert res.result.option_ids == loc.result.option_ids
+    assert res.result.probabilities == loc.result.probabilities  # same model, same prompt, bit for bit
     assert res.request["state"] == req().state and res.response["id"] == "t1"
 
 
 def test_semif_target_surfaces_field_errors(adapter_server):
     target = SemIfTarget("adapter", {"url": adapter_server.url})
     bad = req("x" * 20000)  # longer than the adapter's 1024-token context
-    (res,) = target.decide([bad])
+    res = target.decide(bad)
     assert not res.ok and res.error.startswith("HTTP 422") and "state" in res.error
 
 
 def test_unreachable_targets_fail_with_a_message():
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     for target in (SemIfTarget("down", {"url": url}), ChatTarget("down", {"url": url})):
-        (res,) = target.decide([req()])
+        res = target.decide(req())
         assert not res.ok and "cannot reach" in res.error
         with pytest.raises(TargetError, match="cannot reach"):
             target.test_connection()
@@ -60,14 +60,14 @@ def test_chat_target_against_llama_cpp_server(chat_server):
     target = ChatTarget("textgen", {"url": chat_server.url})
     assert target.url.endswith("/v1/chat/completions")
     assert "is up" in target.test_connection()
-    results = target.decide([req(), req("The parcel never arrived", "t2"), req("Charged twice", "t3")])
+    results = [target.decide(r) for r in (req(), req("The parcel never arrived", "t2"), req("Charged twice", "t3"))]
     assert [r.row_id for r in results] == ["t1", "t2", "t3"]
     for r in results:
         if r.ok:  # a 135M model may answer with text that names no option: that must be marked, not guessed
-            assert r.result["top_option"] in [o["id"] for o in ROUTING["options"]]
-            assert abs(sum(r.result["probabilities"]) - 1) < 1e-9
-            assert r.result["probability_status"] in ("generated-logprobs", "generated-one-hot")
-            assert r.response["choices"][0]["message"]["content"] == r.result["generated_text"]
+            assert r.result.top_option in [o["id"] for o in ROUTING["options"]]
+            assert abs(sum(r.result.probabilities) - 1) < 1e-9
+            assert r.result.probability_status in ("generated-logprobs", "generated-one-hot")
+            assert r.response["choices"][0]["message"]["content"] == r.result.generated_text
         else:
             assert r.error.startswith("unparseable answer")
     assert any(r.ok for r in results)

@@ -3,7 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from app import resources
-from app.policies import parse_policy_json, policy_json, templates, validate_policy
+from app.policy_form import parse_policy_json, policy_json, templates, validate_policy
 from app.safe_text import md
 
 st.title("Policies")

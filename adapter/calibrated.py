@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .schema import Debias, Example, Option, Readout, errors_from
+from .schema import Debias, DecisionResult, Example, Option, Readout, errors_from
 
 SCHEMA_VERSION = "semif-policy/1"
 
@@ -55,6 +55,8 @@ class CalibratedPolicy(BaseModel):
     model: ModelIdentity
     temperature: float = Field(gt=0, le=100)
     threshold: float | None = Field(default=None, ge=0, le=1, description="global confidence gate")
+    gate_source: Literal["recommended", "hand-set", "unreachable"] | None = Field(
+        default=None, description="how the gate was chosen: from target_accuracy, by hand, or 1.0 because unreachable")
     option_thresholds: dict[str, float] = Field(default_factory=dict)
     fallback_option: str = Field(min_length=1)
     target_accuracy: float | None = Field(default=None, gt=0, le=1)
@@ -80,19 +82,19 @@ class CalibratedPolicy(BaseModel):
     def gate_for(self, option_id: str) -> float | None:
         return self.option_thresholds.get(option_id, self.threshold)
 
-    def apply(self, result: dict) -> dict:
+    def apply(self, option_ids: list[str], probabilities: list[float], model_sha256: str | None = None,
+              model_file: str | None = None) -> dict:
         """{option_id, calibrated_probabilities, confidence, gated, reason} for one raw result."""
-        ids, probs = result["option_ids"], result["probabilities"]
-        if not self.matches(list(ids)):
+        ids, probs = list(option_ids), list(probabilities)
+        if not self.matches(ids):
             raise ValueError(f"result options {ids} differ from the policy's {[o.id for o in self.options]}")
-        cal = calibrate_probs(list(probs), self.temperature)
+        cal = calibrate_probs(probs, self.temperature)
         top = max(range(len(cal)), key=cal.__getitem__)
         conf = cal[top]
         gate = self.gate_for(ids[top])
-        model = result.get("model") or {}
-        if model.get("sha256") and model["sha256"] != self.model.sha256:
+        if model_sha256 and model_sha256 != self.model.sha256:
             return {"option_id": self.fallback_option, "calibrated_probabilities": cal, "confidence": conf,
-                    "gated": True, "reason": f"model {model.get('file')} is not the calibrated model {self.model.file}"}
+                    "gated": True, "reason": f"model {model_file} is not the calibrated model {self.model.file}"}
         if gate is not None and conf < gate:
             return {"option_id": self.fallback_option, "calibrated_probabilities": cal, "confidence": conf,
                     "gated": True, "reason": f"confidence {conf:.3f} < gate {gate:.3f} for {ids[top]}"}
@@ -182,12 +184,12 @@ class PolicySet:
         return policy
 
     @staticmethod
-    def decorate(result: dict, policy: CalibratedPolicy) -> dict:
-        decision = policy.apply(result)
-        result["calibrated_probabilities"] = decision.pop("calibrated_probabilities")
-        result["decision"] = decision
-        result["probability_status"] = "calibrated"
-        result["policy"] = {"policy_id": policy.policy_id, "schema_version": policy.schema_version,
-                            "temperature": policy.temperature, "threshold": policy.threshold,
-                            "fallback_option": policy.fallback_option}
-        return result
+    def decorate(result: DecisionResult, policy: CalibratedPolicy) -> DecisionResult:
+        decision = policy.apply(result.option_ids, result.probabilities, result.model.get("sha256"),
+                                result.model.get("file"))
+        calibrated = decision.pop("calibrated_probabilities")
+        return result.model_copy(update={
+            "calibrated_probabilities": calibrated, "decision": decision, "probability_status": "calibrated",
+            "policy": {"policy_id": policy.policy_id, "schema_version": policy.schema_version,
+                       "temperature": policy.temperature, "threshold": policy.threshold,
+                       "fallback_option": policy.fallback_option}})

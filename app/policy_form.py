@@ -6,7 +6,7 @@ import re
 
 from pydantic import ValidationError
 
-from adapter.policies import list_templates
+from adapter.templates import list_templates
 from adapter.schema import DEBIAS, MAX_OPTIONS, READOUTS, Question, errors_from
 
 FIELDS = ("id", "name", "question", "options", "examples", "notes", "readout", "debias")

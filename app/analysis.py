@@ -1,4 +1,5 @@
-"""Pure comparisons over stored results (no Streamlit): latency stats, agreement, run diffs."""
+"""Pure comparisons over stored results (no Streamlit): latency stats (cold apart from warm),
+agreement, accuracy against labels, run diffs."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,28 +12,71 @@ def results_frame(runs: list[dict], results_by_run: dict[int, list[dict]]) -> pd
     for run in runs:
         for r in results_by_run.get(run["id"], []):
             rows.append({"run_id": run["id"], "target": run["target_name"], "row_key": r["row_key"],
-                         "position": r["position"], "state": r["state"], "label": r.get("label"),
+                         "position": r["position"], "state": r["state"], "label": r.get("label"), "cold": r.get("cold"),
                          "top_option": r["top_option"], "option_ids": r["option_ids"],
                          "probabilities": r["probabilities"], "label_mass": r["label_mass"],
                          "latency_s": r["latency_s"], "error": r["error"]})
-    return pd.DataFrame(rows, columns=["run_id", "target", "row_key", "position", "state", "label", "top_option",
+    return pd.DataFrame(rows, columns=["run_id", "target", "row_key", "position", "state", "label", "cold", "top_option",
                                        "option_ids", "probabilities", "label_mass", "latency_s", "error"])
 
 
+LATENCY_COLUMNS = ["target", "rows", "errors", "warm_n", "p50_ms", "p95_ms", "max_ms", "iqr_ms", "cold_ms"]
+
+
 def latency_stats(df: pd.DataFrame) -> pd.DataFrame:
-    """p50 / p95 / max latency per target (ms), with counts of rows and errors."""
+    """Per target: warm p50 / p95 / max / interquartile range (ms) over warm_n calls, and the cold
+    first call apart (model load, connection set-up), with counts of rows and errors."""
     out = []
+    cold_col = df["cold"] if "cold" in df else pd.Series(0, index=df.index)
     for target, g in df.groupby("target", sort=False):
-        lat = g.loc[g["error"].isna(), "latency_s"].to_numpy(dtype=float) * 1000
-        out.append({"target": target, "rows": len(g), "errors": int(g["error"].notna().sum()),
+        ok = g["error"].isna()
+        cold = cold_col.loc[g.index].fillna(0).astype(bool)
+        lat = g.loc[ok & ~cold, "latency_s"].to_numpy(dtype=float) * 1000
+        first = g.loc[ok & cold, "latency_s"].to_numpy(dtype=float) * 1000
+        out.append({"target": target, "rows": len(g), "errors": int((~ok).sum()), "warm_n": len(lat),
                     "p50_ms": float(np.percentile(lat, 50)) if len(lat) else np.nan,
                     "p95_ms": float(np.percentile(lat, 95)) if len(lat) else np.nan,
-                    "max_ms": float(lat.max()) if len(lat) else np.nan})
-    df_out = pd.DataFrame(out, columns=["target", "rows", "errors", "p50_ms", "p95_ms", "max_ms"])
+                    "max_ms": float(lat.max()) if len(lat) else np.nan,
+                    "iqr_ms": float(np.percentile(lat, 75) - np.percentile(lat, 25)) if len(lat) else np.nan,
+                    "cold_ms": float(first.max()) if len(first) else np.nan})
+    df_out = pd.DataFrame(out, columns=LATENCY_COLUMNS)
     if len(df_out):  # ratios against the first target (the benchmark's baseline)
         df_out["p50_vs_first"] = df_out["p50_ms"] / df_out["p50_ms"].iloc[0]
         df_out["p95_vs_first"] = df_out["p95_ms"] / df_out["p95_ms"].iloc[0]
     return df_out
+
+
+def warm_latencies(store, target_names) -> dict[str, dict]:
+    """Recent warm calls per target from every stored run: {n, p50_ms, p95_ms} (absent: none yet)."""
+    out = {}
+    for name, calls in store.latencies(sorted(target_names)).items():
+        warm = np.array([s for s, cold in calls if not cold], float) * 1000
+        if len(warm):
+            out[name] = {"n": len(warm), "p50_ms": float(np.percentile(warm, 50)),
+                         "p95_ms": float(np.percentile(warm, 95))}
+    return out
+
+
+def latency_sentence(seconds: float, cold: bool, warm: dict | None) -> str:
+    """One call's latency with its context: cold or warm, and the recent warm distribution."""
+    this = f"this call {_ms(seconds * 1000)}" + (" (first call: model load / connection set-up)" if cold else " (warm)")
+    if not warm:
+        return this + " · no warm calls measured yet"
+    return this + f" · recent warm calls: p50 {_ms(warm['p50_ms'])}, p95 {_ms(warm['p95_ms'])}, n={warm['n']}"
+
+
+def _ms(ms: float) -> str:
+    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+def accuracy_by_target(df: pd.DataFrame) -> pd.DataFrame:
+    """Per target: labeled rows answered, correct, accuracy (rows without a label are left out)."""
+    rows = []
+    labeled = df[df["label"].notna() & df["error"].isna()]
+    for target, g in labeled.groupby("target", sort=False):
+        correct = int((g["top_option"] == g["label"]).sum())
+        rows.append({"target": target, "labeled": len(g), "correct": correct, "accuracy": correct / len(g)})
+    return pd.DataFrame(rows, columns=["target", "labeled", "correct", "accuracy"])
 
 
 def top_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -58,17 +102,22 @@ def agreement_matrix(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def disagreements(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per state with each target's top option and a `disagree` flag."""
+    """One row per state: its label (if any), each target's top option, `disagree` (targets differ)
+    and `wrong` (some target's answer is not the label)."""
     t = top_table(df)
     if t.empty:
-        return pd.DataFrame(columns=["row_key", "state", "disagree"])
+        return pd.DataFrame(columns=["row_key", "state", "label", "disagree", "wrong"])
+    targets = list(t.columns)
     answered = t.notna()
     disagree = t.apply(lambda r: r.dropna().nunique() > 1, axis=1)
     out = t.copy()
     out["disagree"] = disagree & (answered.sum(axis=1) > 1)
     out = out.reset_index()
-    states = df.drop_duplicates("row_key").set_index("row_key")["state"]
-    out.insert(2, "state", out["row_key"].map(states))
+    first = df.drop_duplicates("row_key").set_index("row_key")
+    out.insert(2, "state", out["row_key"].map(first["state"]))
+    out.insert(3, "label", out["row_key"].map(first["label"]))
+    has_label = out["label"].notna()
+    out["wrong"] = has_label & out[targets].apply(lambda col: col.notna() & (col != out["label"])).any(axis=1)
     return out.drop(columns=["position"])
 
 

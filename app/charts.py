@@ -22,6 +22,22 @@ def probability_bars(option_ids: list[str], probabilities: list[float], title: s
     return fig
 
 
+def probabilities_by_target(by_target: dict[str, tuple[list[str], list[float]]]) -> go.Figure:
+    """Every target's probabilities in one grouped horizontal bar chart: options down the side (the
+    first target's order), one colour per target, readable at any page width."""
+    order = list(next(iter(by_target.values()))[0]) if by_target else []
+    fig = go.Figure()
+    for target, (ids, probs) in by_target.items():
+        p = dict(zip(ids, probs))
+        fig.add_trace(go.Bar(y=order, x=[p.get(o, 0.0) for o in order], name=str(target), orientation="h",
+                             text=[f"{p.get(o, 0.0):.0%}" for o in order], textposition="auto",
+                             hovertemplate=f"{target}<br>%{{y}}: %{{x:.4f}}<extra></extra>"))
+    fig.update_layout(barmode="group", xaxis=dict(range=[0, 1], title="probability", tickformat=".0%"),
+                      yaxis=dict(autorange="reversed"), height=80 + len(order) * (18 + 14 * len(by_target)),
+                      legend=dict(orientation="h", y=-0.2), **_LAYOUT)
+    return fig
+
+
 def latency_box(df: pd.DataFrame) -> go.Figure:
     """Latency distribution per target (ms), all points shown."""
     fig = go.Figure()

@@ -1,4 +1,4 @@
-"""Streamlit display pieces shared by pages (results of a run group, downloads)."""
+"""Streamlit display pieces shared by pages: a run group's results, pickers, downloads, glossary."""
 from __future__ import annotations
 
 import json
@@ -6,50 +6,91 @@ import json
 import pandas as pd
 import streamlit as st
 
-from . import charts
+from . import analysis, charts, snippets
 from .safe_text import csv_safe, md
 from .store import Store
 
+GLOSSARY = {
+    "label mass": "share of the model's next-token probability that went to the option labels at all; low means "
+                  "the model was not really answering this question",
+    "accuracy": "share of labeled rows whose top option is the label",
+    "macro-F1": "F1 score averaged over options, so a rare option counts as much as a common one (1 is best)",
+    "Brier": "mean squared distance between the probabilities and the one-hot label (0 best, 2 worst)",
+    "NLL": "negative log-likelihood of the label: how surprised the model is by the right answer (lower is better)",
+    "ECE": "expected calibration error: the average gap between confidence and accuracy over confidence bins",
+    "ece_after_T": "ECE after temperature scaling, measured out of fold (each row scaled by a temperature fitted "
+                   "without it)",
+    "temperature": "T that flattens (T > 1) or sharpens (T < 1) the probabilities to match observed accuracy",
+    "letters": "readout: options lettered A..Z through the model's chat template; the letter logits are read",
+    "option-words": "readout: a completion prompt that lists option ids; the first token(s) of each id are read",
+    "content-free": "debias: divide out the answer the model gives to an empty state (its position bias)",
+    "permutation": "debias: average the probabilities over every cyclic order of the options",
+    "p50_vs_first": "median latency relative to the first target in the comparison",
+    "warm": "calls after a target's first call in this workbench process (the first one loads models, opens "
+            "connections)",
+}
+
+
+def glossary(*terms: str) -> None:
+    """One-line explanations of the terms a view shows."""
+    with st.expander("What do these numbers mean?"):
+        for t in terms:
+            st.markdown(f"- **{t}**: {GLOSSARY[t]}")
+
 
 def show_group_results(db: Store, group_id: str, key: str) -> None:
-    """Per target: probabilities chart, top option, label mass, latency - side by side - with a
-    disagreement marker and the raw request/response one click away."""
+    """A playground run group: which option each target chose (readable at any width), all
+    probabilities side by side in one chart, latency in context, and per target the raw request/
+    response and a copyable cURL / boto3 snippet."""
     runs = db.runs_in_group(group_id)
     if not runs:
         st.info("That run was deleted.")
         return
-    results = {r["id"]: db.results(r["id"]) for r in runs}
-    first = [results[r["id"]][0] if results[r["id"]] else None for r in runs]
-    tops = {r["target_name"]: f["top_option"] for r, f in zip(runs, first) if f and not f["error"]}
+    first = {r["id"]: (db.results(r["id"]) or [None])[0] for r in runs}
+    answered = {r["target_name"]: first[r["id"]] for r in runs if first[r["id"]] and not first[r["id"]]["error"]}
+    if first[runs[0]["id"]]:
+        st.caption(f"Result for the state: *{md(_short(first[runs[0]['id']]['state']))}*")
+    tops = {t: res["top_option"] for t, res in answered.items()}
     if len(tops) > 1:
         if len(set(tops.values())) > 1:
-            st.warning("⚠ **Disagreement**: " + ", ".join(f"{md(t)} → {md(o)}" for t, o in tops.items()))
+            st.warning("Disagreement: " + ", ".join(f"**{md(t)}** → {md(o)}" for t, o in tops.items()))
         else:
-            st.success(f"All {len(tops)} targets agree on {md(next(iter(tops.values())))}")
-    cols = st.columns(len(runs))
-    for col, run, res in zip(cols, runs, first):
-        with col:
-            st.subheader(run["target_name"])
-            st.caption(f"{run['target']['kind']} · {md(run['model'] or 'model unknown')} · run #{run['id']}")
+            st.success(f"All {len(tops)} targets agree on **{md(next(iter(tops.values())))}**")
+    if answered:
+        st.plotly_chart(charts.probabilities_by_target(
+            {t: (res["option_ids"], res["probabilities"]) for t, res in answered.items()}), key=f"{key}-chart")
+    warm = analysis.warm_latencies(db, {r["target_name"] for r in runs})
+    cols = st.columns(2) if len(runs) == 2 else [st.container() for _ in runs]
+    for col, run in zip(cols, runs):
+        res = first[run["id"]]
+        with col.container(border=True):
+            st.markdown(f"**{md(run['target_name'])}** · {run['target']['kind']} · {md(run['model'] or '')}")
             if res is None:
                 st.info("No result stored.")
                 continue
             if res["error"]:
                 st.error(f"This target failed: {md(res['error'])}")
             else:
-                st.plotly_chart(charts.probability_bars(res["option_ids"], res["probabilities"]),
-                                key=f"{key}-chart-{run['id']}")
-                m1, m2, m3 = st.columns(3)
-                m1.metric("Top option", res["top_option"])
-                m2.metric("Label mass", "n/a" if res["label_mass"] is None else f"{res['label_mass']:.0%}",
-                          help="Share of next-token probability the option labels held; low means the model "
-                               "was not really answering this question.")
-                m3.metric("Latency", f"{res['latency_s'] * 1000:.0f} ms")
+                p_top = res["probabilities"][res["option_ids"].index(res["top_option"])]
+                st.markdown(f"### {md(res['top_option'])}")
+                status = res.get("probability_status") or "uncalibrated"
+                st.caption(f"p = {p_top:.1%} ({status}) · label mass "
+                           + ("n/a" if res["label_mass"] is None else f"{res['label_mass']:.0%}")
+                           + f" · readout {md(res.get('readout') or '?')}")
                 if res["label_mass"] is not None and res["label_mass"] < 0.3:
-                    st.caption("⚠ Low label mass: most probability went to tokens that are not options.")
-                st.caption("Probabilities are uncalibrated: calibrate on a labeled set before gating on them.")
-            with st.expander("Raw request / response"):
-                st.json({"request": res["request"], "response": res["response"]}, expanded=False)
+                    st.caption("Low label mass: most probability went to tokens that are not options.")
+            st.caption(analysis.latency_sentence(res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"])))
+            with st.expander("Raw request / response", expanded=False):
+                st.json({"request": res["request"], "response": res["response"]}, expanded=True)
+            with st.expander("Call it yourself (cURL / boto3)"):
+                for lang, code in snippets.for_target(run["target"], res["request"]).items():
+                    st.code(code, language=lang)
+    st.caption("Probabilities are uncalibrated until checked against labels on the Calibrate page.")
+
+
+def _short(state, n: int = 160) -> str:
+    text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def policy_picker(policies: list[dict], key: str, default: str = "ticket-routing") -> dict:
@@ -61,9 +102,15 @@ def policy_picker(policies: list[dict], key: str, default: str = "ticket-routing
     return by_id[pid]
 
 
-def download_frame(df: pd.DataFrame, filename: str, label: str, key: str) -> None:
+def flat_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Lists and dicts as JSON text, None as empty: a frame a spreadsheet can open."""
     flat = df.copy()
     for c in flat.columns:
         if flat[c].map(lambda v: isinstance(v, (list, dict))).any():
-            flat[c] = flat[c].map(lambda v: None if v is None else json.dumps(v))
-    st.download_button(label, csv_safe(flat).to_csv(index=False).encode(), file_name=filename, mime="text/csv", key=key)
+            flat[c] = flat[c].map(lambda v: None if v is None else json.dumps(v, ensure_ascii=False))
+    return flat
+
+
+def download_frame(df: pd.DataFrame, filename: str, label: str, key: str) -> None:
+    st.download_button(label, csv_safe(flat_frame(df)).to_csv(index=False).encode(), file_name=filename,
+                       mime="text/csv", key=key)

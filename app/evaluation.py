@@ -73,9 +73,10 @@ class Variant:
 
     @property
     def name(self) -> str:
+        """'default', 'letters', 'letters + content-free', 'option-words + permutation'."""
         parts = [self.readout or "default"]
-        if self.debias:
-            parts.append(self.debias)
+        if self.debias == "content-free" or (self.debias is None and self.readout):
+            parts.append(self.debias or "model-default debias")
         if self.permute:
             parts.append("permutation")
         return " + ".join(parts)
@@ -134,7 +135,9 @@ def find_run(store: Store, *, policy: dict, set_id: int, target_name: str, varia
     for run in store.list_runs(kind="eval"):
         c = run.get("config") or {}
         if (run["labeled_set_id"] == set_id and run["target_name"] == target_name and c.get("policy_fingerprint") == fp
-                and variant_name(c) == variant.name and c.get("examples") == examples):
+                and (c.get("readout"), c.get("debias"), bool(c.get("permute"))) == (variant.readout, variant.debias,
+                                                                                     variant.permute)
+                and c.get("examples") == examples):
             return run
     return None
 

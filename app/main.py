@@ -1,4 +1,6 @@
-"""SemIf Workbench: navigation only. Pages live in app/pages/, logic in app/*.py."""
+"""SemIf Workbench: navigation only. Pages live in app/pages/ (each a render() function), logic in app/*.py.
+
+Navigation sits at the top: on a narrow window (800 px) a sidebar would take a third of the width."""
 import sys
 from pathlib import Path
 
@@ -8,14 +10,16 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-st.set_page_config(page_title="SemIf Workbench", page_icon=":material/rule:", layout="wide")
+st.set_page_config(page_title="SemIf Workbench", page_icon=":material/rule:", layout="wide",
+                   initial_sidebar_state="collapsed")
 HERE = Path(__file__).resolve().parent / "pages"
 st.navigation({
     "Decide": [st.Page(HERE / "playground.py", title="Playground", icon=":material/target:", default=True),
                st.Page(HERE / "compare.py", title="Compare", icon=":material/compare_arrows:"),
+               st.Page(HERE / "order_check.py", title="Order check", icon=":material/swap_vert:"),
                st.Page(HERE / "history.py", title="History", icon=":material/history:")],
     "Calibrate & ship": [st.Page(HERE / "calibrate.py", title="Calibrate", icon=":material/tune:"),
                          st.Page(HERE / "deploy.py", title="Deploy", icon=":material/cloud_upload:")],
     "Set up": [st.Page(HERE / "policies.py", title="Policies", icon=":material/description:"),
                st.Page(HERE / "targets.py", title="Targets", icon=":material/hub:")],
-}).run()
+}, position="top").run()

@@ -21,7 +21,7 @@ def validate_policy(data: dict) -> tuple[dict | None, dict[str, str]]:
     errors: dict[str, str] = {}
     if not isinstance(data, dict):
         return None, {"json": "a policy is a JSON object with id, name, question, options"}
-    unknown = set(data) - set(FIELDS) - {"created_at", "updated_at"}
+    unknown = set(data) - set(FIELDS) - {"created_at", "updated_at", "version"}  # bookkeeping of a saved policy
     if unknown:
         errors["json"] = f"unknown field(s) {sorted(unknown)}: allowed are {', '.join(FIELDS)}"
     name = str(data.get("name") or "").strip()

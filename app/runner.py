@@ -8,6 +8,7 @@ duplicates a case); every run holds a lease while it is scored. Progress is repo
 """
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -57,9 +58,21 @@ def progress_text(done: int, total: int, eta: float | None, unit: str = "calls")
     return f"{done}/{total} {unit}{left}"
 
 
-def result_row(res: TargetResult, case: Case, position: int) -> dict:
+_WARM: set[str] = set()  # targets that have answered once in this process: their later calls are warm
+
+
+def is_cold(target: Target) -> bool:
+    """True for a target's first call in this process (it pays for model loads, connections, caches)."""
+    key = json.dumps(target.describe(), sort_keys=True, default=str)
+    if key in _WARM:
+        return False
+    _WARM.add(key)
+    return True
+
+
+def result_row(res: TargetResult, case: Case, position: int, cold: bool = False) -> dict:
     r = res.result
-    return {"row_key": case.key, "position": position, "state": case.state, "label": case.label,
+    return {"row_key": case.key, "position": position, "state": case.state, "label": case.label, "cold": int(cold),
             "option_ids": r.option_ids if r else None, "probabilities": r.probabilities if r else None,
             "top_option": r.top_option if r else None, "label_mass": r.label_mass if r else None,
             "probability_status": r.probability_status if r else None, "readout": r.readout if r else None,
@@ -97,8 +110,9 @@ def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Ca
     try:
         for pos, case, req in items:
             for job in jobs:
+                cold = is_cold(job.target)
                 res = job.target.decide(req)
-                store.add_result(job.run_id, result_row(res, case, pos))
+                store.add_result(job.run_id, result_row(res, case, pos, cold))
                 if res.ok and not named[job.run_id]:
                     store.set_run_model(job.run_id, model_identity(res, job.target))
                     named[job.run_id] = True

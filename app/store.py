@@ -22,7 +22,8 @@ DEFAULT_DB = Path(__file__).resolve().parent.parent / "data" / "workbench.db"
 
 SCHEMA: dict[str, dict] = {
     "policies": {"columns": {"id": str, "name": str, "question": str, "options": str, "examples": str,
-                             "notes": str, "readout": str, "debias": str, "created_at": str, "updated_at": str}, "pk": "id"},
+                             "notes": str, "readout": str, "debias": str, "created_at": str, "updated_at": str,
+                             "version": int}, "pk": "id"},
     "targets": {"columns": {"name": str, "kind": str, "config": str, "created_at": str}, "pk": "name"},
     "runs": {"columns": {"id": int, "group_id": str, "kind": str, "policy_id": str, "policy": str,
                          "target_name": str, "target": str, "model": str, "status": str, "n_rows": int,
@@ -32,6 +33,10 @@ SCHEMA: dict[str, dict] = {
     "deployments": {"columns": {"id": str, "path": str, "compute": str, "region": str, "endpoint_name": str,
                                 "model_name": str, "endpoint_config_name": str, "status": str, "config": str,
                                 "plan": str, "created_at": str, "updated_at": str}, "pk": "id"},
+    "calibrated_policies": {"columns": {"id": int, "policy_id": str, "name": str, "run_id": int, "created_at": str,
+                                        "gate_source": str, "threshold": float, "coverage": float, "accuracy": float,
+                                        "model_file": str, "model_sha256": str, "dataset_hash": str, "config": str},
+                            "pk": "id"},
     "audit": {"columns": {"id": int, "deployment_id": str, "at": str, "who": str, "action": str, "what": str,
                           "result": str}, "pk": "id"},
     "labeled_sets": {"columns": {"id": int, "name": str, "policy_id": str, "content_hash": str, "n_rows": int,
@@ -41,6 +46,7 @@ SCHEMA: dict[str, dict] = {
     "results": {"columns": {"id": int, "run_id": int, "row_key": str, "position": int, "state": str,
                             "label": str, "option_ids": str, "probabilities": str, "top_option": str,
                             "label_mass": float, "probability_status": str, "readout": str, "latency_s": float,
+                            "cold": int,
                             "error": str, "request": str, "response": str}, "pk": "id"},
 }
 JSON_COLUMNS = {"options", "examples", "config", "policy", "target", "option_ids", "probabilities",
@@ -69,6 +75,10 @@ def now() -> str:
 
 LEASE_SECONDS = 60.0  # a worker renews its lease with every result; a dead worker's lease runs out
 OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class StaleEdit(RuntimeError):
+    """An edit based on an older saved version of the same record."""
 
 
 class RunBusy(RuntimeError):
@@ -143,13 +153,19 @@ class Store:
             rows = list(db["policies"].rows_where("id = ?", [policy_id]))
         return _decode(rows[0]) if rows else None
 
-    def save_policy(self, policy: dict) -> dict:
+    def save_policy(self, policy: dict, expected_version: int | None = None) -> dict:
+        """Insert or update; with `expected_version`, refuse (StaleEdit) when the saved policy has
+        changed since the editor loaded it, so an old view never overwrites newer edits."""
         existing = self.get_policy(policy["id"])
+        if expected_version is not None and existing and (existing.get("version") or 0) != expected_version:
+            raise StaleEdit(f"policy {policy['id']!r} was saved again (version {existing.get('version')}) after this "
+                            f"view loaded version {expected_version}: reload it, then apply your change")
         row = {"id": policy["id"], "name": policy["name"], "question": policy["question"],
                "options": policy["options"], "examples": policy.get("examples") or [],
                "notes": policy.get("notes") or "", "readout": policy.get("readout") or "",
                "debias": policy.get("debias") or "",
-               "created_at": existing["created_at"] if existing else now(), "updated_at": now()}
+               "created_at": existing["created_at"] if existing else now(), "updated_at": now(),
+               "version": ((existing or {}).get("version") or 0) + 1}
         with self.db() as db:
             db["policies"].upsert(_encode(row), pk="id")
         return self.get_policy(policy["id"])
@@ -243,6 +259,17 @@ class Store:
         with self.db() as db:
             return [_decode(r) for r in db["results"].rows_where("run_id = ?", [run_id], order_by="position")]
 
+    def latencies(self, target_names: list[str], limit: int = 200) -> dict[str, list[tuple[float, bool]]]:
+        """(seconds, cold?) of the latest successful calls per target, newest first."""
+        out: dict[str, list[tuple[float, bool]]] = {t: [] for t in target_names}
+        with self.db() as db:
+            for name in target_names:
+                out[name] = [(r["latency_s"], bool(r["cold"])) for r in db.query(
+                    "SELECT results.latency_s, results.cold FROM results JOIN runs ON runs.id = results.run_id "
+                    "WHERE runs.target_name = ? AND results.error IS NULL ORDER BY results.id DESC LIMIT ?",
+                    [name, limit])]
+        return out
+
     def done_keys(self, run_id: int) -> set[str]:
         with self.db() as db:
             return {r["row_key"] for r in db.query("SELECT row_key FROM results WHERE run_id = ? AND error IS NULL",
@@ -301,6 +328,33 @@ class Store:
             with db.conn:
                 db["labeled_rows"].delete_where("set_id = ?", [set_id])
                 db["labeled_sets"].delete_where("id = ?", [set_id])
+
+    # -- calibrated policies (exports kept with their provenance, for the Deploy page) ---------------
+    def save_calibrated(self, config: dict) -> int:
+        at = (config.get("metrics") or {}).get("at_gate") or {}
+        row = {"policy_id": config["policy_id"], "name": config.get("name") or config["policy_id"],
+               "run_id": config.get("run_id"), "created_at": now(), "gate_source": config.get("gate_source"),
+               "threshold": config.get("threshold"), "coverage": at.get("coverage"), "accuracy": at.get("accuracy"),
+               "model_file": config["model"]["file"], "model_sha256": config["model"]["sha256"],
+               "dataset_hash": (config.get("dataset") or {}).get("content_hash"), "config": config}
+        with self.db() as db:
+            return db["calibrated_policies"].insert(_encode(row)).last_pk
+
+    def list_calibrated(self) -> list[dict]:
+        with self.db() as db:
+            return [_decode(r) for r in db["calibrated_policies"].rows_where(order_by="id desc")]
+
+    def get_calibrated(self, calibrated_id: int) -> dict | None:
+        with self.db() as db:
+            rows = list(db["calibrated_policies"].rows_where("id = ?", [calibrated_id]))
+        return _decode(rows[0]) if rows else None
+
+    def run_version(self, run_id: int) -> tuple[int, int]:
+        """(results stored, newest result id): changes whenever a result is added - a cache key."""
+        with self.db() as db:
+            (n, last), = db.execute("SELECT count(*), coalesce(max(id), 0) FROM results WHERE run_id = ?",
+                                    [run_id]).fetchall()
+        return n, last
 
     # -- deployments and their audit log -------------------------------------------------------
     def save_deployment(self, dep: dict) -> None:

@@ -287,15 +287,21 @@ def parse_chat_answer(text: str, req: DecisionRequest) -> int | None:
     return found[0] if len(found) == 1 else None
 
 
+def chat_url(url: str) -> str:
+    """A base URL (http://host:8080, .../v1) or the full chat-completions URL -> the full URL."""
+    url = url.rstrip("/")
+    if url.endswith("/chat/completions"):
+        return url
+    return url + ("/chat/completions" if url.endswith("/v1") else "/v1/chat/completions")
+
+
 class ChatTarget(Target):
     """Generated answers: probabilities come from top logprobs of the first answer token when the
     server returns them, else the parsed option gets 1.0 (marked `generated-one-hot`)."""
 
     def __init__(self, name: str, config: dict, secrets: dict | None = None):
         super().__init__(name, "chat", config)
-        self.url = config["url"].rstrip("/")
-        if not self.url.endswith("/chat/completions"):
-            self.url += "/v1/chat/completions" if not self.url.endswith("/v1") else "/chat/completions"
+        self.url = chat_url(config["url"])
         self.api_key = api_key(config, secrets)
         self.model = config.get("model") or "default"
         self.max_tokens = int(config.get("max_tokens", 4))

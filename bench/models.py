@@ -86,7 +86,7 @@ def report(done: dict, sets: dict, models: list[str], configs: list[str]) -> Non
         for cfg in configs:
             per_set, secs, pos, n_all, ok_all = [], [], Counter(), 0, 0
             for set_name, rows in sets.items():
-                recs = [done.get((model, cfg, set_name, r.id)) for r in rows]
+                recs = [done.get((model, cfg, set_name, r["id"])) for r in rows]
                 recs = [r for r in recs if r]
                 ok = sum(r["top"] == r["label"] for r in recs)
                 per_set.append(f"{ok / len(recs):.0%} ({len(recs)})" if recs else "-")

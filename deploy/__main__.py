@@ -1,13 +1,16 @@
-"""python -m deploy {plan,apply,status,invoke,destroy}
+"""python -m deploy {plan,apply,status,invoke,destroy,transform}
 
-plan     print the validated plan as JSON; calls no AWS API
-apply    package, upload, (build the SemIf image,) create the endpoint and wait; --dry-run = plan
-status   endpoint status, failure reason, which GPU pool won
-invoke   send one request body to the endpoint (sagemaker-runtime)
-destroy  delete endpoint, endpoint config and model (reverse order)
+plan       package locally, print the validated plan as JSON; calls no AWS API
+apply      package, then run exactly the printed plan: upload, (build the SemIf image,) create the
+           endpoint, wait, (autoscaling); --dry-run = plan
+status     endpoint status, failure reason, which GPU pool won
+invoke     send one request body to the endpoint (sagemaker-runtime)
+destroy    delete scaling policy/target, endpoint, endpoint config and model (reverse order)
+transform  Batch Transform of decision rows (JSON Lines) on a SageMaker model; results JSONL on stdout
 
 Every apply/destroy is recorded in the workbench's SQLite (deployments + audit log), and a live
-endpoint becomes a target in the Playground.
+endpoint becomes a target in the Playground. The CLI is the one place in deploy/ that touches the
+workbench: it imports app.deploy_records lazily, inside the commands that record.
 """
 from __future__ import annotations
 
@@ -15,82 +18,90 @@ import argparse
 import json
 import os
 import sys
+import tempfile
+from pathlib import Path
+from typing import Any
 
-from .config import COMPUTES, DEFAULT_POOLS, PATHS, DeployConfig
-from .plan import default_package, deployment_plan
+from .config import COMPUTES, SERVINGS, DeployConfig, FormErrors, config_from_form
+from .executor import DeployError, Event, Executor
+from .package import build_package
+from .plan import Package, Step, deployment_plan
 from .validate import validate_plan
 
-
-def config_from(args) -> DeployConfig:
-    pools = DEFAULT_POOLS
-    if args.pool:
-        pools = []
-        for item in args.pool:
-            t, _, p = item.partition(":")
-            if not p.isdigit():
-                raise SystemExit(f"--pool {item!r}: write TYPE:PRIORITY, e.g. ml.g6.xlarge:1")
-            pools.append((t, int(p)))
-    return DeployConfig(region=args.region, bucket=args.bucket, role_arn=args.role_arn, path=args.path,
-                        compute=args.compute, model_path=args.model or "", policy_path=args.policy or "",
-                        codebuild_role_arn=args.codebuild_role_arn or "", account_id=args.account_id or "<account-id>",
-                        instance_type=args.instance_type, pools=pools, ctx_size=args.ctx_size,
-                        image_uri=args.image_uri or "", startup_timeout=args.startup_timeout,
-                        download_timeout=args.download_timeout, provision_timeout=args.provision_timeout,
-                        **({"name_suffix": args.suffix} if args.suffix else {}))
+FORM_FLAGS = ["region", "bucket", "role_arn", "serving", "compute", "codebuild_role_arn", "account_id", "instance_type",
+              "instance_count", "image_uri", "ctx_size", "startup_timeout", "download_timeout", "provision_timeout",
+              "suffix", "autoscale_min", "autoscale_max", "decisions_per_second", "utilisation", "scale_in_cooldown",
+              "scale_out_cooldown"]
 
 
-def checked_plan(cfg: DeployConfig) -> list:
-    steps = deployment_plan(cfg, default_package(cfg))
-    errors = validate_plan(steps, cfg.region)
+def config_from(args: argparse.Namespace) -> DeployConfig:
+    """The same checks as the Deploy page (deploy.config.config_from_form); exit 2 naming each flag."""
+    form: dict[str, Any] = {k: getattr(args, k, None) for k in FORM_FLAGS}
+    form.update(model_path=getattr(args, "model", None), policy_path=getattr(args, "policy", None),
+                pools=getattr(args, "pool", None))
+    try:
+        return config_from_form(form)
+    except FormErrors as exc:
+        flag = {"pools": "pool", "model_path": "model", "policy_path": "policy"}
+        print("invalid options:\n  " + "\n  ".join(f"--{flag.get(k, k).replace('_', '-')}: {v}"
+                                                    for k, v in exc.errors.items()), file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def work_dir(args: argparse.Namespace) -> Path:
+    return Path(args.work_dir or Path(tempfile.gettempdir()) / "semif-deploy")
+
+
+def checked_plan(cfg: DeployConfig, args: argparse.Namespace) -> tuple[Package, list[Step]]:
+    """Package first (local), then the plan with the real checksums; exit 2 when invalid."""
+    try:
+        pkg = build_package(cfg, work_dir(args))
+        steps = deployment_plan(cfg, pkg)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"cannot plan: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    errors = validate_plan(steps, cfg.region, allow_account_placeholder=True)
     if errors:
         print("the plan is invalid:\n  " + "\n  ".join(errors), file=sys.stderr)
         raise SystemExit(2)
-    return steps
+    return pkg, steps
 
 
-def printable(cfg: DeployConfig, steps) -> dict:
+def printable(cfg: DeployConfig, steps: list[Step]) -> dict[str, Any]:
     from .pricing import hint
 
     return {"deployment_id": cfg.deployment_id, "endpoint": cfg.endpoint_name, "region": cfg.region,
-            "path": cfg.path, "compute": cfg.compute, "cost_hint": hint(cfg),
+            "serving": cfg.serving, "compute": cfg.compute, "account_id": cfg.account_id, "cost_hint": hint(cfg),
             "calls": [{"n": i, "call": f"{s.service}.{s.operation}", "why": s.description, "params": s.params}
                       for i, s in enumerate(steps, 1)]}
 
 
-def store(args):
-    from app.store import Store
-
-    return Store(args.db)
-
-
-def executor(args, on_event=None):
-    from .executor import Executor
-
-    def show(e):
+def executor(args: argparse.Namespace, on_event: Event | None = None) -> Executor:
+    def show(e: dict[str, Any]) -> None:
         if e.get("phase") != "upload" or e["sent"] == e["total"]:
             print(f"[{e.get('index', '-')}/{e.get('total', '-')}] {e.get('message', '')}", file=sys.stderr, flush=True)
 
-    return Executor(args.region, endpoint_url=args.endpoint_url, poll_seconds=args.poll, on_event=on_event or show)
+    return Executor(args.region, endpoint_url=args.endpoint_url, poll_seconds=args.poll, on_event=on_event or show,
+                    work_dir=work_dir(args))
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     cfg = config_from(args)
-    print(json.dumps(printable(cfg, checked_plan(cfg)), indent=2))
+    print(json.dumps(printable(cfg, checked_plan(cfg, args)[1]), indent=2))
     return 0
 
 
-def cmd_apply(args) -> int:
-    from .executor import DeployError
-    from .records import apply_and_record
-
+def cmd_apply(args: argparse.Namespace) -> int:
     cfg = config_from(args)
-    steps = checked_plan(cfg)
+    pkg, steps = checked_plan(cfg, args)
     if args.dry_run:
         print(json.dumps(printable(cfg, steps), indent=2))
         return 0
+    from app.deploy_records import StoreRecorder, open_store  # the CLI records into the workbench store
+
+    runtime_url = os.environ.get("SEMIF_AWS_RUNTIME_URL") or args.endpoint_url
     try:
-        outcome = apply_and_record(store(args), cfg, printable(cfg, steps)["calls"], executor(args),
-                                   runtime_url=os.environ.get("SEMIF_AWS_RUNTIME_URL") or args.endpoint_url)
+        outcome = executor(args).apply(cfg, steps, pkg, recorder=StoreRecorder(open_store(args.db), runtime_url))
     except DeployError as exc:
         print(f"deploy failed: {exc}", file=sys.stderr)
         return 1
@@ -98,15 +109,13 @@ def cmd_apply(args) -> int:
     return 0 if outcome["status"]["status"] == "InService" else 1
 
 
-def cmd_status(args) -> int:
+def cmd_status(args: argparse.Namespace) -> int:
     print(json.dumps(executor(args).status(args.endpoint), indent=2, default=str))
     return 0
 
 
-def cmd_invoke(args) -> int:
-    from .executor import DeployError
-
-    body = open(args.body[1:], "rb").read() if args.body.startswith("@") else args.body.encode()
+def cmd_invoke(args: argparse.Namespace) -> int:
+    body = Path(args.body[1:]).read_bytes() if args.body.startswith("@") else args.body.encode()
     try:
         out = executor(args).invoke(args.endpoint, body, runtime_url=args.runtime_url)
     except DeployError as exc:
@@ -116,12 +125,11 @@ def cmd_invoke(args) -> int:
     return 0
 
 
-def cmd_destroy(args) -> int:
-    from .executor import DeployError
-    from .records import destroy_and_record
+def cmd_destroy(args: argparse.Namespace) -> int:
+    from app.deploy_records import destroy_and_record, open_store  # the CLI records into the workbench store
 
     try:
-        done = destroy_and_record(store(args), args.endpoint, executor(args))
+        done = destroy_and_record(open_store(args.db), args.endpoint, executor(args))
     except DeployError as exc:
         print(f"destroy failed: {exc}", file=sys.stderr)
         return 1
@@ -129,42 +137,88 @@ def cmd_destroy(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def cmd_transform(args: argparse.Namespace) -> int:
+    from .transform import prepare_transform, transform_plan
+
+    cfg = config_from(args)
+    try:
+        text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text(encoding="utf-8")
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        job = prepare_transform(rows, work_dir(args) / "transform", name=args.job_name or "", prefix=cfg.prefix,
+                                n_parts=args.parts, model_name=args.model_name or "", instance_type=args.instance_type,
+                                instance_count=args.instance_count, max_concurrent_transforms=args.max_concurrent,
+                                max_payload_mb=args.max_payload_mb, batch_strategy=args.batch_strategy)
+        pkg = None if args.model_name else build_package(cfg, work_dir(args))
+        steps = transform_plan(cfg, job, pkg)
+    except (ValueError, OSError) as exc:  # json.JSONDecodeError is a ValueError
+        print(f"cannot plan the transform: {exc}", file=sys.stderr)
+        return 2
+    errors = validate_plan(steps, cfg.region, allow_account_placeholder=True)
+    plan = {"job": job.name, "model": job.model_name or cfg.model_name, "rows": sum(len(p.ids) for p in job.parts),
+            "calls": [{"n": i, "call": f"{s.service}.{s.operation}", "why": s.description, "params": s.params}
+                      for i, s in enumerate(steps, 1)]}
+    if errors:
+        print("the plan is invalid:\n  " + "\n  ".join(errors), file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(json.dumps(plan, indent=2))
+        return 0
+    print(json.dumps(plan, indent=2), file=sys.stderr)
+    try:
+        results = executor(args).run_transform(cfg, job, steps)
+    except DeployError as exc:
+        print(f"transform failed: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write("".join(json.dumps(r) + "\n" for r in results))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m deploy", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
+    env = os.environ.get
 
-    def aws(p):
-        p.add_argument("--region", default=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
-        p.add_argument("--endpoint-url", default=os.environ.get("SEMIF_AWS_ENDPOINT_URL"),
-                       help="another AWS endpoint (tests: a moto server)")
+    def aws(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--region", default=env("AWS_DEFAULT_REGION", "us-east-1"))
+        p.add_argument("--endpoint-url", default=env("SEMIF_AWS_ENDPOINT_URL"), help="another AWS endpoint (tests: a moto server)")
         p.add_argument("--poll", type=float, default=15, help="seconds between status polls")
         p.add_argument("--db", help="workbench SQLite (default: SEMIF_DB or data/workbench.db)")
+        p.add_argument("--work-dir", help="where packages and transform inputs are written (default: a temp folder)")
         return p
 
-    def shape(p):
-        p.add_argument("--path", choices=PATHS, default="semif")
+    def model(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--serving", "--path", dest="serving", choices=SERVINGS, default="semif",
+                       help="textgen = llama.cpp DLC, semif = the SemIf adapter image (--path is the old name)")
         p.add_argument("--compute", choices=COMPUTES, default="cpu")
-        p.add_argument("--bucket", default=os.environ.get("SEMIF_DEPLOY_BUCKET", "my-semif-models"))
-        p.add_argument("--role-arn", default=os.environ.get("SEMIF_SAGEMAKER_ROLE_ARN",
-                                                            "arn:aws:iam::123456789012:role/SageMakerExecution"))
-        p.add_argument("--codebuild-role-arn", default=os.environ.get("SEMIF_CODEBUILD_ROLE_ARN",
-                                                                      "arn:aws:iam::123456789012:role/CodeBuildDocker"))
+        p.add_argument("--bucket", default=env("SEMIF_DEPLOY_BUCKET", "my-semif-models"))
+        p.add_argument("--role-arn", default=env("SEMIF_SAGEMAKER_ROLE_ARN", "arn:aws:iam::123456789012:role/SageMakerExecution"))
+        p.add_argument("--codebuild-role-arn", default=env("SEMIF_CODEBUILD_ROLE_ARN", "arn:aws:iam::123456789012:role/CodeBuildDocker"))
         p.add_argument("--account-id", help="default: from STS at apply time")
         p.add_argument("--model", help="GGUF to package (default: the shipped model)")
         p.add_argument("--policy", help="calibrated policy JSON to ship inside model.tar.gz")
-        p.add_argument("--instance-type", default="ml.c7i.xlarge", help="CPU instance type")
-        p.add_argument("--pool", action="append", help="GPU pool entry TYPE:PRIORITY (repeat; default g6e>g6>g5>g4dn)")
         p.add_argument("--image-uri", help="a prebuilt SemIf image (skips CodeBuild)")
-        p.add_argument("--ctx-size", type=int, default=4096)
-        p.add_argument("--startup-timeout", type=int, default=600)
-        p.add_argument("--download-timeout", type=int, default=900)
-        p.add_argument("--provision-timeout", type=int, default=1800)
+        p.add_argument("--ctx-size", type=int, default=8192)
         p.add_argument("--suffix", help="name suffix (default: time + random)")
         return p
 
-    shape(aws(sub.add_parser("plan", help="print the validated plan"))).set_defaults(fn=cmd_plan)
-    p = shape(aws(sub.add_parser("apply", help="run the plan")))
+    def endpoint(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--instance-type", default="ml.c7i.xlarge", help="CPU instance type")
+        p.add_argument("--instance-count", type=int, default=1)
+        p.add_argument("--pool", action="append", help="GPU pool entry TYPE:PRIORITY (repeat; default g6e>g6>g5>g4dn)")
+        p.add_argument("--startup-timeout", type=int, default=600)
+        p.add_argument("--download-timeout", type=int, default=900)
+        p.add_argument("--provision-timeout", type=int, default=1800)
+        p.add_argument("--autoscale-max", type=int, default=0, help="autoscaling: most instances (0 = no autoscaling)")
+        p.add_argument("--autoscale-min", type=int, default=1, help="autoscaling: fewest instances")
+        p.add_argument("--decisions-per-second", type=float, help="measured per instance (default: per family)")
+        p.add_argument("--utilisation", type=float, default=0.7, help="share of that throughput to aim for")
+        p.add_argument("--scale-in-cooldown", type=int, default=300)
+        p.add_argument("--scale-out-cooldown", type=int, default=60)
+        return p
+
+    endpoint(model(aws(sub.add_parser("plan", help="print the validated plan")))).set_defaults(fn=cmd_plan)
+    p = endpoint(model(aws(sub.add_parser("apply", help="run the plan"))))
     p.add_argument("--dry-run", action="store_true", help="print the plan and call nothing")
     p.set_defaults(fn=cmd_apply)
     p = aws(sub.add_parser("status"))
@@ -178,8 +232,20 @@ def main(argv=None) -> int:
     p = aws(sub.add_parser("destroy"))
     p.add_argument("endpoint")
     p.set_defaults(fn=cmd_destroy)
+    p = model(aws(sub.add_parser("transform", help="Batch Transform decision rows; results JSONL on stdout")))
+    p.add_argument("--input", required=True, help="decision rows, one JSON object per line (- = stdin)")
+    p.add_argument("--model-name", help="reuse this SageMaker model (default: create one from the package)")
+    p.add_argument("--job-name", help="default: semif-tf-<time+random>")
+    p.add_argument("--instance-type", default="ml.c5.xlarge", help="CPU or GPU, e.g. ml.g4dn.xlarge")
+    p.add_argument("--instance-count", type=int, default=1)
+    p.add_argument("--parts", type=int, default=0, help="input files (default: one per instance)")
+    p.add_argument("--max-concurrent", type=int, default=1, help="MaxConcurrentTransforms")
+    p.add_argument("--max-payload-mb", type=int, default=1, help="MaxPayloadInMB per MultiRecord batch")
+    p.add_argument("--batch-strategy", choices=["MultiRecord", "SingleRecord"], default="MultiRecord")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and call nothing")
+    p.set_defaults(fn=cmd_transform)
     args = ap.parse_args(argv)
-    return args.fn(args)
+    return int(args.fn(args))
 
 
 if __name__ == "__main__":

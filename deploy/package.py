@@ -1,13 +1,20 @@
 """model.tar.gz with exactly one .gguf at its root (plus an optional calibrated policy), and the
-SemIf image build context; streamed to S3 with progress, skipped when the same object is there."""
+SemIf image build context; streamed to S3 with progress, skipped when the same object is there.
+
+Packaging is local and deterministic and happens before a plan is made, so the plan a person
+confirms already carries the real checksums and image tag."""
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import tarfile
 import zipfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+from .config import DeployConfig
+from .plan import Package, package_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_CONTEXT = ["Dockerfile", "adapter", "data/policies", "deploy/buildspec.yml"]
@@ -34,8 +41,6 @@ def make_model_tarball(gguf: Path, out: Path, policy: Path | None = None) -> tup
         info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
         with path.open("rb") as f:
             tar.addfile(info, f)
-
-    import gzip
 
     with out.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w") as tar:
@@ -67,7 +72,24 @@ def make_build_context(out: Path) -> tuple[Path, str]:
     return out, hashlib.sha256(buf.getvalue()).hexdigest()
 
 
-def upload(s3, path: Path, bucket: str, key: str, sha256: str,
+def build_package(cfg: DeployConfig, work_dir: Path, gguf: Path | None = None) -> Package:
+    """Package cfg's model (default: the shipped one) and, when the plan builds the SemIf image, the
+    build context, under work_dir/<deployment id>/. Calls no AWS API."""
+    if gguf is None:
+        from adapter.models import resolve_model  # the adapter owns where the shipped model lives
+
+        gguf = Path(cfg.model_path) if cfg.model_path else resolve_model().path
+    key, source_key = package_keys(cfg)
+    where = Path(work_dir) / cfg.deployment_id
+    model, sha = make_model_tarball(gguf, where / "model.tar.gz", Path(cfg.policy_path) if cfg.policy_path else None)
+    if not cfg.builds_image:
+        return Package(key=key, sha256=sha, model_file=str(model))
+    src, src_sha = make_build_context(where / "src.zip")
+    return Package(key=key, sha256=sha, model_file=str(model), source_key=source_key, source_sha256=src_sha,
+                   source_file=str(src))
+
+
+def upload(s3: Any, path: Path, bucket: str, key: str, sha256: str,
            progress: Callable[[int, int], None] | None = None) -> str:
     """Stream to S3 (multipart for big files) unless an object with the same sha256 is there.
     Returns 'uploaded' or 'skipped (same sha256)'."""

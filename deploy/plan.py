@@ -1,33 +1,59 @@
 """Plans: the ordered AWS API calls of a deployment, as data. Pure functions - nothing here talks
-to AWS - so a plan can be printed, validated offline against botocore's service model, reviewed
-and only then executed."""
+to AWS - so a plan can be printed, validated offline against botocore's service model, reviewed,
+recorded, and then executed exactly as shown (deploy/executor.py runs these steps, no others).
+
+A plan is built from a finished Package (deploy/package.py): the tarball's sha256 and the image
+tag are real values before anyone confirms. The only values filled in at apply time are the AWS
+account id (`<account-id>`, from STS, when not given; see bind_account) and the CodeBuild build id."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import copy
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
 
-from .config import DeployConfig
+from .autoscaling import DIMENSION, METRIC, decisions_per_second, policy_name, resource_id, target_invocations_per_minute
+from .config import ACCOUNT_PLACEHOLDER, DeployConfig
+
+# call: one API call as written | upload: a streamed S3 put of a local file (skipped when the same
+# sha256 is there) | wait-*: poll the named Describe call until a terminal state | read-output: GetObject
+# of a transform result
+Action = Literal["call", "upload", "wait-build", "wait-endpoint", "wait-deleted", "wait-transform", "read-output"]
+BUILD_ID = "<build id>"  # StartBuild's answer, used by the wait-build step
+RUNTIME_PLACEHOLDERS = {BUILD_ID}
 
 
 @dataclass
 class Step:
-    service: str
+    service: str  # botocore service name, e.g. sagemaker, application-autoscaling
     operation: str  # botocore operation name, e.g. CreateEndpointConfig
-    params: dict
+    params: dict[str, Any]
     description: str
-    kind: str = "call"  # call | upload (streamed S3 put with progress) | wait-build | wait-endpoint
-    extra: dict = field(default_factory=dict)
+    action: Action = "call"
+    extra: dict[str, Any] = field(default_factory=dict)  # executor hints (local file, image tag), not sent
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Step:
+        return cls(**{k: d[k] for k in ("service", "operation", "params", "description", "action", "extra") if k in d})
 
-@dataclass
+
+@dataclass(frozen=True)
 class Package:
-    """What the packaging step produced (or will): the S3 coordinates of model.tar.gz."""
+    """What packaging produced: the local files, their checksums and their S3 keys."""
     key: str
-    sha256: str = "<computed at apply>"
-    source_key: str = ""  # the SemIf build context zip
-    source_sha256: str = "<computed at apply>"
+    sha256: str
+    model_file: str
+    source_key: str = ""  # the SemIf build context zip (empty when no image is built)
+    source_sha256: str = ""
+    source_file: str = ""
+
+
+def package_keys(cfg: DeployConfig) -> tuple[str, str]:
+    """(model.tar.gz key, build context key): the context is shared, keyed by its hash in the tag."""
+    return f"{cfg.prefix}/{cfg.deployment_id}/model.tar.gz", f"{cfg.prefix}/build/semif-adapter-src.zip"
 
 
 def model_data_url(cfg: DeployConfig, pkg: Package) -> str:
@@ -37,7 +63,7 @@ def model_data_url(cfg: DeployConfig, pkg: Package) -> str:
 def environment(cfg: DeployConfig) -> dict[str, str]:
     """Container environment. The DLC maps SM_LLAMA_CPP_FOO_BAR=v to --foo-bar v; the SemIf adapter
     reads the same settings as SM_SEMIF_*."""
-    if cfg.path == "textgen":
+    if cfg.serving == "textgen":
         env = {"SM_LLAMA_CPP_CTX_SIZE": str(cfg.ctx_size)}
         if cfg.compute == "gpu":
             env["SM_LLAMA_CPP_N_GPU_LAYERS"] = str(cfg.gpu_layers)
@@ -51,10 +77,11 @@ def environment(cfg: DeployConfig) -> dict[str, str]:
     return {**env, **cfg.extra_env}
 
 
-def production_variant(cfg: DeployConfig) -> dict:
-    v = {"VariantName": "AllTraffic", "ModelName": cfg.model_name, "InitialInstanceCount": cfg.instance_count,
-         "InitialVariantWeight": 1.0, "ModelDataDownloadTimeoutInSeconds": cfg.download_timeout,
-         "ContainerStartupHealthCheckTimeoutInSeconds": cfg.startup_timeout}
+def production_variant(cfg: DeployConfig) -> dict[str, Any]:
+    v: dict[str, Any] = {
+        "VariantName": "AllTraffic", "ModelName": cfg.model_name, "InitialInstanceCount": cfg.instance_count,
+        "InitialVariantWeight": 1.0, "ModelDataDownloadTimeoutInSeconds": cfg.download_timeout,
+        "ContainerStartupHealthCheckTimeoutInSeconds": cfg.startup_timeout}
     if cfg.compute == "gpu":
         v["InstancePools"] = [{"InstanceType": t, "Priority": p} for t, p in cfg.pools]
         v["VariantInstanceProvisionTimeoutInSeconds"] = cfg.provision_timeout
@@ -65,7 +92,19 @@ def production_variant(cfg: DeployConfig) -> dict:
 
 
 def image_tag(pkg: Package) -> str:
-    return "src-" + pkg.source_sha256[:12] if not pkg.source_sha256.startswith("<") else "src-<sha>"
+    return "src-" + pkg.source_sha256[:12]
+
+
+def image(cfg: DeployConfig, pkg: Package) -> str:
+    """The container image the model runs: the DLC, a given SemIf image, or the one we build."""
+    if cfg.serving == "textgen":
+        return cfg.base_image
+    return cfg.image_uri or f"{cfg.repository_uri}:{image_tag(pkg)}"
+
+
+def upload_step(bucket: str, key: str, sha256: str, file: str, what: str, description: str) -> Step:
+    return Step("s3", "PutObject", {"Bucket": bucket, "Key": key, "Metadata": {"sha256": sha256}}, description,
+                action="upload", extra={"what": what, "file": file})
 
 
 def build_steps(cfg: DeployConfig, pkg: Package) -> list[Step]:
@@ -77,8 +116,8 @@ def build_steps(cfg: DeployConfig, pkg: Package) -> list[Step]:
            {"name": "LLAMA_CMAKE_ARGS", "type": "PLAINTEXT",
             "value": "-DGGML_CUDA=on -DGGML_NATIVE=OFF" if cfg.compute == "gpu" else "-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"}]
     return [
-        Step("s3", "PutObject", {"Bucket": cfg.bucket, "Key": pkg.source_key}, "upload the image build context (zip)",
-             kind="upload", extra={"what": "source"}),
+        upload_step(cfg.bucket, pkg.source_key, pkg.source_sha256, pkg.source_file, "source",
+                    "upload the image build context (zip)"),
         Step("ecr", "CreateRepository", {"repositoryName": cfg.repository, "imageTagMutability": "MUTABLE",
                                          "imageScanningConfiguration": {"scanOnPush": True},
                                          "tags": [{"Key": t["Key"], "Value": t["Value"]} for t in cfg.tags()]},
@@ -95,49 +134,104 @@ def build_steps(cfg: DeployConfig, pkg: Package) -> list[Step]:
              "CodeBuild project (privileged, for docker build/push; reused if it exists)"),
         Step("codebuild", "StartBuild", {"projectName": cfg.project, "environmentVariablesOverride": env,
                                          "sourceLocationOverride": f"{cfg.bucket}/{pkg.source_key}"},
-             "build and push the image (skipped when the tag is already in ECR)", extra={"image_tag": image_tag(pkg)}),
-        Step("codebuild", "BatchGetBuilds", {"ids": ["<build id>"]}, "poll the build to a terminal state",
-             kind="wait-build"),
+             "build and push the image (skipped when the tag is already in ECR)",
+             extra={"image_tag": image_tag(pkg), "repository": cfg.repository}),
+        Step("codebuild", "BatchGetBuilds", {"ids": [BUILD_ID]}, "poll the build to a terminal state",
+             action="wait-build"),
+    ]
+
+
+def model_steps(cfg: DeployConfig, pkg: Package) -> list[Step]:
+    """model.tar.gz in S3 and the SageMaker model on top of it (shared by endpoints and transforms)."""
+    return [
+        upload_step(cfg.bucket, pkg.key, pkg.sha256, pkg.model_file, "model",
+                    "upload model.tar.gz (skipped when the same object is there)"),
+        Step("sagemaker", "CreateModel", {
+            "ModelName": cfg.model_name, "ExecutionRoleArn": cfg.role_arn, "Tags": cfg.tags(),
+            "PrimaryContainer": {"Image": image(cfg, pkg), "ModelDataUrl": model_data_url(cfg, pkg),
+                                 "Environment": environment(cfg)}},
+             f"SageMaker model on {'the llama.cpp DLC' if cfg.serving == 'textgen' else 'the SemIf image'}"),
     ]
 
 
 def serve_steps(cfg: DeployConfig, pkg: Package) -> list[Step]:
-    image = cfg.base_image if cfg.path == "textgen" else (cfg.image_uri or f"{cfg.repository_uri}:{image_tag(pkg)}")
-    return [
-        Step("s3", "PutObject", {"Bucket": cfg.bucket, "Key": pkg.key, "Metadata": {"sha256": pkg.sha256}},
-             "upload model.tar.gz (skipped when the same object is there)", kind="upload", extra={"what": "model"}),
-        Step("sagemaker", "CreateModel", {
-            "ModelName": cfg.model_name, "ExecutionRoleArn": cfg.role_arn, "Tags": cfg.tags(),
-            "PrimaryContainer": {"Image": image, "ModelDataUrl": model_data_url(cfg, pkg), "Environment": environment(cfg)}},
-             f"SageMaker model on {'the llama.cpp DLC' if cfg.path == 'textgen' else 'the SemIf image'}"),
+    where = (f"GPU pool {', '.join(t for t, _ in sorted(cfg.pools, key=lambda x: x[1]))}" if cfg.compute == "gpu"
+             else f"CPU {cfg.instance_type}")
+    return model_steps(cfg, pkg) + [
         Step("sagemaker", "CreateEndpointConfig", {"EndpointConfigName": cfg.endpoint_config_name, "Tags": cfg.tags(),
                                                    "ProductionVariants": [production_variant(cfg)]},
-             "endpoint config: " + (f"GPU pool {', '.join(t for t, _ in sorted(cfg.pools, key=lambda x: x[1]))}"
-                                    if cfg.compute == "gpu" else f"CPU {cfg.instance_type}")),
+             "endpoint config: " + where),
         Step("sagemaker", "CreateEndpoint", {"EndpointName": cfg.endpoint_name, "EndpointConfigName": cfg.endpoint_config_name,
                                              "Tags": cfg.tags()}, "the endpoint"),
         Step("sagemaker", "DescribeEndpoint", {"EndpointName": cfg.endpoint_name},
-             "wait until InService (or report FailureReason)", kind="wait-endpoint"),
+             "wait until InService (or report FailureReason)", action="wait-endpoint"),
+    ]
+
+
+def autoscaling_steps(cfg: DeployConfig) -> list[Step]:
+    """Register the variant as a scalable target and track invocations per instance. Runs after
+    the endpoint is InService (Application Auto Scaling refuses a variant that is not)."""
+    a = cfg.autoscaling
+    if a is None:
+        return []
+    dps = decisions_per_second(cfg)
+    if dps is None:
+        raise ValueError(f"no default throughput for {cfg.instance_type if cfg.compute == 'cpu' else cfg.pools}: "
+                         "measure decisions per second per instance and set autoscaling.decisions_per_second")
+    target = target_invocations_per_minute(dps, a.utilisation)
+    where = {"ServiceNamespace": "sagemaker", "ResourceId": resource_id(cfg.endpoint_name), "ScalableDimension": DIMENSION}
+    return [
+        Step("application-autoscaling", "RegisterScalableTarget",
+             {**where, "MinCapacity": a.min_instances, "MaxCapacity": a.max_instances},
+             f"autoscaling: {a.min_instances}..{a.max_instances} instances"),
+        Step("application-autoscaling", "PutScalingPolicy", {
+            **where, "PolicyName": policy_name(cfg.endpoint_name), "PolicyType": "TargetTrackingScaling",
+            "TargetTrackingScalingPolicyConfiguration": {
+                "TargetValue": target, "PredefinedMetricSpecification": {"PredefinedMetricType": METRIC},
+                "ScaleInCooldown": a.scale_in_cooldown, "ScaleOutCooldown": a.scale_out_cooldown}},
+             f"scale on {METRIC}: target {target:g}/min per instance "
+             f"({dps:g} decisions/s x 60 x {a.utilisation:g} utilisation)"),
     ]
 
 
 def deployment_plan(cfg: DeployConfig, pkg: Package) -> list[Step]:
-    steps = []
-    if cfg.path == "semif" and not cfg.image_uri:
-        steps += build_steps(cfg, pkg)
-    return steps + serve_steps(cfg, pkg)
+    steps = build_steps(cfg, pkg) if cfg.builds_image else []
+    return steps + serve_steps(cfg, pkg) + autoscaling_steps(cfg)
 
 
-def teardown_plan(endpoint: str, endpoint_config: str, model: str) -> list[Step]:
-    """Reverse order of creation. The ECR repository and CodeBuild project are shared across
-    deployments and are kept."""
-    return [Step("sagemaker", "DeleteEndpoint", {"EndpointName": endpoint}, "delete the endpoint"),
-            Step("sagemaker", "DescribeEndpoint", {"EndpointName": endpoint}, "wait until it is gone",
-                 kind="wait-deleted"),
-            Step("sagemaker", "DeleteEndpointConfig", {"EndpointConfigName": endpoint_config}, "delete the endpoint config"),
-            Step("sagemaker", "DeleteModel", {"ModelName": model}, "delete the model")]
+def teardown_plan(endpoint: str, endpoint_config: str, model: str, autoscaling: bool = False) -> list[Step]:
+    """Reverse order of creation: the scaling policy and target first (a deleted endpoint would
+    leave them dangling). The ECR repository and CodeBuild project are shared and kept."""
+    where = {"ServiceNamespace": "sagemaker", "ResourceId": resource_id(endpoint), "ScalableDimension": DIMENSION}
+    scaling = [Step("application-autoscaling", "DeleteScalingPolicy", {**where, "PolicyName": policy_name(endpoint)},
+                    "delete the scaling policy"),
+               Step("application-autoscaling", "DeregisterScalableTarget", dict(where),
+                    "deregister the scalable target")] if autoscaling else []
+    return scaling + [
+        Step("sagemaker", "DeleteEndpoint", {"EndpointName": endpoint}, "delete the endpoint"),
+        Step("sagemaker", "DescribeEndpoint", {"EndpointName": endpoint}, "wait until it is gone", action="wait-deleted"),
+        Step("sagemaker", "DeleteEndpointConfig", {"EndpointConfigName": endpoint_config}, "delete the endpoint config"),
+        Step("sagemaker", "DeleteModel", {"ModelName": model}, "delete the model")]
 
 
-def default_package(cfg: DeployConfig) -> Package:
-    return Package(key=f"{cfg.prefix}/{cfg.deployment_id}/model.tar.gz",
-                   source_key=f"{cfg.prefix}/build/semif-adapter-src.zip")
+def _replace_in(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, dict):
+        return {k: _replace_in(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_in(v, old, new) for v in value]
+    return copy.copy(value)
+
+
+def bind_account(steps: list[Step], account_id: str) -> list[Step]:
+    """The plan with `<account-id>` replaced by the real account (known only after STS, which the
+    Deploy page does not call before confirmation). The one substitution apply makes; the bound
+    plan is what gets validated, recorded and executed."""
+    return [replace(s, params=_replace_in(s.params, ACCOUNT_PLACEHOLDER, account_id),
+                    extra=_replace_in(s.extra, ACCOUNT_PLACEHOLDER, account_id)) for s in steps]
+
+
+def placeholders(value: Any) -> set[str]:
+    """Every `<...>` placeholder left in a plan's params (the build id excepted)."""
+    return set(re.findall(r"<[a-z][a-z -]*>", repr(value))) - RUNTIME_PLACEHOLDERS

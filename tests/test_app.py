@@ -1,11 +1,13 @@
 """Every page under Streamlit's AppTest, against a real SQLite file and the real local model."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.store import Store
-from tests.conftest import ROOT, scored_rows
+from tests.conftest import ROOT, subset_file
 
 MAIN = str(ROOT / "app" / "main.py")
 
@@ -38,20 +40,27 @@ def test_first_start_teaches_then_runs_and_saves(db):
     at = app()
     assert "Welcome" in at.info[0].value
     at.button(key="pg_seed").click().run()
+    assert not at.exception
     assert len(db.list_policies()) == len(list((ROOT / "data" / "policies").glob("*.json")))
-    at.selectbox(key="pg_policy").select("ticket-routing").run()
+    (first,) = db.list_runs()  # the promised first decision happened, on the shipped local model
+    assert first["kind"] == "playground" and first["status"] == "done" and first["model"].startswith("SmolLM2")
+    assert at.text_area(key="pg_state").value.startswith("I reset my password")  # the state behind the result
+    at.text_area(key="pg_state").input("").run()
     at.button(key="pg_run").click().run()
-    assert "State** is empty" in at.error[0].value and db.list_runs() == []  # validated, nothing run
+    assert "State** is empty" in at.error[0].value and len(db.list_runs()) == 1  # validated, nothing run
     at.text_area(key="pg_state").input("After I reset my password the site says my account is locked.").run()
     at.button(key="pg_run").click().run()
     assert not at.exception
-    (run,) = db.list_runs()
+    run = db.list_runs()[0]
     (res,) = db.results(run["id"])
-    assert run["kind"] == "playground" and run["status"] == "done" and run["model"].startswith("SmolLM2")
     assert res["option_ids"] == ["access", "billing", "technical", "shipping"]
-    assert abs(sum(res["probabilities"]) - 1) < 1e-9
-    assert at.metric[0].value == res["top_option"] == "access"
+    assert abs(sum(res["probabilities"]) - 1) < 1e-9 and res["readout"] == "option-words"
+    assert res["probability_status"] == "uncalibrated" and res["cold"] == 0  # the second call of this target: warm
+    assert any(m.value == "### access" for m in at.markdown)
     assert len(at.get("plotly_chart")) == 1
+    assert any("recent warm calls" in c.value or "(warm)" in c.value for c in at.caption)
+    assert any(c.language == "bash" and "/invocations" in c.value for c in at.code)  # cURL to run it yourself
+    assert at.expander[1].proto.expanded is False and at.json[0].proto.expanded  # raw JSON opens expanded
 
 
 def test_failing_target_shows_its_error_and_the_rest_still_works(db):
@@ -64,33 +73,54 @@ def test_failing_target_shows_its_error_and_the_rest_still_works(db):
     assert not at.exception
     assert any("This target failed: cannot reach" in e.value for e in at.error)
     assert len(at.get("plotly_chart")) == 1  # the local target's chart is still there
-    runs = db.list_runs()
-    assert {r["target_name"]: r["status"] for r in runs} == {"local": "done", "down": "failed"}
+    group = db.list_runs()[0]["group_id"]
+    assert {r["target_name"]: r["status"] for r in db.runs_in_group(group)} == {"local": "done", "down": "failed"}
+    at.switch_page("pages/history.py").run()
+    assert "down" not in set(frame_with(at, "baseline")["target"])  # failed attempts are listed apart
+    assert any("Failed attempts (1)" in e.label for e in at.expander)
 
 
 def test_policy_form_validation_then_save_and_json_round_trip(db):
     at = app("policies")
     assert at.selectbox(key="pol_pick").value == "__new__"
-    at.text_input(key="pol_name___new__").input("Escalation check")
-    at.text_area(key="pol_question___new__").input("Should this go to a human?")
+    at.text_input(key="pol_name___new___v0").input("Escalation check")
+    at.text_area(key="pol_question___new___v0").input("Should this go to a human?")
     at.run()
     # options default to two empty rows: the form refuses to save and says why, next to the field
-    at.button(key="FormSubmitter:pol_form___new__-Save policy").click().run()
+    at.button(key="FormSubmitter:pol_form___new___v0-Save policy").click().run()
     assert any("options" in e.value for e in at.error) and db.list_policies() == []
-    at.text_area(key="pol_json___new__").input(
+    at.text_area(key="pol_json___new___v0").input(
         '{"name": "Escalation check", "question": "Human needed?", '
         '"options": [{"id": "yes", "description": ""}, {"id": "no", "description": ""}]}')
-    at.button(key="pol_apply___new__").click().run()
+    at.button(key="pol_apply___new___v0").click().run()
     (p,) = db.list_policies()
     assert p["id"] == "escalation-check" and [o["id"] for o in p["options"]] == ["yes", "no"]
     assert at.selectbox(key="pol_pick").value == "escalation-check"
-    assert '"escalation-check"' in at.text_area(key="pol_json_escalation-check").value  # JSON view of the saved one
-    at.text_area(key="pol_json_escalation-check").input('{"name": "x", "question": "q", "options": []}')
-    at.button(key="pol_apply_escalation-check").click().run()
+    assert '"escalation-check"' in at.text_area(key="pol_json_escalation-check_v1").value  # JSON view of the saved one
+    at.text_area(key="pol_json_escalation-check_v1").input('{"name": "x", "question": "q", "options": []}')
+    at.button(key="pol_apply_escalation-check_v1").click().run()
     assert any("options" in e.value for e in at.error)
     assert db.get_policy("escalation-check")["question"] == "Human needed?"  # nothing saved was lost
     at.button(key="pol_dup").click().run()
     assert {x["id"] for x in db.list_policies()} == {"escalation-check", "escalation-check-copy2"}
+
+
+def test_policy_views_never_overwrite_a_newer_save(db):
+    """The walkthrough's data loss: save Notes in the Form, then Apply the JSON tab's older text."""
+    db.save_policy({"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}], "notes": ""})
+    at = app("policies")
+    at.selectbox(key="pol_pick").select("p").run()
+    stale_json = at.text_area(key="pol_json_p_v1").value
+    at.text_area(key="pol_notes_p_v1").input("keep me")
+    at.button(key="FormSubmitter:pol_form_p_v1-Save policy").click().run()
+    assert db.get_policy("p")["notes"] == "keep me" and db.get_policy("p")["version"] == 2
+    assert '"keep me"' in at.text_area(key="pol_json_p_v2").value  # the JSON view was rebuilt from the save
+    # an older view (another tab, or a widget from before the save) applying its text is refused
+    from app.store import StaleEdit
+
+    with pytest.raises(StaleEdit):
+        db.save_policy({**json.loads(stale_json), "notes": ""}, expected_version=1)
+    assert db.get_policy("p")["notes"] == "keep me"
 
 
 def test_policy_from_template_and_delete(db):
@@ -102,32 +132,35 @@ def test_policy_from_template_and_delete(db):
     assert db.list_policies() == []
 
 
-def test_compare_with_uploaded_csv(db):
+def test_compare_with_uploaded_csv_labels_and_the_new_comparison_selected(db):
     at = app()
     at.button(key="pg_seed").click().run()
     at.switch_page("pages/compare.py").run()
     at.selectbox(key="cmp_policy").select("ticket-routing").run()
-    csv = b"id,state\nt1,I was charged twice this month\nt2,The app crashes on start\nt3,Parcel never came\n"
+    at.text_area(key="cmp_paste").input("Where is my parcel?\nI was charged twice").run()
+    at.button(key="cmp_run").click().run()
+    csv = (b"id,state,label\nt1,I was charged twice this month,billing\nt2,The app crashes on start,technical\n"
+           b"t3,Parcel never came,shipping\n")
     at.file_uploader(key="cmp_upload").set_value(("states.csv", csv, "text/csv")).run()
+    assert any("3 states parsed, 3 with a label" in s.value for s in at.success)  # previewed before running
     at.button(key="cmp_run").click().run()
     assert not at.exception
-    (run,) = db.list_runs(kind="compare")
-    assert [r["row_key"] for r in db.results(run["id"])] == ["t1", "t2", "t3"]
+    groups = {r["group_id"] for r in db.list_runs(kind="compare")}
+    assert len(groups) == 2
+    newest = db.list_runs(kind="compare")[0]
+    assert at.selectbox(key="cmp_open").value == newest["group_id"]  # the comparison just made is open
+    assert "Ticket routing · local · 3 states" in at.selectbox(key="cmp_open").format_func(newest["group_id"])
+    assert [r["row_key"] for r in db.results(newest["id"])] == ["t1", "t2", "t3"]
     stats = frame_with(at, "p50_ms")
-    assert list(stats["target"]) == ["local"] and stats.loc[0, "rows"] == 3
+    assert list(stats["target"]) == ["local"] and stats.loc[0, "rows"] == 3 and "usd_per_1000" in stats
+    assert "decisions/s on this machine" in stats.loc[0, "cost_note"]
+    correct = sum(r["top_option"] == r["label"] for r in db.results(newest["id"]))
+    assert at.metric[0].value == f"{correct / 3:.1%}"  # accuracy per target against the labels
     table = frame_with(at, "disagree")
-    assert list(table["row_key"]) == ["t1", "t2", "t3"]
+    assert list(table["row_key"]) == ["t1", "t2", "t3"] and list(table["label"]) == ["billing", "technical", "shipping"]
+    at.checkbox(key="cmp_wrong").check().run()
+    assert len(frame_with(at, "disagree")) == 3 - correct
     assert at.get("download_button")
-
-
-def test_compare_rejects_a_bad_upload_and_runs_nothing(db):
-    at = app()
-    at.button(key="pg_seed").click().run()
-    at.switch_page("pages/compare.py").run()
-    at.file_uploader(key="cmp_upload").set_value(("states.csv", b"id,state\na,fine\nb,\n", "text/csv")).run()
-    at.button(key="cmp_run").click().run()
-    assert "row 3, column state" in at.error[0].value
-    assert db.list_runs() == []
 
 
 def test_history_open_pin_diff_delete(db):
@@ -138,65 +171,96 @@ def test_history_open_pin_diff_delete(db):
     at.button(key="pg_run").click().run()
     at.selectbox(key="pg_readout").select("letters").run()
     at.button(key="pg_run").click().run()
-    first, second = sorted(r["id"] for r in db.list_runs())
+    seed, first, second = sorted(r["id"] for r in db.list_runs())
     at.switch_page("pages/history.py").run()
-    assert len(frame_with(at, "baseline")) == 2
+    assert len(frame_with(at, "baseline")) == 3
     at.selectbox(key="hist_open").select(first).run()
     at.button(key="hist_pin").click().run()
     assert db.pinned_run()["id"] == first
+    runs = frame_with(at, "baseline")
+    assert runs.loc[runs["run"] == first, "baseline"].item() == "baseline"  # the pinned run is marked
     at.selectbox(key="hist_open").select(second).run()
+    results = frame_with(at, "top_option")
+    assert {"p(access)", "p(billing)"} <= set(results.columns) and results.loc[0, "readout"] == "letters"
     diff = frame_with(at, "max_shift")
     assert list(diff["row_key"]) == ["playground"]
     at.button(key="hist_delete").click().run()
-    assert [r["id"] for r in db.list_runs()] == [first] and db.results(second) == []
+    assert sorted(r["id"] for r in db.list_runs()) == [seed, first] and db.results(second) == []
 
 
 def test_targets_page_add_validate_and_test_connection(db, adapter_server):
     at = app("targets")
     at.selectbox(key="tg_kind").select("semif").run()
-    at.text_input(key="tg_name").input("adapter")
-    at.text_input(key="tg_url").input("localhost:8080")
-    at.button(key="FormSubmitter:tg_form-Save target").click().run()
+    at.text_input(key="tg_name_0").input("adapter")
+    at.text_input(key="tg_url_0").input("localhost:8080")
+    at.button(key="FormSubmitter:tg_form_0-Save target").click().run()
     assert any("url" in e.value for e in at.error) and db.list_targets() == []
-    at.text_input(key="tg_url").input(adapter_server.url)
-    at.button(key="FormSubmitter:tg_form-Save target").click().run()
+    assert at.text_input(key="tg_name_0").value == "adapter"  # a refused form keeps what was typed
+    at.text_input(key="tg_url_0").input(adapter_server.url)
+    at.button(key="FormSubmitter:tg_form_0-Save target").click().run()
     assert db.list_targets()[0]["config"]["url"] == adapter_server.url
+    assert at.text_input(key="tg_name_1").value == ""  # the next form starts empty
+    assert any("url" in m.value and str(adapter_server.port) in m.value and "{" not in m.value
+               for m in at.markdown)  # the saved config reads as key: value, not as a Python dict
     at.button(key="tg_test_adapter").click().run()
-    assert any("is up" in s.value for s in at.success)
+    at.button(key="tg_test_local").click().run()
+    oks = [s.value for s in at.success]
+    assert any("is up" in v for v in oks) and any("loaded SmolLM2" in v for v in oks)  # both results stay
+    at.selectbox(key="tg_kind").select("local").run()
+    at.text_input(key="tg_name_1").input("mine")
+    at.selectbox(key="tg_model_pick_1").select("your own GGUF file…")
+    at.text_input(key="tg_model_1").input("/nope/model.gguf")
+    at.button(key="FormSubmitter:tg_form_1-Save target").click().run()
+    assert any("existing" in e.value and "gguf file" in e.value for e in at.error) and len(db.list_targets()) == 1
 
 
-def test_calibrate_page_evaluates_compares_readouts_and_exports(db):
+def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, tmp_path):
     at = app()
     at.button(key="pg_seed").click().run()
     at.switch_page("pages/calibrate.py").run()
     assert "Import a labeled set" in at.info[0].value
-    at.button(key="cal_ship").click().run()
+    at.button(key="cal_ship").click().run()  # the shipped sets, for the policy/set pairing below
     assert {s["name"] for s in db.list_labeled_sets()} >= {"refund-check.jsonl", "ticket-routing.jsonl"}
+    at.selectbox(key="cal_policy").select("agent-next-action").run()
+    # agent-next-action has no shipped set: the page says which labels do not fit and runs nothing
+    assert any("are not options of" in e.value for e in at.error) and at.button(key="cal_run").disabled
     at.selectbox(key="cal_policy").select("refund-check").run()
-    at.multiselect(key="cal_variants").set_value(["policy default", "letters"]).run()
+    assert db.get_labeled_set(at.selectbox(key="cal_set").value)["policy_id"] == "refund-check"  # its own set
+    small = subset_file(tmp_path, "refund-check", 24).read_bytes()  # a small set: this test is about the page
+    at.selectbox(key="cal_up_policy").select("refund-check").run()
+    at.file_uploader(key="cal_upload").set_value(("refund-small.jsonl", small, "application/json")).run()
+    at.button(key="cal_import").click().run()
+    small_id = next(s["id"] for s in db.list_labeled_sets() if s["name"] == "refund-small.jsonl")
+    at.selectbox(key="cal_set").select(small_id).run()
+    at.multiselect(key="cal_variants").set_value(["default", "letters"]).run()
     at.button(key="cal_run").click().run()
     assert not at.exception
     runs = db.list_runs(kind="eval")
-    assert len(runs) == 2 and all(r["status"] == "done" and r["n_rows"] == scored_rows("refund-check") for r in runs)
+    assert len(runs) == 2 and all(r["status"] == "done" and r["n_rows"] == 24 for r in runs)
     table = frame_with(at, "ece_after_T")
-    assert sorted(table["readout"]) == ["default", "letters"] and (table["rows"] == scored_rows("refund-check")).all()
-    # the 135M model cannot reach 90% on this set: the page says so and exports a safe policy
-    assert any("unreachable" in e.value for e in at.error)
+    assert sorted(table["readout"]) == ["default", "letters"] and (table["rows"] == 24).all()
+    assert at.selectbox(key="cal_run_pick").value == runs[0]["id"]  # the run just made is open
+    assert any("only 24 labeled rows" in w.value for w in at.warning)  # too few for a recommendation
     at.checkbox(key="cal_manual").check().run()
     at.slider(key="cal_gate").set_value(0.6).run()
-    download = at.get("download_button")[0]
-    assert download.proto.label.startswith("Download calibrated policy")
     # the numbers on the page are the exported rule applied to the stored results
     from app import evaluation
 
     rid = at.selectbox(key="cal_run_pick").value
     cal = evaluation.calibrate_run(db, rid, target_accuracy=0.9)
-    config = evaluation.build_policy(db, rid, cal, threshold=0.6, fallback="human-review")
-    cov = config["metrics"]["at_gate"]["coverage"]
-    assert any(m.value == f"{cov:.1%}" for m in at.metric)
-    # running again reuses the finished runs (no new rows scored)
-    at.button(key="cal_run").click().run()
+    config = evaluation.build_policy(db, rid, cal, gate=evaluation.decide_gate(cal, 0.6), fallback="human-review")
+    at_gate = config["metrics"]["at_gate"]
+    assert at.metric[0].label == "Accuracy of decided rows" and at.metric[1].label == "Coverage"
+    assert at.metric[1].value == f"{at_gate['coverage']:.1%}"
+    assert config["gate_source"] == "hand-set" and config["target_accuracy"] is None  # how the gate was chosen
+    at.button(key="cal_save").click().run()
+    (saved,) = db.list_calibrated()
+    assert saved["run_id"] == rid and saved["gate_source"] == "hand-set" and saved["threshold"] == 0.6
+    assert any("Deploy packages it" in s.value and "0.600" in s.value for s in at.success)
+    at.button(key="cal_run").click().run()  # running again reuses the finished runs (no new rows scored)
     assert len(db.list_runs(kind="eval")) == 2
+    at.switch_page("pages/deploy.py").run()
+    assert any(o.startswith(f"#{saved['id']} Refund policy check") for o in at.selectbox(key="dep_cal").options)  # no path to type
 
 
 @pytest.fixture
@@ -215,7 +279,8 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
     at = app("deploy")
     assert aws_env in at.info[0].value  # the page says where AWS calls go
     at.radio(key="dep_path").set_value("semif")
-    at.radio(key="dep_compute").set_value("gpu")
+    at.radio(key="dep_compute").set_value("gpu").run()
+    assert "dep_cpu_type" not in [w.key for w in at.text_input]  # the CPU type is hidden for a GPU pool
     at.text_input(key="dep_bucket").input("semif-test-models")
     at.text_input(key="dep_role").input("arn:aws:iam::123456789012:role/sm")
     at.button(key="FormSubmitter:dep_form-Plan").click().run()
@@ -245,7 +310,8 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
     at.multiselect(key="pg_targets").set_value(["local", dep["endpoint_name"]]).run()
     at.button(key="pg_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    runs = {r["target_name"]: db.results(r["id"])[0] for r in db.list_runs(kind="playground")}
+    group = db.list_runs(kind="playground")[0]["group_id"]
+    runs = {r["target_name"]: db.results(r["id"])[0] for r in db.runs_in_group(group)}
     assert runs[dep["endpoint_name"]]["probabilities"] == runs["local"]["probabilities"]
     assert any("agree" in s.value for s in at.success)
     at.switch_page("pages/deploy.py").run()
@@ -259,3 +325,27 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
 
     sm = boto3.client("sagemaker", region_name="us-east-1", endpoint_url=aws_env)
     assert dep["endpoint_name"] not in [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]]
+
+
+def test_order_check_rotates_options_and_reports_a_verdict(db):
+    at = app()
+    at.button(key="pg_seed").click().run()
+    at.switch_page("pages/order_check.py").run()
+    at.selectbox(key="oc_policy").select("refund-check").run()
+    at.radio(key="oc_source").set_value("paste").run()
+    at.text_area(key="oc_paste").input("Bought 3 days ago, it arrived broken\nFinal sale jacket, I changed my mind\n"
+                                       "Unopened, bought yesterday")
+    at.text_input(key="oc_negated").input("Does this refund request fail the policy?")
+    at.button(key="oc_run").click().run()
+    assert not at.exception
+    (run,) = db.list_runs(kind="order-check")
+    keys = [r["row_key"] for r in db.results(run["id"])]
+    assert len(keys) == 3 * (2 + 1) and sum("#not" in k for k in keys) == 3  # 2 orders + the negated question
+    flips = frame_with(at, "flipped")
+    assert len(flips) == 3 and set(flips.columns) >= {"order 0", "order 1"}
+    rate = flips["flipped"].mean()
+    assert at.metric[0].value == f"{rate:.0%}"
+    verdict = (at.warning or at.success)[0].value
+    assert ("Order changes the answer" in verdict) == (rate >= 0.1)
+    assert "negated question\\) averages" in verdict  # P(yes | Q) + P(yes | not Q), escaped markdown
+    assert len(at.get("plotly_chart")) == 2 and len(at.get("download_button")) == 2

@@ -12,8 +12,8 @@ import yaml
 
 from deploy.config import DeployConfig
 from deploy.executor import DeployError, Executor, friendly, summarize_endpoint
-from deploy.package import make_build_context, make_model_tarball, tarball_members
-from deploy.plan import default_package, deployment_plan, teardown_plan
+from deploy.package import build_package, make_build_context, make_model_tarball, tarball_members
+from deploy.plan import Package, deployment_plan, teardown_plan
 from deploy.validate import botocore_errors, validate_plan
 from tests.conftest import ROOT
 from tests.shim import RuntimeShim
@@ -28,10 +28,17 @@ def cfg(**kw) -> DeployConfig:
     return DeployConfig(**{**base, **kw})
 
 
+def package(c: DeployConfig, tmp_path) -> Package:
+    """A real package of a tiny stand-in GGUF: plans are made from finished packages."""
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 1000)
+    return build_package(c, tmp_path / "work", gguf=gguf)
+
+
 @pytest.mark.parametrize("path,compute", [("textgen", "cpu"), ("textgen", "gpu"), ("semif", "cpu"), ("semif", "gpu")])
-def test_every_plan_validates_against_botocore(path, compute):
-    c = cfg(path=path, compute=compute)
-    steps = deployment_plan(c, default_package(c))
+def test_every_plan_validates_against_botocore(path, compute, tmp_path):
+    c = cfg(serving=path, compute=compute)
+    steps = deployment_plan(c, package(c, tmp_path))
     assert validate_plan(steps, REGION) == []
     ops = [s.operation for s in steps]
     assert ops[-3:] == ["CreateEndpointConfig", "CreateEndpoint", "DescribeEndpoint"]
@@ -57,23 +64,25 @@ def test_every_plan_validates_against_botocore(path, compute):
     assert tags["semif:deployment"] == c.deployment_id
 
 
-def test_our_rules_reject_what_botocore_allows():
+def test_our_rules_reject_what_botocore_allows(tmp_path):
     c = cfg(compute="gpu", pools=[(f"ml.g5.{n}xlarge", i + 1) for i, n in enumerate(["", "2", "4", "8", "12", "16"])])
-    errs = validate_plan(deployment_plan(c, default_package(c)), REGION)
+    pkg = package(c, tmp_path)  # the package does not depend on the pool or the timeouts
+    errs = validate_plan(deployment_plan(c, pkg), REGION)
     assert any("6 entries" in e for e in errs)
     c = cfg(compute="gpu", pools=[("ml.g6.xlarge", 1), ("ml.g5.xlarge", 1)])
-    assert any("must be unique" in e for e in validate_plan(deployment_plan(c, default_package(c)), REGION))
+    assert any("must be unique" in e for e in validate_plan(deployment_plan(c, pkg), REGION))
     c = cfg(compute="gpu", provision_timeout=100, startup_timeout=5000)
-    errs = validate_plan(deployment_plan(c, default_package(c)), REGION)
+    errs = validate_plan(deployment_plan(c, pkg), REGION)
     assert any("VariantInstanceProvisionTimeoutInSeconds=100" in e for e in errs)
     assert any("ContainerStartupHealthCheckTimeoutInSeconds=5000" in e for e in errs)
     c = cfg(extra_env={f"K{i}": "v" for i in range(120)})
-    assert any("100" in e for e in validate_plan(deployment_plan(c, default_package(c)), REGION))
-    c = cfg(path="textgen")
-    steps = deployment_plan(c, default_package(c))
+    assert any("100" in e for e in validate_plan(deployment_plan(c, pkg), REGION))
+    c = cfg(serving="textgen")
+    pkg = package(c, tmp_path)
+    steps = deployment_plan(c, pkg)
     steps[-4].params["PrimaryContainer"]["Image"] = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/llama-cpp:x"
     assert any("another region" in e for e in validate_plan(steps, REGION))
-    bad = deployment_plan(c, default_package(c))
+    bad = deployment_plan(c, pkg)
     bad[-3].params["ProductionVariants"][0]["InitialInstanceCount"] = "one"
     assert any("InitialInstanceCount" in e for e in botocore_errors(bad[-3]))
 
@@ -215,8 +224,8 @@ def test_no_credentials_is_a_clear_error(monkeypatch, moto_url, tmp_path):
         ex.apply(cfg(account_id="<account-id>"))
 
 
-def test_boto3_runtime_through_shim_to_the_adapter(adapter_server):
-    from adapter.policies import load_template, request_for
+def test_boto3_runtime_through_shim_to_the_adapter(adapter_server, monkeypatch):
+    from adapter.templates import load_template, request_for
     from app.targets import SageMakerTarget
 
     shim = RuntimeShim({"semif-gpu-live": adapter_server.url})
@@ -227,17 +236,15 @@ def test_boto3_runtime_through_shim_to_the_adapter(adapter_server):
         resp = rt.invoke_endpoint(EndpointName="semif-gpu-live", ContentType="application/json", Body=json.dumps(row))
         out = json.loads(resp["Body"].read())
         assert out["id"] == "r1" and out["option_ids"] == ["access", "billing", "technical", "shipping"]
-        direct = __import__("httpx").post(adapter_server.url + "/invocations", json=row).json()
+        direct = __import__("httpx").post(adapter_server.url + "/invocations", json=row, timeout=120).json()
         assert out["probabilities"] == direct["probabilities"]  # intact through boto3 and the shim
         target = SageMakerTarget("sm", {"endpoint_name": "semif-gpu-live", "region": REGION, "endpoint_url": shim.url})
-        import os
-
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "x")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "y")
-        (res,) = target.decide([request_for(load_template("ticket-routing"), "Charged twice for one order", "r1")])
-        assert res.ok and res.result["probabilities"] == direct["probabilities"]
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")  # undone after the test: no fake credentials leak on
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+        res = target.decide(request_for(load_template("ticket-routing"), "Charged twice for one order", "r1"))
+        assert res.ok and res.result.probabilities == direct["probabilities"]  # a typed DecisionResult now
         missing = SageMakerTarget("sm", {"endpoint_name": "nope", "region": REGION, "endpoint_url": shim.url})
-        (res,) = missing.decide([request_for(load_template("ticket-routing"), "x", "r2")])
+        res = missing.decide(request_for(load_template("ticket-routing"), "x", "r2"))
         assert not res.ok and "SageMaker" in res.error
     finally:
         shim.stop()

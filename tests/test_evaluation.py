@@ -122,7 +122,7 @@ def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
         decided = correct = 0
         for r, s in zip(results, served):
             assert s["probabilities"] == r["probabilities"]  # same model and prompt: bit for bit
-            local = policy.apply({"option_ids": r["option_ids"], "probabilities": r["probabilities"]})
+            local = policy.apply(r["option_ids"], r["probabilities"])
             assert s["decision"]["option_id"] == local["option_id"] and s["decision"]["gated"] == local["gated"]
             assert s["calibrated_probabilities"] == local["calibrated_probabilities"]
             assert s["probability_status"] == "calibrated"
@@ -147,12 +147,12 @@ def test_policy_validation_and_model_mismatch(tmp_path):
             "model": {"file": "m.gguf", "sha256": "a" * 64}, "temperature": 2.0, "threshold": 0.7,
             "fallback_option": "human-review", "created_at": "2026-12-01T00:00:00+00:00"}
     p = CalibratedPolicy.model_validate(good)
-    d = p.apply({"option_ids": ["yes", "no"], "probabilities": [0.9, 0.1]})
+    d = p.apply(["yes", "no"], [0.9, 0.1])
     # T=2: sqrt-ish flattening: 0.9^(1/2) / (0.9^(1/2) + 0.1^(1/2)) = 0.75
     assert d["confidence"] == pytest.approx(0.75) and not d["gated"] and d["option_id"] == "yes"
-    d = p.apply({"option_ids": ["yes", "no"], "probabilities": [0.7, 0.3]})
+    d = p.apply(["yes", "no"], [0.7, 0.3])
     assert d["gated"] and d["option_id"] == "human-review" and "< gate" in d["reason"]
-    d = p.apply({"option_ids": ["yes", "no"], "probabilities": [0.99, 0.01], "model": {"file": "x", "sha256": "b" * 64}})
+    d = p.apply(["yes", "no"], [0.99, 0.01], model_sha256="b" * 64, model_file="x")
     assert d["gated"] and "not the calibrated model" in d["reason"]
     with pytest.raises(PolicyError, match="temperature"):
         load_policy({**good, "temperature": 0})
@@ -176,3 +176,29 @@ def test_benchmark_cli_reports_ratios_and_saves_a_comparison(tmp_path, adapter_s
     runs = Store(db).list_runs(kind="compare")
     assert {r["target_name"] for r in runs} == {"local", "adapter"} and len({r["group_id"] for r in runs}) == 1
     assert all(len(Store(db).results(r["id"])) == 4 for r in runs)
+
+
+def test_object_states_are_scored_as_the_runtime_renders_them(tmp_path, engine):
+    """Defect: an object state was stored as compact JSON text and scored as that string, while the
+    adapter renders the object as indented JSON - calibration measured other prompts than the runtime's."""
+    from adapter.schema import DecisionRequest
+    from adapter.templates import load_template, request_for
+    from app.labeled import import_file
+    from app.targets import LocalTarget
+
+    db = Store(tmp_path / "wb.db")
+    policy = load_template("ticket-routing")
+    db.save_policy(policy)
+    data = (b'{"id": "obj", "state": {"ticket": "charged twice", "plan": "pro"}, "label": "billing"}\n'
+            b'{"id": "num", "state": "42", "label": "technical"}\n')
+    set_id = import_file(db, "s.jsonl", data, policy)
+    assert [r["state"] for r in db.labeled_rows(set_id)] == [{"ticket": "charged twice", "plan": "pro"}, "42"]
+    target = LocalTarget("local", {}, lambda model: engine)
+    run_id, _ = evaluation.find_or_start(db, policy=policy, set_id=set_id, target=target)
+    evaluation.resume_eval(db, run_id, target)
+    stored = {r["row_key"]: r for r in db.results(run_id)}
+    assert stored["obj"]["request"]["state"] == {"ticket": "charged twice", "plan": "pro"} and stored["num"]["state"] == "42"
+    runtime = engine.score(request_for(policy, {"ticket": "charged twice", "plan": "pro"}, "obj"))
+    assert stored["obj"]["response"]["prompt_sha256"] == runtime.prompt_sha256  # the same prompt as the adapter's
+    assert stored["obj"]["probabilities"] == runtime.probabilities
+    assert isinstance(DecisionRequest.model_validate(stored["num"]["request"]).state, str)

@@ -1,66 +1,51 @@
-"""Compare: one policy over many states against several targets - latency, agreement, disagreements."""
+"""Compare: one policy over many states against several targets - answers, accuracy against labels,
+latency (cold apart from warm), cost per 1,000 decisions, agreement."""
 import streamlit as st
 
-from app import analysis, charts, resources
-from app.components import download_frame, policy_picker
+from app import analysis, charts, costs, resources
+from app.components import download_frame, glossary, policy_picker
 from app.inputs import InputError, rows_from_text, rows_from_upload
 from app.runner import progress_text, run_policy
 from app.safe_text import md
 from app.targets import TargetError
 
-st.title("Compare targets")
-db = resources.store()
-policies = db.list_policies()
-if not policies:
-    st.info("No policies yet: load the examples on the Playground page or create one on the Policies page.")
-    st.stop()
-policy = policy_picker(policies, key="cmp_policy")
-paste_tab, upload_tab = st.tabs(["Paste states", "Upload CSV / JSONL"])
-pasted = paste_tab.text_area("One state per line", height=160, key="cmp_paste")
-upload = upload_tab.file_uploader("CSV with a `state` column (optional `id`, `label`), or JSONL objects",
-                                  type=["csv", "jsonl", "tsv"], key="cmp_upload")
-specs = resources.target_specs(db)
-names = [s["name"] for s in specs]
-chosen = st.multiselect("Targets", names, default=names[:1], key="cmp_targets")
 
-if st.button("Run comparison", type="primary", key="cmp_run"):
+def parse_input(pasted: str, upload):
+    """The cases to run, or None after showing why the upload was rejected."""
     try:
-        rows = rows_from_upload(upload.name, upload.getvalue()) if upload is not None else rows_from_text(pasted)
+        return rows_from_upload(upload.name, upload.getvalue()) if upload is not None else rows_from_text(pasted)
     except InputError as exc:
         st.error("**Upload** rejected, nothing was run:\n\n" + "\n".join(f"- {md(p)}" for p in exc.problems[:20]))
-        st.stop()
-    if not rows:
-        st.error("**States**: paste at least one line or upload a file.")
-    elif not chosen:
-        st.error("**Targets**: pick at least one target.")
-    else:
-        try:
-            targets = [resources.make_target(next(s for s in specs if s["name"] == n)) for n in chosen]
-        except TargetError as exc:
-            st.error(str(exc))
-            st.stop()
-        resources.load_models(targets)
-        bar = st.progress(0.0, text=f"0/{len(rows) * len(targets)} calls")
-        group, _ = run_policy(db, policy, rows, targets, kind="compare",
-                              progress=lambda d, t, e: bar.progress(d / t, text=progress_text(d, t, e)))
-        st.session_state["cmp_group"] = group
+        return None
 
-groups = {}
-for r in db.list_runs(kind="compare"):
-    groups.setdefault(r["group_id"], r)
-if groups:
-    current = st.session_state.get("cmp_group")
-    options = list(groups)
-    idx = options.index(current) if current in options else 0
-    gid = st.selectbox("Comparison", options, index=idx, key="cmp_open",
-                       format_func=lambda g: f"{groups[g]['created_at']} · {groups[g]['policy']['name']} · "
-                                             f"{groups[g]['n_rows']} states")
+
+def comparison_name(runs: list[dict]) -> str:
+    """'Ticket routing · local vs adapter · 24 states · 2026-12-01 09:14'."""
+    first = runs[0]
+    targets = " vs ".join(r["target_name"] for r in runs)
+    return f"{first['policy'].get('name')} · {targets} · {first['n_rows']} states · {first['created_at'][:16].replace('T', ' ')}"
+
+
+def render_results(db, gid: str) -> None:
     runs = db.runs_in_group(gid)
     df = analysis.results_frame(runs, {r["id"]: db.results(r["id"]) for r in runs})
-    st.subheader("Latency")
-    st.dataframe(analysis.latency_stats(df), hide_index=True, key="cmp_latency",
-                 column_config={**{c: st.column_config.NumberColumn(format="%.0f") for c in ("p50_ms", "p95_ms", "max_ms")},
-                                **{c: st.column_config.NumberColumn(format="%.2fx") for c in ("p50_vs_first", "p95_vs_first")}})
+    accuracy = analysis.accuracy_by_target(df)
+    if len(accuracy):
+        st.subheader("Accuracy against the labels")
+        cols = st.columns(min(len(accuracy), 4))
+        for col, (_, row) in zip(cols * 10, accuracy.iterrows()):
+            col.metric(str(row["target"]), f"{row['accuracy']:.1%}", help=f"{row['correct']} of {row['labeled']} labeled rows")
+    st.subheader("Latency and cost")
+    stats = analysis.latency_stats(df)
+    stats = costs.with_costs(stats, {r["target_name"]: r["target"] for r in runs}, db)
+    st.dataframe(stats, hide_index=True, key="cmp_latency", column_config={
+        **{c: st.column_config.NumberColumn(format="%.0f") for c in ("p50_ms", "p95_ms", "max_ms", "iqr_ms", "cold_ms")},
+        **{c: st.column_config.NumberColumn(format="%.2fx") for c in ("p50_vs_first", "p95_vs_first")},
+        "usd_per_1000": st.column_config.NumberColumn("$ / 1,000 decisions", format="$%.4f"),
+        "decisions_per_s": st.column_config.NumberColumn("decisions / s", format="%.2f"),
+        "cost_note": st.column_config.TextColumn("how the cost was computed", width="large")})
+    st.caption(f"Warm calls only (n = warm_n); the first call of each target in this workbench process is cold "
+               f"and shown apart. Prices: {costs.PRICE_SOURCE}.")
     box, ecdf = st.tabs(["Box plot", "ECDF"])
     box.plotly_chart(charts.latency_box(df), key="cmp_box")
     ecdf.plotly_chart(charts.latency_ecdf(df), key="cmp_ecdf")
@@ -68,11 +53,70 @@ if groups:
         st.plotly_chart(charts.agreement_heatmap(analysis.agreement_matrix(df)), key="cmp_agree")
     st.subheader("Answers per state")
     table = analysis.disagreements(df)
-    only = st.checkbox(f"Only disagreements ({int(table['disagree'].sum())})", key="cmp_only")
-    st.dataframe(table[table["disagree"]] if only else table, hide_index=True, key="cmp_table")
+    c1, c2 = st.columns(2)
+    only = c1.checkbox(f"Only disagreements ({int(table['disagree'].sum())})", key="cmp_only")
+    wrong = c2.checkbox(f"Only wrong answers ({int(table['wrong'].sum())})", key="cmp_wrong",
+                        disabled=not table["label"].notna().any(), help="rows where some target's answer is not the label")
+    shown = table[table["disagree"]] if only else table
+    shown = shown[shown["wrong"]] if wrong else shown
+    st.dataframe(shown, hide_index=True, key="cmp_table")
     errors = df[df["error"].notna()]
     if len(errors):
         st.error(f"{len(errors)} calls failed, e.g. {md(errors['target'].iloc[0])}: {md(errors['error'].iloc[0])}")
     download_frame(df, f"comparison-{gid}.csv", "Download all results (CSV)", key="cmp_dl")
-else:
-    st.caption("No comparisons yet: paste a few states, pick targets and run.")
+    glossary("warm", "p50_vs_first")
+
+
+def render() -> None:
+    st.title("Compare targets")
+    db = resources.store()
+    policies = db.list_policies()
+    if not policies:
+        st.info("No policies yet: load the examples on the Playground page or create one on the Policies page.")
+        return
+    policy = policy_picker(policies, key="cmp_policy")
+    paste_tab, upload_tab = st.tabs(["Paste states", "Upload CSV / JSONL"])
+    pasted = paste_tab.text_area("One state per line", height=160, key="cmp_paste")
+    upload = upload_tab.file_uploader("CSV with a `state` column (optional `id`, `label` for accuracy), or JSONL "
+                                      "objects", type=["csv", "jsonl", "tsv"], key="cmp_upload")
+    if upload is not None:
+        preview = parse_input("", upload)
+        if preview:
+            labeled = sum(1 for c in preview if c.label)
+            upload_tab.success(f"{len(preview)} states parsed" + (f", {labeled} with a label" if labeled else ""))
+            upload_tab.dataframe([{"id": c.key, "state": str(c.state)[:200], "label": c.label} for c in preview[:10]],
+                                 hide_index=True)
+    names = [s["name"] for s in resources.target_specs(db)]
+    chosen = st.multiselect("Targets", names, default=names[:1], key="cmp_targets")
+    if st.button("Run comparison", type="primary", key="cmp_run"):
+        cases = parse_input(pasted, upload)
+        if cases is not None and not cases:
+            st.error("**States**: paste at least one line or upload a file.")
+        elif cases and not chosen:
+            st.error("**Targets**: pick at least one target.")
+        elif cases:
+            specs = {s["name"]: s for s in resources.target_specs(db)}
+            try:
+                targets = [resources.make_target(specs[n]) for n in chosen]
+            except TargetError as exc:
+                st.error(md(exc))
+                return
+            resources.load_models(targets)
+            bar = st.progress(0.0, text=f"0/{len(cases) * len(targets)} calls")
+            group, _ = run_policy(db, policy, cases, targets, kind="compare",
+                                  progress=lambda d, t, e: bar.progress(d / t, text=progress_text(d, t, e)))
+            st.session_state["cmp_open"] = group  # show the comparison just made
+    groups: dict[str, list[dict]] = {}
+    for r in db.list_runs(kind="compare"):
+        groups.setdefault(r["group_id"], []).insert(0, r)
+    if not groups:
+        st.caption("No comparisons yet: paste a few states, pick targets and run.")
+        return
+    if st.session_state.get("cmp_open") not in groups:
+        st.session_state["cmp_open"] = next(iter(groups))
+    gid = st.selectbox("Comparison", list(groups), key="cmp_open", format_func=lambda g: comparison_name(groups[g]))
+    render_results(db, gid)
+
+
+if __name__ == "__main__":
+    render()

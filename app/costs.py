@@ -1,0 +1,63 @@
+"""Cost per 1,000 decisions (no Streamlit): measured warm latency -> decisions per second at the
+concurrency the adapter allows (one engine per instance answers one call at a time) -> the
+instance's hourly price -> dollars per 1,000 decisions. Local targets report decisions per second
+on this machine instead: they have no price."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from deploy.pricing import HOURLY_USD, PRICES_AS_OF, PRICES_SOURCE
+
+PRICE_SOURCE = f"{PRICES_SOURCE}, {PRICES_AS_OF}; a hint, not a quote"
+
+
+def usd_per_1000(hourly_usd: float, decisions_per_s: float) -> float:
+    """$/1,000 decisions for one instance kept busy: hourly / 3,600 s / throughput x 1,000
+    (the same rule as deploy.pricing.cost_per_1000, for prices that are not in its table)."""
+    return hourly_usd / 3600 / decisions_per_s * 1000
+
+
+def instance_price(target: dict, store) -> tuple[float | None, str]:
+    """(hourly USD, what it is) for a target: a price set on the target, else the instance type of
+    the deployment behind a SageMaker endpoint (the most expensive pool entry when the winner is unknown)."""
+    cfg = target.get("config") or {}
+    if cfg.get("hourly_usd"):
+        return float(cfg["hourly_usd"]), "the target's own hourly price"
+    if target.get("kind") != "sagemaker":
+        return None, ""
+    dep = store.get_deployment(cfg.get("endpoint_name", "")) if store is not None else None
+    dep_cfg = (dep or {}).get("config") or {}
+    if dep_cfg.get("compute") == "gpu":
+        known = [(t, HOURLY_USD[t]) for t, _ in dep_cfg.get("pools", []) if t in HOURLY_USD]
+        if known:
+            t, p = max(known, key=lambda x: x[1])
+            return p, f"{t} (the dearest of its GPU pool)"
+    itype = dep_cfg.get("instance_type") or cfg.get("instance_type")
+    if itype in HOURLY_USD:
+        return HOURLY_USD[itype], str(itype)
+    return None, ""
+
+
+def with_costs(stats: pd.DataFrame, targets: dict[str, dict], store=None) -> pd.DataFrame:
+    """latency_stats plus decisions/s, $/1,000 decisions and how each was computed."""
+    out = stats.copy()
+    dps, usd, notes = [], [], []
+    for _, row in out.iterrows():
+        target = targets.get(row["target"], {})
+        p50 = row["p50_ms"]
+        rate = 1000 / p50 if p50 and not math.isnan(p50) else float("nan")
+        dps.append(rate)
+        price, what = instance_price(target, store)
+        if target.get("kind") == "local":
+            usd.append(float("nan"))
+            notes.append(f"local: {rate:.2f} decisions/s on this machine, one at a time; no price")
+        elif price is None or math.isnan(rate):
+            usd.append(float("nan"))
+            notes.append("price unknown: deploy it from the Deploy page, or set hourly_usd on the target")
+        else:
+            usd.append(usd_per_1000(price, rate))
+            notes.append(f"${price:.2f}/h for {what} / ({rate:.2f} decisions/s at warm p50, one call at a time)")
+    out["decisions_per_s"], out["usd_per_1000"], out["cost_note"] = dps, usd, notes
+    return out

@@ -1,0 +1,135 @@
+"""Order-sensitivity diagnostics (no Streamlit): does the order of the options change the answer?
+
+Each state is scored once per cyclic rotation of the policy's options (every option visits every
+position once). From the stored results we compute how often the top option flips, which display
+positions get chosen against where the labels sat, how far each option's probability moves, and
+for yes/no policies given a negated question whether P(yes | Q) + P(yes | not Q) is near 1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from adapter.prompt import rotations
+from adapter.templates import request_for
+
+from .runner import Case
+
+ROTATION_SEP = "#rot"
+NEGATED_SEP = "#not"
+
+
+def rotated_policy(policy: dict, order: list[int]) -> dict:
+    return {**policy, "options": [policy["options"][i] for i in order]}
+
+
+def diagnostic_items(policy: dict, cases: list[Case], negated_question: str | None = None,
+                     overrides: dict | None = None) -> list[tuple[int, Case, object]]:
+    """(position, case, request) for every state x rotation (and x the negated question): rows
+    keyed `<case>#rot<k>` / `<case>#not`, so the results can be regrouped afterwards."""
+    items = []
+    n = len(policy["options"])
+    pos = 0
+    for case in cases:
+        for k, order in enumerate(rotations(n)):
+            key = f"{case.key}{ROTATION_SEP}{k}"
+            items.append((pos, Case(key, case.state, case.label),
+                          request_for(rotated_policy(policy, order), case.state, key, **(overrides or {}))))
+            pos += 1
+        if negated_question:
+            key = f"{case.key}{NEGATED_SEP}"
+            items.append((pos, Case(key, case.state, case.label),
+                          request_for({**policy, "question": negated_question}, case.state, key, **(overrides or {}))))
+            pos += 1
+    return items
+
+
+@dataclass
+class Report:
+    n_states: int
+    n_options: int
+    flip_rate: float  # share of states whose top option depends on the order
+    positions: pd.DataFrame  # display position -> chosen count, label count
+    shifts: pd.DataFrame  # option -> mean and max spread of its probability across orders
+    per_state: pd.DataFrame  # state -> top option per rotation, flipped
+    negation: dict | None  # yes/no policies with a negated question: P(yes|Q) + P(yes|not Q)
+    verdict: str
+
+
+def analyse(results: list[dict], option_ids: list[str], yes: str | None = None) -> Report:
+    """Results of a diagnostic run (rows keyed by diagnostic_items) -> the report."""
+    n = len(option_ids)
+    orders = rotations(n)
+    by_state: dict[str, dict[int, dict]] = {}
+    negated: dict[str, dict] = {}
+    for r in results:
+        if r.get("error") or not r.get("probabilities"):
+            continue
+        key = r["row_key"]
+        if NEGATED_SEP in key:
+            negated[key.split(NEGATED_SEP)[0]] = r
+        elif ROTATION_SEP in key:
+            base, k = key.rsplit(ROTATION_SEP, 1)
+            by_state.setdefault(base, {})[int(k)] = r
+    chosen_pos, label_pos = np.zeros(n, int), np.zeros(n, int)
+    spreads: dict[str, list[float]] = {o: [] for o in option_ids}
+    rows = []
+    for state_key, rots in by_state.items():
+        tops = {}
+        probs_by_id: dict[str, list[float]] = {o: [] for o in option_ids}
+        for k, r in sorted(rots.items()):
+            p = dict(zip(r["option_ids"], r["probabilities"]))
+            for o in option_ids:
+                probs_by_id[o].append(p.get(o, 0.0))
+            tops[k] = r["top_option"]
+            shown = [option_ids[i] for i in orders[k]]
+            chosen_pos[shown.index(r["top_option"])] += 1
+            if r.get("label") in shown:
+                label_pos[shown.index(r["label"])] += 1
+        for o in option_ids:
+            if probs_by_id[o]:
+                spreads[o].append(max(probs_by_id[o]) - min(probs_by_id[o]))
+        label = next(iter(rots.values())).get("label")
+        rows.append({"state": state_key, "label": label, "flipped": len(set(tops.values())) > 1,
+                     **{f"order {k}": t for k, t in sorted(tops.items())}})
+    per_state = pd.DataFrame(rows)
+    flip = float(per_state["flipped"].mean()) if len(per_state) else 0.0
+    positions = pd.DataFrame({"position": [chr(65 + i) for i in range(n)], "chosen": chosen_pos,
+                              "label": label_pos})
+    shifts = pd.DataFrame([{"option": o, "mean_spread": float(np.mean(v)) if v else 0.0,
+                            "max_spread": float(np.max(v)) if v else 0.0} for o, v in spreads.items()])
+    negation = None
+    if yes is not None and negated:
+        sums = []
+        for state_key, r in negated.items():
+            rots = by_state.get(state_key, {})
+            if 0 in rots:
+                p_q = dict(zip(rots[0]["option_ids"], rots[0]["probabilities"])).get(yes, 0.0)
+                p_not = dict(zip(r["option_ids"], r["probabilities"])).get(yes, 0.0)
+                sums.append(p_q + p_not)
+        if sums:
+            negation = {"n": len(sums), "mean_sum": float(np.mean(sums)), "mean_abs_gap": float(np.mean(np.abs(np.array(sums) - 1)))}
+    return Report(len(per_state), n, flip, positions, shifts, per_state, negation, verdict(flip, positions, negation))
+
+
+def verdict(flip: float, positions: pd.DataFrame, negation: dict | None) -> str:
+    """A plain-language reading of the numbers, with what to do about them."""
+    total = positions["chosen"].sum()
+    favourite = positions.loc[positions["chosen"].idxmax()] if total else None
+    parts = []
+    if flip >= 0.1:
+        parts.append(f"Order changes the answer in {flip:.0%} of cases: use permutation averaging or the content-free "
+                     "debias for this policy (compare them on a labeled set).")
+    else:
+        parts.append(f"Order rarely changes the answer ({flip:.0%} of cases).")
+    if favourite is not None and favourite["chosen"] / total > 1.5 / len(positions):
+        parts.append(f"The model prefers position {favourite['position']}: it chose it {favourite['chosen'] / total:.0%} "
+                     f"of the time (an unbiased model: {1 / len(positions):.0%}).")
+    if negation:
+        gap = negation["mean_abs_gap"]
+        parts.append(f"P(yes | question) + P(yes | negated question) averages {negation['mean_sum']:.2f} "
+                     + ("(close to 1: consistent)." if gap < 0.15 else f"(off by {gap:.2f} on average: the model does not "
+                                                                       "read the negation reliably)."))
+    return " ".join(parts)

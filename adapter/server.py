@@ -1,7 +1,9 @@
 """The SemIf adapter's HTTP routes, with the SageMaker container contract.
 
 GET  /ping                 200 once the model is loaded, 503 before (SageMaker polls it; never needs a key)
-POST /invocations          one row, a JSON array of rows, or {"state", "questions": [...]} (shared state)
+POST /invocations          one row, a JSON array of rows, or {"state", "questions": [...]} (shared state);
+                           application/jsonlines: one row per line -> one result (or error object) per line
+GET  /execution-parameters Batch Transform settings that suit the engine
 POST /v1/systemone         TypeSafe's decision API;  GET /v1/models
 GET  /info                 model, readouts, enforced policies
 
@@ -15,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -153,6 +156,63 @@ def score_invocation(engine, inv: Invocation, budget: RequestBudget) -> Any:
     return out[0] if inv.shape == "one" else out
 
 
+# -- Batch Transform: JSON Lines in, JSON Lines out ---------------------------------------------------
+JSONLINES_TYPES = ("application/jsonlines", "application/jsonl", "application/x-jsonlines", "application/x-ndjson")
+
+
+def parse_lines(body: bytes, policies: PolicySet, settings: AdapterSettings) -> tuple[list, list[dict | None]]:
+    """One decision row per non-empty line. Returns (rows or None, per-line error objects or None):
+    a bad line becomes its own error object in the output instead of failing the batch."""
+    lines = [ln for ln in body.split(b"\n") if ln.strip()]
+    if not lines:
+        raise Invalid([{"loc": [], "msg": "empty body: send one JSON decision row per line", "type": "value_error"}])
+    _cap_rows(len(lines), [], settings)
+    rows: list = []
+    errors: list[dict | None] = []
+    for i, line in enumerate(lines):
+        row_id = None
+        try:
+            item = parse_json(line, settings.max_depth)
+            row_id = item.get("id") if isinstance(item, dict) and isinstance(item.get("id"), str) else None
+            policy = _fill(policies, item, [])
+            rows.append((_validate(DecisionRequest, item, []), policy))
+            errors.append(None)
+        except Invalid as exc:
+            rows.append(None)
+            errors.append(line_error(row_id, 422, exc.errors))
+        except ValueError as exc:
+            rows.append(None)
+            errors.append(line_error(row_id, 400, [{"loc": ["line", i + 1], "msg": f"not valid JSON: {exc}",
+                                                    "type": "json_invalid"}]))
+    _cap_cost([r for r, _ in filter(None, rows)], settings)
+    return rows, errors
+
+
+def line_error(row_id: str | None, status: int, detail: list[dict]) -> dict:
+    return {"id": row_id, "error": {"status": status, "detail": detail}}
+
+
+def score_lines(engine, rows: list, errors: list[dict | None], budget: RequestBudget) -> bytes:
+    """Score the good lines (as if each came alone: calibration's numbers hold); a line the engine
+    refuses gets its error object and the rest are scored."""
+    todo = [i for i, r in enumerate(rows) if r is not None]
+    results: dict[int, dict] = {}
+    while todo:
+        try:
+            scored = engine.score_many([rows[i][0] for i in todo], budget=budget)
+        except RequestError as exc:
+            bad = todo.pop(exc.row or 0)
+            errors[bad] = line_error(rows[bad][0].id, 422, errors_from(exc))
+            continue
+        for i, r in zip(todo, scored):
+            policy = rows[i][1]
+            results[i] = (PolicySet.decorate(r, policy) if policy else r).public()
+        break
+    out = [json.dumps(results[i] if i in results else errors[i], ensure_ascii=False, allow_nan=False)
+           for i in range(len(rows))]
+    return ("\n".join(out) + "\n").encode()
+
+
 # -- /v1/systemone ---------------------------------------------------------------------------------
 def model_names(engine, settings: AdapterSettings) -> tuple[str, list[str]]:
     """The served model's name (SM_SEMIF_MODEL_NAME, else the GGUF file stem) and its aliases."""
@@ -221,13 +281,20 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
         log.exception("unexpected error")
         return problem(500, "internal_error", f"{type(exc).__name__}: the adapter failed on this request")
 
-    async def body_json(request: Request, systemone: bool = False) -> Any:
-        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype not in ("application/json", "") and not ctype.endswith("+json"):
-            raise HTTPProblem(415, "unsupported_media_type",
-                              f"Content-Type {ctype!r} is not supported: send application/json")
+    def content_type(request: Request) -> str:
+        return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+    async def body_bytes(request: Request) -> bytes:
         raw = await read_raw(request, settings)
-        body = await run_in_threadpool(decode, raw, request.headers.get("content-encoding"), settings.max_decoded)
+        return await run_in_threadpool(decode, raw, request.headers.get("content-encoding"), settings.max_decoded)
+
+    async def body_json(request: Request, systemone: bool = False) -> Any:
+        ctype = content_type(request)
+        if ctype not in ("application/json", "") and not ctype.endswith("+json"):
+            lines = "" if systemone else ", or application/jsonlines (one row per line, Batch Transform)"
+            raise HTTPProblem(415, "unsupported_media_type",
+                              f"Content-Type {ctype!r} is not supported: send application/json{lines}")
+        body = await body_bytes(request)
         try:
             if not body.strip():
                 raise ValueError("empty body: send a JSON document")
@@ -275,8 +342,21 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
         engine = holder.get()
         return {"status": "ok", "model": engine.info.file, "sha256": engine.info.sha256}
 
+    @app.get("/execution-parameters")
+    def execution_parameters():
+        """What SageMaker Batch Transform should use: one engine answers one request at a time,
+        so one concurrent transform; many rows per request; the SageMaker payload limit."""
+        return {"MaxConcurrentTransforms": 1, "BatchStrategy": "MULTI_RECORD",
+                "MaxPayloadInMB": max(1, min(100, settings.max_body // (1024 * 1024)))}
+
     @app.post("/invocations")
     async def invocations(request: Request):
+        if content_type(request) in JSONLINES_TYPES:
+            body = await body_bytes(request)
+            engine = holder.get()
+            rows, errors = parse_lines(body, holder.policies, settings)
+            data = await run_budgeted(request, lambda budget: score_lines(engine, rows, errors, budget))
+            return Response(data, media_type="application/jsonlines")
         payload = await body_json(request)
         engine = holder.get()
         inv = parse_invocation(payload, holder.policies, settings)

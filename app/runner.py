@@ -107,11 +107,14 @@ def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Ca
         store.take_lease(job.run_id)  # RunBusy when another process is scoring it
     tracker = Progress(total * len(jobs), progress, already=already * len(jobs))
     named = {job.run_id: bool((store.get_run(job.run_id) or {}).get("model")) for job in jobs}
+    items = list(items)
     try:
-        for pos, case, req in items:
+        batched = {job.run_id: batch_results(job.target, [req for _, _, req in items]) for job in jobs
+                   if hasattr(job.target, "decide_batch")}  # e.g. Batch Transform: one job, then ingested row by row
+        for i, (pos, case, req) in enumerate(items):
             for job in jobs:
                 cold = is_cold(job.target)
-                res = job.target.decide(req)
+                res = batched[job.run_id][i] if job.run_id in batched else job.target.decide(req)
                 store.add_result(job.run_id, result_row(res, case, pos, cold))
                 if res.ok and not named[job.run_id]:
                     store.set_run_model(job.run_id, model_identity(res, job.target))
@@ -123,6 +126,18 @@ def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Ca
         raise
     for job in jobs:
         store.finish_run(job.run_id, final_status(store.results(job.run_id)))
+
+
+def batch_results(target, requests: list[DecisionRequest]) -> list[TargetResult]:
+    """A batch target's results for all requests; when the whole batch fails, each row carries the error."""
+    from .targets import TargetError
+
+    if not requests:
+        return []
+    try:
+        return target.decide_batch(requests)
+    except TargetError as exc:
+        return [TargetResult(r.id, 0.0, None, str(exc), r.model_dump(exclude_none=True)) for r in requests]
 
 
 def run_policy(store: Store, policy: dict, cases: list[Case], targets: Iterable[Target], *, kind: str,

@@ -27,12 +27,13 @@ import httpx
 from adapter.prompt import LETTERS, letters_messages
 from adapter.schema import DecisionRequest, DecisionResult, RequestError
 
-TargetKind = Literal["local", "semif", "systemone", "sagemaker", "chat"]
+TargetKind = Literal["local", "semif", "systemone", "sagemaker", "sagemaker-batch", "chat"]
 KINDS: dict[str, str] = {
     "local": "Local engine (in-process llama.cpp)",
     "semif": "SemIf adapter URL",
     "systemone": "/v1/systemone server (TypeSafe Jev, Kev, laya-serve, our adapter)",
     "sagemaker": "SageMaker endpoint (SemIf adapter)",
+    "sagemaker-batch": "SageMaker Batch Transform (labeled sets, SemIf model)",
     "chat": "OpenAI-compatible chat completions (text generation)",
 }
 LOCAL_DEFAULT = {"name": "local", "kind": "local", "config": {"model": ""}}
@@ -379,6 +380,10 @@ def build_target(spec: dict, engine_provider: Callable | None = None, secrets: d
             return ChatTarget(name, cfg, secrets)
         if kind == "systemone":
             return SystemOneTarget(name, cfg, secrets)
+        if kind == "sagemaker-batch":
+            from .batch_target import BatchTransformTarget
+
+            return BatchTransformTarget(name, cfg)
     except KeyError as exc:
         raise TargetError(f"target {name!r}: missing setting {exc.args[0]!r}") from None
     raise TargetError(f"unknown target kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -396,6 +401,11 @@ def validate_target_spec(name: str, kind: str, config: dict) -> dict[str, str]:
     if kind == "sagemaker":
         if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", config.get("endpoint_name", "")):
             errors["endpoint_name"] = "SageMaker endpoint names are 1-63 letters, digits and hyphens"
+    if kind == "sagemaker-batch":
+        if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", config.get("model_name", "")):
+            errors["model_name"] = "the SageMaker model to reuse (a deployed SemIf model's name, e.g. semif-cpu-…-model)"
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", config.get("bucket", "")):
+            errors["bucket"] = "an S3 bucket name for the JSON Lines input and the results"
         if config.get("region") and not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", config["region"]):
             errors["region"] = "e.g. us-east-1"
     if kind == "local" and config.get("model"):

@@ -167,3 +167,20 @@ def test_engine_errors_inside_arrays_name_the_row(adapter_server):
     res = post(adapter_server, {"state": "lorem ipsum dolor " * 600,
                                 "questions": [{k: v for k, v in routing_row("x").items() if k != "state"}]})
     assert res.status_code == 422 and res.json()["detail"][0]["loc"] == ["questions", 0, "state"]
+
+
+def test_batch_transform_jsonlines_one_result_or_error_per_line(adapter_server):
+    params = httpx.get(adapter_server.url + "/execution-parameters").json()
+    assert params == {"MaxConcurrentTransforms": 1, "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 6}
+    good = [routing_row("My parcel is lost", "a"), routing_row("Charged twice", "b")]
+    lines = [json.dumps(good[0]), "{not json", json.dumps({**routing_row("x", "c"), "options": []}),
+             json.dumps(good[1]), json.dumps(routing_row("lorem ipsum dolor " * 600, "d"))]  # d: too long
+    res = httpx.post(adapter_server.url + "/invocations", content="\n".join(lines) + "\n\n",
+                     headers={"content-type": "application/jsonlines"}, timeout=120)
+    assert res.status_code == 200 and res.headers["content-type"].startswith("application/jsonlines")
+    out = [json.loads(l) for l in res.text.splitlines()]
+    assert len(out) == 5 and [o.get("id") for o in out] == ["a", None, "c", "b", "d"]
+    assert out[1]["error"]["status"] == 400 and out[2]["error"]["detail"][0]["loc"] == ["options"]
+    assert out[4]["error"]["status"] == 422 and out[4]["error"]["detail"][0]["loc"] == ["state"]
+    single = [post(adapter_server, row).json() for row in good]  # each line scores exactly as it would alone
+    assert [out[0]["probabilities"], out[3]["probabilities"]] == [s["probabilities"] for s in single]

@@ -56,6 +56,12 @@ def add_form(db, specs: list[dict]) -> None:
         if kind == "sagemaker":
             config["endpoint_name"] = st.text_input("Endpoint name", key=f"tg_endpoint_{n}")
             config["region"] = st.text_input("Region", "us-east-1", key=f"tg_region_{n}")
+        if kind == "sagemaker-batch":
+            config["model_name"] = st.text_input("SageMaker model to reuse (a deployed SemIf model)", key=f"tg_smmodel_{n}")
+            config["bucket"] = st.text_input("S3 bucket for the JSON Lines input and results", key=f"tg_bucket_{n}")
+            config["region"] = st.text_input("Region", "us-east-1", key=f"tg_bregion_{n}")
+            config["instance_type"] = st.text_input("Instance type", "ml.c5.xlarge", key=f"tg_itype_{n}")
+            config["instance_count"] = st.text_input("Instance count", "1", key=f"tg_icount_{n}")
         if kind in ("chat", "systemone"):
             config["model"] = st.text_input("Model name sent in requests", "jev-latest" if kind == "systemone" else "default",
                                             key=f"tg_{kind}_model_{n}")

@@ -128,27 +128,43 @@ def add_parser(sub) -> None:
 
 
 def bench(args) -> int:
-    """The same states sent sequentially to each target; p50/p95 and their ratios, saved as a
-    comparison the Compare page opens."""
-    from . import analysis
+    """The same states sent sequentially to each target (after one warm-up call each, so model
+    loads and connections are not measured): p50 / p95 / max per target, their ratios to the first,
+    decisions per second and cost per 1,000 decisions; saved as a comparison the Compare page opens
+    (ECDF, box plot), optionally the ECDF as a standalone HTML file."""
+    from . import analysis, charts, costs
     from .inputs import rows_from_upload
     from .runner import run_policy
 
     store = Store(args.db)
     policy = resolve_policy(store, args.policy)
     path = Path(args.states)
-    rows = rows_from_upload(path.name, path.read_bytes())[: args.limit or None]
+    rows = rows_from_upload(path.name, path.read_bytes())
+    if args.limit:
+        step = max(1, len(rows) // args.limit)  # evenly spaced: every label keeps its share
+        rows = rows[::step][: args.limit]
     provider = EnginePool()
     targets = [target_by_name(store, name, provider) for name in args.target]
     for t in targets:  # warm up (model load, connections) outside the measurement
         t.decide(request_for(policy, rows[0].state, "warm-up"))
     group, run_ids = run_policy(store, policy, rows, targets, kind="compare")
     runs = store.runs_in_group(group)
-    stats = analysis.latency_stats(analysis.results_frame(runs, {r["id"]: store.results(r["id"]) for r in runs}))
-    print(f"{len(rows)} states x {len(targets)} targets, sequential; saved as comparison {group} (Compare page)")
+    df = analysis.results_frame(runs, {r["id"]: store.results(r["id"]) for r in runs})
+    df["cold"] = 0  # every target was warmed up above
+    stats = costs.with_costs(analysis.latency_stats(df), {r["target_name"]: r["target"] for r in runs}, store)
+    print(f"{len(rows)} states x {len(targets)} targets, sequential, warm; saved as comparison {group} (Compare page)")
+    print("| target | p50 ms | p95 ms | max ms | p50 vs first | p95 vs first | decisions/s | $ per 1,000 | errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for _, s in stats.iterrows():
-        print(f"{s['target']:>20s}: p50 {s['p50_ms']:8.1f} ms ({s['p50_vs_first']:.2f}x)  "
-              f"p95 {s['p95_ms']:8.1f} ms ({s['p95_vs_first']:.2f}x)  errors {s['errors']}")
+        usd = "n/a" if s["usd_per_1000"] != s["usd_per_1000"] else f"${s['usd_per_1000']:.4f}"
+        print(f"| {s['target']} | {s['p50_ms']:.0f} | {s['p95_ms']:.0f} | {s['max_ms']:.0f} | {s['p50_vs_first']:.2f}x | "
+              f"{s['p95_vs_first']:.2f}x | {s['decisions_per_s']:.2f} | {usd} | {s['errors']} |")
+    acc = analysis.accuracy_by_target(df)
+    for _, a in acc.iterrows():
+        print(f"accuracy {a['target']}: {a['accuracy']:.1%} of {a['labeled']} labeled states")
+    if args.html:
+        charts.latency_ecdf(df).write_html(args.html, include_plotlyjs="cdn")
+        print(f"wrote the ECDF to {args.html}", file=sys.stderr)
     return 0
 
 
@@ -157,6 +173,7 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--policy", required=True)
     p.add_argument("--states", required=True, help="CSV/JSONL with a state column (e.g. data/cases/probe.jsonl)")
     p.add_argument("--target", action="append", required=True, help="target name; repeat (the first is the baseline)")
-    p.add_argument("--limit", type=int, default=0)
+    p.add_argument("--limit", type=int, default=0, help="at most N states, evenly spaced")
+    p.add_argument("--html", help="also write the latency ECDF (plotly) to this HTML file")
     p.add_argument("--db")
     p.set_defaults(fn=bench)

@@ -169,10 +169,13 @@ def test_benchmark_cli_reports_ratios_and_saves_a_comparison(tmp_path, adapter_s
     Store(db).save_target("adapter", "semif", {"url": adapter_server.url})
     proc = subprocess.run([sys.executable, "-m", "app", "bench", "--policy", "ticket-routing", "--states",
                            str(ROOT / "data" / "cases" / "probe.jsonl"), "--target", "local", "--target", "adapter",
-                           "--limit", "4", "--db", str(db)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "--limit", "4", "--db", str(db), "--html", str(tmp_path / "ecdf.html")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    lines = [l for l in proc.stdout.splitlines() if "p50" in l]
-    assert len(lines) == 2 and "(1.00x)" in lines[0] and "x)" in lines[1]
+    rows = [l.split(" | ") for l in proc.stdout.splitlines() if l.startswith("| local") or l.startswith("| adapter")]
+    assert [r[0] for r in rows] == ["| local", "| adapter"] and rows[0][4] == "1.00x" and rows[1][4].endswith("x")
+    assert float(rows[1][3]) >= float(rows[1][1]) > 0  # max >= p50, in ms
+    assert "plotly" in (tmp_path / "ecdf.html").read_text()[:5000].lower()
     runs = Store(db).list_runs(kind="compare")
     assert {r["target_name"] for r in runs} == {"local", "adapter"} and len({r["group_id"] for r in runs}) == 1
     assert all(len(Store(db).results(r["id"])) == 4 for r in runs)

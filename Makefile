@@ -1,6 +1,6 @@
 # The two commands a new user types (see README):
 #   make run    install everything (first time ~6-12 min: llama.cpp is compiled) and start the workbench
-#   make test   install everything and run the whole test suite
+#   make test   install everything, type-check (mypy) and run the whole test suite
 PY := .venv/bin/python
 
 .PHONY: setup run adapter test bench
@@ -15,6 +15,7 @@ adapter: setup
 
 test: setup
 	bash scripts/setup.sh --browser
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 bench: setup

@@ -24,7 +24,7 @@ import numpy as np
 from .prefix_cache import PrefixCache
 from .models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
 from .prompt import ChatTemplate, Prompt, render_letters, render_option_words, rotations
-from .schema import DecisionRequest, DecisionResult, RequestError, SharedStateRequest, finite
+from .schema import Debias, DecisionRequest, DecisionResult, RequestError, SharedStateRequest, finite
 
 class Budget(Protocol):
     """What a caller passes to stop work early (deadline passed, client gone, shutting down):
@@ -130,20 +130,20 @@ class Engine:
         self._budget: Budget | None = None  # the running call's, read by llama.cpp's abort callback
         self._use_context(cfg.n_ctx or min(self.llm._model.n_ctx_train(), MAX_DEFAULT_CTX), cfg.n_parallel)
         meta = self.llm.metadata
-        model = self.llm._model
+        lm = self.llm._model
         self._n_vocab = self.llm.n_vocab()
-        self._add_bos = model.add_bos_token()
-        self._bos_text = model.token_get_text(model.token_bos()) if model.token_bos() >= 0 else ""
+        self._add_bos = lm.add_bos_token()
+        self._bos_text = lm.token_get_text(lm.token_bos()) if lm.token_bos() >= 0 else ""
         template = meta.get("tokenizer.chat_template")
         self.chat = None
         if template:
-            eos = model.token_get_text(model.token_eos()) if model.token_eos() >= 0 else ""
+            eos = lm.token_get_text(lm.token_eos()) if lm.token_eos() >= 0 else ""
             try:
                 chat = ChatTemplate(template, bos_token=self._bos_text, eos_token=eos)
             except Exception:  # a template our Jinja sandbox cannot parse: use plain completion prompts
                 chat = None
             self.chat = chat if chat is not None and chat.works() else None
-        desc = model.desc()
+        desc = lm.desc()
         if choice.shipped:
             default_readout, default_debias = SHIPPED[choice.shipped].default_readout, SHIPPED[choice.shipped].default_debias
         else:  # a user's own GGUF: an instruct model reads letters; position bias is corrected by default
@@ -431,13 +431,14 @@ class Engine:
                 stats["extra_evals"] += 1
                 self._walk(segs, seqs, group, depth + 1, sub, path, scores, stats, budget)
 
-    def settings(self, req: DecisionRequest) -> tuple[str, str]:
+    def settings(self, req: DecisionRequest) -> tuple[str, Debias]:
         """(readout, debias) for a row: its own, else the model's measured defaults. The default
         debias belongs to the default readout; another readout asked for by name gets none."""
         readout = req.readout or self.info.default_readout
         if req.debias:
             return readout, req.debias
-        return readout, (self.info.default_debias if readout == self.info.default_readout else "none")
+        default: Debias = "content-free" if self.info.default_debias == "content-free" else "none"
+        return readout, (default if readout == self.info.default_readout else "none")
 
     def prior(self, req: DecisionRequest, readout: str, order: list[int] | None,
               budget: Budget | None = None) -> np.ndarray:
@@ -493,7 +494,8 @@ class Engine:
                 raise
             settings.append((readout, debias, orders))
             rendered.append(row_prompts)
-        plans, prompts = [], []
+        plans: list[tuple] = []
+        prompts: list[Prompt] = []
         for req, (readout, debias, orders), row_prompts in zip(rows, settings, rendered):
             priors = [self.prior(req, readout, o, budget) for o in orders] if debias == "content-free" else None
             plans.append((req, readout, debias, len(prompts), len(orders), priors))
@@ -512,7 +514,7 @@ class Engine:
         return [self._result(req, readout, debias, runs[at: at + n], priors, seconds)
                 for req, readout, debias, at, n, priors in plans]
 
-    def _result(self, req: DecisionRequest, readout: str, debias: str, runs: list[dict], priors: list | None,
+    def _result(self, req: DecisionRequest, readout: str, debias: Debias, runs: list[dict], priors: list | None,
                 seconds: float) -> DecisionResult:
         raw_probs = [r["probs"] for r in runs]
         if priors is not None:  # divide out the prior, renormalise (per option order)

@@ -77,6 +77,8 @@ class PrefixCache:
             pass  # a read-only or full disk only costs speed
 
     def _trim(self) -> None:
+        if self.folder is None:
+            return
         files = sorted(self.folder.glob("*.kv"), key=lambda p: p.stat().st_mtime)
         total = sum(p.stat().st_size for p in files)
         for p in files:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Literal, Union
+from typing import Any, Literal, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -172,7 +172,7 @@ class DecisionResult(BaseModel):
         return self.probabilities[self.option_ids.index(option_id)]
 
 
-def errors_from(exc: ValidationError | RequestError, prefix: list[str | int] = ()) -> list[dict]:
+def errors_from(exc: ValidationError | RequestError, prefix: Sequence[str | int] = ()) -> list[dict]:
     """FastAPI-shaped error list: [{"loc": [...], "msg": ..., "type": ...}]."""
     if isinstance(exc, RequestError):
         return [{"loc": [*prefix, *exc.loc], "msg": exc.msg, "type": exc.type}]

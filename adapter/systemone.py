@@ -122,8 +122,9 @@ def to_rows(req: SystemOneRequest) -> list[DecisionRequest]:
             options = [Option(id=str(i), description=text_of(desc, one_line=True)) for i, desc in enumerate(q.criteria)]
             text = _question_text(q, "Which level fits this state?")
             readout = None
-        fields = dict(id=qid, state=req.state, question=text, options=options, readout=readout)
-        rows.append(DecisionRequest.model_construct(**fields, permute=False, debias=None, examples=[], policy_id=None)
+        fields: dict[str, Any] = dict(id=qid, state=req.state, question=text, options=options, readout=readout)
+        rows.append(DecisionRequest.model_construct(None, **fields, permute=False, debias=None, examples=[],
+                                                    policy_id=None)
                     if len(options) > MAX_OPTIONS else DecisionRequest(**fields))
     return rows
 

@@ -206,14 +206,15 @@ def lowest_gate(conf: np.ndarray, correct: np.ndarray, target: float, min_accept
 def holdout_split(n: int, seed: int = 0, y: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A stratified 50/50 split (by label when given): (fit rows, held-out rows)."""
     rng = np.random.default_rng(seed)
-    fit, hold = [], []
+    fit: list[int] = []
+    hold: list[int] = []
     groups = [np.flatnonzero(y == c) for c in np.unique(y)] if y is not None else [np.arange(n)]
     for g in groups:
         g = rng.permutation(g)
         half = (len(g) + 1) // 2
         fit.extend(g[:half])
         hold.extend(g[half:])
-    return np.sort(np.array(fit, int)), np.sort(np.array(hold, int))
+    return np.sort(np.array(fit, dtype=np.int64)), np.sort(np.array(hold, dtype=np.int64))
 
 
 def choose_gate(conf: np.ndarray, correct: np.ndarray, target: float, *, min_accepted: int = 5,

@@ -27,7 +27,7 @@ def resolve_policy(store: Store, ref: str) -> dict:
     if found is None:
         raise SystemExit(f"--policy {ref!r}: not a saved policy, a template ({', '.join(templates())}) or a JSON file")
     clean, errs = validate_policy(found)
-    if errs:
+    if errs or clean is None:
         raise SystemExit(f"--policy {ref!r} is invalid: " + "; ".join(f"{k}: {v}" for k, v in errs.items()))
     if store.get_policy(clean["id"]) is None:
         store.save_policy(clean)

@@ -46,10 +46,15 @@ def show_group_results(db: Store, group_id: str, key: str) -> None:
     if not runs:
         st.info("That run was deleted.")
         return
-    first = {r["id"]: (db.results(r["id"]) or [None])[0] for r in runs}
-    answered = {r["target_name"]: first[r["id"]] for r in runs if first[r["id"]] and not first[r["id"]]["error"]}
-    if first[runs[0]["id"]]:
-        st.caption(f"Result for the state: *{md(_short(first[runs[0]['id']]['state']))}*")
+    first: dict[int, dict | None] = {r["id"]: next(iter(db.results(r["id"])), None) for r in runs}
+    answered: dict[str, dict] = {}
+    for r in runs:
+        res0 = first[r["id"]]
+        if res0 is not None and not res0["error"]:
+            answered[r["target_name"]] = res0
+    shown = first[runs[0]["id"]]
+    if shown is not None:
+        st.caption(f"Result for the state: *{md(_short(shown['state']))}*")
     tops = {t: res["top_option"] for t, res in answered.items()}
     if len(tops) > 1:
         if len(set(tops.values())) > 1:

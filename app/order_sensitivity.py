@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from adapter.prompt import rotations
+from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
 from .runner import Case
@@ -26,7 +27,7 @@ def rotated_policy(policy: dict, order: list[int]) -> dict:
 
 
 def diagnostic_items(policy: dict, cases: list[Case], negated_question: str | None = None,
-                     overrides: dict | None = None) -> list[tuple[int, Case, object]]:
+                     overrides: dict | None = None) -> list[tuple[int, Case, DecisionRequest]]:
     """(position, case, request) for every state x rotation (and x the negated question): rows
     keyed `<case>#rot<k>` / `<case>#not`, so the results can be regrouped afterwards."""
     items = []

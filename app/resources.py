@@ -32,8 +32,10 @@ def load_models(targets: list[Target]) -> None:
         with st.status(f"Loading {pool.describe(ref)} for **{t.name}**…", expanded=False) as status:
             bar = st.empty()
             try:
-                pool.get(ref, progress=lambda done, total: bar.progress(
-                    done / total, text=f"assembling the model file: {done / 1e6:,.0f}/{total / 1e6:,.0f} MB"))
+                def show(done: int, total: int) -> None:
+                    bar.progress(done / total, text=f"assembling the model file: {done / 1e6:,.0f}/{total / 1e6:,.0f} MB")
+
+                pool.get(ref, progress=show)
                 status.update(label=f"Loaded {pool.describe(ref)}", state="complete")
             except Exception as exc:  # shown again as this target's error by the run
                 status.update(label=f"Could not load {pool.describe(ref)}: {exc}", state="error")

@@ -126,14 +126,14 @@ class Store:
         with self.db() as db:
             db.enable_wal()
             for name, spec in SCHEMA.items():
-                db[name].create(spec["columns"], pk=spec["pk"], if_not_exists=True)
-                have = db[name].columns_dict
+                db.table(name).create(spec["columns"], pk=spec["pk"], if_not_exists=True)
+                have = db.table(name).columns_dict
                 for col, typ in spec["columns"].items():  # an older file gains new columns in place
                     if col not in have:
-                        db[name].add_column(col, typ)
-            db["results"].create_index(["run_id", "row_key"], unique=True, if_not_exists=True)
-            db["runs"].create_index(["group_id"], if_not_exists=True)
-            db["labeled_rows"].create_index(["set_id", "row_key"], unique=True, if_not_exists=True)
+                        db.table(name).add_column(col, typ)
+            db.table("results").create_index(["run_id", "row_key"], unique=True, if_not_exists=True)
+            db.table("runs").create_index(["group_id"], if_not_exists=True)
+            db.table("labeled_rows").create_index(["set_id", "row_key"], unique=True, if_not_exists=True)
 
     @contextmanager
     def db(self) -> Iterator[sqlite_utils.Database]:
@@ -146,11 +146,11 @@ class Store:
     # -- policies ----------------------------------------------------------------------------
     def list_policies(self) -> list[dict]:
         with self.db() as db:
-            return [_decode(r) for r in db["policies"].rows_where(order_by="name")]
+            return [_decode(r) for r in db.table("policies").rows_where(order_by="name")]
 
     def get_policy(self, policy_id: str) -> dict | None:
         with self.db() as db:
-            rows = list(db["policies"].rows_where("id = ?", [policy_id]))
+            rows = list(db.table("policies").rows_where("id = ?", [policy_id]))
         return _decode(rows[0]) if rows else None
 
     def save_policy(self, policy: dict, expected_version: int | None = None) -> dict:
@@ -167,25 +167,25 @@ class Store:
                "created_at": existing["created_at"] if existing else now(), "updated_at": now(),
                "version": ((existing or {}).get("version") or 0) + 1}
         with self.db() as db:
-            db["policies"].upsert(_encode(row), pk="id")
-        return self.get_policy(policy["id"])
+            db.table("policies").upsert(_encode(row), pk="id")
+        return self.get_policy(policy["id"]) or row
 
     def delete_policy(self, policy_id: str) -> None:
         with self.db() as db:
-            db["policies"].delete_where("id = ?", [policy_id])
+            db.table("policies").delete_where("id = ?", [policy_id])
 
     # -- targets -----------------------------------------------------------------------------
     def list_targets(self) -> list[dict]:
         with self.db() as db:
-            return [_decode(r) for r in db["targets"].rows_where(order_by="name")]
+            return [_decode(r) for r in db.table("targets").rows_where(order_by="name")]
 
     def save_target(self, name: str, kind: str, config: dict) -> None:
         with self.db() as db:
-            db["targets"].upsert(_encode({"name": name, "kind": kind, "config": config, "created_at": now()}), pk="name")
+            db.table("targets").upsert(_encode({"name": name, "kind": kind, "config": config, "created_at": now()}), pk="name")
 
     def delete_target(self, name: str) -> None:
         with self.db() as db:
-            db["targets"].delete_where("name = ?", [name])
+            db.table("targets").delete_where("name = ?", [name])
 
     # -- runs and results --------------------------------------------------------------------
     def create_run(self, *, kind: str, policy: dict, target: dict, n_rows: int, group_id: str | None = None,
@@ -196,7 +196,7 @@ class Store:
                "pinned": 0, "note": note, "labeled_set_id": labeled_set_id, "config": config or {},
                "lease_owner": OWNER, "lease_until": time.time() + LEASE_SECONDS}
         with self.db() as db:
-            return db["runs"].insert(_encode(row)).last_pk
+            return int(db.table("runs").insert(_encode(row)).last_pk or 0)
 
     def take_lease(self, run_id: int) -> None:
         """Claim a run for this process (atomically: two workers never score the same run), or
@@ -216,30 +216,30 @@ class Store:
     def stop_run(self, run_id: int, status: str = "interrupted") -> None:
         """Stopped before finishing: the status says so and the lease is given back."""
         with self.db() as db:
-            db["runs"].update(run_id, {"status": status, "lease_owner": None, "lease_until": None})
+            db.table("runs").update(run_id, {"status": status, "lease_owner": None, "lease_until": None})
 
     def add_result(self, run_id: int, row: dict[str, Any]) -> None:
         """One result, written as it arrives; a row key already stored for this run is replaced
         (INSERT OR REPLACE on the unique (run_id, row_key) index), so a resumed run never duplicates."""
         with self.db() as db:
-            db["results"].insert(_encode({**row, "run_id": run_id}), replace=True)
+            db.table("results").insert(_encode({**row, "run_id": run_id}), replace=True)
             db.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ?",
                        [time.time() + LEASE_SECONDS, run_id, OWNER])  # still alive: keep the run
             db.conn.commit()
 
     def set_run_model(self, run_id: int, model: str) -> None:
         with self.db() as db:
-            db["runs"].update(run_id, {"model": model})
+            db.table("runs").update(run_id, {"model": model})
 
     def finish_run(self, run_id: int, status: str = "done") -> None:
         """Final status, and the lease given back."""
         with self.db() as db:
-            db["runs"].update(run_id, {"status": status, "finished_at": now(), "lease_owner": None, "lease_until": None})
+            db.table("runs").update(run_id, {"status": status, "finished_at": now(), "lease_owner": None, "lease_until": None})
 
     def list_runs(self, kind: str | None = None) -> list[dict]:
         with self.db() as db:
             where, args = ("kind = ?", [kind]) if kind else (None, [])
-            runs = [_run(r) for r in db["runs"].rows_where(where, args, order_by="id desc")]
+            runs = [_run(r) for r in db.table("runs").rows_where(where, args, order_by="id desc")]
             counts = {r["run_id"]: (r["n"], r["errors"]) for r in db.query(
                 "SELECT run_id, count(*) AS n, sum(error IS NOT NULL) AS errors FROM results GROUP BY run_id")}
         for r in runs:
@@ -248,16 +248,16 @@ class Store:
 
     def get_run(self, run_id: int) -> dict | None:
         with self.db() as db:
-            rows = list(db["runs"].rows_where("id = ?", [run_id]))
+            rows = list(db.table("runs").rows_where("id = ?", [run_id]))
         return _run(rows[0]) if rows else None
 
     def runs_in_group(self, group_id: str) -> list[dict]:
         with self.db() as db:
-            return [_run(r) for r in db["runs"].rows_where("group_id = ?", [group_id], order_by="id")]
+            return [_run(r) for r in db.table("runs").rows_where("group_id = ?", [group_id], order_by="id")]
 
     def results(self, run_id: int) -> list[dict]:
         with self.db() as db:
-            return [_decode(r) for r in db["results"].rows_where("run_id = ?", [run_id], order_by="position")]
+            return [_decode(r) for r in db.table("results").rows_where("run_id = ?", [run_id], order_by="position")]
 
     def latencies(self, target_names: list[str], limit: int = 200) -> dict[str, list[tuple[float, bool]]]:
         """(seconds, cold?) of the latest successful calls per target, newest first."""
@@ -284,14 +284,14 @@ class Store:
 
     def pinned_run(self) -> dict | None:
         with self.db() as db:
-            rows = list(db["runs"].rows_where("pinned = 1"))
+            rows = list(db.table("runs").rows_where("pinned = 1"))
         return _run(rows[0]) if rows else None
 
     def delete_run(self, run_id: int) -> None:
         with self.db() as db:
             with db.conn:
-                db["results"].delete_where("run_id = ?", [run_id])
-                db["runs"].delete_where("id = ?", [run_id])
+                db.table("results").delete_where("run_id = ?", [run_id])
+                db.table("runs").delete_where("id = ?", [run_id])
 
     # -- labeled sets --------------------------------------------------------------------------
     def import_labeled_set(self, *, name: str, policy_id: str | None, rows: list[dict], content_hash: str,
@@ -299,35 +299,35 @@ class Store:
         """All rows in one transaction (nothing half-imported); the same content for the same
         policy is not imported twice - the existing set id is returned."""
         with self.db() as db:
-            existing = list(db["labeled_sets"].rows_where("content_hash = ? AND coalesce(policy_id, '') = ?",
+            existing = list(db.table("labeled_sets").rows_where("content_hash = ? AND coalesce(policy_id, '') = ?",
                                                           [content_hash, policy_id or ""]))
             if existing:
                 return existing[0]["id"]
             with db.conn:
-                set_id = db["labeled_sets"].insert({"name": name, "policy_id": policy_id, "content_hash": content_hash,
+                set_id = db.table("labeled_sets").insert({"name": name, "policy_id": policy_id, "content_hash": content_hash,
                                                     "n_rows": len(rows), "source": source,
-                                                    "created_at": now()}).last_pk
-                db["labeled_rows"].insert_all(_encode({**r, "set_id": set_id, "position": i}) for i, r in enumerate(rows))
-            return set_id
+                                                    "created_at": now()}).last_pk or 0
+                db.table("labeled_rows").insert_all(_encode({**r, "set_id": set_id, "position": i}) for i, r in enumerate(rows))
+            return int(set_id)
 
     def list_labeled_sets(self) -> list[dict]:
         with self.db() as db:
-            return list(db["labeled_sets"].rows_where(order_by="id desc"))
+            return list(db.table("labeled_sets").rows_where(order_by="id desc"))
 
     def get_labeled_set(self, set_id: int) -> dict | None:
         with self.db() as db:
-            rows = list(db["labeled_sets"].rows_where("id = ?", [set_id]))
+            rows = list(db.table("labeled_sets").rows_where("id = ?", [set_id]))
         return rows[0] if rows else None
 
     def labeled_rows(self, set_id: int) -> list[dict]:
         with self.db() as db:
-            return [_decode(r) for r in db["labeled_rows"].rows_where("set_id = ?", [set_id], order_by="position")]
+            return [_decode(r) for r in db.table("labeled_rows").rows_where("set_id = ?", [set_id], order_by="position")]
 
     def delete_labeled_set(self, set_id: int) -> None:
         with self.db() as db:
             with db.conn:
-                db["labeled_rows"].delete_where("set_id = ?", [set_id])
-                db["labeled_sets"].delete_where("id = ?", [set_id])
+                db.table("labeled_rows").delete_where("set_id = ?", [set_id])
+                db.table("labeled_sets").delete_where("id = ?", [set_id])
 
     # -- calibrated policies (exports kept with their provenance, for the Deploy page) ---------------
     def save_calibrated(self, config: dict) -> int:
@@ -338,15 +338,15 @@ class Store:
                "model_file": config["model"]["file"], "model_sha256": config["model"]["sha256"],
                "dataset_hash": (config.get("dataset") or {}).get("content_hash"), "config": config}
         with self.db() as db:
-            return db["calibrated_policies"].insert(_encode(row)).last_pk
+            return int(db.table("calibrated_policies").insert(_encode(row)).last_pk or 0)
 
     def list_calibrated(self) -> list[dict]:
         with self.db() as db:
-            return [_decode(r) for r in db["calibrated_policies"].rows_where(order_by="id desc")]
+            return [_decode(r) for r in db.table("calibrated_policies").rows_where(order_by="id desc")]
 
     def get_calibrated(self, calibrated_id: int) -> dict | None:
         with self.db() as db:
-            rows = list(db["calibrated_policies"].rows_where("id = ?", [calibrated_id]))
+            rows = list(db.table("calibrated_policies").rows_where("id = ?", [calibrated_id]))
         return _decode(rows[0]) if rows else None
 
     def run_version(self, run_id: int) -> tuple[int, int]:
@@ -361,25 +361,25 @@ class Store:
         existing = self.get_deployment(dep["id"])
         row = {**dep, "created_at": existing["created_at"] if existing else now(), "updated_at": now()}
         with self.db() as db:
-            db["deployments"].upsert(_encode(row), pk="id")
+            db.table("deployments").upsert(_encode(row), pk="id")
 
     def get_deployment(self, dep_id: str) -> dict | None:
         with self.db() as db:
-            rows = list(db["deployments"].rows_where("id = ?", [dep_id]))
+            rows = list(db.table("deployments").rows_where("id = ?", [dep_id]))
         return _decode(rows[0]) if rows else None
 
     def list_deployments(self) -> list[dict]:
         with self.db() as db:
-            return [_decode(r) for r in db["deployments"].rows_where(order_by="created_at desc")]
+            return [_decode(r) for r in db.table("deployments").rows_where(order_by="created_at desc")]
 
     def audit(self, deployment_id: str, action: str, what: str, result: str, who: str | None = None) -> None:
         import getpass
 
         with self.db() as db:
-            db["audit"].insert({"deployment_id": deployment_id, "at": now(), "who": who or getpass.getuser(),
+            db.table("audit").insert({"deployment_id": deployment_id, "at": now(), "who": who or getpass.getuser(),
                                 "action": action, "what": what, "result": result})
 
     def audit_log(self, deployment_id: str | None = None) -> list[dict]:
         with self.db() as db:
             where, args = ("deployment_id = ?", [deployment_id]) if deployment_id else (None, [])
-            return list(db["audit"].rows_where(where, args, order_by="id"))
+            return list(db.table("audit").rows_where(where, args, order_by="id"))

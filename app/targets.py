@@ -25,7 +25,7 @@ from typing import Any, Callable, Literal
 import httpx
 
 from adapter.prompt import LETTERS, letters_messages
-from adapter.schema import DecisionRequest, DecisionResult, RequestError
+from adapter.schema import DecisionRequest, DecisionResult, ProbabilityStatus, RequestError
 
 TargetKind = Literal["local", "semif", "systemone", "sagemaker", "sagemaker-batch", "chat"]
 KINDS: dict[str, str] = {
@@ -347,7 +347,7 @@ def chat_result(req: DecisionRequest, data: Any) -> DecisionResult:
                           usage=data.get("usage"))
 
 
-def _probs_from_logprobs(logprobs: dict | None, n: int) -> tuple[list[float] | None, Literal["generated-logprobs"]]:
+def _probs_from_logprobs(logprobs: dict | None, n: int) -> tuple[list[float] | None, ProbabilityStatus]:
     """Letter distribution from the first generated token's top logprobs, renormalised."""
     try:
         top = logprobs["content"][0]["top_logprobs"]  # type: ignore[index]

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, free_port, scored_rows
+from tests.conftest import ROOT, free_port, subset_file
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [pytest.mark.browser,
@@ -48,14 +48,20 @@ def workbench(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page():
+def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        ctx = browser.new_context(viewport={"width": 1400, "height": 2200}, accept_downloads=True)
-        yield ctx.new_page()
-        browser.close()
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 2200}, accept_downloads=True)
+    yield ctx.new_page()
+    ctx.close()
 
 
 def settle(page, timeout=120_000):
@@ -70,29 +76,40 @@ def shot_dir(tmp_path) -> Path:
     return d
 
 
+SECTIONS = {"Playground": "Decide", "Compare": "Decide", "Order check": "Decide", "History": "Decide",
+            "Calibrate": "Calibrate & ship", "Deploy": "Calibrate & ship", "Policies": "Set up", "Targets": "Set up"}
+
+
+def nav(page, name: str) -> None:
+    """The top navigation: open the page's section menu, click the page."""
+    page.get_by_role("button", name=SECTIONS[name]).click()
+    page.get_by_role("menuitem", name=name, exact=True).click()
+    settle(page)
+
+
 def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
     url, db = workbench
     shots = shot_dir(tmp_path)
     page.goto(url)
     settle(page)
     assert page.get_by_text("Welcome.").is_visible()
-    page.get_by_role("button", name="Load the example policies").click()
-    settle(page)
-    page.get_by_label("State (a ticket, a log excerpt, an agent's context)").fill(
-        "After I reset my password this morning the site says my account is locked.")
-    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_role("button", name="Load the examples and run a first decision").click()
     settle(page)
     page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)
+    assert page.get_by_role("heading", name="access").is_visible()  # the promised first decision
+    page.get_by_label("State (a ticket, a log excerpt, an agent's context)").fill(
+        "My card was charged twice for the same invoice, please refund one payment.")
+    page.get_by_role("button", name="Run", exact=True).click()
+    settle(page)
     bars = page.locator("[data-testid=stPlotlyChart] g.point")
     assert bars.count() == 4  # one bar per option of ticket routing
-    assert page.get_by_text("Top option").is_visible()
-    assert page.locator("[data-testid=stMetricValue]").first.inner_text() == "access"
     page.screenshot(path=str(shots / "playground.png"), full_page=True)
+    page.get_by_text("Call it yourself (cURL / boto3)").click()
+    assert page.locator("code").filter(has_text="/invocations").count() >= 1
 
     for name, marker in [("Compare", "Compare targets"), ("History", "History"), ("Policies", "Policies"),
                          ("Targets", "Targets")]:
-        page.get_by_role("link", name=name).click()
-        settle(page)
+        nav(page, name)
         page.get_by_role("heading", name=marker).first.wait_for()
         if name == "Compare":
             page.get_by_label("One state per line").fill(
@@ -108,31 +125,61 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
     for png in ("playground", "compare", "history", "policies", "targets"):
         assert (shots / f"{png}.png").stat().st_size > 10_000
 
-    # deploy: a GPU SemIf plan (pure: no AWS call happens before confirmation)
-    page.get_by_role("link", name="Deploy").click()
+    # order check: three states of the refund check, each in both option orders
+    nav(page, "Order check")
+    page.get_by_label("Policy").first.click()
+    page.get_by_role("option", name="Refund policy check").click()
     settle(page)
+    page.get_by_text("paste (one per line)").click()
+    settle(page)
+    page.get_by_label("One state per line").fill("Bought 3 days ago, arrived broken\nFinal sale, changed my mind\n"
+                                                 "Unopened, bought yesterday")
+    page.get_by_role("button", name="Run the order check").click()
+    settle(page)
+    page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)
+    assert page.get_by_text("Top option flips").is_visible()
+    page.screenshot(path=str(shots / "order-check.png"), full_page=True)
+
+    # deploy: a GPU SemIf plan (packaging is local; no AWS call happens before confirmation)
+    nav(page, "Deploy")
     page.get_by_role("radiogroup", name="Compute").get_by_text("GPU instance pool").click()
+    settle(page)
     assert page.get_by_role("radio", name="SemIf adapter image").is_checked()
+    page.get_by_label("CPU instance type").wait_for(state="hidden")  # only the GPU pool is asked for
     page.get_by_label("S3 bucket for model.tar.gz").fill("my-models")
     page.get_by_label("SageMaker execution role ARN").fill("arn:aws:iam::123456789012:role/sm")
     page.get_by_label("CodeBuild service role ARN (SemIf path)").fill("arn:aws:iam::123456789012:role/cb")
     page.get_by_role("button", name="Plan").click()
-    settle(page)
-    assert page.get_by_text("depending on which pool wins").is_visible()
+    settle(page, timeout=300_000)
+    page.get_by_text("depending on which pool wins").wait_for(timeout=300_000)  # packaged, then planned
     page.screenshot(path=str(shots / "deploy.png"), full_page=True)
 
-    # calibrate: import the shipped sets, evaluate refund check, download the calibrated policy
-    page.get_by_role("link", name="Calibrate").click()
-    settle(page)
+    # calibrate: a small labeled set, evaluated, saved for deployment and downloaded
+    nav(page, "Calibrate")
     page.get_by_role("button", name="Import the shipped labeled sets").click()
     settle(page)
     page.get_by_label("Policy").first.click()
     page.get_by_role("option", name="Refund policy check").click()
     settle(page)
+    page.get_by_text("Labeled sets").first.click()
+    page.get_by_label("Labels are options of").click()
+    page.get_by_role("option", name="Refund policy check").click()
+    settle(page)
+    page.locator("[data-testid=stFileUploaderDropzoneInput]").first.set_input_files(
+        str(subset_file(tmp_path, "refund-check", 30)))
+    settle(page)
+    page.get_by_role("button", name="Import", exact=True).click()
+    settle(page)
+    page.get_by_label("Labeled set").click()
+    page.get_by_role("option", name="refund-check.jsonl (38 rows)").last.click()
+    settle(page)
     page.get_by_role("button", name="Run evaluation (resumes unfinished runs)").click()
     settle(page, timeout=300_000)
     page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)
     page.screenshot(path=str(shots / "calibrate.png"), full_page=True)
+    page.get_by_role("button", name="Save for deployment").click()
+    settle(page)
+    page.get_by_text("Deploy packages it").wait_for()
     with page.expect_download() as dl:
         page.get_by_role("button", name="Download calibrated policy (JSON)").click()
     saved = tmp_path / "downloaded.policy.json"
@@ -140,5 +187,67 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
     from adapter.calibrated import load_policy
 
     policy = load_policy(saved)
-    assert policy.policy_id == "refund-check" and policy.dataset["rows_scored"] == scored_rows("refund-check")
+    assert policy.policy_id == "refund-check" and policy.dataset["rows_scored"] == 30
     assert policy.model.file.startswith("SmolLM2")
+    assert policy.threshold == 1.0 and policy.metrics["at_gate"]["decided"] == 0  # safe: all to fallback
+    assert policy.dataset["content_hash"] and policy.model.sha256 and policy.gate_source == "unreachable"
+
+
+def test_policies_form_and_json_never_lose_a_save(workbench, page):
+    """The walkthrough's data loss, in the browser: a Form save must show in the JSON tab, so that
+    pressing Apply JSON afterwards keeps the saved notes."""
+    url, db = workbench
+    page.goto(url)
+    settle(page)
+    nav(page, "Policies")
+    page.get_by_label("Policy", exact=True).click()
+    page.get_by_role("option", name="Ticket routing").click()
+    settle(page)
+    page.get_by_role("tab", name="JSON").click()
+    assert "keep these notes" not in page.get_by_label("Policy as JSON (the same saved policy as the form)").input_value()
+    page.get_by_role("tab", name="Form").click()
+    page.get_by_label("Notes").fill("keep these notes")
+    page.get_by_role("button", name="Save policy").click()
+    settle(page)
+    page.get_by_role("tab", name="JSON").click()
+    text = page.get_by_label("Policy as JSON (the same saved policy as the form)").input_value()
+    assert "keep these notes" in text  # rebuilt from the save
+    page.get_by_role("button", name="Apply JSON").click()
+    settle(page)
+    from app.store import Store
+
+    assert Store(db).get_policy("ticket-routing")["notes"] == "keep these notes"
+
+
+def test_narrow_window_keeps_the_answer_readable(workbench, browser, tmp_path):
+    """At 800 px: no sidebar eating a third of the width, and each target's top option fully shown."""
+    url, db = workbench
+    ctx = browser.new_context(viewport={"width": 800, "height": 1600})
+    page = ctx.new_page()
+    try:
+        page.goto(url)
+        settle(page)
+        assert not page.locator("[data-testid=stSidebar]").is_visible()
+        welcome = page.get_by_role("button", name="Load the examples and run a first decision")
+        if welcome.count():
+            welcome.click()
+            settle(page, timeout=300_000)
+        page.get_by_label("State (a ticket, a log excerpt, an agent's context)").fill("My parcel never arrived")
+        page.locator("[data-testid=stMultiSelect] input").first.click()
+        page.keyboard.type("coder-0.5b")
+        page.keyboard.press("Enter")
+        page.keyboard.press("Escape")
+        settle(page)
+        page.get_by_role("button", name="Run", exact=True).click()
+        settle(page, timeout=300_000)
+        page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)
+        headings = page.locator("[data-testid=stHeadingWithActionElements] h3")
+        assert headings.count() == 2
+        for i in range(2):  # the whole word is on screen, nothing cut off with an ellipsis
+            assert headings.nth(i).evaluate("e => e.scrollWidth <= e.clientWidth + 1")
+            assert headings.nth(i).inner_text().strip() in {"access", "billing", "technical", "shipping"}
+        main = page.locator("[data-testid=stMain]").bounding_box()
+        assert main["width"] > 760
+        page.screenshot(path=str(shot_dir(tmp_path) / "playground-800px.png"), full_page=True)
+    finally:
+        ctx.close()

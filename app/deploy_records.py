@@ -3,7 +3,6 @@ lets the Playground and Compare pages call the new endpoint. Lives in app/ (not 
 dependency points one way: app -> deploy. StoreRecorder is deploy.executor.Recorder for the store."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from deploy.config import DeployConfig

@@ -41,6 +41,21 @@ def load_models(targets: list[Target]) -> None:
                 status.update(label=f"Could not load {pool.describe(ref)}: {exc}", state="error")
 
 
+def chosen_targets(db: Store, names: list[str]) -> list[Target] | None:
+    """The named targets, their local models loaded (with a status line); None after showing why not."""
+    from .safe_text import md
+    from .targets import TargetError
+
+    specs = {s["name"]: s for s in target_specs(db)}
+    try:
+        targets = [make_target(specs[n]) for n in names]
+    except (TargetError, KeyError) as exc:
+        st.error(f"**Targets**: {md(exc)}")
+        return None
+    load_models(targets)
+    return targets
+
+
 def store() -> Store:
     # cheap (opens a connection per call); not cached so SEMIF_DB changes are honoured
     return Store()

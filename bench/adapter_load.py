@@ -10,16 +10,14 @@ import argparse
 import itertools
 import json
 import random
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.common import start_adapter
+
 
 
 def rss_mb(pid: int) -> float:
@@ -58,17 +56,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--model", default="smollm2")
     args = ap.parse_args()
-    proc = subprocess.Popen([sys.executable, "-m", "adapter", "serve", "--port", "0", "--model", args.model,
-                             "--log-level", "warning"], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                            env={**__import__("os").environ, "SM_SEMIF_MAX_QUEUE": str(args.clients * 2)})
-    url = f"http://127.0.0.1:{proc.stdout.readline().strip().split('=')[1]}"
-    while True:
-        try:
-            if httpx.get(url + "/ping").status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+    proc, url = start_adapter(args.model, {"SM_SEMIF_MAX_QUEUE": str(args.clients * 2)})
     counter = itertools.count()
     statuses: Counter = Counter()
     stop = time.time() + args.minutes * 60

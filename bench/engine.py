@@ -15,21 +15,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import llama_cpp
 import numpy as np
 
 from adapter.catalog import DEFAULT_SHIPPED
+from bench.common import start_adapter
 from adapter.engine import Engine
 from adapter.templates import list_templates, load_template, probe_cases, request_for
 from adapter.schema import SharedStateRequest
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def pct(xs, q):
@@ -155,18 +152,8 @@ def bench_overhead(engine: Engine, cases) -> tuple[float, float, float]:
 
 
 def bench_http(engine: Engine, cases, model: str, rounds: int = 2) -> tuple[list[float], list[float]]:
-    proc = subprocess.Popen([sys.executable, "-m", "adapter", "serve", "--host", "127.0.0.1", "--port", "0",
-                             "--model", model, "--log-level", "warning"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    port = int(proc.stdout.readline().strip().split("=")[1])
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_adapter(model)
     try:
-        while True:
-            try:
-                if httpx.get(url + "/ping").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
         direct, http = [], []
         with httpx.Client(timeout=60) as client:
             for _ in range(rounds):

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 from deploy.config import ACCOUNT_PLACEHOLDER, SERVINGS, Compute, DeployConfig, FormErrors, Serving, config_from_form
 from deploy.executor import DeployError, Executor, Timeouts
 from deploy.package import build_package, sha256_file
-from deploy.plan import Action, Package, Step, bind_account, deployment_plan, image_tag, placeholders
+from deploy.plan import Action, Step, bind_account, deployment_plan, image_tag, placeholders
 from deploy.validate import validate_plan
 from tests.conftest import ROOT
 

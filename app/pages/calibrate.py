@@ -78,10 +78,7 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     examples = st.radio("Few-shot examples", evaluation.EXAMPLE_SOURCES, horizontal=True, key="cal_examples",
                         format_func={"policy": "the policy's own", "train": "from the set's train split (never scored)"}.get)
     if st.button("Run evaluation (resumes unfinished runs)", type="primary", key="cal_run", disabled=bool(problem)):
-        specs = {s["name"]: s for s in resources.target_specs(db)}
-        targets = [resources.make_target(specs[n]) for n in chosen]
-        resources.load_models(targets)
-        for target in targets:
+        for target in resources.chosen_targets(db, chosen) or []:
             for v in variants:
                 label = f"{target.name} · {v}"
                 bar = st.progress(0.0, text=f"{label}: starting…")

@@ -7,7 +7,6 @@ from app.components import download_frame, glossary, policy_picker
 from app.inputs import InputError, rows_from_text, rows_from_upload
 from app.runner import progress_text, run_policy
 from app.safe_text import md
-from app.targets import TargetError
 
 
 def parse_input(pasted: str, upload):
@@ -95,13 +94,9 @@ def render() -> None:
         elif cases and not chosen:
             st.error("**Targets**: pick at least one target.")
         elif cases:
-            specs = {s["name"]: s for s in resources.target_specs(db)}
-            try:
-                targets = [resources.make_target(specs[n]) for n in chosen]
-            except TargetError as exc:
-                st.error(md(exc))
+            targets = resources.chosen_targets(db, chosen)
+            if targets is None:
                 return
-            resources.load_models(targets)
             bar = st.progress(0.0, text=f"0/{len(cases) * len(targets)} calls")
             group, _ = run_policy(db, policy, cases, targets, kind="compare",
                                   progress=lambda d, t, e: bar.progress(d / t, text=progress_text(d, t, e)))

@@ -120,7 +120,7 @@ def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
     itype = cfg.instance_type if cfg.compute == "cpu" else max(cfg.pools, key=lambda p: p[1])[0]
     if rate:
         usd, note = cost_per_1000(itype, rate)
-        st.markdown(f"**Cost per 1,000 decisions:** " + (f"~${usd:.4f}" if usd is not None else "unknown")
+        st.markdown("**Cost per 1,000 decisions:** " + (f"~${usd:.4f}" if usd is not None else "unknown")
                     + f" ({md(note)})")
     st.dataframe(pd.DataFrame([{"#": i, "call": f"{s.service}.{s.operation}", "what": s.description}
                                for i, s in enumerate(steps, 1)]), hide_index=True)

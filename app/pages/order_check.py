@@ -10,7 +10,6 @@ from app.components import download_frame, policy_picker
 from app.inputs import InputError, rows_from_text
 from app.runner import Case, Job, progress_text, score_into_runs
 from app.safe_text import md
-from app.targets import TargetError
 
 
 def position_chart(positions) -> go.Figure:
@@ -99,13 +98,10 @@ def render() -> None:
         if not cases:
             st.error("**States**: paste at least one line.")
             return
-        specs = {s["name"]: s for s in resources.target_specs(db)}
-        try:
-            target = resources.make_target(specs[tname])
-        except TargetError as exc:
-            st.error(md(exc))
+        chosen = resources.chosen_targets(db, [tname])
+        if chosen is None:
             return
-        resources.load_models([target])
+        target = chosen[0]
         items = order_sensitivity.diagnostic_items(policy, cases, negated, evaluation.VARIANTS[variant].overrides())
         rid = db.create_run(kind="order-check", policy=policy, target=target.describe(), n_rows=len(items),
                             group_id=uuid.uuid4().hex[:12], config={"variant": variant, "negated_question": negated,

@@ -5,7 +5,6 @@ from app import resources
 from app.components import glossary, policy_picker, show_group_results
 from app.runner import Case, run_policy
 from app.safe_text import md
-from app.targets import TargetError
 
 FIRST_STATE = "I reset my password an hour ago and now I cannot log in at all. The login page says my account is locked."
 
@@ -13,13 +12,9 @@ FIRST_STATE = "I reset my password an hour ago and now I cannot log in at all. T
 def run(db, policy: dict, state: str, names: list[str], overrides: dict) -> None:
     """Score the state on the chosen targets (models load first, with a status line) and remember
     the run and the state that produced it."""
-    specs = {s["name"]: s for s in resources.target_specs(db)}
-    try:
-        targets = [resources.make_target(specs[n]) for n in names]
-    except TargetError as exc:
-        st.error(md(exc))
+    targets = resources.chosen_targets(db, names)
+    if targets is None:
         return
-    resources.load_models(targets)
     bar = st.progress(0.0, text="asking the targets…")
     group, _ = run_policy(db, policy, [Case("playground", state)], targets, kind="playground", overrides=overrides,
                           progress=lambda d, t, e: bar.progress(d / t, text=f"{d}/{t} targets answered"))

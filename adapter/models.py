@@ -199,9 +199,14 @@ def _shipped_name(p: Path) -> str | None:
     return next((m.name for m in SHIPPED.values() if m.file_name == Path(p).resolve().name), None)
 
 
+def default_ref() -> str:
+    """The model used when none is named: SEMIF_MODEL, else SEMIF_DEFAULT_MODEL, else the catalog's default."""
+    return os.environ.get("SEMIF_MODEL") or os.environ.get("SEMIF_DEFAULT_MODEL") or DEFAULT_SHIPPED
+
+
 def describe_model(ref: str | None) -> str:
     """'Qwen2.5-Coder-1.5B (1.1 GB)' or 'mine.gguf (2.3 GB)': what a page says while it loads."""
-    name = ref or os.environ.get("SEMIF_MODEL") or os.environ.get("SEMIF_DEFAULT_MODEL") or DEFAULT_SHIPPED
+    name = ref or default_ref()
     if name in SHIPPED:
         return f"{SHIPPED[name].title} ({SHIPPED[name].size_text})"
     p = Path(name).expanduser()

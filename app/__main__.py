@@ -10,13 +10,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from app.settings import WorkbenchSettings  # noqa: E402
+
 
 def cmd_run(args) -> int:
     argv = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
             "--server.address", args.host, "--server.port", str(args.port), "--server.headless", "true",
             "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
     print(f"SemIf Workbench: open http://{args.host}:{args.port} (database: "
-          f"{os.environ.get('SEMIF_DB') or ROOT / 'data' / 'workbench.db'})", flush=True)
+          f"{WorkbenchSettings.from_env().db})", flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     os.execve(sys.executable, argv, env)
     return 0
@@ -26,8 +28,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m app", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="start the workbench")
-    run.add_argument("--host", default=os.environ.get("SEMIF_HOST", "127.0.0.1"))
-    run.add_argument("--port", type=int, default=int(os.environ.get("SEMIF_PORT", "8501")))
+    settings = WorkbenchSettings.from_env()
+    run.add_argument("--host", default=settings.host)
+    run.add_argument("--port", type=int, default=settings.port)
     run.set_defaults(fn=cmd_run)
     from .cli import add_bench_parser, add_parser
 

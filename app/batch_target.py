@@ -6,7 +6,6 @@ It scores many rows at once, so it has `decide_batch` instead of a per-row `deci
 evaluation loop ingests the results row by row (a resumed run stores no row twice)."""
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Callable
 
 from adapter.schema import DecisionRequest
 
+from .settings import WorkbenchSettings
 from .targets import Target, TargetError, TargetResult, decision_from
 
 WORK = Path(tempfile.gettempdir()) / "semif-transform"
@@ -24,7 +24,7 @@ class BatchTransformTarget(Target):
         super().__init__(name, "sagemaker-batch", config)
         self.model_name = config["model_name"]
         self.bucket = config["bucket"]
-        self.region = config.get("region") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        self.region = config.get("region") or WorkbenchSettings.from_env().region
 
     def _one(self, req):
         raise TargetError("a Batch Transform target scores labeled sets (Calibrate page, python -m app calibrate), "
@@ -33,7 +33,7 @@ class BatchTransformTarget(Target):
     def executor(self, on_event: Callable[[dict], None] | None = None):
         from deploy.executor import Executor
 
-        poll = float(self.config.get("poll_seconds") or os.environ.get("SEMIF_DEPLOY_POLL", "15"))
+        poll = float(self.config.get("poll_seconds") or WorkbenchSettings.from_env().deploy_poll)
         return Executor(self.region, endpoint_url=self.config.get("endpoint_url") or None, poll_seconds=poll,
                         on_event=on_event)
 

@@ -4,29 +4,27 @@ CLIs share it). A model is loaded the first time a local target asks for it; whe
 call using it, if any, returns)."""
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
-from adapter.catalog import DEFAULT_SHIPPED, SHIPPED
+from adapter.catalog import SHIPPED
 from adapter.engine import Engine, EngineConfig
-from adapter.models import Progress, describe_model
+from adapter.models import Progress, default_ref, describe_model
 
-DEFAULT_MAX_LOADED = 2
+from .settings import WorkbenchSettings
 
 
 def model_key(ref: str | None) -> str:
     """One key per model: a shipped name, or an absolute path ('' means the default model)."""
-    ref = (ref or "").strip() or os.environ.get("SEMIF_MODEL") or os.environ.get("SEMIF_DEFAULT_MODEL") or DEFAULT_SHIPPED
+    ref = (ref or "").strip() or default_ref()
     return ref if ref in SHIPPED else str(Path(ref).expanduser().resolve())
 
 
 class EnginePool:
     def __init__(self, max_loaded: int | None = None, factory: Callable[..., Engine] | None = None):
-        env = os.environ.get("SEMIF_MAX_LOADED_MODELS")
-        self.max_loaded = max(1, max_loaded or (int(env) if env and env.isdigit() else DEFAULT_MAX_LOADED))
+        self.max_loaded = max(1, max_loaded or WorkbenchSettings.from_env().max_loaded_models)
         self._factory = factory or (lambda ref, progress: Engine(ref, EngineConfig.from_env(), progress=progress))
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self._lock = threading.Lock()

@@ -18,7 +18,8 @@ from typing import Any, Iterator, Literal
 
 import sqlite_utils
 
-DEFAULT_DB = Path(__file__).resolve().parent.parent / "data" / "workbench.db"
+from .settings import WorkbenchSettings
+
 
 SCHEMA: dict[str, dict] = {
     "policies": {"columns": {"id": str, "name": str, "question": str, "options": str, "examples": str,
@@ -121,7 +122,7 @@ def _encode(row: dict) -> dict:
 
 class Store:
     def __init__(self, path: str | os.PathLike | None = None):
-        self.path = Path(path or os.environ.get("SEMIF_DB") or DEFAULT_DB)
+        self.path = Path(path or WorkbenchSettings.from_env().db)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.db() as db:
             db.enable_wal()

@@ -27,6 +27,8 @@ import httpx
 from adapter.prompt import LETTERS, letters_messages
 from adapter.schema import DecisionRequest, DecisionResult, ProbabilityStatus, RequestError
 
+from .settings import WorkbenchSettings
+
 TargetKind = Literal["local", "semif", "systemone", "sagemaker", "sagemaker-batch", "chat"]
 KINDS: dict[str, str] = {
     "local": "Local engine (in-process llama.cpp)",
@@ -200,7 +202,7 @@ class SageMakerTarget(Target):
     def __init__(self, name: str, config: dict):
         super().__init__(name, "sagemaker", config)
         self.endpoint = config["endpoint_name"]
-        self.region = config.get("region") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        self.region = config.get("region") or WorkbenchSettings.from_env().region
         self._client: Any = None
 
     def client(self, service: str = "sagemaker-runtime"):

@@ -2,7 +2,6 @@
 the plan shown is the plan that runs) -> confirm -> watch; every action in an audit log; a live
 endpoint becomes a target. Failed attempts are listed apart from deployments."""
 import json
-import os
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -15,6 +14,7 @@ from adapter.catalog import SHIPPED
 from app import resources
 from app.deploy_records import apply_and_record, destroy_and_record
 from app.safe_text import md
+from app.settings import WorkbenchSettings
 from deploy.autoscaling import decisions_per_second
 from deploy.config import COMPUTES, DEFAULT_POOLS, SERVINGS, DeployConfig, FormErrors, config_from_form
 from deploy.executor import DeployError, Executor
@@ -64,16 +64,17 @@ def plan_form(db) -> None:
                        format_func={"textgen": "llama.cpp DLC (chat completions)", "semif": "SemIf adapter image"}.get)
     compute = c2.radio("Compute", COMPUTES, horizontal=True, key="dep_compute",
                        format_func={"cpu": "CPU", "gpu": "GPU instance pool"}.get)
-    region = c3.text_input("Region", os.environ.get("AWS_DEFAULT_REGION", "us-east-1"), key="dep_region")
+    cfg = WorkbenchSettings.from_env()
+    region = c3.text_input("Region", cfg.region, key="dep_region")
     policy_path, calibrated_on = policy_picker(db) if serving == "semif" else ("", "")
     shipped = {m.file_name: name for name, m in SHIPPED.items()}
     with st.form("dep_form"):
         c1, c2 = st.columns(2)
         model = c1.text_input("Model GGUF (path or shipped name; empty = the calibrated model, else the default)",
                               key="dep_model")
-        bucket = c2.text_input("S3 bucket for model.tar.gz", os.environ.get("SEMIF_DEPLOY_BUCKET", ""), key="dep_bucket")
-        role = c1.text_input("SageMaker execution role ARN", os.environ.get("SEMIF_SAGEMAKER_ROLE_ARN", ""), key="dep_role")
-        cb_role = c2.text_input("CodeBuild service role ARN (SemIf path)", os.environ.get("SEMIF_CODEBUILD_ROLE_ARN", ""),
+        bucket = c2.text_input("S3 bucket for model.tar.gz", cfg.deploy_bucket, key="dep_bucket")
+        role = c1.text_input("SageMaker execution role ARN", cfg.sagemaker_role_arn, key="dep_role")
+        cb_role = c2.text_input("CodeBuild service role ARN (SemIf path)", cfg.codebuild_role_arn,
                                 key="dep_cb_role") if serving == "semif" else ""
         if compute == "cpu":
             cpu_type = c1.text_input("CPU instance type", "ml.c7i.xlarge", key="dep_cpu_type")
@@ -198,9 +199,8 @@ def deployments(db, endpoint_url, poll) -> None:
 def render() -> None:
     st.title("Deploy to SageMaker")
     db = resources.store()
-    endpoint_url = os.environ.get("SEMIF_AWS_ENDPOINT_URL") or None
-    runtime_url = os.environ.get("SEMIF_AWS_RUNTIME_URL") or endpoint_url  # sagemaker-runtime (tests: a local shim)
-    poll = float(os.environ.get("SEMIF_DEPLOY_POLL", "15"))
+    settings = WorkbenchSettings.from_env()
+    endpoint_url, runtime_url, poll = settings.aws_endpoint_url, settings.aws_runtime_url, settings.deploy_poll
     if endpoint_url:
         st.info(f"AWS calls go to **{endpoint_url}** (SEMIF_AWS_ENDPOINT_URL), not to AWS.")
     st.caption("Credentials come from the normal AWS chain (AWS_PROFILE, environment, SSO); none are stored here.")

@@ -69,7 +69,8 @@ def show_group_results(db: Store, group_id: str, key: str) -> None:
     for col, run in zip(cols, runs):
         res = first[run["id"]]
         with col.container(border=True):
-            st.markdown(f"**{md(run['target_name'])}** · {run['target']['kind']} · {md(run['model'] or '')}")
+            kind = "" if run["target"]["kind"] == run["target_name"] else f" · {run['target']['kind']}"
+            st.markdown(f"**{md(run['target_name'])}**{kind} · {md(run['model'] or '')}")
             if res is None:
                 st.info("No result stored.")
                 continue
@@ -87,7 +88,7 @@ def show_group_results(db: Store, group_id: str, key: str) -> None:
             st.caption(analysis.latency_sentence(res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"])))
             with st.expander("Raw request / response", expanded=False):
                 st.json({"request": res["request"], "response": res["response"]}, expanded=True)
-            with st.expander("Call it yourself (cURL / boto3)"):
+            with st.expander("Call it yourself (" + ("boto3 / AWS CLI" if run["target"]["kind"] == "sagemaker" else "cURL") + ")"):
                 for lang, code in snippets.for_target(run["target"], res["request"]).items():
                     st.code(code, language=lang)
     st.caption("Probabilities are uncalibrated until checked against labels on the Calibrate page.")

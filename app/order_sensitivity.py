@@ -92,8 +92,9 @@ def analyse(results: list[dict], option_ids: list[str], yes: str | None = None) 
         for o in option_ids:
             if probs_by_id[o]:
                 spreads[o].append(max(probs_by_id[o]) - min(probs_by_id[o]))
-        label = next(iter(rots.values())).get("label")
-        rows.append({"state": state_key, "label": label, "flipped": len(set(tops.values())) > 1,
+        first = next(iter(rots.values()))
+        text = first.get("state") if isinstance(first.get("state"), str) else str(first.get("state"))
+        rows.append({"id": state_key, "state": text, "label": first.get("label"), "flipped": len(set(tops.values())) > 1,
                      **{f"order {k}": t for k, t in sorted(tops.items())}})
     per_state = pd.DataFrame(rows)
     flip = float(per_state["flipped"].mean()) if len(per_state) else 0.0

@@ -67,7 +67,9 @@ def validate_policy(data: dict) -> tuple[dict | None, dict[str, str]]:
 
 
 def policy_json(policy: dict) -> str:
-    return json.dumps({k: policy.get(k) for k in FIELDS if k in policy}, indent=2, ensure_ascii=False)
+    """The policy as JSON; empty optional fields (readout, debias, notes) are left out."""
+    return json.dumps({k: policy.get(k) for k in FIELDS if k in policy and policy.get(k) not in ("", None)},
+                      indent=2, ensure_ascii=False)
 
 
 def parse_policy_json(text: str) -> tuple[dict | None, dict[str, str]]:

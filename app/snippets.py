@@ -28,8 +28,9 @@ def for_target(target: dict, request: dict | None) -> dict[str, str]:
     body = request or {}
     kind, cfg = target.get("kind"), target.get("config") or {}
     if kind == "local":
-        model = cfg.get("model") or ""
-        serve = "python -m adapter serve" + (f" --model {shlex.quote(model)}" if model else "")
+        from .engines import model_key
+
+        serve = f"python -m adapter serve --model {shlex.quote(model_key(cfg.get('model') or None))}"
         return {"bash": f"# the same engine as an HTTP server (port 8080):\n{serve}\n\n"
                         + _curl("http://127.0.0.1:8080/invocations", body)}
     if kind == "semif":

@@ -30,6 +30,7 @@ NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 ROLE_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/\S+$")
+EXPECTED = {ROLE_RE.pattern: "arn:aws:iam::<12-digit account>:role/<role name>"}  # shown with a refused value
 INSTANCE_RE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
 
 
@@ -188,7 +189,8 @@ def config_from_form(form: Mapping[str, Any]) -> DeployConfig:
         if not v and required:
             errors[key] = f"{label} is required{why}"
         elif v and pattern and not pattern.match(v):
-            errors[key] = f"{label} {v!r} is not valid"
+            shape = EXPECTED.get(pattern.pattern, "")
+            errors[key] = f"{label} {v!r} is not valid" + (f": write it as {shape}" if shape else "")
         return v
 
     def number(key: str, label: str, default: float, lo: float, hi: float, integer: bool = True) -> Any:

@@ -26,7 +26,8 @@ def readout_rows(db_path: str, versions: tuple) -> list[dict]:
 
 
 def sets_section(db, policies: dict) -> None:
-    with st.expander("Labeled sets", expanded=not db.list_labeled_sets()):
+    uploading = st.session_state.get("cal_upload") is not None
+    with st.expander("Labeled sets", expanded=not db.list_labeled_sets() or uploading):
         c1, c2 = st.columns(2)
         if c1.button("Import the shipped labeled sets", key="cal_ship"):
             n = 0
@@ -57,6 +58,9 @@ def sets_section(db, policies: dict) -> None:
 def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     st.subheader("Evaluate")
     c1, c2 = st.columns(2)
+    with_sets = [p for p in policies if any(s["policy_id"] == p for s in sets.values())]
+    if st.session_state.get("cal_policy") not in policies:  # start on a policy that has a labeled set
+        st.session_state["cal_policy"] = (with_sets or list(policies))[0]
     pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policies[i]["name"], key="cal_policy")
     matching = [s["id"] for s in sets.values() if s["policy_id"] == pid]  # made for this policy first
     others = [s["id"] for s in sets.values() if s["id"] not in matching]
@@ -78,6 +82,7 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     examples = st.radio("Few-shot examples", evaluation.EXAMPLE_SOURCES, horizontal=True, key="cal_examples",
                         format_func={"policy": "the policy's own", "train": "from the set's train split (never scored)"}.get)
     if st.button("Run evaluation (resumes unfinished runs)", type="primary", key="cal_run", disabled=bool(problem)):
+        made = []
         for target in resources.chosen_targets(db, chosen) or []:
             for v in variants:
                 label = f"{target.name} · {v}"
@@ -93,7 +98,10 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
                     continue
                 bar.progress(1.0, text=f"{label}: done — scored {out['scored']}, reused {out['skipped']}, "
                                        f"errors {out['errors']}")
-                st.session_state["cal_run_pick"] = rid  # open the run just made
+                made.append(db.get_run(rid))
+        scored = [r for r in evaluation.readout_table(db, made) if r.get("accuracy") is not None]
+        if scored:  # open the most accurate of the runs just made
+            st.session_state["cal_run_pick"] = max(scored, key=lambda r: r["accuracy"])["run"]
     return pid, sid
 
 
@@ -121,12 +129,16 @@ def export_section(db, run_id: int, cal: dict) -> None:
     m[1].metric("Coverage", "n/a" if at["coverage"] is None else f"{at['coverage']:.1%}",
                 help=f"rows decided: {at['decided']} of {at['n']}")
     m[2].metric("To the fallback", f"{at['gated']} rows", help=f"sent to {fallback}")
-    m = st.columns(4)
-    m[0].metric("Accuracy, all rows", f"{rep.accuracy:.1%}", help="top option = label, before any gate")
+    chance = 1 / len(cal["option_ids"])
+    m = st.columns(3)
+    m[0].metric("Accuracy, all rows", f"{rep.accuracy:.1%}",
+                help=f"top option = label, before any gate; n = {rep.n}; chance = {chance:.0%}")
     m[1].metric("Macro-F1", f"{rep.macro_f1:.2f}")
-    m[2].metric("ECE raw → scaled", f"{rep.ece_width:.3f} → {rep.oof_ece_width:.3f}",
-                help=f"equal-mass bins: {rep.ece_mass:.3f} → {rep.oof_ece_mass:.3f}; scaled out of fold")
-    m[3].metric("Temperature / Brier / NLL", f"{rep.temperature:.2f} / {rep.brier:.3f} / {rep.nll:.3f}")
+    m[2].metric("Temperature", f"{rep.temperature:.2f}")
+    m = st.columns(3)
+    m[0].metric("ECE raw", f"{rep.ece_width:.3f}", help=f"equal-mass bins: {rep.ece_mass:.3f}")
+    m[1].metric("ECE scaled", f"{rep.oof_ece_width:.3f}", help=f"out of fold; equal-mass bins: {rep.oof_ece_mass:.3f}")
+    m[2].metric("Brier / NLL", f"{rep.brier:.3f} / {rep.nll:.3f}")
     g1, g2 = st.columns(2)
     g1.plotly_chart(charts.reliability_diagram(rep.bins_before, rep.bins_after), key="cal_rel")
     g2.plotly_chart(charts.coverage_curve(cal["curve"], gate.threshold, cal["target_accuracy"]), key="cal_cov")
@@ -189,7 +201,9 @@ def render() -> None:
                        + (f" · accuracy {r['accuracy']:.1%}" if r.get("accuracy") is not None else "") for r in rows}
     rid = st.selectbox("Evaluation run", ids, key="cal_run_pick", format_func=lambda i: label.get(i, f"#{i}"))
     c1, c2 = st.columns(2)
-    target_acc = c1.slider("Target accuracy", 0.5, 0.99, 0.9, 0.01, key="cal_target_acc")
+    target_acc = c1.slider("Target accuracy", 0.5, 0.99, 0.9, 0.01, key="cal_target_acc",
+                           disabled=bool(st.session_state.get("cal_manual")),
+                           help="the gate is chosen to reach it (disabled while the gate is set by hand)")
     per_option = c2.checkbox("Per-option gates", key="cal_per_option")
     try:
         cal = calibration_view(str(db.path), rid, db.run_version(rid), target_acc, per_option)

@@ -22,7 +22,8 @@ def comparison_name(runs: list[dict]) -> str:
     """'Ticket routing · local vs adapter · 24 states · 2026-12-01 09:14'."""
     first = runs[0]
     targets = " vs ".join(r["target_name"] for r in runs)
-    return f"{first['policy'].get('name')} · {targets} · {first['n_rows']} states · {first['created_at'][:16].replace('T', ' ')}"
+    return (f"{first['policy'].get('name')} · {targets} · {first['n_rows']} states · "
+            f"{first['created_at'][:19].replace('T', ' ')} · #{first['id']}")
 
 
 def render_results(db, gid: str) -> None:
@@ -43,11 +44,12 @@ def render_results(db, gid: str) -> None:
         "usd_per_1000": st.column_config.NumberColumn("$ / 1,000 decisions", format="$%.4f"),
         "decisions_per_s": st.column_config.NumberColumn("decisions / s", format="%.2f"),
         "cost_note": st.column_config.TextColumn("how the cost was computed", width="large")})
-    st.caption(f"Warm calls only (n = warm_n); the first call of each target in this workbench process is cold "
-               f"and shown apart. Prices: {costs.PRICE_SOURCE}.")
-    box, ecdf = st.tabs(["Box plot", "ECDF"])
-    box.plotly_chart(charts.latency_box(df), key="cmp_box")
-    ecdf.plotly_chart(charts.latency_ecdf(df), key="cmp_ecdf")
+    st.caption("Latency over warm calls (warm_n of them); the first call of each target in this workbench process "
+               f"is cold (model load, connections) and shown apart as cold_ms. Prices: {costs.PRICE_SOURCE}.")
+    warm = df[df["cold"].fillna(0).astype(int) == 0]
+    box, ecdf = st.tabs(["Box plot (warm calls)", "ECDF (warm calls)"])
+    box.plotly_chart(charts.latency_box(warm), key="cmp_box")
+    ecdf.plotly_chart(charts.latency_ecdf(warm), key="cmp_ecdf")
     if len(runs) > 1:
         st.plotly_chart(charts.agreement_heatmap(analysis.agreement_matrix(df)), key="cmp_agree")
     st.subheader("Answers per state")
@@ -74,17 +76,21 @@ def render() -> None:
         st.info("No policies yet: load the examples on the Playground page or create one on the Policies page.")
         return
     policy = policy_picker(policies, key="cmp_policy")
-    paste_tab, upload_tab = st.tabs(["Paste states", "Upload CSV / JSONL"])
-    pasted = paste_tab.text_area("One state per line", height=160, key="cmp_paste")
-    upload = upload_tab.file_uploader("CSV with a `state` column (optional `id`, `label` for accuracy), or JSONL "
-                                      "objects", type=["csv", "jsonl", "tsv"], key="cmp_upload")
-    if upload is not None:
-        preview = parse_input("", upload)
-        if preview:
-            labeled = sum(1 for c in preview if c.label)
-            upload_tab.success(f"{len(preview)} states parsed" + (f", {labeled} with a label" if labeled else ""))
-            upload_tab.dataframe([{"id": c.key, "state": str(c.state)[:200], "label": c.label} for c in preview[:10]],
-                                 hide_index=True)
+    source = st.radio("States", ["paste", "upload"], horizontal=True, key="cmp_source",
+                      format_func={"paste": "paste, one per line", "upload": "upload CSV / JSONL"}.get)
+    pasted, upload = "", None
+    if source == "paste":
+        pasted = st.text_area("One state per line", height=160, key="cmp_paste")
+    else:
+        upload = st.file_uploader("CSV with a `state` column (optional `id`, `label` for accuracy), or JSONL "
+                                  "objects", type=["csv", "jsonl", "tsv"], key="cmp_upload")
+        if upload is not None:
+            preview = parse_input("", upload)
+            if preview:
+                labeled = sum(1 for c in preview if c.label)
+                st.success(f"{len(preview)} states parsed" + (f", {labeled} with a label" if labeled else ""))
+                st.dataframe([{"id": c.key, "state": str(c.state)[:200], "label": c.label} for c in preview[:10]],
+                             hide_index=True)
     names = [s["name"] for s in resources.target_specs(db)]
     chosen = st.multiselect("Targets", names, default=names[:1], key="cmp_targets")
     if st.button("Run comparison", type="primary", key="cmp_run"):

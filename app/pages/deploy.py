@@ -31,6 +31,9 @@ UPLOAD = -1
 def policy_picker(db) -> tuple[str, str]:
     """(path of the calibrated policy JSON to ship, the model it was calibrated on) - '' for none."""
     saved = {c["id"]: c for c in db.list_calibrated()}
+    if "dep_cal" not in st.session_state and saved:  # the policy just saved on Calibrate, else the newest
+        just = (st.session_state.get("cal_saved") or [None])[0]
+        st.session_state["dep_cal"] = just if just in saved else next(iter(saved))
     choice = st.selectbox("Calibrated policy the adapter enforces", [NO_POLICY, *saved, UPLOAD], key="dep_cal",
                           format_func=lambda i: "none (raw probabilities)" if i == NO_POLICY else "upload a policy JSON…"
                           if i == UPLOAD else f"#{i} {saved[i]['name']} · gate {saved[i]['threshold']:.3f} "
@@ -53,8 +56,9 @@ def policy_picker(db) -> tuple[str, str]:
     path = WORK / "policies" / f"{config['policy_id']}-{choice}.policy.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config, indent=2))
-    st.caption(f"Calibrated on {md(config['model']['file'])}; the adapter gates every decision of another model. "
-               f"Below {config['threshold']:.3f} → **{md(config['fallback_option'])}**.")
+    st.caption(f"Calibrated on {md(config['model']['file'])}: deploy that model. The adapter answers "
+               f"**{md(config['fallback_option'])}** when the confidence is below {config['threshold']:.3f} - and for every "
+               "row if a different model is deployed.")
     return str(path), config["model"]["file"]
 
 
@@ -118,11 +122,14 @@ def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
     st.subheader(f"Plan for `{cfg.endpoint_name}`")
     st.markdown(f"**Cost while running:** {hint(cfg)} (on-demand list prices, us-east-1; a hint, not a quote)")
     rate = decisions_per_second(cfg)
-    itype = cfg.instance_type if cfg.compute == "cpu" else max(cfg.pools, key=lambda p: p[1])[0]
+    itype = cfg.instance_type if cfg.compute == "cpu" else min(cfg.pools, key=lambda p: p[1])[0]  # priority 1
     if rate:
         usd, note = cost_per_1000(itype, rate)
-        st.markdown("**Cost per 1,000 decisions:** " + (f"~${usd:.4f}" if usd is not None else "unknown")
-                    + f" ({md(note)})")
+        measured = bool(cfg.autoscaling and cfg.autoscaling.decisions_per_second)
+        st.markdown(f"**Cost per 1,000 decisions on {itype}:** " + (f"~${usd:.4f}" if usd is not None else "unknown")
+                    + f" at {rate:g} decisions/s per instance ("
+                    + ("your measurement" if measured else "the instance family's default; measure yours with "
+                       "`python -m app bench` and enter it above") + f"); {md(note)}")
     st.dataframe(pd.DataFrame([{"#": i, "call": f"{s.service}.{s.operation}", "what": s.description}
                                for i, s in enumerate(steps, 1)]), hide_index=True)
     with st.expander("Every call with its parameters (validated offline against botocore's service model)"):

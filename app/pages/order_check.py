@@ -12,9 +12,11 @@ from app.runner import Case, Job, progress_text, score_into_runs
 from app.safe_text import md
 
 
-def position_chart(positions) -> go.Figure:
-    fig = go.Figure([go.Bar(x=positions["position"], y=positions["chosen"], name="chosen by the model"),
-                     go.Bar(x=positions["position"], y=positions["label"], name="where the label was")])
+def position_chart(positions, labeled: bool) -> go.Figure:
+    bars = [go.Bar(x=positions["position"], y=positions["chosen"], name="chosen by the model")]
+    if labeled:
+        bars.append(go.Bar(x=positions["position"], y=positions["label"], name="where the label was"))
+    fig = go.Figure(bars)
     fig.update_layout(barmode="group", title="Chosen display position vs the labels' positions",
                       xaxis_title="display position", yaxis_title="count", template="plotly_white",
                       margin=dict(l=10, r=10, t=40, b=10))
@@ -43,16 +45,19 @@ def show(db, run: dict) -> None:
     ids = [o["id"] for o in policy["options"]]
     report = order_sensitivity.analyse(db.results(run["id"]), ids, yes=ids[0] if len(ids) == 2 else None)
     st.subheader(f"{md(policy['name'])} on {md(run['target_name'])} ({md(run['config'].get('variant', 'default'))})")
-    (st.warning if report.flip_rate >= 0.1 else st.success)(md(report.verdict))
+    worry = report.flip_rate >= 0.1 or bool(report.negation and report.negation["mean_abs_gap"] >= 0.15)
+    (st.warning if worry else st.success)(md(report.verdict))
     m = st.columns(3)
     m[0].metric("Top option flips", f"{report.flip_rate:.0%}", help=f"of {report.n_states} states, over "
                 f"{report.n_options} orders each")
-    m[1].metric("Largest mean probability shift", f"{report.shifts['mean_spread'].max():.2f}")
+    m[1].metric("Largest mean probability shift", f"{report.shifts['mean_spread'].max():.2f}",
+                help="for the option whose probability moves most with the order: max - min over orders, "
+                     "averaged over states (0 = order makes no difference)")
     if report.negation:
         m[2].metric("P(yes|Q) + P(yes|not Q)", f"{report.negation['mean_sum']:.2f}",
                     help=f"mean over {report.negation['n']} states; 1.00 is consistent")
     c1, c2 = st.columns(2)
-    c1.plotly_chart(position_chart(report.positions), key="oc_pos")
+    c1.plotly_chart(position_chart(report.positions, labeled=bool(report.positions["label"].sum())), key="oc_pos")
     c2.plotly_chart(shift_chart(report.shifts), key="oc_shift")
     st.dataframe(report.per_state, hide_index=True, width="stretch", key="oc_states")
     download_frame(report.per_state, f"order-check-{run['id']}.csv", "Download per-state answers (CSV)", key="oc_dl")
@@ -88,8 +93,8 @@ def render() -> None:
     if len(policy["options"]) == 2:
         negated = st.text_input(f"Negated question (optional: checks P({policy['options'][0]['id']} | Q) + "
                                 f"P({policy['options'][0]['id']} | not Q) ≈ 1)", key="oc_negated") or None
-    n_calls = int(limit) * len(policy["options"]) + (int(limit) if negated else 0)
-    if st.button(f"Run the order check (about {n_calls} calls)", type="primary", key="oc_run"):
+    per_state = len(policy["options"]) + (1 if negated else 0)
+    if st.button(f"Run the order check ({per_state} calls per state)", type="primary", key="oc_run"):
         try:
             cases = cases_from(db, source, pasted, set_id, int(limit))
         except InputError as exc:

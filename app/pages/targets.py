@@ -22,7 +22,7 @@ def target_card(spec: dict, db) -> None:
     with st.container(border=True):
         c1, c2, c3 = st.columns([4, 1, 1])
         c1.markdown(f"**{md(name)}** · {KINDS.get(spec['kind'], spec['kind'])}  \n{md(describe(spec))}")
-        if c2.button("Test connection", key=f"tg_test_{name}"):
+        if c2.button("Test", key=f"tg_test_{name}", help="test the connection (for a local model: load it)"):
             try:
                 st.session_state[f"tg_result_{name}"] = ("ok", resources.make_target(spec).test_connection())
             except TargetError as exc:

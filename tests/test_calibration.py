@@ -94,7 +94,20 @@ def test_unreachable_target_is_reported_not_faked():
     assert not gate.reachable and gate.note
 
 
-def test_per_option_gates():
-    P, y = overconfident(800, k=3, seed=9, sharpen=1.0)
-    gates = C.per_option_gates(P, y, 0.6)
-    assert set(gates) <= {0, 1, 2} and all(isinstance(g, C.Gate) for g in gates.values())
+def test_per_option_gates_fit_each_option_on_its_own_rows():
+    """Option 0's predictions are always right, option 1's are a coin flip at the same confidence:
+    a per-option gate lets option 0 through and keeps option 1 out - one global gate cannot."""
+    rng = np.random.default_rng(3)
+    n = 400
+    conf = rng.uniform(0.55, 0.99, size=n)
+    pred = np.repeat([0, 1], n // 2)
+    P = np.zeros((n, 2))
+    P[np.arange(n), pred], P[np.arange(n), 1 - pred] = conf, 1 - conf
+    y = np.where(pred == 0, 0, np.where(rng.random(n) < 0.5, 1, 0))
+    gates = C.per_option_gates(P, y, 0.9)
+    assert set(gates) == {0, 1}
+    assert gates[0].reachable and gates[0].holdout_accuracy == 1.0
+    assert not gates[1].reachable
+    m = pred == 0  # each option's gate is fitted on the rows predicted as that option, and only those
+    assert gates[0] == C.choose_gate(conf[m], y[m] == 0, 0.9, min_accepted=3)
+    assert not C.choose_gate(conf, C.predictions(P) == y, 0.9).reachable

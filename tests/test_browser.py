@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.conftest import ROOT, free_port, subset_file
 
@@ -76,6 +77,29 @@ def shot_dir(tmp_path) -> Path:
     return d
 
 
+def choose(page, label: str, option: str, *, last_option: bool = False) -> None:
+    """Pick `option` in the selectbox labelled `label`. A rerun that lands between opening the list
+    and clicking closes it again (seen on a busy machine): reopen it, up to three times."""
+    for _ in range(3):
+        page.get_by_label(label).first.click()
+        opt = page.get_by_role("option", name=option)
+        try:
+            (opt.last if last_option else opt.first).click(timeout=10_000)
+            settle(page)
+            return
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+            settle(page)
+    raise AssertionError(f"option {option!r} never appeared in {label!r}")
+
+
+def open_expander(page, title: str, inside_label: str) -> None:
+    """Open the expander `title` unless it already is (Streamlit may keep it open across a rerun)."""
+    if not page.get_by_label(inside_label).first.is_visible():
+        page.locator("[data-testid=stExpander] summary").filter(has_text=title).first.click()
+    page.get_by_label(inside_label).first.wait_for()
+
+
 SECTIONS = {"Playground": "Decide", "Compare": "Decide", "Order check": "Decide", "History": "Decide",
             "Calibrate": "Calibrate & ship", "Deploy": "Calibrate & ship", "Policies": "Set up", "Targets": "Set up"}
 
@@ -127,9 +151,7 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
 
     # order check: three states of the refund check, each in both option orders
     nav(page, "Order check")
-    page.get_by_label("Policy").first.click()
-    page.get_by_role("option", name="Refund policy check").click()
-    settle(page)
+    choose(page, "Policy", "Refund policy check")
     page.get_by_text("paste (one per line)").click()
     settle(page)
     page.get_by_label("One state per line").fill("Bought 3 days ago, arrived broken\nFinal sale, changed my mind\n"
@@ -158,21 +180,15 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
     nav(page, "Calibrate")
     page.get_by_role("button", name="Import the shipped labeled sets").click()
     settle(page)
-    page.get_by_label("Policy").first.click()
-    page.get_by_role("option", name="Refund policy check").click()
-    settle(page)
-    page.get_by_text("Labeled sets").first.click()
-    page.get_by_label("Labels are options of").click()
-    page.get_by_role("option", name="Refund policy check").click()
-    settle(page)
+    choose(page, "Policy", "Refund policy check")
+    open_expander(page, "Labeled sets", "Labels are options of")
+    choose(page, "Labels are options of", "Refund policy check")
     page.locator("[data-testid=stFileUploaderDropzoneInput]").first.set_input_files(
         str(subset_file(tmp_path, "refund-check", 30)))
     settle(page)
     page.get_by_role("button", name="Import", exact=True).click()
     settle(page)
-    page.get_by_label("Labeled set").click()
-    page.get_by_role("option", name="refund-check.jsonl (38 rows)").last.click()
-    settle(page)
+    choose(page, "Labeled set", "refund-check.jsonl (38 rows)", last_option=True)
     page.get_by_role("button", name="Run evaluation (resumes unfinished runs)").click()
     settle(page, timeout=300_000)
     page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)

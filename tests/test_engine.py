@@ -73,7 +73,7 @@ def test_option_order_follows_the_request(qwen05, readout):
 
 
 def test_same_input_same_output_bit_for_bit(engine):
-    req = request_for(ROUTING, "The app shows error 403 on every page since this morning.", "d")
+    req = request_for(ROUTING, "The app shows error 403 on every page since this morning.", "d", debias="none")
     a = engine.score(req, fresh=True)
     other = engine.score(request_for(ROUTING, "something else entirely", "o"))  # changes the cache
     b = engine.score(req)  # policy prefix from the cache
@@ -121,7 +121,7 @@ def test_colliding_first_tokens_are_told_apart(engine):
     opts = [{"id": "refund_full", "description": ""}, {"id": "refund_partial", "description": ""},
             {"id": "deny", "description": ""}]
     req = DecisionRequest(id="c", state="Item arrived broken, customer wants all money back.",
-                          question="What refund applies?", options=opts, readout="option-words")
+                          question="What refund applies?", options=opts, readout="option-words", debias="none")
     r = engine.score(req, fresh=True)
     prompt = engine.render(req, "option-words")
     seqs = engine.label_tokens(prompt)
@@ -246,7 +246,7 @@ def test_policy_segment_restored_from_disk_is_exact(tmp_path, monkeypatch):
     from adapter.engine import Engine
 
     monkeypatch.setenv("SM_SEMIF_KV_CACHE_DIR", str(tmp_path / "kv"))
-    req = request_for(ROUTING, "The invoice PDF will not download.", "kv", readout="option-words")
+    req = request_for(ROUTING, "The invoice PDF will not download.", "kv", readout="option-words", debias="none")
     first = Engine("smollm2")
     a = first.score(req)
     assert first.prefixes.saved == 1 and len(list((tmp_path / "kv").glob("*.kv"))) == 1

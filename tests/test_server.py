@@ -55,7 +55,9 @@ def test_shared_state_shape(adapter_server):
     assert res.status_code == 200, res.text
     out = res.json()
     assert [r["id"] for r in out] == ["queue", "urgent"]
-    assert out[1]["cached_tokens"] > 0  # the state segment was evaluated once
+    # the state segment was evaluated once: the question evaluated second reuses it (which one comes
+    # first is the engine's canonical order, not the request's)
+    assert max(r["cached_tokens"] for r in out) > 0
 
 
 def _loc(res):

@@ -27,7 +27,8 @@ def readout_rows(db_path: str, versions: tuple) -> list[dict]:
 
 def sets_section(db, policies: dict) -> None:
     uploading = st.session_state.get("cal_upload") is not None
-    with st.expander("Labeled sets", expanded=not db.list_labeled_sets() or uploading):
+    # a stable key: the expander keeps the state the user gave it when the sets change underneath
+    with st.expander("Labeled sets", expanded=not db.list_labeled_sets() or uploading, key="cal_sets_box"):
         c1, c2 = st.columns(2)
         if c1.button("Import the shipped labeled sets", key="cal_ship"):
             n = 0

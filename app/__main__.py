@@ -1,6 +1,8 @@
 """python -m app run         start the workbench (Streamlit) on 127.0.0.1:8501, printing its URL
 python -m app calibrate   evaluate a policy on a labeled set, print metrics and the gate, export the policy
-python -m app bench       the same states sent to several targets: p50/p95 latency and ratios"""
+python -m app bench       the same states sent to several targets: p50/p95 latency and ratios
+python -m app deploy ...  deploy's CLI (plan, apply, status, invoke, destroy, transform), recorded in the
+                          workbench's SQLite so the Deploy page and the Playground see it"""
 from __future__ import annotations
 
 import argparse
@@ -25,7 +27,13 @@ def cmd_run(args) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m app", description=__doc__)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["deploy"]:  # its own parser, shared with `python -m deploy`
+        from .deploy_records import deploy_cli
+
+        return deploy_cli(argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m app", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="start the workbench")
     settings = WorkbenchSettings.from_env()
@@ -36,6 +44,7 @@ def main(argv=None) -> int:
 
     add_parser(sub)
     add_bench_parser(sub)
+    sub.add_parser("deploy", help="deploy's CLI recorded in the workbench (python -m app deploy --help)")
     args = ap.parse_args(argv)
     return args.fn(args)
 

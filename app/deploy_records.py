@@ -1,8 +1,11 @@
 """A deployment's life in the workbench's SQLite: the record, the audit log, and the target that
 lets the Playground and Compare pages call the new endpoint. Lives in app/ (not deploy/) so the
-dependency points one way: app -> deploy. StoreRecorder is deploy.executor.Recorder for the store."""
+dependency points one way: app -> deploy. StoreRecorder is deploy's Ledger for the store; `python -m
+app deploy ...` is deploy's CLI with this ledger instead of its audit file."""
 from __future__ import annotations
 
+import argparse
+import os
 from typing import Any
 
 from deploy.config import DeployConfig
@@ -51,6 +54,10 @@ class StoreRecorder:
         record_result(self.store, deployment_id, action, status, detail, self.who,
                       endpoint_url=self.runtime_url if action == "apply" else None)
 
+    def names(self, endpoint: str) -> tuple[str, str] | None:
+        dep = self.store.get_deployment(endpoint)
+        return (dep["endpoint_config_name"], dep["model_name"]) if dep else None
+
 
 def apply_and_record(store: Store, cfg: DeployConfig, executor: Executor, steps: list[Step] | None = None,
                      pkg: Package | None = None, runtime_url: str | None = None) -> dict[str, Any]:
@@ -61,12 +68,28 @@ def apply_and_record(store: Store, cfg: DeployConfig, executor: Executor, steps:
 
 def destroy_and_record(store: Store, endpoint: str, executor: Executor) -> list[dict[str, Any]]:
     """Delete a deployment's scaling, endpoint, config and model (names from the record, else derived)."""
-    dep = store.get_deployment(endpoint)
-    model = dep["model_name"] if dep else f"{endpoint}-model"
-    config = dep["endpoint_config_name"] if dep else f"{endpoint}-config"
-    return executor.destroy(endpoint, config, model, recorder=StoreRecorder(store))
+    ledger = StoreRecorder(store)
+    config, model = ledger.names(endpoint) or (f"{endpoint}-config", f"{endpoint}-model")
+    return executor.destroy(endpoint, config, model, recorder=ledger)
 
 
 def open_store(db: str | None = None) -> Store:
     """The workbench store the CLI records into (SEMIF_DB or data/workbench.db when db is None)."""
     return Store(db)
+
+
+def deploy_cli(argv: list[str] | None = None) -> int:
+    """`python -m app deploy ...`: deploy's CLI, recording into the workbench store (--db)."""
+    from deploy import cli
+
+    def add_db(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--db", help="workbench SQLite (default: SEMIF_DB or data/workbench.db)")
+
+    def ledger(args: argparse.Namespace) -> StoreRecorder:
+        # a live endpoint becomes a target; tests reach it through a local runtime shim
+        return StoreRecorder(open_store(args.db), os.environ.get("SEMIF_AWS_RUNTIME_URL") or args.endpoint_url)
+
+    doc = (cli.__doc__ or "").split("Every apply/destroy")[0].replace("python -m deploy", "python -m app deploy")
+    return cli.main(argv, prog="python -m app deploy", add_ledger_args=add_db, open_ledger=ledger,
+                    description=doc + "Every apply/destroy is recorded in the workbench's SQLite (deployments + "
+                    "audit log), and a live endpoint becomes a target in the Playground.\n")

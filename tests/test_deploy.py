@@ -180,7 +180,7 @@ def test_full_gpu_semif_lifecycle_against_moto(aws_env, tmp_path):
 
 def test_cli_plan_apply_status_destroy_against_moto(aws_env, tmp_path):
     db = tmp_path / "wb.db"
-    base = [sys.executable, "-m", "deploy"]
+    base = [sys.executable, "-m", "app", "deploy"]  # deploy's CLI, recording into the workbench store
     common = ["--endpoint-url", aws_env, "--poll", "0.01", "--db", str(db)]
     shape = ["--path", "textgen", "--compute", "cpu", "--bucket", "semif-test-models", "--suffix", "cli1",
              "--instance-type", "ml.c5.xlarge"]  # in moto's (stale) list of instance types

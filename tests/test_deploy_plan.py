@@ -227,15 +227,13 @@ def test_endpoint_wait_uses_its_timeout_against_moto(aws_env, monkeypatch):
 
 
 def test_deploy_does_not_import_the_workbench():
-    """No cycle: only the CLI may reach app/, lazily, inside the commands that record."""
+    """No cycle: deploy/ stands alone; the workbench hands its ledger to deploy's CLI (app.deploy_records)."""
     for path in sorted((ROOT / "deploy").glob("*.py")):
         tree = ast.parse(path.read_text())
-        top = {id(n) for n in tree.body}
         for node in ast.walk(tree):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if any(n == "app" or n.startswith("app.") for n in names):
-                assert path.name == "__main__.py" and id(node) not in top, f"{path.name} imports {names}"
+            assert not any(n == "app" or n.startswith("app.") for n in names), f"{path.name} imports {names}"
 
 
 def test_cli_records_the_plan_it_ran(aws_env, tiny_gguf, tmp_path):
@@ -243,7 +241,7 @@ def test_cli_records_the_plan_it_ran(aws_env, tiny_gguf, tmp_path):
     import sys
 
     db = tmp_path / "wb.db"
-    args = [sys.executable, "-m", "deploy", "apply", "--path", "textgen", "--bucket", BUCKET, "--suffix", "clirec1",
+    args = [sys.executable, "-m", "app", "deploy", "apply", "--path", "textgen", "--bucket", BUCKET, "--suffix", "clirec1",
             "--instance-type", "ml.c5.xlarge", "--model", str(tiny_gguf), "--work-dir", str(tmp_path / "w"),
             "--endpoint-url", aws_env, "--poll", "0.01", "--db", str(db)]
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -255,6 +253,31 @@ def test_cli_records_the_plan_it_ran(aws_env, tiny_gguf, tmp_path):
     put = next(s for s in dep["plan"] if s["action"] == "upload")
     head = boto3.client("s3", region_name=REGION, endpoint_url=aws_env).head_object(Bucket=BUCKET, Key=put["params"]["Key"])
     assert head["Metadata"]["sha256"] == put["params"]["Metadata"]["sha256"] == sha256_file(tmp_path / "w" / dep["id"] / "model.tar.gz")
-    bad = subprocess.run([*args[:4], "--bucket", "Not_A_Bucket", "--pool", "g5:1", "--compute", "gpu"], cwd=ROOT,
+    bad = subprocess.run([*args[:5], "--bucket", "Not_A_Bucket", "--pool", "g5:1", "--compute", "gpu"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--bucket" in bad.stderr and "--pool" in bad.stderr
+
+
+def test_standalone_cli_writes_its_audit_file_and_destroys_what_it_recorded(aws_env, tiny_gguf, tmp_path):
+    """`python -m deploy` without the workbench: the plan as executed, the outcome and the destroy go
+    to a JSON-lines audit file, and destroy finds the recorded names there."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "audit.jsonl"
+    common = ["--endpoint-url", aws_env, "--poll", "0.01", "--audit-log", str(log)]
+    done = subprocess.run([sys.executable, "-m", "deploy", "apply", "--serving", "textgen", "--bucket", BUCKET,
+                           "--suffix", "alone1", "--instance-type", "ml.c5.xlarge", "--model", str(tiny_gguf),
+                           "--work-dir", str(tmp_path / "w"), *common], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["action"], e["status"]) for e in entries] == [("plan", "ok"), ("apply", "InService")]
+    assert entries[0]["plan"] == json.loads(done.stdout)["plan"] and entries[0]["model_name"] == "textgen-cpu-alone1-model"
+    gone = subprocess.run([sys.executable, "-m", "deploy", "destroy", "textgen-cpu-alone1", *common], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert gone.returncode == 0, gone.stderr
+    assert json.loads(log.read_text().splitlines()[-1])["status"] == "deleted"
+    sm = boto3.client("sagemaker", region_name=REGION, endpoint_url=aws_env)
+    assert not [m for m in sm.list_models()["Models"] if "alone1" in m["ModelName"]]
+    assert not [e for e in sm.list_endpoints()["Endpoints"] if "alone1" in e["EndpointName"]]

@@ -1,0 +1,260 @@
+"""python -m deploy {plan,apply,status,invoke,destroy,transform}
+
+plan       package locally, print the validated plan as JSON; calls no AWS API
+apply      package, then run exactly the printed plan: upload, (build the SemIf image,) create the
+           endpoint, wait, (autoscaling); --dry-run = plan
+status     endpoint status, failure reason, which GPU pool won
+invoke     send one request body to the endpoint (sagemaker-runtime)
+destroy    delete scaling policy/target, endpoint, endpoint config and model (reverse order)
+transform  Batch Transform of decision rows (JSON Lines) on a SageMaker model; results JSONL on stdout
+
+Every apply/destroy is written to a ledger: here a JSON-lines audit file (--audit-log). The same
+commands as `python -m app deploy ...` write to the workbench's SQLite instead (deployments, audit
+log, and a live endpoint becomes a Playground target). deploy/ itself never imports the workbench.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from .audit_file import AuditFile, Ledger
+from .config import COMPUTES, SERVINGS, DeployConfig, FormErrors, config_from_form
+from .executor import DeployError, Event, Executor
+from .package import build_package
+from .plan import Package, Step, deployment_plan
+from .validate import validate_plan
+
+FORM_FLAGS = ["region", "bucket", "role_arn", "serving", "compute", "codebuild_role_arn", "account_id", "instance_type",
+              "instance_count", "image_uri", "ctx_size", "startup_timeout", "download_timeout", "provision_timeout",
+              "suffix", "autoscale_min", "autoscale_max", "decisions_per_second", "utilisation", "scale_in_cooldown",
+              "scale_out_cooldown"]
+
+
+def config_from(args: argparse.Namespace) -> DeployConfig:
+    """The same checks as the Deploy page (deploy.config.config_from_form); exit 2 naming each flag."""
+    form: dict[str, Any] = {k: getattr(args, k, None) for k in FORM_FLAGS}
+    form.update(model_path=getattr(args, "model", None), policy_path=getattr(args, "policy", None),
+                pools=getattr(args, "pool", None))
+    try:
+        return config_from_form(form)
+    except FormErrors as exc:
+        flag = {"pools": "pool", "model_path": "model", "policy_path": "policy"}
+        print("invalid options:\n  " + "\n  ".join(f"--{flag.get(k, k).replace('_', '-')}: {v}"
+                                                    for k, v in exc.errors.items()), file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def work_dir(args: argparse.Namespace) -> Path:
+    return Path(args.work_dir or Path(tempfile.gettempdir()) / "semif-deploy")
+
+
+def checked_plan(cfg: DeployConfig, args: argparse.Namespace) -> tuple[Package, list[Step]]:
+    """Package first (local), then the plan with the real checksums; exit 2 when invalid."""
+    try:
+        pkg = build_package(cfg, work_dir(args))
+        steps = deployment_plan(cfg, pkg)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"cannot plan: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    errors = validate_plan(steps, cfg.region, allow_account_placeholder=True)
+    if errors:
+        print("the plan is invalid:\n  " + "\n  ".join(errors), file=sys.stderr)
+        raise SystemExit(2)
+    return pkg, steps
+
+
+def printable(cfg: DeployConfig, steps: list[Step]) -> dict[str, Any]:
+    from .pricing import hint
+
+    return {"deployment_id": cfg.deployment_id, "endpoint": cfg.endpoint_name, "region": cfg.region,
+            "serving": cfg.serving, "compute": cfg.compute, "account_id": cfg.account_id, "cost_hint": hint(cfg),
+            "calls": [{"n": i, "call": f"{s.service}.{s.operation}", "why": s.description, "params": s.params}
+                      for i, s in enumerate(steps, 1)]}
+
+
+def executor(args: argparse.Namespace, on_event: Event | None = None) -> Executor:
+    def show(e: dict[str, Any]) -> None:
+        if e.get("phase") != "upload" or e["sent"] == e["total"]:
+            print(f"[{e.get('index', '-')}/{e.get('total', '-')}] {e.get('message', '')}", file=sys.stderr, flush=True)
+
+    return Executor(args.region, endpoint_url=args.endpoint_url, poll_seconds=args.poll, on_event=on_event or show,
+                    work_dir=work_dir(args))
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    cfg = config_from(args)
+    print(json.dumps(printable(cfg, checked_plan(cfg, args)[1]), indent=2))
+    return 0
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    cfg = config_from(args)
+    pkg, steps = checked_plan(cfg, args)
+    if args.dry_run:
+        print(json.dumps(printable(cfg, steps), indent=2))
+        return 0
+    try:
+        outcome = executor(args).apply(cfg, steps, pkg, recorder=args.open_ledger(args))
+    except DeployError as exc:
+        print(f"deploy failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(outcome, indent=2, default=str))
+    return 0 if outcome["status"]["status"] == "InService" else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    print(json.dumps(executor(args).status(args.endpoint), indent=2, default=str))
+    return 0
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    body = Path(args.body[1:]).read_bytes() if args.body.startswith("@") else args.body.encode()
+    try:
+        out = executor(args).invoke(args.endpoint, body, runtime_url=args.runtime_url)
+    except DeployError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    sys.stdout.write(out.decode() + "\n")
+    return 0
+
+
+def cmd_destroy(args: argparse.Namespace) -> int:
+    ledger = args.open_ledger(args)
+    config, model = ledger.names(args.endpoint) or (f"{args.endpoint}-config", f"{args.endpoint}-model")
+    try:
+        done = executor(args).destroy(args.endpoint, config, model, recorder=ledger)
+    except DeployError as exc:
+        print(f"destroy failed: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(done, indent=2))
+    return 0
+
+
+def cmd_transform(args: argparse.Namespace) -> int:
+    from .transform import prepare_transform, transform_plan
+
+    cfg = config_from(args)
+    try:
+        text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text(encoding="utf-8")
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        job = prepare_transform(rows, work_dir(args) / "transform", name=args.job_name or "", prefix=cfg.prefix,
+                                n_parts=args.parts, model_name=args.model_name or "", instance_type=args.instance_type,
+                                instance_count=args.instance_count, max_concurrent_transforms=args.max_concurrent,
+                                max_payload_mb=args.max_payload_mb, batch_strategy=args.batch_strategy)
+        pkg = None if args.model_name else build_package(cfg, work_dir(args))
+        steps = transform_plan(cfg, job, pkg)
+    except (ValueError, OSError) as exc:  # json.JSONDecodeError is a ValueError
+        print(f"cannot plan the transform: {exc}", file=sys.stderr)
+        return 2
+    errors = validate_plan(steps, cfg.region, allow_account_placeholder=True)
+    plan = {"job": job.name, "model": job.model_name or cfg.model_name, "rows": sum(len(p.ids) for p in job.parts),
+            "calls": [{"n": i, "call": f"{s.service}.{s.operation}", "why": s.description, "params": s.params}
+                      for i, s in enumerate(steps, 1)]}
+    if errors:
+        print("the plan is invalid:\n  " + "\n  ".join(errors), file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(json.dumps(plan, indent=2))
+        return 0
+    print(json.dumps(plan, indent=2), file=sys.stderr)
+    try:
+        results = executor(args).run_transform(cfg, job, steps)
+    except DeployError as exc:
+        print(f"transform failed: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write("".join(json.dumps(r) + "\n" for r in results))
+    return 0
+
+
+def add_audit_file_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--audit-log", default=os.environ.get("SEMIF_DEPLOY_AUDIT_LOG", "var/deploy-audit.jsonl"),
+                   help="JSON-lines audit file (default: SEMIF_DEPLOY_AUDIT_LOG or var/deploy-audit.jsonl)")
+
+
+def open_audit_file(args: argparse.Namespace) -> Ledger:
+    return AuditFile(args.audit_log)
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", description: str = __doc__,
+         add_ledger_args: Callable[[argparse.ArgumentParser], None] = add_audit_file_args,
+         open_ledger: Callable[[argparse.Namespace], Ledger] = open_audit_file) -> int:
+    """The deploy CLI. Where apply/destroy are recorded is the caller's: an audit file by default,
+    the workbench's SQLite from `python -m app deploy`."""
+    ap = argparse.ArgumentParser(prog=prog, description=description,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    env = os.environ.get
+
+    def aws(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--region", default=env("AWS_DEFAULT_REGION", "us-east-1"))
+        p.add_argument("--endpoint-url", default=env("SEMIF_AWS_ENDPOINT_URL"), help="another AWS endpoint (tests: a moto server)")
+        p.add_argument("--poll", type=float, default=15, help="seconds between status polls")
+        add_ledger_args(p)
+        p.add_argument("--work-dir", help="where packages and transform inputs are written (default: a temp folder)")
+        return p
+
+    def model(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--serving", "--path", dest="serving", choices=SERVINGS, default="semif",
+                       help="textgen = llama.cpp DLC, semif = the SemIf adapter image (--path is the old name)")
+        p.add_argument("--compute", choices=COMPUTES, default="cpu")
+        p.add_argument("--bucket", default=env("SEMIF_DEPLOY_BUCKET", "my-semif-models"))
+        p.add_argument("--role-arn", default=env("SEMIF_SAGEMAKER_ROLE_ARN", "arn:aws:iam::123456789012:role/SageMakerExecution"))
+        p.add_argument("--codebuild-role-arn", default=env("SEMIF_CODEBUILD_ROLE_ARN", "arn:aws:iam::123456789012:role/CodeBuildDocker"))
+        p.add_argument("--account-id", help="default: from STS at apply time")
+        p.add_argument("--model", help="GGUF to package (default: the shipped model)")
+        p.add_argument("--policy", help="calibrated policy JSON to ship inside model.tar.gz")
+        p.add_argument("--image-uri", help="a prebuilt SemIf image (skips CodeBuild)")
+        p.add_argument("--ctx-size", type=int, default=8192)
+        p.add_argument("--suffix", help="name suffix (default: time + random)")
+        return p
+
+    def endpoint(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--instance-type", default="ml.c7i.xlarge", help="CPU instance type")
+        p.add_argument("--instance-count", type=int, default=1)
+        p.add_argument("--pool", action="append", help="GPU pool entry TYPE:PRIORITY (repeat; default g6e>g6>g5>g4dn)")
+        p.add_argument("--startup-timeout", type=int, default=600)
+        p.add_argument("--download-timeout", type=int, default=900)
+        p.add_argument("--provision-timeout", type=int, default=1800)
+        p.add_argument("--autoscale-max", type=int, default=0, help="autoscaling: most instances (0 = no autoscaling)")
+        p.add_argument("--autoscale-min", type=int, default=1, help="autoscaling: fewest instances")
+        p.add_argument("--decisions-per-second", type=float, help="measured per instance (default: per family)")
+        p.add_argument("--utilisation", type=float, default=0.7, help="share of that throughput to aim for")
+        p.add_argument("--scale-in-cooldown", type=int, default=300)
+        p.add_argument("--scale-out-cooldown", type=int, default=60)
+        return p
+
+    endpoint(model(aws(sub.add_parser("plan", help="print the validated plan")))).set_defaults(fn=cmd_plan)
+    p = endpoint(model(aws(sub.add_parser("apply", help="run the plan"))))
+    p.add_argument("--dry-run", action="store_true", help="print the plan and call nothing")
+    p.set_defaults(fn=cmd_apply)
+    p = aws(sub.add_parser("status"))
+    p.add_argument("endpoint")
+    p.set_defaults(fn=cmd_status)
+    p = aws(sub.add_parser("invoke"))
+    p.add_argument("endpoint")
+    p.add_argument("--body", required=True, help="JSON text, or @file")
+    p.add_argument("--runtime-url", help="sagemaker-runtime endpoint URL (tests: the local shim)")
+    p.set_defaults(fn=cmd_invoke)
+    p = aws(sub.add_parser("destroy"))
+    p.add_argument("endpoint")
+    p.set_defaults(fn=cmd_destroy)
+    p = model(aws(sub.add_parser("transform", help="Batch Transform decision rows; results JSONL on stdout")))
+    p.add_argument("--input", required=True, help="decision rows, one JSON object per line (- = stdin)")
+    p.add_argument("--model-name", help="reuse this SageMaker model (default: create one from the package)")
+    p.add_argument("--job-name", help="default: semif-tf-<time+random>")
+    p.add_argument("--instance-type", default="ml.c5.xlarge", help="CPU or GPU, e.g. ml.g4dn.xlarge")
+    p.add_argument("--instance-count", type=int, default=1)
+    p.add_argument("--parts", type=int, default=0, help="input files (default: one per instance)")
+    p.add_argument("--max-concurrent", type=int, default=1, help="MaxConcurrentTransforms")
+    p.add_argument("--max-payload-mb", type=int, default=1, help="MaxPayloadInMB per MultiRecord batch")
+    p.add_argument("--batch-strategy", choices=["MultiRecord", "SingleRecord"], default="MultiRecord")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and call nothing")
+    p.set_defaults(fn=cmd_transform)
+    args = ap.parse_args(argv)
+    args.open_ledger = open_ledger
+    return int(args.fn(args))

@@ -9,6 +9,7 @@ duplicates a case); every run holds a lease while it is scored. Progress is repo
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Callable, Iterable
 from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
-from .store import RunStatus, Store
+from .store import LEASE_SECONDS, RunBusy, RunStatus, Store
 from .targets import Target, TargetResult
 
 ProgressFn = Callable[[int, int, "float | None"], None]
@@ -99,33 +100,67 @@ def final_status(results: list[dict]) -> RunStatus:
     return "done" if not errors else "failed" if errors == len(results) else "done-with-errors"
 
 
+class Heartbeat:
+    """Renews the leases of the runs being scored, every third of LEASE_SECONDS, while a worker is
+    busy between results (a model load, a Batch Transform job of many minutes). A lease it cannot
+    renew was taken over: the worker's next add_result then raises RunBusy."""
+
+    def __init__(self, store: Store, leases: dict[int, str], every: float = LEASE_SECONDS / 3):
+        self.store, self.leases, self.every = store, leases, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="lease-heartbeat")
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            for run_id, lease in list(self.leases.items()):
+                try:
+                    self.store.renew_lease(run_id, lease)
+                except RunBusy:
+                    self.leases.pop(run_id, None)
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Case, DecisionRequest]], *,
                     total: int, already: int = 0, progress: ProgressFn | None = None) -> None:
-    """Score (position, case, request) items on every job's target, saving as results arrive. A
-    run whose worker stops (an exception, Ctrl-C, a closed page) is marked interrupted."""
-    for job in jobs:
-        store.take_lease(job.run_id)  # RunBusy when another process is scoring it
-    tracker = Progress(total * len(jobs), progress, already=already * len(jobs))
-    named = {job.run_id: bool((store.get_run(job.run_id) or {}).get("model")) for job in jobs}
-    items = list(items)
+    """Score (position, case, request) items on every job's target, saving as results arrive. Each
+    run is leased for this call (RunBusy when another worker holds one); a run whose worker stops
+    (an exception, Ctrl-C, a closed page) is marked interrupted."""
+    leases: dict[int, str] = {}
     try:
-        batched = {job.run_id: batch_results(job.target, [req for _, _, req in items]) for job in jobs
-                   if hasattr(job.target, "decide_batch")}  # e.g. Batch Transform: one job, then ingested row by row
-        for i, (pos, case, req) in enumerate(items):
-            for job in jobs:
-                cold = is_cold(job.target)
-                res = batched[job.run_id][i] if job.run_id in batched else job.target.decide(req)
-                store.add_result(job.run_id, result_row(res, case, pos, cold))
-                if res.ok and not named[job.run_id]:
-                    store.set_run_model(job.run_id, model_identity(res, job.target))
-                    named[job.run_id] = True
-                tracker.tick()
-    except BaseException:
         for job in jobs:
-            store.stop_run(job.run_id, "interrupted")
+            leases[job.run_id] = store.take_lease(job.run_id)
+        with Heartbeat(store, dict(leases)):
+            _score(store, jobs, list(items), leases, total=total, already=already, progress=progress)
+    except BaseException:
+        for run_id, lease in leases.items():
+            store.stop_run(run_id, "interrupted", lease)  # only runs this worker still holds
         raise
     for job in jobs:
-        store.finish_run(job.run_id, final_status(store.results(job.run_id)))
+        store.finish_run(job.run_id, final_status(store.results(job.run_id)), leases[job.run_id])
+
+
+def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionRequest]], leases: dict[int, str], *,
+           total: int, already: int, progress: ProgressFn | None) -> None:
+    tracker = Progress(total * len(jobs), progress, already=already * len(jobs))
+    named = {job.run_id: bool((store.get_run(job.run_id) or {}).get("model")) for job in jobs}
+    batched = {job.run_id: batch_results(job.target, [req for _, _, req in items]) for job in jobs
+               if hasattr(job.target, "decide_batch")}  # e.g. Batch Transform: one job, then ingested row by row
+    for i, (pos, case, req) in enumerate(items):
+        for job in jobs:
+            cold = is_cold(job.target)
+            res = batched[job.run_id][i] if job.run_id in batched else job.target.decide(req)
+            store.add_result(job.run_id, result_row(res, case, pos, cold), leases[job.run_id])
+            if res.ok and not named[job.run_id]:
+                store.set_run_model(job.run_id, model_identity(res, job.target))
+                named[job.run_id] = True
+            tracker.tick()
 
 
 def batch_results(target, requests: list[DecisionRequest]) -> list[TargetResult]:

@@ -74,8 +74,9 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-LEASE_SECONDS = 60.0  # a worker renews its lease with every result; a dead worker's lease runs out
-OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+LEASE_SECONDS = 60.0  # a worker renews its lease (runner: a heartbeat thread); a dead worker's runs out
+OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this process
+CREATED = f"{OWNER}:created"  # a run this process created and nobody has leased yet
 
 
 class StaleEdit(RuntimeError):
@@ -195,47 +196,71 @@ class Store:
                "policy": policy, "target_name": target["name"], "target": target, "model": "",
                "status": "running", "n_rows": n_rows, "created_at": now(), "finished_at": None,
                "pinned": 0, "note": note, "labeled_set_id": labeled_set_id, "config": config or {},
-               "lease_owner": OWNER, "lease_until": time.time() + LEASE_SECONDS}
+               "lease_owner": CREATED, "lease_until": time.time() + LEASE_SECONDS}
         with self.db() as db:
             return int(db.table("runs").insert(_encode(row)).last_pk or 0)
 
-    def take_lease(self, run_id: int) -> None:
-        """Claim a run for this process (atomically: two workers never score the same run), or
-        raise RunBusy naming who holds it."""
+    def take_lease(self, run_id: int) -> str:
+        """Claim a run for one worker (atomically: two workers - processes, or two pages of one
+        server - never score the same run) and return the lease token; or raise RunBusy naming who
+        holds it."""
+        token = f"{OWNER}:{uuid.uuid4().hex[:8]}"
         with self.db() as db:
             (owner, until), = db.execute("SELECT lease_owner, lease_until FROM runs WHERE id = ?", [run_id]).fetchall()
             stale = owner if owner and not _alive(owner) else "\x00"
             cur = db.execute("UPDATE runs SET lease_owner = ?, lease_until = ?, status = 'running' WHERE id = ? AND "
                              "(lease_owner IS NULL OR lease_owner IN (?, ?) OR lease_until IS NULL OR lease_until < ?)",
-                             [OWNER, time.time() + LEASE_SECONDS, run_id, OWNER, stale, time.time()])
+                             [token, time.time() + LEASE_SECONDS, run_id, CREATED, stale, time.time()])
             db.conn.commit()
             if cur.rowcount == 1:
-                return
-        raise RunBusy(f"run #{run_id} is being scored by another process ({owner}) for at least "
-                      f"{max(0, until - time.time()):.0f} s more: wait for it, or start a new run")
+                return token
+        who = "another page of this workbench" if (owner or "").startswith(OWNER) else f"another process ({owner})"
+        raise RunBusy(f"run #{run_id} is being scored by {who} for at least "
+                      f"{max(0, (until or 0) - time.time()):.0f} s more: wait for it, or start a new run")
 
-    def stop_run(self, run_id: int, status: str = "interrupted") -> None:
-        """Stopped before finishing: the status says so and the lease is given back."""
+    def renew_lease(self, run_id: int, lease: str) -> None:
+        """Still working: extend the lease; RunBusy when it was lost (expired and taken by another)."""
         with self.db() as db:
-            db.table("runs").update(run_id, {"status": status, "lease_owner": None, "lease_until": None})
+            cur = db.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ?",
+                             [time.time() + LEASE_SECONDS, run_id, lease])
+            db.conn.commit()
+        if cur.rowcount != 1:
+            raise RunBusy(f"run #{run_id} was taken over by another worker: this one stopped")
 
-    def add_result(self, run_id: int, row: dict[str, Any]) -> None:
+    def stop_run(self, run_id: int, status: str = "interrupted", lease: str | None = None) -> None:
+        """Stopped before finishing: the status says so and the lease is given back (with `lease`,
+        only while this worker still holds it)."""
+        self._end_run(run_id, {"status": status}, lease)
+
+    def _end_run(self, run_id: int, update: dict[str, Any], lease: str | None) -> None:
+        sets = ", ".join(f"{k} = ?" for k in update)
+        where, args = ("id = ? AND lease_owner = ?", [run_id, lease]) if lease else ("id = ?", [run_id])
+        with self.db() as db:
+            db.execute(f"UPDATE runs SET {sets}, lease_owner = NULL, lease_until = NULL WHERE {where}",
+                       [*update.values(), *args])
+            db.conn.commit()
+
+    def add_result(self, run_id: int, row: dict[str, Any], lease: str | None = None) -> None:
         """One result, written as it arrives; a row key already stored for this run is replaced
-        (INSERT OR REPLACE on the unique (run_id, row_key) index), so a resumed run never duplicates."""
+        (INSERT OR REPLACE on the unique (run_id, row_key) index), so a resumed run never duplicates.
+        With `lease`, the write happens only while this worker holds the run (else RunBusy)."""
         with self.db() as db:
+            if lease:
+                cur = db.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ?",
+                                 [time.time() + LEASE_SECONDS, run_id, lease])
+                if cur.rowcount != 1:
+                    db.conn.rollback()
+                    raise RunBusy(f"run #{run_id} was taken over by another worker: this one stopped")
             db.table("results").insert(_encode({**row, "run_id": run_id}), replace=True)
-            db.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ?",
-                       [time.time() + LEASE_SECONDS, run_id, OWNER])  # still alive: keep the run
             db.conn.commit()
 
     def set_run_model(self, run_id: int, model: str) -> None:
         with self.db() as db:
             db.table("runs").update(run_id, {"model": model})
 
-    def finish_run(self, run_id: int, status: str = "done") -> None:
+    def finish_run(self, run_id: int, status: str = "done", lease: str | None = None) -> None:
         """Final status, and the lease given back."""
-        with self.db() as db:
-            db.table("runs").update(run_id, {"status": status, "finished_at": now(), "lease_owner": None, "lease_until": None})
+        self._end_run(run_id, {"status": status, "finished_at": now()}, lease)
 
     def list_runs(self, kind: str | None = None) -> list[dict]:
         with self.db() as db:

@@ -17,6 +17,15 @@ sys.path.insert(0, str(ROOT))
 # Speed: the suite runs on the 135M fixture wherever the model's quality is not the point (also in
 # the servers and pages it starts). Tests of the shipped default unset this (test_default_model.py).
 os.environ["SEMIF_DEFAULT_MODEL"] = "smollm2"
+# Hermetic: the on-disk policy KV cache of this run only (never a previous run's or the user's), so a
+# local run behaves like CI's first one. Servers and pages started by tests inherit it.
+if "SM_SEMIF_KV_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["SM_SEMIF_KV_CACHE_DIR"] = tempfile.mkdtemp(prefix="semif-test-kv-")
+    atexit.register(shutil.rmtree, os.environ["SM_SEMIF_KV_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

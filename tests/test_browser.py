@@ -5,6 +5,7 @@ Screenshots go to $SEMIF_SCREENSHOTS (docs/ when refreshing the README's picture
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import expect
 
 from tests.conftest import ROOT, free_port, subset_file
 
@@ -221,13 +223,16 @@ def test_policies_form_and_json_never_lose_a_save(workbench, page):
     settle(page)
     page.get_by_role("tab", name="JSON").click()
     assert "keep these notes" not in page.get_by_label("Policy as JSON (the same saved policy as the form)").input_value()
+    version = int(re.search(r"Saved version (\d+)", page.get_by_text("Saved version").inner_text()).group(1))
     page.get_by_role("tab", name="Form").click()
     page.get_by_label("Notes").fill("keep these notes")
     page.get_by_role("button", name="Save policy").click()
     settle(page)
+    page.get_by_text(f"Saved version {version + 1}").wait_for()  # the rerun after the save has finished
     page.get_by_role("tab", name="JSON").click()
-    text = page.get_by_label("Policy as JSON (the same saved policy as the form)").input_value()
-    assert "keep these notes" in text  # rebuilt from the save
+    # rebuilt from the save (expect retries while the page settles; it fails if the notes never appear)
+    expect(page.get_by_label("Policy as JSON (the same saved policy as the form)")).to_have_value(
+        re.compile("keep these notes"), timeout=30_000)
     page.get_by_role("button", name="Apply JSON").click()
     settle(page)
     from app.store import Store

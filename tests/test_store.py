@@ -71,3 +71,44 @@ def test_single_baseline_pin(db):
     assert db.pinned_run()["id"] == b
     db.pin_run(None)
     assert db.pinned_run() is None
+
+
+def test_one_lease_per_worker_even_within_one_process(db):
+    """Two pages of one workbench server share a process: the second worker is refused, a lost lease
+    refuses writes, and the first worker's end gives the run back."""
+    from app.store import RunBusy
+
+    rid = db.create_run(kind="eval", policy={"id": "p"}, target={"name": "local"}, n_rows=2)
+    first = db.take_lease(rid)
+    with pytest.raises(RunBusy, match="another page of this workbench"):
+        db.take_lease(rid)
+    db.add_result(rid, _result("r1"), first)
+    with db.db() as conn:  # the lease runs out (a stalled worker) and another worker takes the run
+        conn.execute("UPDATE runs SET lease_until = 0 WHERE id = ?", [rid])
+        conn.conn.commit()
+    second = db.take_lease(rid)
+    with pytest.raises(RunBusy, match="taken over"):
+        db.add_result(rid, _result("r2", top="b"), first)
+    assert db.done_keys(rid) == {"r1"}  # nothing written by the worker that lost the run
+    db.stop_run(rid, "interrupted", first)  # the loser's cleanup leaves the new holder alone
+    assert db.get_run(rid)["status"] == "running"
+    db.finish_run(rid, "done", second)
+    assert db.get_run(rid)["status"] == "done"
+
+
+def test_heartbeat_keeps_a_busy_workers_lease(db):
+    """A worker busy for longer than the lease (a Batch Transform job, a model load) keeps its run."""
+    import time
+
+    from app.runner import Heartbeat
+    from app.store import LEASE_SECONDS
+
+    rid = db.create_run(kind="eval", policy={"id": "p"}, target={"name": "local"}, n_rows=1)
+    lease = db.take_lease(rid)
+    with db.db() as conn:
+        conn.execute("UPDATE runs SET lease_until = ? WHERE id = ?", [time.time() + 0.5, rid])
+        conn.conn.commit()
+    with Heartbeat(db, {rid: lease}, every=0.05):
+        time.sleep(0.6)
+        assert db.get_run(rid)["lease_until"] > time.time() + LEASE_SECONDS - 5
+    assert db.get_run(rid)["status"] == "running"

@@ -16,8 +16,9 @@ import threading
 import time
 from datetime import datetime, timezone
 from collections import OrderedDict, defaultdict
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import numpy as np
 
@@ -163,7 +164,7 @@ class Engine:
         self.prefixes = PrefixCache(self.info.sha256, f"{self.info.n_ctx}|{cfg.n_batch}|{cfg.n_gpu_layers}|"
                                     f"{llama_cpp.__version__}")
         self._cached: list[tuple[int, ...]] = []
-        self._label_cache: OrderedDict[tuple[str, str], tuple[int, ...]] = OrderedDict()
+        self._label_cache: OrderedDict[tuple[str, str, bool], tuple[int, ...]] = OrderedDict()
         self._priors: OrderedDict[str, np.ndarray] = OrderedDict()  # content-free priors, LRU
         self._restore = True  # may a first segment come from the on-disk KV cache (not on the fresh path)
 
@@ -202,21 +203,27 @@ class Engine:
         return segs
 
     def label_tokens(self, prompt: Prompt) -> list[tuple[int, ...]]:
-        """Token ids of each answer label as they follow this prompt's last characters."""
-        tail = prompt.segments[-1][-48:]
-        return [self._label_seq(tail, lab) for lab in prompt.labels]
+        """Token ids of each answer label as they follow this prompt's last characters. The tail is
+        the prompt's last piece: template markup (letters after an assistant header) is tokenized as
+        markup, plain text (option-words) as text - and so is the label, an option id a user chose:
+        an id like `<|im_end|>` is read as those characters, never as the control token."""
+        last_text, is_text = prompt.pieces[-1][-1] if prompt.pieces[-1] else ("", True)
+        return [self._label_seq(last_text[-48:], lab, markup=not is_text) for lab in prompt.labels]
 
-    def _label_seq(self, tail: str, label: str) -> tuple[int, ...]:
-        key = (tail, label)
+    def _label_seq(self, tail: str, label: str, markup: bool = False) -> tuple[int, ...]:
+        key = (tail, label, markup)
         if key in self._label_cache:
             self._label_cache.move_to_end(key)
         else:
-            base = self.llm.tokenize(tail.encode(), add_bos=False, special=True)
-            full = self.llm.tokenize((tail + label).encode(), add_bos=False, special=True)
-            if full[: len(base)] == base and len(full) > len(base):
+            base = self.llm.tokenize(tail.encode(), add_bos=False, special=markup)
+            full = self.llm.tokenize((tail + label).encode(), add_bos=False, special=markup)
+            plain = tuple(self.llm.tokenize(label.encode(), add_bos=False, special=False))
+            if markup and tuple(self.llm.tokenize(label.encode(), add_bos=False, special=True)) != plain:
+                seq = plain  # a label with control-token text after markup: its characters, on their own
+            elif full[: len(base)] == base and len(full) > len(base):
                 seq = tuple(full[len(base):])
             else:  # the label merged with the prompt's last token: read it on its own
-                seq = tuple(self.llm.tokenize(label.encode(), add_bos=False, special=True))
+                seq = plain
             self._label_cache[key] = seq
             while len(self._label_cache) > LABEL_CACHE_SIZE:
                 self._label_cache.popitem(last=False)
@@ -379,12 +386,14 @@ class Engine:
             j = i + 1
             head = prepared[i][0][:-1]
             if head:
+                n_head = sum(len(s) for s in head)
+                # one batch of suffixes, and all of them beside the prefix in the (unified) KV cache
                 while (j < len(prepared) and j - i < self.n_parallel - 1 and prepared[j][0][:-1] == head
-                       and sum(len(p[0][-1]) for p in prepared[i: j + 1]) <= self.llm.n_batch):
+                       and (n_suffixes := sum(len(p[0][-1]) for p in prepared[i: j + 1])) <= self.llm.n_batch
+                       and n_head + n_suffixes <= self.llm.n_ctx()):
                     j += 1
             if j - i > 1:
                 logits, cached, seconds = self._forward_parallel([p[0] for p in prepared[i:j]], budget)
-                n_head = sum(len(s) for s in head)
                 for k in range(i, j):  # the first pays for the prefix; the others reuse it
                     out.append(self._finish(prompts[k], *prepared[k], logits[k - i], cached if k == i else n_head,
                                             seconds / (j - i), budget))
@@ -496,8 +505,9 @@ class Engine:
             rendered.append(row_prompts)
         plans: list[tuple] = []
         prompts: list[Prompt] = []
-        for req, (readout, debias, orders), row_prompts in zip(rows, settings, rendered):
-            priors = [self.prior(req, readout, o, budget) for o in orders] if debias == "content-free" else None
+        for i, (req, (readout, debias, orders), row_prompts) in enumerate(zip(rows, settings, rendered)):
+            with _row(i):
+                priors = [self.prior(req, readout, o, budget) for o in orders] if debias == "content-free" else None
             plans.append((req, readout, debias, len(prompts), len(orders), priors))
             prompts += row_prompts
         if together:
@@ -509,7 +519,10 @@ class Engine:
             for i, r in zip(canon, self.evaluate([prompts[i] for i in canon], budget)):
                 runs[i] = r
         else:
-            runs = [r for _, _, _, at, n, _ in plans for r in self.evaluate(prompts[at: at + n], budget)]
+            runs = []
+            for i, (_, _, _, at, n, _) in enumerate(plans):
+                with _row(i):
+                    runs += self.evaluate(prompts[at: at + n], budget)
         seconds = (time.perf_counter() - t0) / max(1, len(rows))
         return [self._result(req, readout, debias, runs[at: at + n], priors, seconds)
                 for req, readout, debias, at, n, priors in plans]
@@ -556,6 +569,17 @@ class Engine:
     def score_shared(self, shared: SharedStateRequest, budget: Budget | None = None) -> list[DecisionResult]:
         """Many questions on one state: the state segment is evaluated once, the questions together."""
         return self.score_many(shared.rows(), budget=budget, together=True)
+
+
+@contextmanager
+def _row(i: int) -> Iterator[None]:
+    """A RequestError raised while scoring row i names that row (the server then names its loc)."""
+    try:
+        yield
+    except RequestError as exc:
+        if exc.row is None:
+            exc.row = i
+        raise
 
 
 def _quantization(desc: str, meta: dict) -> str:

@@ -44,6 +44,9 @@ async def read_raw(request, settings: AdapterSettings) -> bytes:
     return b"".join(chunks)
 
 
+GZIP_WBITS = 31  # zlib: a gzip header and trailer
+
+
 def decode(raw: bytes, encoding: str | None, cap: int) -> bytes:
     """Undo Content-Encoding (identity, gzip, deflate, zstd) without ever holding more than `cap`
     bytes of output (plus one bounded step)."""
@@ -51,7 +54,7 @@ def decode(raw: bytes, encoding: str | None, cap: int) -> bytes:
     if enc in ("", "identity"):
         return raw
     if enc in ("gzip", "x-gzip"):
-        return _inflate(raw, 31, cap, enc)
+        return _inflate(raw, GZIP_WBITS, cap, enc)
     if enc == "deflate":  # HTTP's deflate is zlib-wrapped; some clients send it raw
         try:
             return _inflate(raw, 15, cap, enc)
@@ -66,43 +69,54 @@ def decode(raw: bytes, encoding: str | None, cap: int) -> bytes:
 
 
 def _inflate(raw: bytes, wbits: int, cap: int, enc: str) -> bytes:
-    d = zlib.decompressobj(wbits)
+    """Inflate as a stream, stopping at `cap`. gzip may hold several members back to back (RFC 1952):
+    all are decoded, the cap counting them together; bytes after a deflate stream are an error."""
     out, size, data = [], 0, raw
-    try:
-        while True:
-            piece = d.decompress(data, INFLATE_STEP)
-            size += len(piece)
-            if size > cap:
-                raise too_large("the decompressed body", cap, "SM_SEMIF_MAX_DECODED_BYTES")
-            out.append(piece)
-            data = d.unconsumed_tail
-            if d.eof or (not data and not piece):
-                break
-    except zlib.error as exc:
-        raise HTTPProblem(400, "invalid_encoding", f"the body is not valid {enc} data ({exc})") from None
-    if not d.eof:
-        raise HTTPProblem(400, "invalid_encoding", f"the {enc} body is truncated: send the complete stream")
-    return b"".join(out)
+    while True:
+        d = zlib.decompressobj(wbits)
+        try:
+            while True:
+                piece = d.decompress(data, INFLATE_STEP)
+                size += len(piece)
+                if size > cap:
+                    raise too_large("the decompressed body", cap, "SM_SEMIF_MAX_DECODED_BYTES")
+                out.append(piece)
+                data = d.unconsumed_tail
+                if d.eof or (not data and not piece):
+                    break
+        except zlib.error as exc:
+            raise HTTPProblem(400, "invalid_encoding", f"the body is not valid {enc} data ({exc})") from None
+        if not d.eof:
+            raise HTTPProblem(400, "invalid_encoding", f"the {enc} body is truncated: send the complete stream")
+        data = d.unused_data
+        if not data:
+            return b"".join(out)
+        if wbits != GZIP_WBITS:
+            raise HTTPProblem(400, "invalid_encoding", f"{len(data)} bytes follow the end of the {enc} stream: "
+                              "send exactly one compressed stream")
 
 
 def _unzstd(raw: bytes, cap: int) -> bytes:
+    """Decompress zstd frames one after another (a body may hold several), stopping at `cap`."""
     import zstandard
 
-    d = zstandard.ZstdDecompressor().decompressobj()
-    out, size = [], 0
-    try:
-        for i in range(0, len(raw), ZSTD_SLICE):
-            piece = d.decompress(raw[i: i + ZSTD_SLICE])
-            size += len(piece)
-            if size > cap:
-                raise too_large("the decompressed body", cap, "SM_SEMIF_MAX_DECODED_BYTES")
-            out.append(piece)
-            if d.eof:
-                break
-    except zstandard.ZstdError as exc:
-        raise HTTPProblem(400, "invalid_encoding", f"the body is not valid zstd data ({exc})") from None
-    if not d.eof:
-        raise HTTPProblem(400, "invalid_encoding", "the zstd body is truncated: send the complete frame")
+    out, size, rest = [], 0, raw
+    while rest:
+        d = zstandard.ZstdDecompressor().decompressobj()
+        i = 0
+        try:
+            while i < len(rest) and not d.eof:
+                piece = d.decompress(rest[i: i + ZSTD_SLICE])
+                i += ZSTD_SLICE
+                size += len(piece)
+                if size > cap:
+                    raise too_large("the decompressed body", cap, "SM_SEMIF_MAX_DECODED_BYTES")
+                out.append(piece)
+        except zstandard.ZstdError as exc:
+            raise HTTPProblem(400, "invalid_encoding", f"the body is not valid zstd data ({exc})") from None
+        if not d.eof:
+            raise HTTPProblem(400, "invalid_encoding", "the zstd body is truncated: send the complete frame")
+        rest = d.unused_data + rest[i:]
     return b"".join(out)
 
 

@@ -201,7 +201,11 @@ def score_lines(engine, rows: list, errors: list[dict | None], budget: RequestBu
         try:
             scored = engine.score_many([rows[i][0] for i in todo], budget=budget)
         except RequestError as exc:
-            bad = todo.pop(exc.row or 0)
+            if exc.row is None:  # not pinned to one line (it never should be): every line gets it
+                for i in todo:
+                    errors[i] = line_error(rows[i][0].id, 422, errors_from(exc))
+                break
+            bad = todo.pop(exc.row)
             errors[bad] = line_error(rows[bad][0].id, 422, errors_from(exc))
             continue
         for i, r in zip(todo, scored):
@@ -316,9 +320,9 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
             engine = holder.get()
             while not engine.lock.acquire(timeout=0.1):  # queued: still stops on deadline or cancel
                 budget.check()
-            budget.working = True
             try:
-                budget.check()
+                budget.check()  # still queued: a deadline passed here is load (503), not this request's size
+                budget.working = True
                 return work(budget)
             finally:
                 engine.lock.release()

@@ -6,6 +6,7 @@ import streamlit as st
 from adapter.templates import list_templates
 
 from .engines import EnginePool
+from .safe_text import md
 from .target_registry import target_specs  # noqa: F401  (re-exported for pages)
 from .store import Store
 from .targets import LocalTarget, Target, build_target
@@ -29,21 +30,20 @@ def load_models(targets: list[Target]) -> None:
         ref = t.config.get("model") or None
         if not isinstance(t, LocalTarget) or pool.is_loaded(ref):
             continue
-        with st.status(f"Loading {pool.describe(ref)} for **{t.name}**…", expanded=False) as status:
+        with st.status(f"Loading {md(pool.describe(ref))} for **{md(t.name)}**…", expanded=False) as status:
             bar = st.empty()
             try:
                 def show(done: int, total: int) -> None:
                     bar.progress(done / total, text=f"assembling the model file: {done / 1e6:,.0f}/{total / 1e6:,.0f} MB")
 
                 pool.get(ref, progress=show)
-                status.update(label=f"Loaded {pool.describe(ref)}", state="complete")
+                status.update(label=f"Loaded {md(pool.describe(ref))}", state="complete")
             except Exception as exc:  # shown again as this target's error by the run
-                status.update(label=f"Could not load {pool.describe(ref)}: {exc}", state="error")
+                status.update(label=f"Could not load {md(pool.describe(ref))}: {md(exc)}", state="error")
 
 
 def chosen_targets(db: Store, names: list[str]) -> list[Target] | None:
     """The named targets, their local models loaded (with a status line); None after showing why not."""
-    from .safe_text import md
     from .targets import TargetError
 
     specs = {s["name"]: s for s in target_specs(db)}

@@ -34,7 +34,7 @@ def for_target(target: dict, request: dict | None) -> dict[str, str]:
         return {"bash": f"# the same engine as an HTTP server (port 8080):\n{serve}\n\n"
                         + _curl("http://127.0.0.1:8080/invocations", body)}
     if kind == "semif":
-        return {"bash": _curl(cfg["url"].rstrip("/") + "/invocations", body)}
+        return {"bash": _curl(cfg["url"].rstrip("/") + "/invocations", body, cfg.get("api_key_env") or None)}
     if kind == "sagemaker":
         region = cfg.get("region") or "us-east-1"
         cli = (f"aws sagemaker-runtime invoke-endpoint --region {region} --endpoint-name {cfg['endpoint_name']} "

@@ -131,6 +131,12 @@ def api_key(config: dict, secrets: dict | None) -> str | None:
     return (secrets or {}).get(env) or (os.environ.get(env) if env else None)
 
 
+def bearer(key: str | None) -> dict:
+    """The Authorization header of a URL target with a key (the adapter's SM_SEMIF_API_KEY, a
+    /v1/systemone server's or a chat server's)."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def _http_error(resp: httpx.Response) -> TargetError:
     try:
         body = resp.json()
@@ -170,19 +176,22 @@ def decision_from(data: Any, what: str) -> DecisionResult:
 
 
 class SemIfTarget(Target):
-    def __init__(self, name: str, config: dict):
+    def __init__(self, name: str, config: dict, secrets: dict | None = None):
         super().__init__(name, "semif", config)
         self.url = config["url"].rstrip("/")
         self.timeout = float(config.get("timeout", 60))
+        self.api_key = api_key(config, secrets)  # an adapter started with SM_SEMIF_API_KEY
 
     def _one(self, req):
         body = req.model_dump(exclude_none=True)
-        data = http_json("POST", self.url + "/invocations", body=body, timeout=self.timeout)
+        data = http_json("POST", self.url + "/invocations", body=body, headers=bearer(self.api_key), timeout=self.timeout)
         return body, data, decision_from(data, self.url)
 
     def test_connection(self) -> str:
-        data = http_json("GET", self.url + "/ping", timeout=5)
-        return f"{self.url} is up: {data.get('model', '') if isinstance(data, dict) else ''}"
+        """/info needs the key when the adapter has one (/ping never does), so this checks both."""
+        data = http_json("GET", self.url + "/info", headers=bearer(self.api_key), timeout=5)
+        model = (data.get("model") or {}).get("file", "") if isinstance(data, dict) else ""
+        return f"{self.url} is up: {model}"
 
 
 def aws_error(exc: Exception) -> TargetError:
@@ -248,14 +257,11 @@ class SystemOneTarget(Target):
         self.api_key = api_key(config, secrets)
         self.model = config.get("model") or "jev-latest"
 
-    def _headers(self) -> dict:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
     def _one(self, req):
         body = {"model": self.model, "state": req.state,
                 "questions": {"decision": {"type": "choice", "instructions": req.question,
                                            "criteria": {o.id: (o.description or None) for o in req.options}}}}
-        data = http_json("POST", self.url + "/v1/systemone", body=body, headers=self._headers(),
+        data = http_json("POST", self.url + "/v1/systemone", body=body, headers=bearer(self.api_key),
                          timeout=float(self.config.get("timeout", 120)))
         try:
             answer = data["answers"]["decision"]
@@ -270,7 +276,7 @@ class SystemOneTarget(Target):
         return body, data, result
 
     def test_connection(self) -> str:
-        data = http_json("GET", self.url + "/v1/models", headers=self._headers(), timeout=5)
+        data = http_json("GET", self.url + "/v1/models", headers=bearer(self.api_key), timeout=5)
         names = [m.get("name") for m in data.get("models", [])]
         if self.model not in names:
             raise TargetError(f"{self.url} is up but does not serve {self.model!r}; it serves {', '.join(map(str, names))}")
@@ -309,17 +315,14 @@ class ChatTarget(Target):
         self.model = config.get("model") or "default"
         self.max_tokens = int(config.get("max_tokens", 4))
 
-    def _headers(self) -> dict:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
     def _one(self, req):
         body = chat_body(req, self.model, self.max_tokens)
-        data = http_json("POST", self.url, body=body, headers=self._headers(), timeout=float(self.config.get("timeout", 120)))
+        data = http_json("POST", self.url, body=body, headers=bearer(self.api_key), timeout=float(self.config.get("timeout", 120)))
         return body, data, chat_result(req, data)
 
     def test_connection(self) -> str:
         base = self.url.rsplit("/chat/completions", 1)[0]
-        data = http_json("GET", base + "/models", headers=self._headers(), timeout=5)
+        data = http_json("GET", base + "/models", headers=bearer(self.api_key), timeout=5)
         models = [m.get("id") for m in data.get("data", [])]
         return f"{base} is up; models: {', '.join(map(str, models)) or 'none listed'}"
 
@@ -375,7 +378,7 @@ def build_target(spec: dict, engine_provider: Callable | None = None, secrets: d
                 raise TargetError("the local target needs an engine provider")
             return LocalTarget(name, cfg, engine_provider)
         if kind == "semif":
-            return SemIfTarget(name, cfg)
+            return SemIfTarget(name, cfg, secrets)
         if kind == "sagemaker":
             return SageMakerTarget(name, cfg)
         if kind == "chat":
@@ -417,7 +420,7 @@ def validate_target_spec(name: str, kind: str, config: dict) -> dict[str, str]:
         if ref not in SHIPPED and not (ref.endswith(".gguf") and os.path.isfile(os.path.expanduser(ref))):
             errors["model"] = (f"a shipped model ({', '.join(m for m in SHIPPED if SHIPPED[m].offered)}) or the path "
                                "of an existing .gguf file on this machine")
-    if kind in ("chat", "systemone") and config.get("api_key_env") and not re.fullmatch(r"[A-Z_][A-Z0-9_]*", config["api_key_env"]):
+    if kind in ("semif", "chat", "systemone") and config.get("api_key_env") and not re.fullmatch(r"[A-Z_][A-Z0-9_]*", config["api_key_env"]):
         errors["api_key_env"] = "the NAME of an environment variable holding the key (the key itself is never stored)"
     if kind not in KINDS:
         errors["kind"] = f"choose one of {', '.join(KINDS)}"

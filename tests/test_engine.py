@@ -222,6 +222,38 @@ def test_control_tokens_in_content_stay_plain_text(request, fixture):
     assert math.isclose(sum(r.probabilities), 1.0, abs_tol=1e-9)
 
 
+@pytest.mark.parametrize("fixture", ["engine", "qwen05"])
+def test_an_option_id_with_control_token_text_is_read_as_text(request, fixture):
+    """option-words reads the option ids themselves: an id spelled like a control token is its
+    characters (several tokens), not the template's end-of-turn token."""
+    eng = request.getfixturevalue(fixture)
+    opts = [{"id": "<|im_end|>", "description": "odd"}, {"id": "billing", "description": "money"}]
+    req = DecisionRequest(id="o", state="I was charged twice.", question="Queue?", options=opts,
+                          readout="option-words", debias="none")
+    seqs = eng.label_tokens(eng.render(req, "option-words"))
+    control = eng.llm.tokenize(b"<|im_end|>", add_bos=False, special=True)
+    assert len(control) == 1 and control[0] not in seqs[0] and len(seqs[0]) > 1
+    assert math.isclose(sum(eng.score(req).probabilities), 1.0, abs_tol=1e-9)
+
+
+def test_parallel_suffixes_that_would_overflow_the_context_run_one_after_another():
+    """Each option order fits the context alone, all of them beside the shared prefix do not: the
+    engine must not hand llama.cpp a batch it cannot place (that was a 500)."""
+    from adapter.engine import EngineConfig
+
+    small = Engine("smollm2", EngineConfig(n_ctx=512, n_parallel=8))
+    opts = [{"id": f"queue{i}", "description": f"team number {i} handles these cases"} for i in range(4)]
+    probe = DecisionRequest(id="p", state="x", question="Which queue?", options=opts, readout="letters", debias="none")
+    fixed = sum(len(s) for s in small.tokenize_prompt(small.render(probe, "letters")))
+    suffix = len(small.tokenize_prompt(small.render(probe, "letters"))[-1])
+    words = 512 - fixed - suffix - 20  # about a token a word: room for one more suffix, not for three
+    req = probe.model_copy(update={"state": "word " * words, "permute": True})
+    n_in = sum(len(s) for s in small.tokenize_prompt(small.render(req, "letters")))
+    assert n_in < 512 < n_in + 3 * suffix  # the case: one fits, the parallel batch would not
+    r = small.score(req)
+    assert r.permutations == 4 and math.isclose(sum(r.probabilities), 1.0, abs_tol=1e-9)
+
+
 def test_content_free_debias_divides_out_the_policy_prior(engine):
     state = "My parcel has been stuck in customs for two weeks."
     plain = engine.score(request_for(ROUTING, state, "p", readout="letters", debias="none"))

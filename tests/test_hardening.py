@@ -76,7 +76,22 @@ def test_truncated_and_corrupt_encodings_are_400_saying_so(limited):
     assert res.status_code == 400 and res.json()["detail"]["error_type"] == "invalid_encoding"
 
 
-def test_every_route_but_ping_needs_the_key():
+def test_several_gzip_members_or_zstd_frames_are_all_decoded(limited):
+    """A JSON-lines body compressed in pieces (several gzip members, several zstd frames) loses no line;
+    bytes after a zlib stream are refused, not dropped."""
+    lines = [json.dumps(routing_row(s, f"m{i}")).encode() + b"\n" for i, s in enumerate(["Lost parcel", "Refund"])]
+    z = zstandard.ZstdCompressor()
+    jl = {"content-type": "application/jsonlines"}
+    for enc, body in (("gzip", b"".join(gzip.compress(x) for x in lines)), ("zstd", b"".join(z.compress(x) for x in lines))):
+        res = httpx.post(limited.url + "/invocations", content=body, headers={**jl, "content-encoding": enc}, timeout=60)
+        assert res.status_code == 200, res.text
+        assert [json.loads(x)["id"] for x in res.text.splitlines()] == ["m0", "m1"]
+    res = httpx.post(limited.url + "/invocations", content=zlib.compress(lines[0]) + b"trailing",
+                     headers={**jl, "content-encoding": "deflate"})
+    assert res.status_code == 400 and res.json()["detail"]["error_type"] == "invalid_encoding"
+
+
+def test_every_route_but_ping_needs_the_key(monkeypatch):
     srv = serve({"SM_SEMIF_API_KEY": "s3cret"})
     try:
         routes = [("GET", "/info"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/v1/models"),
@@ -88,6 +103,18 @@ def test_every_route_but_ping_needs_the_key():
         key = {"authorization": "Bearer s3cret"}
         assert httpx.get(srv.url + "/openapi.json", headers=key).status_code == 200
         assert httpx.post(srv.url + "/invocations", json=routing_row("x"), headers=key).status_code == 200
+        # the workbench's adapter target sends the key named by api_key_env (never stored itself)
+        from adapter.schema import DecisionRequest
+        from app.targets import SemIfTarget, TargetError
+
+        monkeypatch.setenv("SEMIF_TEST_ADAPTER_KEY", "s3cret")
+        keyed = SemIfTarget("keyed", {"url": srv.url, "api_key_env": "SEMIF_TEST_ADAPTER_KEY"})
+        assert "is up" in keyed.test_connection()
+        assert keyed.decide(DecisionRequest.model_validate(routing_row("Lost parcel"))).ok
+        keyless = SemIfTarget("keyless", {"url": srv.url})
+        assert "HTTP 401" in (keyless.decide(DecisionRequest.model_validate(routing_row("x"))).error or "")
+        with pytest.raises(TargetError, match="HTTP 401"):
+            keyless.test_connection()
     finally:
         srv.stop()
 

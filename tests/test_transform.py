@@ -128,10 +128,11 @@ def test_runner_batches_like_sagemaker():
 # -- against moto's server and a real adapter process -------------------------------------------------------------
 @pytest.fixture(scope="module")
 def content_type(adapter_server) -> str:
-    """The Batch Transform contract when the adapter speaks it (GET /execution-parameters), else
-    JSON arrays (see tests/transform_runner.py)."""
-    speaks = httpx.get(adapter_server.url + "/execution-parameters", timeout=30).status_code == 200
-    return JSONLINES if speaks else "application/json"
+    """The Batch Transform contract the adapter speaks: asserted, so that losing it fails the tests
+    instead of quietly testing JSON arrays."""
+    params = httpx.get(adapter_server.url + "/execution-parameters", timeout=30)
+    assert params.status_code == 200 and params.json()["BatchStrategy"] == "MULTI_RECORD", params.text
+    return JSONLINES
 
 
 @pytest.fixture
@@ -234,8 +235,6 @@ def test_cli_transform_dry_run_and_run(aws_env, adapter_server, content_type, mo
 
 def test_a_bad_row_gets_an_error_line_in_its_place(aws_env, adapter_server, content_type, model_name, tmp_path):
     """The jsonlines contract: one error object in place of the bad row's result, the job completes."""
-    if content_type != JSONLINES:
-        pytest.skip("the adapter does not speak application/jsonlines yet (GET /execution-parameters is 404)")
     data = rows(3, start=20)
     data[1] = {**data[1], "options": data[1]["options"][:1]}  # one option: 422 for this row only
     ex = Executor(REGION, endpoint_url=aws_env, poll_seconds=0.02, timeouts=Timeouts(transform=300))

@@ -129,7 +129,7 @@ def export_section(db, run_id: int, cal: dict) -> None:
                 help="among the rows the gate lets through (the rest go to the fallback)")
     m[1].metric("Coverage", "n/a" if at["coverage"] is None else f"{at['coverage']:.1%}",
                 help=f"rows decided: {at['decided']} of {at['n']}")
-    m[2].metric("To the fallback", f"{at['gated']} rows", help=f"sent to {fallback}")
+    m[2].metric("To the fallback", f"{at['gated']} rows", help=f"sent to {md(fallback)}")
     chance = 1 / len(cal["option_ids"])
     m = st.columns(3)
     m[0].metric("Accuracy, all rows", f"{rep.accuracy:.1%}",

@@ -34,7 +34,7 @@ def render_results(db, gid: str) -> None:
         st.subheader("Accuracy against the labels")
         cols = st.columns(min(len(accuracy), 4))
         for col, (_, row) in zip(cols * 10, accuracy.iterrows()):
-            col.metric(str(row["target"]), f"{row['accuracy']:.1%}", help=f"{row['correct']} of {row['labeled']} labeled rows")
+            col.metric(md(row["target"]), f"{row['accuracy']:.1%}", help=f"{row['correct']} of {row['labeled']} labeled rows")
     st.subheader("Latency and cost")
     stats = analysis.latency_stats(df)
     stats = costs.with_costs(stats, {r["target_name"]: r["target"] for r in runs}, db)

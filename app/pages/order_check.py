@@ -91,8 +91,9 @@ def render() -> None:
     variant = c3.selectbox("Readout", [v for v in evaluation.VARIANTS if "permutation" not in v], key="oc_variant")
     negated = None
     if len(policy["options"]) == 2:
-        negated = st.text_input(f"Negated question (optional: checks P({policy['options'][0]['id']} | Q) + "
-                                f"P({policy['options'][0]['id']} | not Q) ≈ 1)", key="oc_negated") or None
+        first = md(policy["options"][0]["id"])
+        negated = st.text_input(f"Negated question (optional: checks P({first} | Q) + P({first} | not Q) ≈ 1)",
+                                key="oc_negated") or None
     per_state = len(policy["options"]) + (1 if negated else 0)
     if st.button(f"Run the order check ({per_state} calls per state)", type="primary", key="oc_run"):
         try:

@@ -65,6 +65,7 @@ def add_form(db, specs: list[dict]) -> None:
         if kind in ("chat", "systemone"):
             config["model"] = st.text_input("Model name sent in requests", "jev-latest" if kind == "systemone" else "default",
                                             key=f"tg_{kind}_model_{n}")
+        if kind in ("semif", "chat", "systemone"):
             config["api_key_env"] = st.text_input("Environment variable holding the API key (optional)", key=f"tg_key_env_{n}")
         if kind != "local":
             config["hourly_usd"] = st.text_input("Hourly price in USD (optional, for cost per 1,000 decisions)",

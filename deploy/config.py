@@ -30,7 +30,11 @@ NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 ROLE_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/\S+$")
-EXPECTED = {ROLE_RE.pattern: "arn:aws:iam::<12-digit account>:role/<role name>"}  # shown with a refused value
+EXPECTED = {ROLE_RE.pattern: "arn:aws:iam::<12-digit account>:role/<role name>",  # shown with a refused value
+            BUCKET_RE.pattern: "3-63 lower-case letters, digits, dots and hyphens, starting and ending with a "
+                               "letter or digit (e.g. my-semif-models)",
+            REGION_RE.pattern: "a region code such as us-east-1",
+            NAME_RE.pattern: "1-63 letters, digits and hyphens"}
 INSTANCE_RE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
 
 

@@ -101,6 +101,12 @@ def test_policy_form_validation_then_save_and_json_round_trip(db):
     at.button(key="pol_apply_escalation-check_v1").click().run()
     assert any("options" in e.value for e in at.error)
     assert db.get_policy("escalation-check")["question"] == "Human needed?"  # nothing saved was lost
+    # a field the JSON tab cannot show inline (readout) is still named, above both tabs
+    at.text_area(key="pol_json_escalation-check_v1").input(
+        '{"name": "x", "question": "q", "readout": "letter", "options": [{"id": "a"}, {"id": "b"}]}')
+    at.button(key="pol_apply_escalation-check_v1").click().run()
+    assert any("Not saved" in e.value and "readout" in e.value for e in at.error)
+    assert db.get_policy("escalation-check")["question"] == "Human needed?"
     at.button(key="pol_dup").click().run()
     assert {x["id"] for x in db.list_policies()} == {"escalation-check", "escalation-check-copy2"}
 
@@ -313,6 +319,9 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
     calls = frame_with(at, "call")["call"].tolist()
     assert calls[:3] == ["s3.PutObject", "ecr.CreateRepository", "codebuild.CreateProject"]
     assert "sagemaker.CreateEndpointConfig" in calls
+    at.radio(key="dep_compute").set_value("cpu").run()  # a plan for other settings is never confirmable
+    assert any("press **Plan** again" in w.value for w in at.warning) and "dep_go" not in [b.key for b in at.button]
+    at.radio(key="dep_compute").set_value("gpu").run()  # back to what was planned: the plan is valid again
     assert at.button(key="dep_go").disabled  # not before the acknowledgement
     at.checkbox(key="dep_ack").check().run()
     at.button(key="dep_go").click().run()

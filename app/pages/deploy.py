@@ -24,6 +24,10 @@ from deploy.pricing import cost_per_1000, hint
 from deploy.validate import validate_plan
 
 WORK = Path(tempfile.gettempdir()) / "semif-deploy"
+FIELD_LABELS = {"bucket": "S3 bucket", "role_arn": "SageMaker execution role ARN", "codebuild_role_arn":
+                "CodeBuild service role ARN", "instance_type": "CPU instance type", "pools": "GPU instance pool",
+                "model_path": "Model GGUF", "policy_path": "Calibrated policy", "region": "Region",
+                "autoscale_max": "Autoscaling", "decisions_per_second": "Measured decisions/s"}
 NO_POLICY = 0
 UPLOAD = -1
 
@@ -62,7 +66,8 @@ def policy_picker(db) -> tuple[str, str]:
     return str(path), config["model"]["file"]
 
 
-def plan_form(db) -> None:
+def plan_form(db) -> tuple:
+    """The plan inputs; returns the ones outside the form (a change there makes a shown plan stale)."""
     c1, c2, c3 = st.columns(3)
     serving = c1.radio("Serving path", SERVINGS, index=SERVINGS.index("semif"), horizontal=True, key="dep_path",
                        format_func={"textgen": "llama.cpp DLC (chat completions)", "semif": "SemIf adapter image"}.get)
@@ -92,8 +97,9 @@ def plan_form(db) -> None:
         scale_max = c1.number_input("Autoscaling: at most N instances (1 = no autoscaling)", 1, 20, 1, key="dep_scale_max")
         dps = c2.text_input("Measured decisions/s per instance (empty = the instance family's default)", key="dep_dps")
         planned = st.form_submit_button("Plan", type="primary")
+    outside = (serving, compute, region, policy_path)
     if not planned:
-        return
+        return outside
     ref = model.strip() or shipped.get(calibrated_on, "")
     try:
         from adapter.models import resolve_model
@@ -104,14 +110,18 @@ def plan_form(db) -> None:
                                 "codebuild_role_arn": cb_role, "instance_type": cpu_type,
                                 "pools": pools.to_dict("records"),
                                 "autoscale_max": scale_max if scale_max > 1 else "", "decisions_per_second": dps})
-        with st.spinner("Packaging the model (local; its checksum goes into the plan)…"):
+        with st.spinner(f"Packaging the model into {WORK} (local; its checksum goes into the plan)…"):
             pkg = build_package(cfg, WORK)
         st.session_state["dep_cfg"], st.session_state["dep_pkg"] = cfg.to_dict(), asdict(pkg)
+        st.session_state["dep_planned_for"] = outside
     except FormErrors as exc:
+        st.session_state.pop("dep_cfg", None)  # no plan from earlier settings stays confirmable
         for field, msg in exc.errors.items():
-            st.error(f"**{field}**: {md(msg)}")
+            st.error(f"**{FIELD_LABELS.get(field, field)}**: {md(msg)}")
     except (ValueError, OSError) as exc:
+        st.session_state.pop("dep_cfg", None)
         st.error(f"**Model**: cannot package it: {md(exc)}")
+    return outside
 
 
 def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
@@ -211,9 +221,13 @@ def render() -> None:
     if endpoint_url:
         st.info(f"AWS calls go to **{endpoint_url}** (SEMIF_AWS_ENDPOINT_URL), not to AWS.")
     st.caption("Credentials come from the normal AWS chain (AWS_PROFILE, environment, SSO); none are stored here.")
-    plan_form(db)
+    outside = plan_form(db)
     if st.session_state.get("dep_cfg"):
-        plan_and_confirm(db, endpoint_url, runtime_url, poll)
+        if st.session_state.get("dep_planned_for") != outside:
+            st.warning("The serving path, compute, region or calibrated policy changed since the last plan: "
+                       "press **Plan** again to see (and confirm) the plan for these settings.")
+        else:
+            plan_and_confirm(db, endpoint_url, runtime_url, poll)
     deployments(db, endpoint_url, poll)
 
 

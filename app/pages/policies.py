@@ -68,6 +68,9 @@ def render() -> None:
         if name in errors:
             st.error(f"**{name}**: {md(errors[name])}")
 
+    if errors:  # above both tabs: an error from the JSON tab may name a field only the Form shows, and back
+        st.error("**Not saved** - fix these, then save again:\n\n"
+                 + "\n".join(f"- **{md(k)}**: {md(v)}" for k, v in errors.items()))
     form_tab, json_tab = st.tabs(["Form", "JSON"])
     with form_tab:
         with st.form(f"pol_form_{view}"):

@@ -122,12 +122,14 @@ def disagreements(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def diff_runs(baseline: list[dict], other: list[dict]) -> pd.DataFrame:
-    """Per row present in both runs (matched by row key): top option change and probability shift."""
+    """Per row present in both runs - the same row key *and* the same state (Playground runs all use
+    the key "playground": two of them are the same row only when they decided the same state) -
+    top option change and probability shift."""
     base = {r["row_key"]: r for r in baseline if r.get("probabilities")}
     rows = []
     for r in other:
         b = base.get(r["row_key"])
-        if b is None or not r.get("probabilities"):
+        if b is None or not r.get("probabilities") or b.get("state") != r.get("state"):
             continue
         pb = dict(zip(b["option_ids"], b["probabilities"]))
         po = dict(zip(r["option_ids"], r["probabilities"]))

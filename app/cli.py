@@ -140,6 +140,13 @@ def bench(args) -> int:
     policy = resolve_policy(store, args.policy)
     path = Path(args.states)
     rows = rows_from_upload(path.name, path.read_bytes())
+    options = {o["id"] for o in policy["options"]}
+    foreign = [r for r in rows if r.label is not None and r.label not in options]
+    if foreign:  # latency is the point here: keep the states, count accuracy only where it can be right
+        print(f"{len(foreign)} of {len(rows)} labels are not options of {policy['id']}: those rows count for "
+              "latency, not accuracy", file=sys.stderr)
+        for r in foreign:
+            r.label = None
     if args.limit:
         step = max(1, len(rows) // args.limit)  # evenly spaced: every label keeps its share
         rows = rows[::step][: args.limit]

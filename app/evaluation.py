@@ -230,16 +230,19 @@ def decide_gate(cal: dict, manual: float | None = None) -> GateDecision:
     is reachable on enough rows, a hand-set one when given, else 1.0 (everything to the fallback)."""
     rep, gate, target = cal["report"], cal["gate"], cal["target_accuracy"]
     notes = []
-    if rep.size_flag == "too-small":
-        notes.append(f"no gate recommended: only {rep.n} labeled rows (< {calibration.SMALL})")
-    elif rep.size_flag == "provisional":
+    if rep.size_flag == "provisional":
         notes.append(f"{rep.n} labeled rows: treat the gate as provisional (< {calibration.PROVISIONAL})")
     if calibration.at_upper_bound(rep.temperature):
         notes.append(f"the temperature hit its upper bound ({calibration.T_MAX:g}): these probabilities carry almost "
                      "no information about correctness")
+    too_few = (f"no gate recommended: only {rep.n} labeled rows were scored (at least {calibration.SMALL} are "
+               "needed; a set's train split is never scored) - evaluate a larger set")
     if manual is not None:
-        return GateDecision(float(manual), "hand-set", notes)
-    if gate.reachable and rep.size_flag != "too-small":
+        return GateDecision(float(manual), "hand-set", ([too_few] if rep.size_flag == "too-small" else []) + notes)
+    if rep.size_flag == "too-small":  # the row count is the reason, whatever the target accuracy
+        return GateDecision(1.0, "unreachable", [too_few + "; the exported policy sends every case to the fallback",
+                                                 *notes])
+    if gate.reachable:
         notes.insert(0, f"gate for {target:.0%}: confidence >= {gate.threshold:.3f}; held-out accuracy "
                         f"{gate.holdout_accuracy:.1%} at coverage {gate.holdout_coverage:.1%} "
                         f"({gate.holdout_accepted}/{gate.holdout_n} held-out rows decided)")

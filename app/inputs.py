@@ -66,8 +66,9 @@ def read_records(filename: str, data: bytes, problems: list[str], required: str 
     return records
 
 
-def rows_from_upload(filename: str, data: bytes) -> list[Case]:
-    """CSV (header with `state`, optional `id`, `label`) or JSONL ({"state", "id"?, "label"?})."""
+def rows_from_upload(filename: str, data: bytes, option_ids: list[str] | None = None) -> list[Case]:
+    """CSV (header with `state`, optional `id`, `label`) or JSONL ({"state", "id"?, "label"?}). With
+    `option_ids`, a label that is not one of them is refused (it could never be answered right)."""
     problems: list[str] = []
     records = read_records(filename, data, problems)
     rows, seen = [], set()
@@ -81,8 +82,11 @@ def rows_from_upload(filename: str, data: bytes) -> list[Case]:
             problems.append(f"row {n}, column id: duplicate id {key!r}")
             continue
         seen.add(key)
-        label = rec.get("label")
-        rows.append(Case(key, state, str(label).strip() if label not in (None, "") else None))
+        label = str(rec["label"]).strip() if rec.get("label") not in (None, "") else None
+        if label is not None and option_ids is not None and label not in option_ids:
+            problems.append(f"row {n}, column label: {label!r} is not an option of the policy ({', '.join(option_ids)})")
+            continue
+        rows.append(Case(key, state, label))
     if problems:
         raise InputError(problems)
     if not rows:

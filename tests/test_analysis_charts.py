@@ -49,6 +49,8 @@ def test_diff_runs_reports_changes_and_shifts():
     d = analysis.diff_runs(base, other)
     assert list(d["row_key"]) == ["x"]
     assert bool(d.loc[0, "changed"]) and d.loc[0, "max_shift"] == pytest.approx(0.5)
+    # same key, another state (two Playground runs): not the same row
+    assert analysis.diff_runs(base, [{**other[0], "state": "another ticket"}]).empty
 
 
 def test_probability_bars_figure():

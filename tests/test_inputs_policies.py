@@ -15,6 +15,11 @@ def test_csv_and_jsonl_uploads():
     rows = rows_from_upload("s.jsonl", b'{"state": {"ticket": "x"}}\n\n{"state": "y", "id": "k"}\n')
     assert [r.key for r in rows] == ["row-1", "k"] and rows[0].state == {"ticket": "x"}
     assert [r.state for r in rows_from_text("a\n\n b \n")] == ["a", "b"]
+    # with the policy's options, a label that could never be answered right is refused by row
+    with pytest.raises(InputError) as exc:
+        rows_from_upload("s.csv", b"state,label\nx,Billing \ny,acess\n", ["access", "billing"])
+    assert exc.value.problems == ["row 2, column label: 'Billing' is not an option of the policy (access, billing)",
+                                  "row 3, column label: 'acess' is not an option of the policy (access, billing)"]
 
 
 @pytest.mark.parametrize("name,data,expected", [

@@ -25,7 +25,11 @@ def readout_rows(db_path: str, versions: tuple) -> list[dict]:
     return evaluation.readout_table(db, [db.get_run(rid) for rid, _ in versions])
 
 
-def sets_section(db, policies: dict) -> None:
+def sets_section(db, policies: dict, for_policy: str) -> None:
+    """Import shipped sets or an upload; an upload's labels default to the options of the policy
+    being calibrated (`for_policy`)."""
+    if st.session_state.get("cal_up_for") != for_policy:  # follow the Policy picker until changed here
+        st.session_state["cal_up_policy"] = st.session_state["cal_up_for"] = for_policy
     uploading = st.session_state.get("cal_upload") is not None
     # a stable key: the expander keeps the state the user gave it when the sets change underneath
     with st.expander("Labeled sets", expanded=not db.list_labeled_sets() or uploading, key="cal_sets_box"):
@@ -56,12 +60,18 @@ def sets_section(db, policies: dict) -> None:
                          hide_index=True)
 
 
+def current_policy(policies: dict, sets: dict) -> str:
+    """The policy being calibrated: the one picked, else the first that has a labeled set."""
+    if st.session_state.get("cal_policy") not in policies:
+        with_sets = [p for p in policies if any(s["policy_id"] == p for s in sets.values())]
+        st.session_state["cal_policy"] = (with_sets or list(policies))[0]
+    return st.session_state["cal_policy"]
+
+
 def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     st.subheader("Evaluate")
     c1, c2 = st.columns(2)
-    with_sets = [p for p in policies if any(s["policy_id"] == p for s in sets.values())]
-    if st.session_state.get("cal_policy") not in policies:  # start on a policy that has a labeled set
-        st.session_state["cal_policy"] = (with_sets or list(policies))[0]
+    current_policy(policies, sets)
     pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policies[i]["name"], key="cal_policy")
     matching = [s["id"] for s in sets.values() if s["policy_id"] == pid]  # made for this policy first
     others = [s["id"] for s in sets.values() if s["id"] not in matching]
@@ -175,7 +185,7 @@ def render() -> None:
     if not policies:
         st.info("No policies yet: load the examples on the Playground page first.")
         return
-    sets_section(db, policies)
+    sets_section(db, policies, current_policy(policies, {s["id"]: s for s in db.list_labeled_sets()}))
     sets = {s["id"]: s for s in db.list_labeled_sets()}
     if not sets:
         st.info("Import a labeled set to start (the shipped ones cover ticket routing, refund check, incident "

@@ -9,10 +9,13 @@ from app.runner import progress_text, run_policy
 from app.safe_text import md
 
 
-def parse_input(pasted: str, upload):
-    """The cases to run, or None after showing why the upload was rejected."""
+def parse_input(pasted: str, upload, policy: dict):
+    """The cases to run, or None after showing why the upload was rejected (labels must be the
+    policy's option ids, as on Calibrate)."""
     try:
-        return rows_from_upload(upload.name, upload.getvalue()) if upload is not None else rows_from_text(pasted)
+        if upload is not None:
+            return rows_from_upload(upload.name, upload.getvalue(), [o["id"] for o in policy["options"]])
+        return rows_from_text(pasted)
     except InputError as exc:
         st.error("**Upload** rejected, nothing was run:\n\n" + "\n".join(f"- {md(p)}" for p in exc.problems[:20]))
         return None
@@ -85,7 +88,7 @@ def render() -> None:
         upload = st.file_uploader("CSV with a `state` column (optional `id`, `label` for accuracy), or JSONL "
                                   "objects", type=["csv", "jsonl", "tsv"], key="cmp_upload")
         if upload is not None:
-            preview = parse_input("", upload)
+            preview = parse_input("", upload, policy)
             if preview:
                 labeled = sum(1 for c in preview if c.label)
                 st.success(f"{len(preview)} states parsed" + (f", {labeled} with a label" if labeled else ""))
@@ -94,7 +97,7 @@ def render() -> None:
     names = [s["name"] for s in resources.target_specs(db)]
     chosen = st.multiselect("Targets", names, default=names[:1], key="cmp_targets")
     if st.button("Run comparison", type="primary", key="cmp_run"):
-        cases = parse_input(pasted, upload)
+        cases = parse_input(pasted, upload, policy)
         if cases is not None and not cases:
             st.error("**States**: paste at least one line or upload a file.")
         elif cases and not chosen:

@@ -77,7 +77,7 @@ def render() -> None:
         st.subheader(f"Against baseline #{baseline['id']} ({md(baseline['target_name'])}, {baseline['created_at'][:16]})")
         diff = analysis.diff_runs(db.results(baseline["id"]), results)
         if diff.empty:
-            st.caption("No rows in common with the baseline (rows are matched by their id).")
+            st.caption("No rows in common with the baseline (rows are matched by their id and state).")
         else:
             st.metric("Top option changed", f"{int(diff['changed'].sum())} of {len(diff)} rows")
             st.plotly_chart(charts.shift_bars(diff), key="hist_shift")

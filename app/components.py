@@ -54,7 +54,7 @@ def show_group_results(db: Store, group_id: str, key: str) -> None:
             answered[r["target_name"]] = res0
     shown = first[runs[0]["id"]]
     if shown is not None:
-        st.caption(f"Result for the state: *{md(_short(shown['state']))}*")
+        st.caption("Result for the state: " + md(_short(shown["state"])))
     tops = {t: res["top_option"] for t, res in answered.items()}
     if len(tops) > 1:
         if len(set(tops.values())) > 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from typing import Any
 
 from .runner import Case
 
@@ -92,3 +93,21 @@ def rows_from_upload(filename: str, data: bytes, option_ids: list[str] | None = 
     if not rows:
         raise InputError(["the file has no rows"])
     return rows
+
+
+def state_from_file(filename: str, data: bytes) -> Any:
+    """An uploaded state: a .json file is parsed, so an object or array reaches the model the way the
+    adapter renders object states (indented JSON); any other file is its text."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError([f"{filename}: not UTF-8 text - save it as UTF-8"]) from None
+    if not filename.lower().endswith(".json"):
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InputError([f"{filename}: not valid JSON ({exc}) - fix it, or upload it as .txt to send it as text"]) from None
+    if is_empty_state(value):
+        raise InputError([f"{filename}: the JSON is empty - a state needs content"])
+    return value if isinstance(value, (dict, list)) else str(value)

@@ -19,7 +19,7 @@ from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
 from .store import LEASE_SECONDS, RunBusy, RunStatus, Store
-from .targets import Target, TargetResult
+from .targets import LocalTarget, Target, TargetResult
 
 ProgressFn = Callable[[int, int, "float | None"], None]
 
@@ -59,12 +59,18 @@ def progress_text(done: int, total: int, eta: float | None, unit: str = "calls")
     return f"{done}/{total} {unit}{left}"
 
 
-_WARM: set[str] = set()  # targets that have answered once in this process: their later calls are warm
+_WARM: set[str] = set()  # (target, policy) pairs that have answered once in this process
 
 
-def is_cold(target: Target) -> bool:
-    """True for a target's first call in this process (it pays for model loads, connections, caches)."""
-    key = json.dumps(target.describe(), sort_keys=True, default=str)
+def is_cold(target: Target, req: DecisionRequest) -> bool:
+    """True for the first call of a target (for a local one: of the model instance now loaded, so a
+    reload after eviction is cold again) on a policy: it pays for model loads, connections and the
+    policy's own first work (its prompt prefix, its content-free prior), which later calls reuse."""
+    ident = dict(target.describe())
+    if isinstance(target, LocalTarget):
+        ident["engine"] = id(target.engine())
+    policy = [req.question, [o.id for o in req.options], req.readout, req.debias, req.permute, len(req.examples)]
+    key = json.dumps([ident, policy], sort_keys=True, default=str)
     if key in _WARM:
         return False
     _WARM.add(key)
@@ -154,7 +160,7 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
                if hasattr(job.target, "decide_batch")}  # e.g. Batch Transform: one job, then ingested row by row
     for i, (pos, case, req) in enumerate(items):
         for job in jobs:
-            cold = is_cold(job.target)
+            cold = is_cold(job.target, req)
             res = batched[job.run_id][i] if job.run_id in batched else job.target.decide(req)
             store.add_result(job.run_id, result_row(res, case, pos, cold), leases[job.run_id])
             if res.ok and not named[job.run_id]:

@@ -60,6 +60,11 @@ def test_first_start_teaches_then_runs_and_saves(db):
     assert len(at.get("plotly_chart")) == 1
     assert any("recent warm calls" in c.value or "(warm)" in c.value for c in at.caption)
     assert any(c.language == "bash" and "/invocations" in c.value for c in at.code)  # cURL to run it yourself
+    # an uploaded .json state is an object state, as the adapter renders it (not its text)
+    at.file_uploader(key="pg_upload").set_value(("ticket.json", b'{"ticket": "locked out", "tier": 2}',
+                                                 "application/json")).run()
+    at.button(key="pg_run").click().run()
+    assert not at.exception and db.results(db.list_runs()[0]["id"])[0]["state"] == {"ticket": "locked out", "tier": 2}
     assert at.expander[1].proto.expanded is False and at.json[0].proto.expanded  # raw JSON opens expanded
 
 

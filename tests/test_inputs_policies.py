@@ -55,3 +55,15 @@ def test_policy_json_round_trips_with_templates():
     assert clean["id"] == "my-routing-policy"
     assert json.loads(policy_json(clean))["id"] == "my-routing-policy"
     assert "json" in parse_policy_json("{not json")[1]
+
+
+def test_a_json_state_file_is_an_object_state():
+    from app.inputs import state_from_file
+
+    assert state_from_file("t.json", b'{"ticket": "locked out", "tier": 2}') == {"ticket": "locked out", "tier": 2}
+    assert state_from_file("t.txt", b'{"not": "parsed"}') == '{"not": "parsed"}'  # text stays text
+    assert state_from_file("t.json", b'"just text"') == "just text"
+    with pytest.raises(InputError, match="not valid JSON .* upload it as .txt"):
+        state_from_file("t.json", b'{"ticket": ')
+    with pytest.raises(InputError, match="empty"):
+        state_from_file("t.json", b"{}")

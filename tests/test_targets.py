@@ -96,3 +96,20 @@ def test_chat_key_comes_from_env_never_config(monkeypatch):
     monkeypatch.setenv("WB_TEST_KEY", "secret-value")
     t = ChatTarget("c", {"url": "http://127.0.0.1:1", "api_key_env": "WB_TEST_KEY"})
     assert t.api_key == "secret-value" and "secret-value" not in str(t.describe())
+
+
+def test_first_call_per_policy_and_per_loaded_model_is_cold():
+    """'warm' latency must not hide a new policy's first pass (prompt prefix, content-free prior) or
+    a model reloaded after eviction."""
+    from adapter.templates import load_template, request_for
+    from app.runner import is_cold
+
+    models = [object()]  # what the pool hands out; a reload is a new object
+    target = LocalTarget("local-x", {"model": "smollm2"}, lambda model: models[0])
+    routing = request_for(load_template("ticket-routing"), "Charged twice", "a")
+    refund = request_for(load_template("refund-check"), "Charged twice", "b")
+    assert is_cold(target, routing) and not is_cold(target, routing)
+    assert not is_cold(target, routing.model_copy(update={"state": "another state"}))  # same policy: warm
+    assert is_cold(target, refund)  # a new policy
+    models[0] = object()  # evicted and loaded again
+    assert is_cold(target, routing)

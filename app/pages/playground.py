@@ -1,15 +1,18 @@
 """Playground: one policy, one state, one or more targets - the probabilities side by side."""
+import json
+
 import streamlit as st
 
 from app import resources
 from app.components import glossary, policy_picker, show_group_results
+from app.inputs import InputError, is_empty_state, state_from_file
 from app.runner import Case, run_policy
 from app.safe_text import md
 
 FIRST_STATE = "I reset my password an hour ago and now I cannot log in at all. The login page says my account is locked."
 
 
-def run(db, policy: dict, state: str, names: list[str], overrides: dict) -> None:
+def run(db, policy: dict, state: object, names: list[str], overrides: dict) -> None:
     """Score the state on the chosen targets (models load first, with a status line) and remember
     the run and the state that produced it."""
     targets = resources.chosen_targets(db, names)
@@ -19,7 +22,8 @@ def run(db, policy: dict, state: str, names: list[str], overrides: dict) -> None
     group, _ = run_policy(db, policy, [Case("playground", state)], targets, kind="playground", overrides=overrides,
                           progress=lambda d, t, e: bar.progress(d / t, text=f"{d}/{t} targets answered"))
     bar.empty()
-    st.session_state["pg_group"], st.session_state["pg_last_state"] = group, state
+    st.session_state["pg_group"] = group
+    st.session_state["pg_last_state"] = state if isinstance(state, str) else json.dumps(state, indent=2, ensure_ascii=False)
 
 
 def welcome(db) -> None:
@@ -63,8 +67,12 @@ def render() -> None:
                                "pass per policy, cached). Permutation averaging costs one pass per option order.")
     permute = c3.checkbox("Average over option orders", key="pg_permute")
     if st.button("Run", type="primary", key="pg_run"):
-        text = upload.getvalue().decode("utf-8", "replace") if upload is not None else state
-        if not text.strip():
+        try:  # an uploaded .json file is an object state (rendered as the adapter renders it)
+            text = state_from_file(upload.name, upload.getvalue()) if upload is not None else state
+        except InputError as exc:
+            st.error(f"**State file**: {md(exc.problems[0])}")
+            return
+        if is_empty_state(text):
             st.error("**State** is empty: paste a ticket or log, or upload a file.")
         elif not chosen:
             st.error("**Targets**: pick at least one target.")

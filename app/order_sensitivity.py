@@ -113,19 +113,24 @@ def analyse(results: list[dict], option_ids: list[str], yes: str | None = None) 
                 sums.append(p_q + p_not)
         if sums:
             negation = {"n": len(sums), "mean_sum": float(np.mean(sums)), "mean_abs_gap": float(np.mean(np.abs(np.array(sums) - 1)))}
-    return Report(len(per_state), n, flip, positions, shifts, per_state, negation, verdict(flip, positions, negation))
+    return Report(len(per_state), n, flip, positions, shifts, per_state, negation, verdict(flip, positions, negation, len(per_state)))
 
 
-def verdict(flip: float, positions: pd.DataFrame, negation: dict | None) -> str:
-    """A plain-language reading of the numbers, with what to do about them."""
+FEW_STATES = 20  # below this, the verdict says it is a first look
+
+
+def verdict(flip: float, positions: pd.DataFrame, negation: dict | None, n_states: int | None = None) -> str:
+    """A plain-language reading of the numbers, with what to do about them - and how many states
+    they rest on (a verdict from 3 states is a hint, not a measurement)."""
     total = positions["chosen"].sum()
     favourite = positions.loc[positions["chosen"].idxmax()] if total else None
     parts = []
+    of = f" of {n_states} states" if n_states is not None else " of cases"
     if flip >= 0.1:
-        parts.append(f"Order changes the answer in {flip:.0%} of cases: use permutation averaging or the content-free "
+        parts.append(f"Order changes the answer in {flip:.0%}{of}: use permutation averaging or the content-free "
                      "debias for this policy (compare them on a labeled set).")
     else:
-        parts.append(f"Order rarely changes the answer ({flip:.0%} of cases).")
+        parts.append(f"Order rarely changes the answer ({flip:.0%}{of}).")
     if favourite is not None and favourite["chosen"] / total > 1.5 / len(positions):
         parts.append(f"The model prefers position {favourite['position']}: it chose it {favourite['chosen'] / total:.0%} "
                      f"of the time (an unbiased model: {1 / len(positions):.0%}).")
@@ -134,4 +139,6 @@ def verdict(flip: float, positions: pd.DataFrame, negation: dict | None) -> str:
         parts.append(f"P(yes | question) + P(yes | negated question) averages {negation['mean_sum']:.2f} "
                      + ("(close to 1: consistent)." if gap < 0.15 else f"(off by {gap:.2f} on average: the model does not "
                                                                        "read the negation reliably)."))
+    if n_states is not None and n_states < FEW_STATES:
+        parts.append(f"Only {n_states} states: a first look - run the check on a labeled set for a measurement.")
     return " ".join(parts)

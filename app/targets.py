@@ -157,6 +157,9 @@ def http_json(method: str, url: str, *, body: Any = None, headers: dict | None =
     say what went wrong (unreachable, an HTTP error with the server's own message, not JSON)."""
     try:
         resp = httpx.request(method, url, json=body, headers=headers, timeout=timeout)
+    except httpx.ConnectError as exc:
+        raise TargetError(f"cannot reach {url}: {exc} - is the server running there and the URL right? "
+                          "(a SemIf adapter starts with `make adapter`, port 8080)") from None
     except httpx.HTTPError as exc:
         raise TargetError(f"cannot reach {url}: {exc}") from None
     if resp.status_code != 200:

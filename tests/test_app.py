@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -329,6 +330,9 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
     at.radio(key="dep_compute").set_value("cpu").run()  # a plan for other settings is never confirmable
     assert any("press **Plan** again" in w.value for w in at.warning) and "dep_go" not in [b.key for b in at.button]
     at.radio(key="dep_compute").set_value("gpu").run()  # back to what was planned: the plan is valid again
+    first_pkg = Path(at.session_state["dep_pkg"]["model_file"])
+    at.button(key="FormSubmitter:dep_form-Plan").click().run()  # planned again: the unconfirmed package goes
+    assert not first_pkg.exists() and Path(at.session_state["dep_pkg"]["model_file"]).exists()
     assert at.button(key="dep_go").disabled  # not before the acknowledgement
     at.checkbox(key="dep_ack").check().run()
     at.button(key="dep_go").click().run()
@@ -385,4 +389,5 @@ def test_order_check_rotates_options_and_reports_a_verdict(db):
     verdict = (at.warning or at.success)[0].value
     assert ("Order changes the answer" in verdict) == (rate >= 0.1)
     assert "negated question\\) averages" in verdict  # P(yes | Q) + P(yes | not Q), escaped markdown
+    assert "a first look" in verdict  # a handful of states: the verdict says what it rests on
     assert len(at.get("plotly_chart")) == 2 and len(at.get("download_button")) == 2

@@ -1,5 +1,6 @@
 """Compare: one policy over many states against several targets - answers, accuracy against labels,
 latency (cold apart from warm), cost per 1,000 decisions, agreement."""
+import pandas as pd
 import streamlit as st
 
 from app import analysis, charts, costs, resources
@@ -41,20 +42,30 @@ def render_results(db, gid: str) -> None:
     st.subheader("Latency and cost")
     stats = analysis.latency_stats(df)
     stats = costs.with_costs(stats, {r["target_name"]: r["target"] for r in runs}, db)
+    named = {"p50_ms": "p50 (ms)", "p95_ms": "p95 (ms)", "max_ms": "max (ms)", "iqr_ms": "IQR (ms)",
+             "cold_ms": "first call (ms)"}
     st.dataframe(stats, hide_index=True, key="cmp_latency", column_config={
-        **{c: st.column_config.NumberColumn(format="%.0f") for c in ("p50_ms", "p95_ms", "max_ms", "iqr_ms", "cold_ms")},
-        **{c: st.column_config.NumberColumn(format="%.2fx") for c in ("p50_vs_first", "p95_vs_first")},
+        "warm_n": st.column_config.NumberColumn("warm calls", format="%d"),
+        **{c: st.column_config.NumberColumn(label, format="%.0f") for c, label in named.items()},
+        **{c: st.column_config.NumberColumn(c.replace("_vs_first", " vs the first target"), format="%.2fx")
+           for c in ("p50_vs_first", "p95_vs_first")},
         "usd_per_1000": st.column_config.NumberColumn("$ / 1,000 decisions", format="$%.4f"),
         "decisions_per_s": st.column_config.NumberColumn("decisions / s", format="%.2f"),
         "cost_note": st.column_config.TextColumn("how the cost was computed", width="large")})
-    st.caption("Latency over warm calls (warm_n of them); the first call of each target in this workbench process "
-               f"is cold (model load, connections) and shown apart as cold_ms. Prices: {costs.PRICE_SOURCE}.")
+    st.caption("Latency over warm calls; a target's first call on a policy in this workbench process is cold (model "
+               "load, connections, the policy's first pass) and shown apart as the first call. Local targets show "
+               f"decisions per second on this machine instead of a price. Prices: {costs.PRICE_SOURCE}.")
     warm = df[df["cold"].fillna(0).astype(int) == 0]
     box, ecdf = st.tabs(["Box plot (warm calls)", "ECDF (warm calls)"])
     box.plotly_chart(charts.latency_box(warm), key="cmp_box")
     ecdf.plotly_chart(charts.latency_ecdf(warm), key="cmp_ecdf")
-    if len(runs) > 1:
-        st.plotly_chart(charts.agreement_heatmap(analysis.agreement_matrix(df)), key="cmp_agree")
+    agree = analysis.agreement_matrix(df)
+    if agree.shape == (2, 2):  # one number: no chart for it
+        share = agree.iloc[0, 1]
+        st.metric("Same top option", "n/a" if pd.isna(share) else f"{share:.0%} of states",
+                  help=f"{md(agree.index[0])} vs {md(agree.columns[1])}, on the states both answered")
+    elif len(agree) > 2:
+        st.plotly_chart(charts.agreement_heatmap(agree), key="cmp_agree")
     st.subheader("Answers per state")
     table = analysis.disagreements(df)
     c1, c2 = st.columns(2)

@@ -2,6 +2,7 @@
 the plan shown is the plan that runs) -> confirm -> watch; every action in an audit log; a live
 endpoint becomes a target. Failed attempts are listed apart from deployments."""
 import json
+import shutil
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -66,6 +67,13 @@ def policy_picker(db) -> tuple[str, str]:
     return str(path), config["model"]["file"]
 
 
+def discard_unconfirmed_package(keep: Package) -> None:
+    """Remove the package folder of the plan on screen (never confirmed), unless it is `keep`'s."""
+    old = st.session_state.pop("dep_pkg", None)
+    if old and Path(old["model_file"]).parent != Path(keep.model_file).parent:
+        shutil.rmtree(Path(old["model_file"]).parent, ignore_errors=True)
+
+
 def plan_form(db) -> tuple:
     """The plan inputs; returns the ones outside the form (a change there makes a shown plan stale)."""
     c1, c2, c3 = st.columns(3)
@@ -112,6 +120,7 @@ def plan_form(db) -> tuple:
                                 "autoscale_max": scale_max if scale_max > 1 else "", "decisions_per_second": dps})
         with st.spinner(f"Packaging the model into {WORK} (local; its checksum goes into the plan)…"):
             pkg = build_package(cfg, WORK)
+        discard_unconfirmed_package(keep=pkg)  # a plan replaced before it ran: its package (hundreds of MB) goes
         st.session_state["dep_cfg"], st.session_state["dep_pkg"] = cfg.to_dict(), asdict(pkg)
         st.session_state["dep_planned_for"] = outside
     except FormErrors as exc:

@@ -15,7 +15,7 @@ def probability_bars(option_ids: list[str], probabilities: list[float], title: s
     fig = go.Figure(go.Bar(
         x=list(probabilities), y=list(option_ids), orientation="h",
         marker_color=["#1f77b4" if o == top else "#aec7e8" for o in option_ids],
-        text=[f"{p:.1%}" for p in probabilities], textposition="auto",
+        text=[f"{p:.1%}" for p in probabilities], textposition="auto", textangle=0,  # never rotated
         hovertemplate="%{y}: %{x:.4f}<extra></extra>"))
     fig.update_layout(title=title, xaxis=dict(range=[0, 1], title="probability", tickformat=".0%"),
                       yaxis=dict(autorange="reversed"), height=60 + 34 * len(option_ids), **_LAYOUT)
@@ -96,7 +96,8 @@ def reliability_diagram(bins_before: list[dict], bins_after: list[dict] | None =
             marker=dict(size=6 + 24 * np.sqrt(counts / counts.max()), color=color), line=dict(color=color),
             customdata=counts, hovertemplate="confidence %{x:.2f}<br>accuracy %{y:.2f}<br>%{customdata:.0f} rows<extra></extra>"))
     fig.update_layout(title="Reliability (top label, equal-width bins)", xaxis=dict(title="confidence", range=[0, 1]),
-                      yaxis=dict(title="accuracy", range=[0, 1]), **_LAYOUT)
+                      yaxis=dict(title="accuracy", range=[0, 1]),  # legend below: a side legend squeezes it at 800 px
+                      legend=dict(orientation="h", yanchor="top", y=-0.2, x=0), **_LAYOUT)
     return fig
 
 
@@ -118,7 +119,8 @@ def coverage_curve(curve: dict, gate: float | None, target: float | None = None)
         fig.add_hline(y=target, line_dash="dot", line_color="#2ca02c", annotation_text=f"target {target:.0%}")
     if gate is not None:
         covered = float(np.mean(np.asarray(curve["threshold"]) >= gate)) if len(curve["threshold"]) else 0.0
-        fig.add_vline(x=covered, line_dash="dash", line_color="#d62728", annotation_text=f"gate {gate:.3f}")
+        fig.add_vline(x=covered, line_dash="dash", line_color="#d62728", annotation_text=f"gate {gate:.3f}",
+                      annotation_position="bottom left" if covered > 0.8 else "bottom right")  # clear of the 100% tick
     fig.update_layout(title="Accuracy vs coverage (risk-coverage)", xaxis=dict(title="coverage", tickformat=".0%", range=[0, 1.02]),
                       yaxis=dict(title="accuracy of decided rows", tickformat=".0%", range=[0, 1.02]), **_LAYOUT)
     return fig

@@ -60,7 +60,7 @@ def show_group_results(db: Store, group_id: str, key: str) -> None:
         if len(set(tops.values())) > 1:
             st.warning("Disagreement: " + ", ".join(f"**{md(t)}** → {md(o)}" for t, o in tops.items()))
         else:
-            st.success(f"All {len(tops)} targets agree on **{md(next(iter(tops.values())))}**")
+            st.success(("Both targets" if len(tops) == 2 else f"All {len(tops)} targets") + f" agree on **{md(next(iter(tops.values())))}**")
     if answered:
         st.plotly_chart(charts.probabilities_by_target(
             {t: (res["option_ids"], res["probabilities"]) for t, res in answered.items()}), key=f"{key}-chart")

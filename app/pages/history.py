@@ -8,10 +8,11 @@ from app.safe_text import md
 
 
 def runs_table(runs: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame([{"run": r["id"], "baseline": "baseline" if r["pinned"] else "", "when": r["created_at"][:19],
-                          "kind": r["kind"], "policy": r["policy"].get("name"), "target": r["target_name"],
-                          "model": r["model"] or "", "status": r["status"], "rows": r["done_rows"],
-                          "errors": r["error_rows"]} for r in runs])
+    # what a run is and how it went first: on a narrow window the long model names go off to the right
+    return pd.DataFrame([{"run": r["id"], "baseline": "baseline" if r["pinned"] else "", "kind": r["kind"],
+                          "status": r["status"], "rows": r["done_rows"], "errors": r["error_rows"],
+                          "policy": r["policy"].get("name"), "target": r["target_name"],
+                          "when": r["created_at"][:19].replace("T", " "), "model": r["model"] or ""} for r in runs])
 
 
 def results_table(results: list[dict]) -> pd.DataFrame:

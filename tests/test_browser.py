@@ -118,20 +118,19 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
     shots = shot_dir(tmp_path)
     page.goto(url)
     settle(page)
-    assert page.get_by_text("Welcome.").is_visible()
+    expect(page.get_by_text("Welcome.")).to_be_visible()
     page.get_by_role("button", name="Load the examples and run a first decision").click()
     settle(page)
     page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)
-    assert page.get_by_role("heading", name="access").is_visible()  # the promised first decision
+    expect(page.get_by_role("heading", name="access")).to_be_visible()  # the promised first decision
     page.get_by_label("State (a ticket, a log excerpt, an agent's context)").fill(
         "My card was charged twice for the same invoice, please refund one payment.")
     page.get_by_role("button", name="Run", exact=True).click()
     settle(page)
-    bars = page.locator("[data-testid=stPlotlyChart] g.point")
-    assert bars.count() == 4  # one bar per option of ticket routing
+    expect(page.locator("[data-testid=stPlotlyChart] g.point")).to_have_count(4)  # one bar per option of ticket routing
     page.screenshot(path=str(shots / "playground.png"), full_page=True)
     page.get_by_text("Call it yourself (cURL)").first.click()
-    assert page.locator("code").filter(has_text="/invocations").count() >= 1
+    page.locator("code").filter(has_text="/invocations").first.wait_for()  # the snippet shows once opened
 
     for name, marker in [("Compare", "Compare targets"), ("History", "History"), ("Policies", "Policies"),
                          ("Targets", "Targets")]:
@@ -144,7 +143,7 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
             page.get_by_role("button", name="Run comparison").click()
             settle(page)
             page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)
-            assert page.get_by_text("Answers per state").is_visible()
+            expect(page.get_by_text("Answers per state")).to_be_visible()
         if name == "History":
             page.wait_for_selector("[data-testid=stDataFrame]")
         page.screenshot(path=str(shots / f"{name.lower()}.png"), full_page=True)
@@ -161,7 +160,7 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
     page.get_by_role("button", name="Run the order check").click()
     settle(page)
     page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)
-    assert page.get_by_text("Top option flips").is_visible()
+    expect(page.get_by_text("Top option flips")).to_be_visible()
     page.screenshot(path=str(shots / "order-check.png"), full_page=True)
 
     # deploy: a GPU SemIf plan (packaging is local; no AWS call happens before confirmation)
@@ -263,7 +262,7 @@ def test_narrow_window_keeps_the_answer_readable(workbench, browser, tmp_path):
         settle(page, timeout=300_000)
         page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)
         headings = page.locator("[data-testid=stHeadingWithActionElements] h3")
-        assert headings.count() == 2
+        expect(headings).to_have_count(2)
         for i in range(2):  # the whole word is on screen, nothing cut off with an ellipsis
             assert headings.nth(i).evaluate("e => e.scrollWidth <= e.clientWidth + 1")
             assert headings.nth(i).inner_text().strip() in {"access", "billing", "technical", "shipping"}

@@ -8,6 +8,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
+import os
+import shutil
 import tarfile
 import zipfile
 from pathlib import Path
@@ -18,6 +21,7 @@ from .plan import Package, package_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_CONTEXT = ["Dockerfile", "adapter", "data/policies", "deploy/buildspec.yml"]
+KEEP_PACKAGES = 3  # model tarballs kept for reuse (each as large as its GGUF)
 
 
 def sha256_file(path: Path) -> str:
@@ -42,12 +46,54 @@ def make_model_tarball(gguf: Path, out: Path, policy: Path | None = None) -> tup
         with path.open("rb") as f:
             tar.addfile(info, f)
 
-    with out.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz, \
+    # filename="": gzip would otherwise write the output's own name into its header (bytes that differ by path)
+    with out.open("wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w") as tar:
         add(tar, gguf.resolve(), gguf.name)
         if policy:
             add(tar, Path(policy), "policy.json")
     return out, sha256_file(out)
+
+
+def cached_model_tarball(gguf: Path, out: Path, policy: Path | None, cache: Path) -> tuple[Path, str]:
+    """make_model_tarball, reused: the tarball is deterministic, so the same GGUF (path, size,
+    mtime) and policy bytes give the same file; a second plan links it instead of re-packing a
+    gigabyte. An entry whose size or mtime changed since its sha256 was recorded is packed again."""
+    gguf = Path(gguf).resolve()
+    if gguf.suffix != ".gguf" or not gguf.is_file():
+        raise ValueError(f"{gguf} is not a .gguf file")
+    st = gguf.stat()
+    ident = hashlib.sha256(f"{gguf}|{st.st_size}|{st.st_mtime_ns}".encode())
+    if policy:
+        ident.update(Path(policy).read_bytes())
+    entry = cache / f"{ident.hexdigest()[:32]}.tar.gz"
+    meta = entry.with_suffix(".json")
+
+    def stamp() -> dict[str, int]:
+        s = entry.stat()
+        return {"size": s.st_size, "mtime_ns": s.st_mtime_ns}
+
+    try:
+        known = json.loads(meta.read_text())
+        fresh = entry.is_file() and {k: known[k] for k in ("size", "mtime_ns")} == stamp()
+    except (OSError, ValueError, KeyError):
+        fresh = False
+    if not fresh:  # missing, or changed since it was recorded: pack it (again)
+        tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
+        _, sha = make_model_tarball(gguf, tmp, policy)
+        os.replace(tmp, entry)  # another process never links a half-written file
+        known = {"sha256": sha, **stamp()}
+        meta.write_text(json.dumps(known))
+        for old in sorted(cache.glob("*.tar.gz"), key=lambda p: p.stat().st_mtime)[:-KEEP_PACKAGES]:
+            old.unlink(missing_ok=True)  # deployment folders keep their own links
+            old.with_suffix(".json").unlink(missing_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    try:
+        os.link(entry, out)  # same folder tree: no second copy on disk
+    except OSError:
+        shutil.copyfile(entry, out)
+    return out, str(known["sha256"])
 
 
 def tarball_members(path: Path) -> list[str]:
@@ -81,7 +127,8 @@ def build_package(cfg: DeployConfig, work_dir: Path, gguf: Path | None = None) -
         gguf = Path(cfg.model_path) if cfg.model_path else resolve_model().path
     key, source_key = package_keys(cfg)
     where = Path(work_dir) / cfg.deployment_id
-    model, sha = make_model_tarball(gguf, where / "model.tar.gz", Path(cfg.policy_path) if cfg.policy_path else None)
+    model, sha = cached_model_tarball(gguf, where / "model.tar.gz", Path(cfg.policy_path) if cfg.policy_path else None,
+                                      Path(work_dir) / "cache")
     if not cfg.builds_image:
         return Package(key=key, sha256=sha, model_file=str(model))
     src, src_sha = make_build_context(where / "src.zip")

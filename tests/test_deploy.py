@@ -12,7 +12,7 @@ import yaml
 
 from deploy.config import DeployConfig
 from deploy.executor import DeployError, Executor, friendly, summarize_endpoint
-from deploy.package import build_package, make_build_context, make_model_tarball, tarball_members
+from deploy.package import build_package, make_build_context, make_model_tarball, sha256_file, tarball_members
 from deploy.plan import Package, deployment_plan, teardown_plan
 from deploy.validate import botocore_errors, validate_plan
 from tests.conftest import ROOT
@@ -91,6 +91,26 @@ def test_teardown_is_reverse_order_and_valid():
     steps = teardown_plan("ep", "ep-config", "ep-model")
     assert [s.operation for s in steps] == ["DeleteEndpoint", "DescribeEndpoint", "DeleteEndpointConfig", "DeleteModel"]
     assert validate_plan(steps, REGION) == []
+
+
+def test_a_second_plan_reuses_the_packed_model_and_a_changed_one_is_packed_again(tmp_path):
+    from deploy.package import cached_model_tarball
+
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 5000)
+    cache = tmp_path / "cache"
+    a, sha_a = cached_model_tarball(gguf, tmp_path / "dep-a" / "model.tar.gz", None, cache)
+    b, sha_b = cached_model_tarball(gguf, tmp_path / "dep-b" / "model.tar.gz", None, cache)
+    assert sha_a == sha_b == sha256_file(b) and a.stat().st_ino == b.stat().st_ino  # linked, not packed twice
+    assert sha_a == make_model_tarball(gguf, tmp_path / "fresh.tar.gz")[1]  # the same bytes as packing it anew
+    (entry,) = cache.glob("*.tar.gz")
+    entry.write_bytes(b"damaged")  # a cache entry that changed since its checksum was recorded
+    c, sha_c = cached_model_tarball(gguf, tmp_path / "dep-c" / "model.tar.gz", None, cache)
+    assert sha_c == sha_a == sha256_file(c)
+    policy = tmp_path / "p.json"
+    policy.write_text("{}")
+    d, sha_d = cached_model_tarball(gguf, tmp_path / "dep-d" / "model.tar.gz", policy, cache)
+    assert sha_d != sha_a and tarball_members(d) == ["tiny.gguf", "policy.json"]  # another policy, another file
 
 
 def test_package_has_one_gguf_at_root_and_is_deterministic(tmp_path):

@@ -233,8 +233,9 @@ def test_targets_page_add_validate_and_test_connection(db, adapter_server):
     oks = [s.value for s in at.success]
     assert any("is up" in v for v in oks) and any("loaded SmolLM2" in v for v in oks)  # both results stay
     at.selectbox(key="tg_kind").select("local").run()
+    assert "tg_model_1" not in [w.key for w in at.text_input]  # a shipped model needs no path
+    at.selectbox(key="tg_model_pick_1").select("your own GGUF file…").run()
     at.text_input(key="tg_name_1").input("mine")
-    at.selectbox(key="tg_model_pick_1").select("your own GGUF file…")
     at.text_input(key="tg_model_1").input("/nope/model.gguf")
     at.button(key="FormSubmitter:tg_form_1-Save target").click().run()
     assert any("existing" in e.value and "gguf file" in e.value for e in at.error) and len(db.list_targets()) == 1

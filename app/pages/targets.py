@@ -42,15 +42,20 @@ def add_form(db, specs: list[dict]) -> None:
     st.subheader("Add a target")
     kind = st.selectbox("Kind", list(KINDS), format_func=KINDS.get, key="tg_kind")
     n = st.session_state.get("tg_form_n", 0)  # a new form after each save: the next one starts empty
+    choice = None
+    if kind == "local":  # outside the form, so that the path field shows only for your own file
+        offered = [m for m in SHIPPED if SHIPPED[m].offered]
+        choice = st.selectbox("Model", offered + [OWN_GGUF], key=f"tg_model_pick_{n}",
+                              format_func=lambda m: m if m == OWN_GGUF else f"{SHIPPED[m].title} ({SHIPPED[m].size_text})")
     with st.form(f"tg_form_{n}"):
         name = st.text_input("Name", key=f"tg_name_{n}")
         config: dict = {}
         if kind == "local":
-            offered = [m for m in SHIPPED if SHIPPED[m].offered]
-            choice = st.selectbox("Model", offered + [OWN_GGUF], key=f"tg_model_pick_{n}",
-                                  format_func=lambda m: m if m == OWN_GGUF else f"{SHIPPED[m].title} ({SHIPPED[m].size_text})")
-            path = st.text_input("GGUF path (for your own file)", key=f"tg_model_{n}", placeholder="~/models/my-model.gguf")
-            config["model"] = path.strip() if choice == OWN_GGUF else choice
+            if choice == OWN_GGUF:
+                config["model"] = st.text_input("GGUF path", key=f"tg_model_{n}",
+                                                placeholder="~/models/my-model.gguf").strip()
+            else:
+                config["model"] = choice
         if kind in ("semif", "chat", "systemone"):
             config["url"] = st.text_input("Base URL", placeholder="http://127.0.0.1:8080", key=f"tg_url_{n}")
         if kind == "sagemaker":

@@ -85,6 +85,19 @@ class Variant:
         return {"permute": self.permute} | {k: v for k, v in (("readout", self.readout), ("debias", self.debias)) if v}
 
 
+def resolve_variant(variant: Variant, policy: dict, target) -> Variant | None:
+    """What a variant reads on a local target: the policy's readout/correction, else the model's
+    measured defaults (the engine's own rule). None for a remote target (its model decides)."""
+    from adapter.templates import request_for
+
+    from .targets import LocalTarget
+
+    if not isinstance(target, LocalTarget):
+        return None
+    readout, debias = target.engine().settings(request_for(policy, "-", "probe", **variant.overrides()))
+    return Variant(readout, debias, variant.permute)
+
+
 VARIANTS = {v.name: v for v in (Variant(), Variant("letters", "none"), Variant("letters", "content-free"),
                                 Variant("option-words", "none"), Variant("option-words", "content-free"),
                                 Variant("letters", "none", True), Variant("option-words", "none", True))}

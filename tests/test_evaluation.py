@@ -205,3 +205,20 @@ def test_object_states_are_scored_as_the_runtime_renders_them(tmp_path, engine):
     assert stored["obj"]["response"]["prompt_sha256"] == runtime.prompt_sha256  # the same prompt as the adapter's
     assert stored["obj"]["probabilities"] == runtime.probabilities
     assert isinstance(DecisionRequest.model_validate(stored["num"]["request"]).state, str)
+
+
+def test_default_variant_resolves_to_what_the_model_reads(engine):
+    """'default' on a local target is the policy's readout, else the model's measured default - so the
+    Calibrate page can tell 'default' and the readout it stands for apart (and score it once)."""
+    from adapter.templates import load_template
+    from app.targets import LocalTarget
+
+    target = LocalTarget("local", {}, lambda model: engine)
+    policy = {**load_template("ticket-routing"), "readout": "", "debias": ""}
+    default = evaluation.resolve_variant(evaluation.VARIANTS["default"], policy, target)
+    assert (default.readout, default.debias) == (engine.info.default_readout, engine.info.default_debias)
+    assert default.name in evaluation.VARIANTS  # the same readings as a variant the page offers
+    chosen = evaluation.resolve_variant(evaluation.VARIANTS["letters + content-free"], policy, target)
+    assert (chosen.readout, chosen.debias) == ("letters", "content-free")
+    own = evaluation.resolve_variant(evaluation.VARIANTS["default"], {**policy, "readout": "letters"}, target)
+    assert own.readout == "letters"  # the policy's own choice wins over the model's

@@ -5,13 +5,13 @@ app deploy ...` is deploy's CLI with this ledger instead of its audit file."""
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from deploy.config import DeployConfig
 from deploy.executor import Executor
 from deploy.plan import Package, Step
 
+from .settings import WorkbenchSettings
 from .store import Store
 
 
@@ -85,9 +85,11 @@ def deploy_cli(argv: list[str] | None = None) -> int:
     def add_db(p: argparse.ArgumentParser) -> None:
         p.add_argument("--db", help="workbench SQLite (default: SEMIF_DB or data/workbench.db)")
 
+    runtime_url = WorkbenchSettings.from_env().aws_runtime_url
+
     def ledger(args: argparse.Namespace) -> StoreRecorder:
-        # a live endpoint becomes a target; tests reach it through a local runtime shim
-        return StoreRecorder(open_store(args.db), os.environ.get("SEMIF_AWS_RUNTIME_URL") or args.endpoint_url)
+        # a live endpoint becomes a target (reached through SEMIF_AWS_RUNTIME_URL when set, e.g. a test shim)
+        return StoreRecorder(open_store(args.db), runtime_url or args.endpoint_url)
 
     doc = (cli.__doc__ or "").split("Every apply/destroy")[0].replace("python -m deploy", "python -m app deploy")
     return cli.main(argv, prog="python -m app deploy", add_ledger_args=add_db, open_ledger=ledger,

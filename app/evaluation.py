@@ -98,6 +98,24 @@ def resolve_variant(variant: Variant, policy: dict, target) -> Variant | None:
     return Variant(readout, debias, variant.permute)
 
 
+def distinct_variants(names: list[str], policy: dict, target) -> list[tuple[str, str, str | None]]:
+    """(variant name, label, None) to score, or (name, label, the earlier variant it reads the same as)
+    to skip: 'default' and the readout it stands for on this model are scored once."""
+    out: list[tuple[str, str, str | None]] = []
+    seen: dict[tuple, str] = {}
+    for name in names:
+        label = f"{target.name} · {name}"
+        real = resolve_variant(VARIANTS[name], policy, target)
+        if real is None:  # a remote target: its model decides what 'default' means
+            out.append((name, label, None))
+            continue
+        if real.name != name:
+            label += f" (= {real.name} on this model)"
+        same = seen.setdefault((real.readout, real.debias, real.permute), name)
+        out.append((name, label, same if same != name else None))
+    return out
+
+
 VARIANTS = {v.name: v for v in (Variant(), Variant("letters", "none"), Variant("letters", "content-free"),
                                 Variant("option-words", "none"), Variant("option-words", "content-free"),
                                 Variant("letters", "none", True), Variant("option-words", "none", True))}

@@ -102,6 +102,15 @@ def _alive(owner: str | None) -> bool:
     return True
 
 
+def _renew(db: sqlite_utils.Database, run_id: int, lease: str) -> None:
+    """Extend `lease` on the run, in the caller's transaction; RunBusy (rolled back) when it was lost."""
+    cur = db.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ?",
+                     [time.time() + LEASE_SECONDS, run_id, lease])
+    if cur.rowcount != 1:
+        db.conn.rollback()
+        raise RunBusy(f"run #{run_id} was taken over by another worker: this one stopped")
+
+
 def _run(row: dict) -> dict:
     """A run as read: a 'running' run whose worker is gone (lease expired, or its process dead)
     was interrupted."""
@@ -221,11 +230,8 @@ class Store:
     def renew_lease(self, run_id: int, lease: str) -> None:
         """Still working: extend the lease; RunBusy when it was lost (expired and taken by another)."""
         with self.db() as db:
-            cur = db.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ?",
-                             [time.time() + LEASE_SECONDS, run_id, lease])
+            _renew(db, run_id, lease)
             db.conn.commit()
-        if cur.rowcount != 1:
-            raise RunBusy(f"run #{run_id} was taken over by another worker: this one stopped")
 
     def stop_run(self, run_id: int, status: str = "interrupted", lease: str | None = None) -> None:
         """Stopped before finishing: the status says so and the lease is given back (with `lease`,
@@ -246,11 +252,7 @@ class Store:
         With `lease`, the write happens only while this worker holds the run (else RunBusy)."""
         with self.db() as db:
             if lease:
-                cur = db.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ?",
-                                 [time.time() + LEASE_SECONDS, run_id, lease])
-                if cur.rowcount != 1:
-                    db.conn.rollback()
-                    raise RunBusy(f"run #{run_id} was taken over by another worker: this one stopped")
+                _renew(db, run_id, lease)  # nothing is written when the lease was lost
             db.table("results").insert(_encode({**row, "run_id": run_id}), replace=True)
             db.conn.commit()
 

@@ -222,3 +222,5 @@ def test_default_variant_resolves_to_what_the_model_reads(engine):
     assert (chosen.readout, chosen.debias) == ("letters", "content-free")
     own = evaluation.resolve_variant(evaluation.VARIANTS["default"], {**policy, "readout": "letters"}, target)
     assert own.readout == "letters"  # the policy's own choice wins over the model's
+    plan = evaluation.distinct_variants(["default", default.name, "letters + content-free"], policy, target)
+    assert [same for _, _, same in plan] == [None, "default", None]  # 'default' and its readout: scored once

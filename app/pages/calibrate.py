@@ -95,16 +95,10 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     if st.button("Run evaluation (resumes unfinished runs)", type="primary", key="cal_run", disabled=bool(problem)):
         made = []
         for target in resources.chosen_targets(db, chosen) or []:
-            seen: dict[tuple, str] = {}
-            for v in variants:
-                label = f"{target.name} · {v}"
-                real = evaluation.resolve_variant(evaluation.VARIANTS[v], policies[pid], target)
-                if real is not None:
-                    label += "" if real.name == v else f" (= {real.name} on this model)"
-                    same = seen.setdefault((real.readout, real.debias, real.permute), v)
-                    if same != v:  # 'default' and the readout it stands for: score it once
-                        st.caption(f"{md(label)}: the same readings as {md(same)} - not scored twice")
-                        continue
+            for v, label, same in evaluation.distinct_variants(variants, policies[pid], target):
+                if same:
+                    st.caption(f"{md(label)}: the same readings as {md(same)} - not scored twice")
+                    continue
                 bar = st.progress(0.0, text=f"{label}: starting…")
                 try:
                     rid, _ = evaluation.find_or_start(db, policy=policies[pid], set_id=sid, target=target,

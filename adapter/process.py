@@ -26,8 +26,12 @@ log = logging.getLogger("semif.adapter")
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, created with an explicit IPPROTO_TCP: asyncio turns Nagle's algorithm
+    off (TCP_NODELAY) only on accepted sockets whose proto says TCP, and a socket made with proto 0
+    passes that on. With Nagle on, uvicorn's separate header and body writes waited for the client's
+    delayed ACK: every response on a kept-alive connection took 40 ms more (measured: /ping 44 ms)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)

@@ -162,6 +162,33 @@ def test_sigterm_exits_cleanly():
     assert any("Shutting down" in line or "Finished server process" in line for line in srv.lines)
 
 
+def test_accepted_connections_have_nagle_off():
+    """uvicorn writes a response's headers and body separately; with Nagle's algorithm on, the body
+    waited for the client's delayed ACK (40 ms on every kept-alive request). asyncio turns Nagle off
+    only on sockets whose proto says TCP: the adapter's listening socket must pass that on."""
+    import asyncio
+    import socket
+
+    from adapter.process import bind_socket
+
+    async def accepted_nodelay() -> int:
+        sock = bind_socket("127.0.0.1", 0)
+        got: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        def on_connect(reader, writer):
+            got.set_result(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_connect, sock=sock)
+        async with server:
+            _, writer = await asyncio.open_connection(*sock.getsockname())
+            value = await asyncio.wait_for(got, 10)
+            writer.close()
+        return value
+
+    assert asyncio.run(accepted_nodelay()) != 0
+
+
 def test_engine_errors_inside_arrays_name_the_row(adapter_server):
     """A row the engine itself refuses (too long for the context) is named by its index."""
     res = post(adapter_server, [routing_row("fine"), routing_row("lorem ipsum dolor " * 600, "r2")])

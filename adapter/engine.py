@@ -166,6 +166,7 @@ class Engine:
         self.prefixes = PrefixCache(self.info.sha256, f"{self.info.n_ctx}|{cfg.n_batch}|{cfg.n_gpu_layers}|"
                                     f"{llama_cpp.__version__}")
         self._cached: list[tuple[int, ...]] = []
+        self._cached_logits: np.ndarray | None = None  # last-position logits of exactly `_cached`, if known
         self._label_cache: OrderedDict[tuple[str, str, bool], tuple[int, ...]] = OrderedDict()
         self._priors: OrderedDict[str, np.ndarray] = OrderedDict()  # content-free priors, LRU
         self._restore = True  # may a first segment come from the on-disk KV cache (not on the fresh path)
@@ -253,9 +254,14 @@ class Engine:
         return k
 
     def _forward(self, segs: list[tuple[int, ...]], budget: Budget | None = None) -> tuple[np.ndarray, int, float]:
-        """Evaluate segments, reusing cached leading segments; return last-position logits."""
+        """Evaluate segments, reusing cached leading segments; return last-position logits. The same
+        prompt as the last one (a retry, a page run again) is answered from its kept logits: llama.cpp
+        is deterministic for a fixed split, so they are the bits an evaluation would give."""
+        if self._cached_logits is not None and self._cached == list(segs):
+            return self._cached_logits.copy(), sum(len(s) for s in segs), 0.0
         k = self._keep_prefix(segs, len(segs) - 1)
         t0 = time.perf_counter()
+        self._cached_logits = None
         try:
             k = self._restore_head(segs, k, len(segs) - 1)
             keep = sum(len(s) for s in segs[:k])
@@ -270,6 +276,7 @@ class Engine:
         self._cached = list(segs)
         ptr = self._llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
         logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
+        self._cached_logits = logits.copy()
         return logits, keep, time.perf_counter() - t0
 
     def _forward_parallel(self, group: list[list[tuple[int, ...]]], budget: Budget | None
@@ -285,6 +292,7 @@ class Engine:
         n_prefix = sum(len(s) for s in prefix)
         t0 = time.perf_counter()
         mem = cpp.llama_get_memory(self.llm.ctx)
+        self._cached_logits = None
         suffixes = [segs[-1] for segs in group]
         batch = cpp.llama_batch_init(sum(len(s) for s in suffixes), 0, 1)
         try:
@@ -358,7 +366,7 @@ class Engine:
             self._llama_cpp.llama_memory_seq_rm(mem, j, -1, -1)
 
     def _reset_cache(self) -> None:
-        self._cached = []
+        self._cached, self._cached_logits = [], None
         self.llm._ctx.kv_cache_clear()
         self.llm.n_tokens = 0
 
@@ -373,7 +381,7 @@ class Engine:
 
     def clear_cache(self) -> None:
         with self.lock:
-            self._cached = []
+            self._cached, self._cached_logits = [], None
             self.llm.n_tokens = 0
             self.llm._ctx.kv_cache_clear()
 

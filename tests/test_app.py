@@ -259,7 +259,7 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
     assert any("are not options of" in e.value for e in at.error) and at.button(key="cal_run").disabled
     at.selectbox(key="cal_policy").select("refund-check").run()
     assert db.get_labeled_set(at.selectbox(key="cal_set").value)["policy_id"] == "refund-check"  # its own set
-    small = subset_file(tmp_path, "refund-check", 24).read_bytes()  # a small set: this test is about the page
+    small = subset_file(tmp_path, "refund-check", 16).read_bytes()  # a small set: this test is about the page
     assert at.selectbox(key="cal_up_policy").value == "refund-check"  # uploads default to the policy picked
     at.file_uploader(key="cal_upload").set_value(("refund-small.jsonl", small, "application/json")).run()
     at.button(key="cal_import").click().run()
@@ -269,13 +269,13 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
     at.button(key="cal_run").click().run()
     assert not at.exception
     runs = db.list_runs(kind="eval")
-    assert len(runs) == 2 and all(r["status"] == "done" and r["n_rows"] == 24 for r in runs)
+    assert len(runs) == 2 and all(r["status"] == "done" and r["n_rows"] == 16 for r in runs)
     table = frame_with(at, "ece_after_T")
-    assert sorted(table["readout"]) == ["default", "letters"] and (table["rows"] == 24).all()
+    assert sorted(table["readout"]) == ["default", "letters"] and (table["rows"] == 16).all()
     best = max(evaluation_rows(db, runs), key=lambda r: r["accuracy"])["run"]
     assert at.selectbox(key="cal_run_pick").value == best  # the most accurate of the runs just made is open
     # too few for a recommendation: that is the reason given (not an unreachable target accuracy)
-    assert any("only 24 labeled rows were scored" in e.value for e in at.error)
+    assert any("only 16 labeled rows were scored" in e.value for e in at.error)
     assert not any("unreachable" in e.value for e in at.error)
     at.checkbox(key="cal_manual").check().run()
     at.slider(key="cal_gate").set_value(0.6).run()

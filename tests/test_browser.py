@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
-from tests.conftest import ROOT, free_port, subset_file
+from tests.conftest import ROOT, free_port, spread, subset_file
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [pytest.mark.browser,
@@ -31,9 +31,10 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 def workbench(tmp_path_factory):
     port = free_port()
     db = tmp_path_factory.mktemp("browser") / "wb.db"
-    proc = subprocess.Popen([sys.executable, "-m", "app", "run", "--port", str(port)], cwd=ROOT,
-                            env={**os.environ, "SEMIF_DB": str(db)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    with spread() as env:  # the page's engine, Streamlit and chromium work at once
+        proc = subprocess.Popen([sys.executable, "-m", "app", "run", "--port", str(port)], cwd=ROOT,
+                                env={**env, "SEMIF_DB": str(db)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -54,10 +55,12 @@ def workbench(tmp_path_factory):
 def browser():
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as pw:
+    with spread():
+        pw = sync_playwright().start()
         b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
+    yield b
+    b.close()
+    pw.stop()
 
 
 @pytest.fixture(scope="module")

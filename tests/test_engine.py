@@ -61,11 +61,13 @@ def test_each_readout_returns_a_distribution_in_request_order(engine, readout, p
 def test_option_order_follows_the_request(qwen05, readout):
     """Reversing the options reverses option_ids, and each probability stays with its option: an
     obvious ticket keeps the same top option id with a clear margin whichever way it is listed
-    (a position mix-up would hand the top probability to another id)."""
+    (a position mix-up would hand the top probability to another id). Zero-shot: the option orders
+    of a row then share the state and are evaluated together."""
     state = "I was charged twice for the same invoice, please refund the duplicate payment."
-    fwd = qwen05.score(request_for(ROUTING, state, "f", readout=readout, permute=True, debias="none"))
+    fwd = qwen05.score(request_for(ROUTING, state, "f", readout=readout, permute=True, debias="none", examples=[]))
     rev_policy = {**ROUTING, "options": ROUTING["options"][::-1]}
-    rev = qwen05.score(request_for(rev_policy, state, "r", readout=readout, permute=True, debias="none"))
+    rev = qwen05.score(request_for(rev_policy, state, "r", readout=readout, permute=True, debias="none", examples=[]))
+    assert fwd.permutations == rev.permutations == 4
     assert rev.option_ids == fwd.option_ids[::-1]
     pf, pr = dict(zip(fwd.option_ids, fwd.probabilities)), dict(zip(rev.option_ids, rev.probabilities))
     assert fwd.top_option == rev.top_option == "billing", (pf, pr)
@@ -82,6 +84,20 @@ def test_same_input_same_output_bit_for_bit(engine):
     assert b.cached_tokens > 0 and a.cached_tokens == 0
     for key in ("probabilities", "option_logits", "label_mass", "prompt_sha256"):
         assert getattr(a, key) == getattr(b, key) == getattr(c, key), key
+
+
+def test_the_same_prompt_again_is_answered_from_its_kept_logits(engine):
+    """A retry or a page run again: nothing is evaluated, and the bits are the fresh evaluation's."""
+    req = request_for(ROUTING, "Two charges for one order on my card statement.", "again", debias="none")
+    first = engine.score(req, fresh=True)
+    again = engine.score(req)
+    assert first.evaluated_tokens == first.input_tokens and again.evaluated_tokens == 0
+    assert again.cached_tokens == again.input_tokens
+    assert (again.probabilities, again.option_logits, again.label_mass) == \
+        (first.probabilities, first.option_logits, first.label_mass)
+    engine.score(request_for(ROUTING, "Something else entirely.", "other", debias="none"))
+    third = engine.score(req)  # another prompt came between: its last segment is evaluated again
+    assert 0 < third.evaluated_tokens < third.input_tokens and third.probabilities == first.probabilities
 
 
 def test_shared_state_matches_fresh(engine, monkeypatch):

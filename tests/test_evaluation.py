@@ -101,7 +101,7 @@ def test_cli_strict_exit_and_policy_written(tmp_path):
 def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
     db, out = tmp_path / "wb.db", tmp_path / "refund.policy.json"
     proc = subprocess.run(calibrate_cmd(db, "--policy", "refund-check",
-                                        "--labeled-set", str(subset_file(tmp_path, "refund-check", 60)), "--gate", "0.62", "--fallback", "human-review", "--out", str(out)),
+                                        "--labeled-set", str(subset_file(tmp_path, "refund-check", 40)), "--gate", "0.62", "--fallback", "human-review", "--out", str(out)),
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     policy = load_policy(out)

@@ -17,13 +17,15 @@ from pydantic import ValidationError
 
 
 def _engine(args):
+    from dataclasses import replace
+
     from .engine import Engine, EngineConfig
 
-    cfg = EngineConfig.from_env()
+    cfg = EngineConfig.from_env()  # flags override their variable; every other setting is kept
     if getattr(args, "ctx_size", None):
-        cfg = EngineConfig(args.ctx_size, cfg.n_threads, cfg.n_gpu_layers, cfg.n_batch)
+        cfg = replace(cfg, n_ctx=args.ctx_size)
     if getattr(args, "threads", None):
-        cfg = EngineConfig(cfg.n_ctx, args.threads, cfg.n_gpu_layers, cfg.n_batch)
+        cfg = replace(cfg, n_threads=args.threads)
     return Engine(args.model, cfg)
 
 

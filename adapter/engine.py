@@ -64,6 +64,8 @@ class EngineConfig:
     n_gpu_layers: int = 0
     n_batch: int = 512
     n_parallel: int = 8  # question suffixes on one shared prefix evaluated together (1 = one after another)
+    # measured on 2 CPU threads: prompt evaluation 10-20% faster for SmolLM2, 5-9% for Qwen 0.5B, 2-4% for 1.5B
+    flash_attn: bool = True
 
     @classmethod
     def from_env(cls, env=os.environ) -> "EngineConfig":
@@ -76,9 +78,19 @@ class EngineConfig:
             except ValueError:
                 raise ValueError(f"{name}={raw!r} is not an integer") from None
 
+        def flag(name: str, default: bool) -> bool:
+            raw = (env.get(name) or "").strip().lower()
+            if raw in ("", "auto"):
+                return default
+            if raw in ("1", "true", "on", "yes"):
+                return True
+            if raw in ("0", "false", "off", "no"):
+                return False
+            raise ValueError(f"{name}={raw!r} is not on/off")
+
         return cls(num("SM_SEMIF_CTX_SIZE", cls.n_ctx), num("SM_SEMIF_THREADS", cls.n_threads),
                    num("SM_SEMIF_N_GPU_LAYERS", cls.n_gpu_layers), num("SM_SEMIF_BATCH_SIZE", cls.n_batch),
-                   max(1, num("SM_SEMIF_PARALLEL", cls.n_parallel)))
+                   max(1, num("SM_SEMIF_PARALLEL", cls.n_parallel)), flag("SM_SEMIF_FLASH_ATTN", cls.flash_attn))
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,7 @@ class ModelInfo:
     n_threads: int
     n_gpu_layers: int
     n_parallel: int
+    flash_attn: bool
     llama_cpp_version: str
     chat_template: bool
     default_readout: str
@@ -127,7 +140,7 @@ class Engine:
         self.llm = llama_cpp.Llama(
             model_path=str(choice.path), n_ctx=cfg.n_ctx or 512, n_batch=cfg.n_batch, n_ubatch=cfg.n_batch,
             n_threads=threads, n_threads_batch=threads, n_gpu_layers=cfg.n_gpu_layers,
-            logits_all=False, verbose=False,
+            logits_all=False, flash_attn=cfg.flash_attn, verbose=False,
         )
         self.n_parallel = cfg.n_parallel
         self._budget: Budget | None = None  # the running call's, read by llama.cpp's abort callback
@@ -154,7 +167,7 @@ class Engine:
         self.info = ModelInfo(
             file=choice.path.name, path=str(choice.path), sha256=file_sha256(choice.path),
             quantization=_quantization(desc, meta), description=desc, n_ctx=self.llm.n_ctx(),
-            n_threads=threads, n_gpu_layers=cfg.n_gpu_layers, n_parallel=cfg.n_parallel,
+            n_threads=threads, n_gpu_layers=cfg.n_gpu_layers, n_parallel=cfg.n_parallel, flash_attn=cfg.flash_attn,
             llama_cpp_version=llama_cpp.__version__,
             chat_template=self.chat is not None, default_readout=default_readout, default_debias=default_debias,
             source=choice.source,
@@ -163,7 +176,7 @@ class Engine:
                           datetime.fromtimestamp(choice.path.stat().st_mtime, timezone.utc).date().isoformat()),
         )
         self.lock = threading.RLock()  # public: callers may hold it across several score() calls
-        self.prefixes = PrefixCache(self.info.sha256, f"{self.info.n_ctx}|{cfg.n_batch}|{cfg.n_gpu_layers}|"
+        self.prefixes = PrefixCache(self.info.sha256, f"{self.info.n_ctx}|{cfg.n_batch}|{cfg.n_gpu_layers}|fa{int(cfg.flash_attn)}|"
                                     f"{llama_cpp.__version__}")
         self._cached: list[tuple[int, ...]] = []
         self._cached_logits: np.ndarray | None = None  # last-position logits of exactly `_cached`, if known

@@ -197,6 +197,24 @@ def test_colliding_labels_in_a_parallel_batch_are_read_on_their_own_sequence(eng
     assert engine.score_shared(request)[0].cached_tokens > 0  # and the state prefix is still cached
 
 
+def test_engine_settings_from_the_environment_and_flags(monkeypatch):
+    """A CLI flag overrides its own variable and keeps every other setting (--ctx-size used to reset
+    SM_SEMIF_PARALLEL to its default); a value that is not on/off names its variable."""
+    from argparse import Namespace
+
+    from adapter.__main__ import _engine
+    from adapter.engine import EngineConfig
+
+    assert EngineConfig.from_env({}).flash_attn is True
+    with pytest.raises(ValueError, match="SM_SEMIF_FLASH_ATTN='maybe' is not on/off"):
+        EngineConfig.from_env({"SM_SEMIF_FLASH_ATTN": "maybe"})
+    monkeypatch.setenv("SM_SEMIF_PARALLEL", "3")
+    monkeypatch.setenv("SM_SEMIF_FLASH_ATTN", "off")
+    small = _engine(Namespace(model="smollm2", ctx_size=1024, threads=None))
+    assert (small.n_parallel, small.info.n_parallel, small.info.flash_attn, small.info.n_ctx) == (3, 3, False, 1024)
+    assert small.score(request_for(ROUTING, "Charged twice.", "s")).model["flash_attn"] is False
+
+
 def test_prompt_longer_than_context_is_a_field_error():
     small = Engine("smollm2", __import__("adapter.engine", fromlist=["EngineConfig"]).EngineConfig(n_ctx=256))
     with pytest.raises(RequestError) as exc:

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 # Parallel runs (`make test`: pytest-xdist, one worker per CPU): each worker, and every server it
 # starts, keeps to one CPU. llama.cpp then runs one thread per worker instead of two workers' threads
-# spinning against each other on the same cores (measured here: 2 pinned workers 180 s, 2 unpinned
-# workers slower than one).
+# spinning against each other on the same cores (measured here: one process 244 s; two workers with
+# one llama.cpp thread each but not pinned, no better; two pinned workers 167 s).
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 ALL_CPUS = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
 if _WORKER and ALL_CPUS:

@@ -327,12 +327,7 @@ class Engine:
                     n += 1
                 last.append(n - 1)
             batch.n_tokens = n
-            if budget is not None:
-                budget.check()
-            if cpp.llama_decode(self.llm.ctx, batch) != 0:
-                if budget is not None:
-                    budget.check()  # aborted by the callback
-                raise RuntimeError("llama_decode failed on a parallel batch (context full?)")
+            self._decode(batch, budget, "a parallel batch")
             logits = [np.ctypeslib.as_array(cpp.llama_get_logits_ith(self.llm.ctx, i), shape=(self._n_vocab,)).copy()
                       for i in last]
         except BaseException:
@@ -356,12 +351,7 @@ class Engine:
                 batch.seq_id[i][0] = seq
                 batch.logits[i] = i == len(path) - 1
             batch.n_tokens = len(path)
-            if budget is not None:
-                budget.check()
-            if cpp.llama_decode(self.llm.ctx, batch) != 0:
-                if budget is not None:
-                    budget.check()  # aborted by the callback
-                raise RuntimeError("llama_decode failed extending a parallel sequence (context full?)")
+            self._decode(batch, budget, "a label on a parallel sequence")
             logits = np.ctypeslib.as_array(cpp.llama_get_logits_ith(self.llm.ctx, len(path) - 1),
                                            shape=(self._n_vocab,)).copy()
         except BaseException:
@@ -371,6 +361,16 @@ class Engine:
             cpp.llama_batch_free(batch)
         cpp.llama_memory_seq_rm(cpp.llama_get_memory(self.llm.ctx), seq, at, -1)
         return logits, time.perf_counter() - t0
+
+    def _decode(self, batch, budget: Budget | None, what: str) -> None:
+        """llama_decode with the request's budget checked before, and after an abort by the callback
+        (so the budget's own reason is raised, not a decode failure)."""
+        if budget is not None:
+            budget.check()
+        if self._llama_cpp.llama_decode(self.llm.ctx, batch) != 0:
+            if budget is not None:
+                budget.check()
+            raise RuntimeError(f"llama_decode failed on {what} (context full?)")
 
     def _drop_suffixes(self, n: int) -> None:
         """Remove the suffix sequences 1..n a parallel batch left in the cache (the prefix stays)."""

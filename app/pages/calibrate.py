@@ -158,10 +158,8 @@ def export_section(db, run_id: int, cal: dict) -> None:
     st.plotly_chart(charts.confusion_heatmap(rep.confusion, cal["option_ids"]), key="cal_conf")
     if option_thresholds:
         st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal["option_gates"].items()]), hide_index=True)
-    if at["decided"] == 0:  # safe to save, but say what it means before anyone ships it
-        st.warning(f"This gate decides none of the {at['n']} rows: saved as it is, the adapter sends every "
-                   f"decision to **{md(fallback)}**. That is safe - nothing is decided wrongly - but it automates "
-                   "nothing. Set a lower gate by hand, or score more labeled rows, another readout or another model.")
+    if note := evaluation.nothing_decided(at, fallback):
+        st.warning(md(note))
     c1, c2 = st.columns(2)
     if c1.button("Save for deployment", type="primary", key="cal_save"):
         cid = db.save_calibrated(config)

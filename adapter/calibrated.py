@@ -14,14 +14,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .guard import STEERING_SUSPECTED, Guard
 from .schema import Debias, DecisionResult, Example, Option, Readout, errors_from
 
 SCHEMA_VERSION = "semif-policy/1"
 
 
-def calibrate_probs(probs: list[float], temperature: float) -> list[float]:
-    """softmax(log p / T) - temperature scaling on probabilities (equal to scaling the logits)."""
-    logs = [math.log(max(p, 1e-300)) / temperature for p in probs]
+def calibrate_probs(probs: list[float], temperature: float, offsets: list[float] | None = None) -> list[float]:
+    """softmax(log p / T + b): temperature scaling on probabilities (equal to scaling the logits),
+    plus one fitted offset per option, which - unlike a temperature - can move the argmax (a
+    policy whose ranking is right but whose threshold is wrong)."""
+    logs = [math.log(max(p, 1e-300)) / temperature + (offsets[i] if offsets else 0.0) for i, p in enumerate(probs)]
     m = max(logs)
     exps = [math.exp(x - m) for x in logs]
     s = sum(exps)
@@ -31,13 +34,6 @@ def calibrate_probs(probs: list[float], temperature: float) -> list[float]:
 class ModelIdentity(BaseModel):
     file: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-
-
-class GateMetrics(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    accuracy: float | None = None  # among decisions not gated
-    coverage: float | None = None  # share of rows not gated
-    n: int = 0
 
 
 class CalibratedPolicy(BaseModel):
@@ -51,9 +47,14 @@ class CalibratedPolicy(BaseModel):
     readout: Readout
     debias: Debias = "none"
     permute: bool = False
+    few_shot: bool | None = None
+    guard: Guard = Field("none", description="steering guard run on the rows the gate would decide; a suspected "
+                         "row goes to the fallback (reason steering_suspected)")
     prompt_version: str
     model: ModelIdentity
     temperature: float = Field(gt=0, le=100)
+    option_offsets: dict[str, float] = Field(default_factory=dict, description="fitted per-option offsets added to "
+                                             "log p / T (the label-fitted correction); missing options get 0")
     threshold: float | None = Field(default=None, ge=0, le=1, description="global confidence gate")
     gate_source: Literal["recommended", "hand-set", "unreachable"] | None = Field(
         default=None, description="how the gate was chosen: from target_accuracy, by hand, or 1.0 because unreachable")
@@ -74,6 +75,11 @@ class CalibratedPolicy(BaseModel):
         for oid, t in self.option_thresholds.items():
             if not 0 <= t <= 1:
                 raise ValueError(f"option_thresholds.{oid}: {t} is not in [0, 1]")
+        for oid, b in self.option_offsets.items():
+            if oid not in ids:
+                raise ValueError(f"option_offsets: {oid!r} is not an option id")
+            if not math.isfinite(b) or abs(b) > 50:
+                raise ValueError(f"option_offsets.{oid}: {b} is not a finite offset within ±50")
         return self
 
     def matches(self, option_ids: list[str]) -> bool:
@@ -82,19 +88,26 @@ class CalibratedPolicy(BaseModel):
     def gate_for(self, option_id: str) -> float | None:
         return self.option_thresholds.get(option_id, self.threshold)
 
+    def offsets(self) -> list[float] | None:
+        return [self.option_offsets.get(o.id, 0.0) for o in self.options] if self.option_offsets else None
+
     def apply(self, option_ids: list[str], probabilities: list[float], model_sha256: str | None = None,
-              model_file: str | None = None) -> dict:
-        """{option_id, calibrated_probabilities, confidence, gated, reason} for one raw result."""
+              model_file: str | None = None, guard: dict | None = None) -> dict:
+        """{option_id, calibrated_probabilities, confidence, gated, reason} for one raw result; a row
+        the steering guard suspected goes to the fallback whatever its confidence."""
         ids, probs = list(option_ids), list(probabilities)
         if not self.matches(ids):
             raise ValueError(f"result options {ids} differ from the policy's {[o.id for o in self.options]}")
-        cal = calibrate_probs(probs, self.temperature)
+        cal = calibrate_probs(probs, self.temperature, self.offsets())
         top = max(range(len(cal)), key=cal.__getitem__)
         conf = cal[top]
         gate = self.gate_for(ids[top])
         if model_sha256 and model_sha256 != self.model.sha256:
             return {"option_id": self.fallback_option, "calibrated_probabilities": cal, "confidence": conf,
                     "gated": True, "reason": f"model {model_file} is not the calibrated model {self.model.file}"}
+        if guard and guard.get("suspected"):
+            return {"option_id": self.fallback_option, "calibrated_probabilities": cal, "confidence": conf,
+                    "gated": True, "reason": STEERING_SUSPECTED}
         if gate is not None and conf < gate:
             return {"option_id": self.fallback_option, "calibrated_probabilities": cal, "confidence": conf,
                     "gated": True, "reason": f"confidence {conf:.3f} < gate {gate:.3f} for {ids[top]}"}
@@ -105,7 +118,7 @@ class CalibratedPolicy(BaseModel):
         """What a decision row needs from this policy (question, options, examples, readout, debias)."""
         return {"question": self.question, "options": [o.model_dump() for o in self.options],
                 "examples": [e.model_dump() for e in self.examples], "readout": self.readout, "debias": self.debias,
-                "permute": self.permute}
+                "permute": self.permute, "few_shot": self.few_shot, "guard": self.guard}
 
 
 class PolicyError(ValueError):
@@ -179,17 +192,29 @@ class PolicySet:
         if "options" in row and (not isinstance(given, list) or [o.get("id") if isinstance(o, dict) else o
                                                                  for o in given] != [o["id"] for o in wanted["options"]]):
             raise RequestError([*loc, "options"], f"differ from policy {pid!r}: omit options to use the policy's")
+        if policy.guard == "none" and row.get("guard") is not None:
+            wanted["guard"] = row["guard"]  # a row may ask for a guard its policy does not require
         row.update(wanted)
         row["policy_id"] = pid
         return policy
 
     @staticmethod
+    def automates(policy: CalibratedPolicy | None, result: DecisionResult) -> bool:
+        """Would the policy decide this row itself (not send it to the fallback)? The steering
+        guard runs only on such rows: a row the gate sends to a person needs no second look."""
+        if policy is None:
+            return True
+        return not policy.apply(result.option_ids, result.probabilities, result.model.get("sha256"),
+                                result.model.get("file"))["gated"]
+
+    @staticmethod
     def decorate(result: DecisionResult, policy: CalibratedPolicy) -> DecisionResult:
         decision = policy.apply(result.option_ids, result.probabilities, result.model.get("sha256"),
-                                result.model.get("file"))
+                                result.model.get("file"), result.guard)
         calibrated = decision.pop("calibrated_probabilities")
         return result.model_copy(update={
             "calibrated_probabilities": calibrated, "decision": decision, "probability_status": "calibrated",
             "policy": {"policy_id": policy.policy_id, "schema_version": policy.schema_version,
                        "temperature": policy.temperature, "threshold": policy.threshold,
+                       "option_offsets": policy.option_offsets, "guard": policy.guard,
                        "fallback_option": policy.fallback_option}})

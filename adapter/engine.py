@@ -22,10 +22,11 @@ from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
+from . import guard
 from .prefix_cache import PrefixCache
 from .models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
 from .prompt import ChatTemplate, Prompt, render_letters, render_option_words, rotations
-from .schema import Debias, DecisionRequest, DecisionResult, RequestError, SharedStateRequest, finite
+from .schema import Debias, DecisionRequest, DecisionResult, RequestError, SharedStateRequest, finite, state_text
 
 class Budget(Protocol):
     """What a caller passes to stop work early (deadline passed, client gone, shutting down):
@@ -400,9 +401,12 @@ class Engine:
 
     # -- scoring ----------------------------------------------------------------------------
     def render(self, req: DecisionRequest, readout: str, order: list[int] | None = None) -> Prompt:
+        """The row's prompt. Examples are shown when `few_shot` says so, else by readout (option-words
+        shows them, letters does not - the measured defaults, kept so old prompts stay the same)."""
+        shown = req.examples if (req.few_shot if req.few_shot is not None else readout == "option-words") else []
         if readout == "letters":
-            return render_letters(req.state, req.question, req.options, self.chat, order)
-        return render_option_words(req.state, req.question, req.options, req.examples, order)
+            return render_letters(req.state, req.question, req.options, self.chat, order, shown)
+        return render_option_words(req.state, req.question, req.options, shown, order)
 
     def _prepare(self, prompt: Prompt) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
         """(prompt segments, answer-label token sequences) as token ids, checked before any work."""
@@ -544,21 +548,31 @@ class Engine:
         return self.score_many([req], fresh=fresh, budget=budget)[0]
 
     def score_many(self, rows: list[DecisionRequest], *, fresh: bool = False, budget: Budget | None = None,
-                   together: bool = False) -> list[DecisionResult]:
+                   together: bool = False, guard_when: Callable[[int, DecisionResult], bool] | None = None
+                   ) -> list[DecisionResult]:
         """Score rows in order, as one unit of work: content-free priors first (so that rows sharing a
         state still find it in the KV cache), then the rows. A row's own prompts (the option orders
         of a permutation) are always evaluated together where they share a prefix. With `together`
         (several questions on one state: /v1/systemone, shared-state requests) prompts of different
         rows are too - faster, but a row's last bits then depend on its companions; without it each
         row gives exactly what it gives alone (what calibration measured).
-        `budget.check()` is called between forward passes and raises to stop early."""
+        `budget.check()` is called between forward passes and raises to stop early.
+        Rows that ask for a steering guard get it after all rows are scored (so the guard's passes
+        never change a row's bits), unless `guard_when(i, result)` says no (the adapter skips rows
+        its calibrated policy gates anyway)."""
         with self.lock:
             if fresh:  # the reference path: nothing from memory or disk
                 self.clear_cache()
                 self._priors.clear()
             self._restore, self._budget = not fresh, budget
             try:
-                return self._score_many(rows, budget, together)
+                results = self._score_many(rows, budget, together)
+                for i, (req, res) in enumerate(zip(rows, results)):
+                    if req.guard and req.guard != "none":
+                        with _row(i):
+                            run = guard_when is None or guard_when(i, res)
+                            res.guard = self.guard_check(req, res, budget) if run else skipped_guard(req.guard)
+                return results
             finally:
                 self._restore, self._budget = True, None
 
@@ -603,17 +617,7 @@ class Engine:
     def _result(self, req: DecisionRequest, readout: str, debias: Debias, runs: list[dict], priors: list | None,
                 seconds: float) -> DecisionResult:
         raw_probs = [r["probs"] for r in runs]
-        if priors is not None:  # divide out the prior, renormalise (per option order)
-            fixed = [p / np.maximum(q, 1e-12) for p, q in zip(raw_probs, priors)]
-            probs_per_order = [f / f.sum() for f in fixed]
-        else:
-            probs_per_order = raw_probs
-        if len(runs) == 1:
-            probs = probs_per_order[0]
-            logits = runs[0]["logits"] - (np.log(np.maximum(priors[0], 1e-12)) if priors is not None else 0.0)
-        else:  # permutation averaging: mean probability; logits reported as log of that mean
-            probs = np.mean(probs_per_order, axis=0)
-            logits = np.log(np.maximum(probs, 1e-300))
+        probs, logits = _combine(runs, priors)
         top = int(np.argmax(probs))
         return DecisionResult(
             id=req.id,
@@ -639,9 +643,70 @@ class Engine:
             uncorrected_probabilities=None if priors is None else [finite(float(p)) for p in np.mean(raw_probs, axis=0)],
         )
 
+    def guard_check(self, req: DecisionRequest, result: DecisionResult, budget: Budget | None = None) -> dict:
+        """The steering guard for one scored row (guard.py): the precheck, then - for
+        erase-and-check - the state scored with pieces left out, with the row's own readout,
+        correction and option orders. Variants are rendered with everything after the first segment
+        joined, so they share the cached instruction and are evaluated as parallel sequences, a
+        batch at a time; the first variant whose top option differs stops the check."""
+        t0 = time.perf_counter()
+        pieces = guard.split_state(req.state)
+        found = guard.precheck(req.state if isinstance(req.state, str) else state_text(req.state), req.options)
+        out: dict = {"method": req.guard, "suspected": False, "piece": None, "removed": None, "passes": 0,
+                     "pieces": len(pieces), "precheck": found}
+        if found is not None:
+            out.update(suspected=True, by="precheck", piece=guard.piece_at(pieces, found["at"]) if isinstance(
+                req.state, str) else None)
+        if out["suspected"] or req.guard != "erase-and-check":
+            out["seconds"] = round(time.perf_counter() - t0, 4)
+            return out
+        readout, debias = result.readout, result.debias or "none"
+        orders = rotations(len(req.options)) if req.permute else [None]
+        priors = [self.prior(req, readout, o, budget) for o in orders] if debias == "content-free" else None
+        spans = guard.erasures(len(pieces))
+        per_batch = max(1, (self.n_parallel - 1) // len(orders))
+        for at in range(0, len(spans), per_batch):
+            batch = spans[at: at + per_batch]
+            variants = [req.model_copy(update={"state": pieces.without(*span)}) for span in batch]
+            prompts = [self.render(v, readout, o).merged() for v in variants for o in orders]
+            runs = self.evaluate(prompts, budget)
+            out["passes"] += len(prompts)
+            for k, span in enumerate(batch):
+                probs, _ = _combine(runs[k * len(orders): (k + 1) * len(orders)], priors)
+                top = req.options[int(np.argmax(probs))].id
+                if top != result.top_option:
+                    out.update(suspected=True, by="erase-and-check", piece=span[0], removed=list(span), variant_top=top)
+                    break
+            if out["suspected"]:
+                break
+        out["seconds"] = round(time.perf_counter() - t0, 4)
+        return out
+
     def score_shared(self, shared: SharedStateRequest, budget: Budget | None = None) -> list[DecisionResult]:
         """Many questions on one state: the state segment is evaluated once, the questions together."""
         return self.score_many(shared.rows(), budget=budget, together=True)
+
+
+def _combine(runs: list[dict], priors: list | None) -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities, logits) of one row from its option orders' runs: the content-free prior
+    divided out and renormalised per order; several orders (permutation) averaged, the logits
+    then reported as the log of the mean."""
+    raw_probs = [r["probs"] for r in runs]
+    if priors is not None:
+        fixed = [p / np.maximum(q, 1e-12) for p, q in zip(raw_probs, priors)]
+        probs_per_order = [f / f.sum() for f in fixed]
+    else:
+        probs_per_order = raw_probs
+    if len(runs) == 1:
+        logits = runs[0]["logits"] - (np.log(np.maximum(priors[0], 1e-12)) if priors is not None else 0.0)
+        return probs_per_order[0], logits
+    probs = np.mean(probs_per_order, axis=0)
+    return probs, np.log(np.maximum(probs, 1e-300))
+
+
+def skipped_guard(method: str) -> dict:
+    """The guard's entry for a row it did not check (its calibrated policy gates it anyway)."""
+    return {"method": method, "suspected": False, "piece": None, "removed": None, "passes": 0, "skipped": "gated"}
 
 
 @contextmanager

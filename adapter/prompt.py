@@ -25,7 +25,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .schema import Example, Option, State, state_text
 
-PROMPT_VERSIONS = {"letters": "letters/1", "option-words": "option-words/1",
+PROMPT_VERSIONS = {"letters": "letters/1", "letters-examples": "letters-examples/1", "option-words": "option-words/1",
                    "option-words-state-first": "option-words-state-first/1"}
 LETTERS = string.ascii_uppercase
 SYSTEM_INSTRUCTION = (
@@ -78,6 +78,16 @@ class Prompt:
     @property
     def text(self) -> str:
         return "".join(self.segments)
+
+    def merged(self) -> "Prompt":
+        """The same prompt with every segment after the first joined into one: prompts that differ
+        anywhere after the first segment (the steering guard's variants of one state) then share
+        that segment and are evaluated together as parallel sequences. Tokens are unchanged (each
+        piece is tokenized on its own); only where the KV cache may be reused differs."""
+        if len(self.pieces) <= 2:
+            return self
+        tail = [piece for seg in self.pieces[1:] for piece in seg]
+        return Prompt(self.readout, self.version, [self.pieces[0], tail], self.labels, self.chat, self.order)
 
     def sha256(self) -> str:
         """Identity of the prompt as evaluated: version, segments (text and split) and answer labels."""
@@ -134,27 +144,47 @@ def letters_user_parts(state: State, question: str, shown: list[Option]) -> tupl
     return "State:\n", f"{state_text(state)}\n\n", f"Question: {question}\n\nOptions:\n{body}\n\nAnswer with one letter."
 
 
-def letters_messages(state: State, question: str, options: list[Option]) -> list[dict]:
+def letters_messages(state: State, question: str, options: list[Option],
+                     examples: list[Example] | None = None) -> list[dict]:
     """The letters prompt as chat messages, for servers that apply the chat template themselves."""
-    return [{"role": "system", "content": SYSTEM_INSTRUCTION},
+    turns = []
+    for ex in examples or []:
+        turns += [{"role": "user", "content": "".join(letters_user_parts(ex.state, question, options))},
+                  {"role": "assistant", "content": _letter_of(ex.option_id, options)}]
+    return [{"role": "system", "content": SYSTEM_INSTRUCTION}, *turns,
             {"role": "user", "content": "".join(letters_user_parts(state, question, options))}]
 
 
+def _letter_of(option_id: str, shown: list[Option]) -> str:
+    return LETTERS[[o.id for o in shown].index(option_id)]
+
+
 def render_letters(state: State, question: str, options: list[Option], chat: ChatTemplate | None,
-                   order: list[int] | None = None) -> Prompt:
+                   order: list[int] | None = None, examples: list[Example] | None = None) -> Prompt:
     """Segments: [instruction up to "State:"] [the state] [question, options, answer header], so
-    the instruction is shared by every row and the state by every question asked of it."""
+    the instruction is shared by every row and the state by every question asked of it.
+
+    Solved examples, when given, are earlier exchanges - the same user message for the example's
+    state, answered with its letter - before the case, so they sit in the first segment: cached
+    with the instruction, they add nothing per row but the attention over a longer context."""
     order = order or list(range(len(options)))
     shown = [options[i] for i in order]
     head, body, ask = letters_user_parts(state, question, shown)
     user = text(head) + _SEGMENT + text(body) + _SEGMENT + text(ask)
+    solved = [("".join(letters_user_parts(ex.state, question, shown)), _letter_of(ex.option_id, shown))
+              for ex in examples or []]
+    version = PROMPT_VERSIONS["letters-examples" if solved else "letters"]
     if chat is not None:
-        marked = chat.render([{"role": "system", "content": text(SYSTEM_INSTRUCTION)}, {"role": "user", "content": user}])
+        turns = [m for case, letter in solved for m in ({"role": "user", "content": text(case)},
+                                                         {"role": "assistant", "content": text(letter)})]
+        marked = chat.render([{"role": "system", "content": text(SYSTEM_INSTRUCTION)}, *turns,
+                              {"role": "user", "content": user}])
         labels = list(LETTERS[: len(shown)])  # read straight after the assistant header
     else:
-        marked = text(f"{SYSTEM_INSTRUCTION}\n\n") + user + text("\nAnswer:")
+        shots = "".join(f"{case}\nAnswer: {letter}\n\n" for case, letter in solved)
+        marked = text(f"{SYSTEM_INSTRUCTION}\n\n{shots}") + user + text("\nAnswer:")
         labels = [f" {c}" for c in LETTERS[: len(shown)]]
-    return Prompt("letters", PROMPT_VERSIONS["letters"], split_marked(marked), labels, chat is not None, order)
+    return Prompt("letters", version, split_marked(marked), labels, chat is not None, order)
 
 
 def render_option_words(state: State, question: str, options: list[Option], examples: list[Example],

@@ -11,6 +11,8 @@ from typing import Any, Literal, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .guard import Guard
+
 MAX_OPTIONS = 26  # letters A..Z
 READOUTS = ("letters", "option-words")
 Readout = Literal["letters", "option-words"]
@@ -70,6 +72,10 @@ class Question(BaseModel):
     debias: Debias | None = Field(default=None, description="content-free: divide out the policy's no-state prior; "
                                   "default per model and readout")
     examples: list[Example] = Field(default_factory=list, max_length=32)
+    few_shot: bool | None = Field(default=None, description="put the examples in the prompt; default: option-words "
+                                  "does, letters does not (letters shows them as earlier chat turns)")
+    guard: Guard | None = Field(default=None, description="steering guard: precheck (a directive naming an option) "
+                                "or erase-and-check (precheck, then the state scored with pieces left out)")
     policy_id: str | None = Field(default=None, description="apply a loaded calibrated policy")
 
     @model_validator(mode="after")
@@ -159,6 +165,7 @@ class DecisionResult(BaseModel):
     uncorrected_probabilities: list[float] | None = None
     calibrated_probabilities: list[float] | None = None  # set when a calibrated policy was applied
     decision: dict[str, Any] | None = None
+    guard: dict[str, Any] | None = None  # the steering guard's finding: suspected, piece, passes (guard.py)
     policy: dict[str, Any] | None = None
     confidence: float | None = None
     generated_text: str | None = None

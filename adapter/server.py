@@ -33,7 +33,8 @@ from .admission import Admission, RequestBudget, Stopped
 from .http_body import decode, parse_json, read_raw
 from .http_errors import HTTPProblem, Invalid, invalid, problem
 from .calibrated import CalibratedPolicy, PolicySet
-from .schema import DecisionRequest, RequestError, SharedStateRequest, errors_from
+from .guard import GUARDS
+from .schema import DEBIAS, READOUTS, DecisionRequest, RequestError, SharedStateRequest, errors_from
 from .settings import AdapterSettings
 from .systemone import SystemOneRequest, respond, to_rows
 
@@ -148,7 +149,8 @@ def _cap_cost(rows: list[DecisionRequest], settings: AdapterSettings, loc: list 
 
 def score_invocation(engine, inv: Invocation, budget: RequestBudget) -> Any:
     try:
-        results = engine.score_many(inv.rows, budget=budget, together=inv.shape == "shared")
+        results = engine.score_many(inv.rows, budget=budget, together=inv.shape == "shared",
+                                    guard_when=lambda i, r: PolicySet.automates(inv.policies[i], r))
     except RequestError as exc:
         prefix = inv.locs[exc.row] if exc.row is not None else []
         raise Invalid(errors_from(exc, prefix)) from None
@@ -199,7 +201,8 @@ def score_lines(engine, rows: list, errors: list[dict | None], budget: RequestBu
     results: dict[int, dict] = {}
     while todo:
         try:
-            scored = engine.score_many([rows[i][0] for i in todo], budget=budget)
+            scored = engine.score_many([rows[i][0] for i in todo], budget=budget,
+                                       guard_when=lambda k, r: PolicySet.automates(rows[todo[k]][1], r))
         except RequestError as exc:
             if exc.row is None:  # not pinned to one line (it never should be): every line gets it
                 for i in todo:
@@ -385,12 +388,12 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
     @app.get("/info")
     def info():
         engine = holder.get()
-        return {"model": engine.info.public(), "readouts": ["letters", "option-words"],
-                "debias": ["none", "content-free"],
+        return {"model": engine.info.public(), "readouts": list(READOUTS), "debias": list(DEBIAS), "guards": list(GUARDS),
                 "limits": {"request_timeout_s": settings.request_timeout, "max_queue": settings.max_queue,
                            "max_rows": settings.max_rows, "max_cost": settings.max_cost,
                            "max_body_bytes": settings.max_body},
                 "policies": {pid: {"name": p.name, "threshold": p.threshold, "temperature": p.temperature,
+                                   "option_offsets": p.option_offsets, "guard": p.guard,
                                    "model_matches": pid not in holder.policies.mismatched()}
                              for pid, p in holder.policies.policies.items()}}
 

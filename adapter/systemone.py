@@ -124,7 +124,7 @@ def to_rows(req: SystemOneRequest) -> list[DecisionRequest]:
             readout = None
         fields: dict[str, Any] = dict(id=qid, state=req.state, question=text, options=options, readout=readout)
         rows.append(DecisionRequest.model_construct(None, **fields, permute=False, debias=None, examples=[],
-                                                    policy_id=None)
+                                                    few_shot=None, guard=None, policy_id=None)
                     if len(options) > MAX_OPTIONS else DecisionRequest(**fields))
     return rows
 

@@ -184,3 +184,81 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--html", help="also write the latency ECDF (plotly) to this HTML file")
     p.add_argument("--db")
     p.set_defaults(fn=bench)
+
+
+def robustness(args) -> int:
+    """The Robustness check headless: the same rows, rates and verdicts as the page, as JSON."""
+    from tqdm import tqdm
+
+    from . import robustness as rb
+    from .inputs import rows_from_upload
+    from .labeled import evenly_spaced, scored_cases
+
+    store = Store(args.db)
+    policy = resolve_policy(store, args.policy)
+    ids = [o["id"] for o in policy["options"]]
+    if bool(args.labeled_set) == bool(args.states):
+        raise SystemExit("give exactly one of --labeled-set (a labeled set) or --states (a CSV/JSONL of states)")
+    try:
+        if args.labeled_set:
+            cases = scored_cases(store, resolve_set(store, args.labeled_set, policy), args.limit)
+            source = f"labeled set {args.labeled_set}"
+        else:
+            path = Path(args.states)
+            cases = evenly_spaced(rows_from_upload(path.name, path.read_bytes(), ids), args.limit)
+            source = str(path)
+        suite = rb.shipped_suite(policy)
+        if args.templates:
+            suite.steering += rb.parse_templates(Path(args.templates).read_text())
+        suite.paraphrases += args.paraphrase or []
+        out_of_scope = [c.state for c in rows_from_upload(Path(args.out_of_scope).name,
+                                                          Path(args.out_of_scope).read_bytes())] if args.out_of_scope else []
+        checks = [c.strip() for c in args.checks.split(",")] if args.checks else list(rb.CHECKS)
+        target = target_by_name(store, args.target, EnginePool())
+        variant = evaluation.VARIANTS.get(args.readout)
+        if variant is None:
+            raise SystemExit(f"--readout {args.readout!r}: choose from {', '.join(evaluation.VARIANTS)}")
+        run_id, items = rb.start_check(store, policy=policy, cases=cases, target=target, suite=suite, checks=checks,
+                                       attempts=args.attempts, variant=args.readout, overrides=variant.overrides(),
+                                       guard=args.guard, out_of_scope=out_of_scope, source=source)
+    except (InputError, rb.SuiteError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"robustness run #{run_id}: {policy['id']} x {len(cases)} states x target {target.name} ({args.readout}, "
+          f"guard {args.guard}) - {len(items)} rows to score", file=sys.stderr)
+    with tqdm(total=len(items), unit="row", file=sys.stderr, disable=args.quiet) as bar:
+        def progress(done, total, eta):
+            bar.n = done
+            bar.refresh()
+
+        report = rb.run_check(store, run_id, items, target, progress)
+    summary = {"run": run_id, **report.summary}
+    for check, (level, text) in report.verdicts.items():
+        print(f"[{level.upper():4}] {rb.CHECK_LABELS[check]}: {text}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def add_robustness_parser(sub) -> None:
+    from .robustness import CHECKS
+
+    p = sub.add_parser("robustness", help="steering, paraphrase, renamed/extra options, order: does the decision hold?")
+    p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
+    p.add_argument("--labeled-set", help="CSV/JSONL file (or a file name in data/labeled), or a set id")
+    p.add_argument("--states", help="CSV/JSONL with a state column (labels optional)")
+    p.add_argument("--target", default="local", help="target name (default: the local engine)")
+    p.add_argument("--limit", type=int, default=20, help="at most N states, evenly spaced (default 20)")
+    p.add_argument("--attempts", type=int, default=3, help="steering attempts per state (default 3)")
+    p.add_argument("--checks", help=f"comma-separated subset of {','.join(CHECKS)} (default: all)")
+    p.add_argument("--readout", default="default", help="readout variant, as on the Calibrate page (default: default)")
+    p.add_argument("--guard", default="none", choices=["none", "precheck", "erase-and-check"],
+                   help="the steering guard on the unchanged and the steered rows")
+    p.add_argument("--templates", help="a text file of your own steering templates, one per line, each with {option}")
+    p.add_argument("--paraphrase", action="append", help="a rewording of the question; repeat")
+    p.add_argument("--out-of-scope", help="CSV/JSONL of states that fit no option (for the none-of-these check)")
+    p.add_argument("--json", help="write the summary (hijack_rate, still_correct_rate, flip_rate, n, ...) here")
+    p.add_argument("--db", help="SQLite file (default: SEMIF_DB or data/workbench.db)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=robustness)

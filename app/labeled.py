@@ -64,3 +64,19 @@ def import_file(store, name: str, data: bytes, policy: dict | None, source: str 
     rows = parse_labeled(name, data, [o["id"] for o in policy["options"]] if policy else None)
     return store.import_labeled_set(name=name, policy_id=policy["id"] if policy else None, rows=rows,
                                     content_hash=content_hash(rows), source=source or name)
+
+
+def evenly_spaced(rows: list, limit: int | None) -> list:
+    """At most `limit` rows, evenly spaced over the list, so every label keeps about its share."""
+    if not limit or limit >= len(rows):
+        return list(rows)
+    step = max(1, len(rows) // limit)
+    return rows[::step][:limit]
+
+
+def scored_cases(store, set_id: int, limit: int | None = None) -> list:
+    """A stored set's rows outside its train split (those are never scored), as cases to check."""
+    from .runner import Case
+
+    rows = [r for r in store.labeled_rows(set_id) if r.get("split") != "train"]
+    return [Case(r["row_key"], r["state"], r["label"]) for r in evenly_spaced(rows, limit)]

@@ -115,7 +115,9 @@ def test_shared_state_matches_fresh(engine, monkeypatch):
     monkeypatch.setattr(engine, "n_parallel", 1)
     serial = engine.score_shared(request)
     assert [r.id for r in serial] == [q["id"] for q in questions]
-    assert all(r.cached_tokens > 0 for r in serial[1:])  # the state segment was reused
+    # the state segment was reused: every question but the first evaluated (the canonical order's
+    # first, not necessarily the request's; with the policy prefix on disk, that one reuses it too)
+    assert sum(r.cached_tokens > 0 for r in serial) >= len(serial) - 1
     fresh = [engine.score(DecisionRequest(state=state, **q), fresh=True) for q in questions]
     assert all(f.cached_tokens == 0 for f in fresh)
     for key in ("probabilities", "option_logits", "label_mass", "prompt_sha256"):

@@ -8,6 +8,7 @@ import streamlit as st
 from app import evaluation, order_sensitivity, resources
 from app.components import download_frame, policy_picker
 from app.inputs import InputError, rows_from_text
+from app.labeled import scored_cases
 from app.runner import Case, Job, progress_text, score_into_runs
 from app.safe_text import md
 
@@ -35,9 +36,7 @@ def shift_chart(shifts) -> go.Figure:
 def cases_from(db, source: str, pasted: str, set_id: int | None, limit: int) -> list[Case]:
     if source == "paste":
         return rows_from_text(pasted)[:limit]
-    rows = [r for r in db.labeled_rows(set_id) if r.get("split") != "train"]
-    step = max(1, len(rows) // limit)
-    return [Case(r["row_key"], r["state"], r["label"]) for r in rows[::step][:limit]]
+    return scored_cases(db, set_id, limit)
 
 
 def show(db, run: dict) -> None:

@@ -643,15 +643,21 @@ class Engine:
             uncorrected_probabilities=None if priors is None else [finite(float(p)) for p in np.mean(raw_probs, axis=0)],
         )
 
-    def guard_check(self, req: DecisionRequest, result: DecisionResult, budget: Budget | None = None) -> dict:
+    def guard_check(self, req: DecisionRequest, result: DecisionResult, budget: Budget | None = None, *,
+                    use_precheck: bool = True, exhaustive: bool = False) -> dict:
         """The steering guard for one scored row (guard.py): the precheck, then - for
         erase-and-check - the state scored with pieces left out, with the row's own readout,
-        correction and option orders. Variants are rendered with everything after the first segment
-        joined, so they share the cached instruction and are evaluated as parallel sequences, a
-        batch at a time; the first variant whose top option differs stops the check."""
+        correction and option orders. A variant disagrees when its own top option leads the row's
+        answer by at least `guard.MIN_MARGIN` in the variant: removing the piece gave a clear other
+        answer (removing the only evidence leaves a flat answer, and that is no sign of steering).
+        Variants are rendered with everything after the first segment joined, so they share the
+        cached instruction and are evaluated as parallel sequences, a batch at a time; the first
+        disagreement stops the check. `use_precheck=False` / `exhaustive=True` measure
+        erase-and-check on its own over every variant (bench.guard)."""
         t0 = time.perf_counter()
         pieces = guard.split_state(req.state)
-        found = guard.precheck(req.state if isinstance(req.state, str) else state_text(req.state), req.options)
+        found = guard.precheck(req.state if isinstance(req.state, str) else state_text(req.state),
+                               req.options) if use_precheck else None
         out: dict = {"method": req.guard, "suspected": False, "piece": None, "removed": None, "passes": 0,
                      "pieces": len(pieces), "precheck": found}
         if found is not None:
@@ -663,8 +669,10 @@ class Engine:
         readout, debias = result.readout, result.debias or "none"
         orders = rotations(len(req.options)) if req.permute else [None]
         priors = [self.prior(req, readout, o, budget) for o in orders] if debias == "content-free" else None
+        answer = result.option_ids.index(result.top_option)
         spans = guard.erasures(len(pieces))
         per_batch = max(1, (self.n_parallel - 1) // len(orders))
+        seen: list[dict] = []
         for at in range(0, len(spans), per_batch):
             batch = spans[at: at + per_batch]
             variants = [req.model_copy(update={"state": pieces.without(*span)}) for span in batch]
@@ -673,12 +681,16 @@ class Engine:
             out["passes"] += len(prompts)
             for k, span in enumerate(batch):
                 probs, _ = _combine(runs[k * len(orders): (k + 1) * len(orders)], priors)
-                top = req.options[int(np.argmax(probs))].id
-                if top != result.top_option:
-                    out.update(suspected=True, by="erase-and-check", piece=span[0], removed=list(span), variant_top=top)
-                    break
-            if out["suspected"]:
+                top = int(np.argmax(probs))
+                lead = float(probs[top] - probs[answer])
+                seen.append({"removed": list(span), "top": req.options[top].id, "lead": round(lead, 4)})
+                if not out["suspected"] and lead >= guard.MIN_MARGIN:
+                    out.update(suspected=True, by="erase-and-check", piece=span[0], removed=list(span),
+                               variant_top=req.options[top].id, lead=round(lead, 4))
+            if out["suspected"] and not exhaustive:
                 break
+        if exhaustive:
+            out["variants"] = seen
         out["seconds"] = round(time.perf_counter() - t0, 4)
         return out
 

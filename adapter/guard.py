@@ -29,6 +29,10 @@ from typing import Any, Literal, Sequence
 GUARDS = ("none", "precheck", "erase-and-check")
 Guard = Literal["none", "precheck", "erase-and-check"]
 MAX_PIECES = 6  # longer states are cut into at most this many contiguous runs (paragraphs first)
+# erase-and-check flags a variant whose own answer leads the row's answer by this much: a piece left
+# out gave a clear other answer. Removing the only evidence gives a flat, near-prior answer instead,
+# and a near-tie flipping by arithmetic is not a sign either (bench.guard measures the choice)
+MIN_MARGIN = 0.10
 STEERING_SUSPECTED = "steering_suspected"
 
 # a sentence ends at . ! ? or … (closing quotes/brackets kept with it) before whitespace and a

@@ -99,9 +99,11 @@ def ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = 10, strategy: str =
 
 
 # -- temperature scaling ---------------------------------------------------------------------------
-def apply_temperature(P: np.ndarray, T: float) -> np.ndarray:
-    """Row-wise adapter.calibrated.calibrate_probs: the exact function the runtime applies."""
-    return np.array([calibrate_probs(list(map(float, row)), T) for row in P])
+def apply_temperature(P: np.ndarray, T: float, offsets: np.ndarray | None = None) -> np.ndarray:
+    """Row-wise adapter.calibrated.calibrate_probs: the exact function the runtime applies
+    (softmax(log p / T + b); b = the fitted per-option offsets, none by default)."""
+    b = None if offsets is None else [float(x) for x in offsets]
+    return np.array([calibrate_probs(list(map(float, row)), T, b) for row in P])
 
 
 def _nll_at(logP: np.ndarray, y: np.ndarray, T: float) -> float:
@@ -269,15 +271,38 @@ class Report:
     oof_ece_width: float
     oof_ece_mass: float
     confusion: list[list[int]]
+    oof_confusion: list[list[int]] = field(default_factory=list)
+    method: str = "temperature"
+    offsets: list[float] = field(default_factory=list)
     bins_before: list[dict] = field(default_factory=list)
     bins_after: list[dict] = field(default_factory=list)
 
 
-def report(P: np.ndarray, y: np.ndarray, *, k_folds: int = 5, n_bins: int = 10, seed: int = 0) -> tuple[Report, np.ndarray]:
-    """Metrics before and after temperature scaling (out of fold); also returns the OOF probabilities."""
+def correction_cv(P: np.ndarray, y: np.ndarray, method: str = "temperature", k: int = 5,
+                  seed: int = 0) -> tuple[float, np.ndarray, np.ndarray, list[float]]:
+    """(T and offsets fitted on all rows, out-of-fold corrected P, per-fold T) for temperature alone
+    or temperature + fitted offsets."""
+    if method == "temperature":
+        T, oof, temps = temperature_cv(P, y, k, seed)
+        return T, np.zeros(P.shape[1]), oof, temps
+    oof = np.empty_like(P, dtype=float)
+    temps = []
+    for test in folds(len(y), k, seed):
+        train = np.setdiff1d(np.arange(len(y)), test)
+        Tf, bf = fit_offsets(P[train], y[train]) if len(train) else (1.0, np.zeros(P.shape[1]))
+        temps.append(Tf)
+        oof[test] = apply_temperature(P[test], Tf, bf)
+    T, b = fit_offsets(P, y)
+    return T, b, oof, temps
+
+
+def report(P: np.ndarray, y: np.ndarray, *, k_folds: int = 5, n_bins: int = 10, seed: int = 0,
+           method: str = "temperature") -> tuple[Report, np.ndarray]:
+    """Metrics before and after the correction (temperature, or temperature + fitted offsets; out of
+    fold); also returns the OOF probabilities."""
     P, y = np.asarray(P, float), np.asarray(y, int)
     conf, correct = P.max(axis=1), predictions(P) == y
-    T, oof, temps = temperature_cv(P, y, k_folds, seed)
+    T, offsets, oof, temps = correction_cv(P, y, method, k_folds, seed)
     oconf, ocorrect = oof.max(axis=1), predictions(oof) == y
     return Report(
         n=len(y), k=P.shape[1], size_flag=size_flag(len(y)), accuracy=accuracy(P, y),
@@ -287,6 +312,137 @@ def report(P: np.ndarray, y: np.ndarray, *, k_folds: int = 5, n_bins: int = 10, 
         oof_nll=nll(oof, y), oof_ece_width=ece(oconf, ocorrect, n_bins, "width"),
         oof_ece_mass=ece(oconf, ocorrect, n_bins, "mass"),
         confusion=confusion_matrix(y, predictions(P), P.shape[1]).tolist(),
+        oof_confusion=confusion_matrix(y, predictions(oof), P.shape[1]).tolist(), method=method,
+        offsets=[float(x) for x in offsets],
         bins_before=[asdict(b) for b in reliability(conf, correct, n_bins, "width")],
         bins_after=[asdict(b) for b in reliability(oconf, ocorrect, n_bins, "width")],
     ), oof
+
+
+# -- the label-fitted correction -------------------------------------------------------------------
+# Temperature scaling cannot move an argmax: a policy whose ranking is right but whose threshold is
+# wrong (every SMS called spam, yet spam rows get the higher p(spam)) needs one offset per option.
+MIN_ROWS_PER_OPTION = 5  # fewer labeled rows of an option: its offset would be fitted to noise
+OFFSET_L2 = 1.0  # ridge on the offsets (in rows' worth of NLL): a weak prior that they are 0
+CV_FOLDS = 5  # the same folds as temperature_cv's (report)
+
+
+def fit_offsets(P: np.ndarray, y: np.ndarray, *, l2: float = OFFSET_L2) -> tuple[float, np.ndarray]:
+    """(T, b) minimising the multinomial NLL of softmax(log P / T + b), plus l2 * ||b||^2 / n, by
+    L-BFGS on (log 1/T, b) with the analytic gradient. Offsets are relative: b is centred.
+
+    >>> P = np.array([[0.6, 0.4]] * 6 + [[0.7, 0.3]] * 6); y = np.array([1] * 6 + [0] * 6)
+    >>> T, b = fit_offsets(P, y)
+    >>> bool((np.argmax(apply_temperature(P, T, b), axis=1) == y).all())  # temperature alone: 50%
+    True
+    """
+    from scipy.optimize import minimize
+
+    logP = np.log(np.clip(np.asarray(P, float), 1e-300, 1.0))
+    n, k = logP.shape
+    onehot = np.eye(k)[y]
+
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        s, b = math.exp(theta[0]), theta[1:]
+        z = s * logP + b
+        z = z - z.max(axis=1, keepdims=True)
+        q = np.exp(z)
+        q /= q.sum(axis=1, keepdims=True)
+        lse = np.log(np.exp(z).sum(axis=1))
+        loss = float(np.mean(lse - z[np.arange(n), y])) + l2 * float(b @ b) / n
+        d = (q - onehot) / n
+        grad = np.concatenate([[float(np.sum(d * logP)) * s], d.sum(axis=0) + 2 * l2 * b / n])
+        return loss, grad
+
+    start = np.concatenate([[-math.log(fit_temperature(P, y))], np.zeros(k)])
+    res = minimize(objective, start, jac=True, method="L-BFGS-B",
+                   bounds=[(-math.log(T_MAX), -math.log(T_MIN))] + [(-20.0, 20.0)] * k)
+    b = res.x[1:] - res.x[1:].mean()
+    return float(math.exp(-res.x[0])), b
+
+
+def rows_per_option(y: np.ndarray, k: int) -> np.ndarray:
+    return np.bincount(np.asarray(y, int), minlength=k)
+
+
+@dataclass
+class Correction:
+    """One way to turn scored probabilities into the policy's: which family of scores (`none` = the
+    model's own, `content-free` = its no-state prior divided out), and temperature alone or
+    temperature + fitted per-option offsets. Metrics are out of fold: each row corrected by a fit
+    that never saw it."""
+
+    name: str
+    family: str
+    method: str  # "temperature" | "fitted"
+    temperature: float
+    offsets: list[float]
+    oof_accuracy: float
+    oof_nll: float
+    oof_ece: float
+    oof_confusion: list[list[int]]
+    available: bool = True
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def correction_name(family: str, method: str) -> str:
+    return {("none", "temperature"): "none", ("content-free", "temperature"): "content-free",
+            ("none", "fitted"): "fitted", ("content-free", "fitted"): "content-free + fitted"}[(family, method)]
+
+
+def corrections(families: dict[str, np.ndarray], y: np.ndarray, *, k_folds: int = CV_FOLDS,
+                seed: int = 0) -> list[Correction]:
+    """Every correction the families allow, each fitted on all rows (what an export carries) and
+    measured out of fold over the same folds. Fitted offsets need MIN_ROWS_PER_OPTION rows of every
+    option; below that they are listed as unavailable, with the reason."""
+    y = np.asarray(y, int)
+    out = []
+    for family, P in families.items():
+        P = np.asarray(P, float)
+        counts = rows_per_option(y, P.shape[1])
+        for method in ("temperature", "fitted"):
+            name = correction_name(family, method)
+            if method == "fitted" and counts.min() < MIN_ROWS_PER_OPTION:
+                out.append(Correction(name, family, method, 1.0, [0.0] * P.shape[1], float("nan"), float("nan"),
+                                      float("nan"), [], False,
+                                      f"needs at least {MIN_ROWS_PER_OPTION} labeled rows of every option "
+                                      f"(the fewest here: {int(counts.min())})"))
+                continue
+            T, b, oof, _ = correction_cv(P, y, method, k_folds, seed)
+            pred = predictions(oof)
+            out.append(Correction(name, family, method, T, [float(x) for x in b], accuracy(oof, y), nll(oof, y),
+                                  ece(oof.max(axis=1), pred == y), confusion_matrix(y, pred, P.shape[1]).tolist()))
+    return out
+
+
+def choose_correction(cands: list[Correction], n: int) -> tuple[Correction, str]:
+    """The correction to export, and why. Fitted offsets count only where they beat temperature
+    alone on the same scores out of fold (higher or equal accuracy and lower NLL); then the most
+    accurate correction wins, and within one row of it, the lowest held-out NLL."""
+    usable = [c for c in cands if c.available]
+    temps = {c.family: c for c in usable if c.method == "temperature"}
+    kept = []
+    for c in usable:
+        base = temps.get(c.family)
+        if c.method == "fitted" and base is not None and not (c.oof_accuracy >= base.oof_accuracy
+                                                              and c.oof_nll < base.oof_nll):
+            continue
+        kept.append(c)
+    best_acc = max(c.oof_accuracy for c in kept)
+    close = [c for c in kept if c.oof_accuracy >= best_acc - 1 / max(n, 1) + 1e-12]
+    chosen = min(close, key=lambda c: c.oof_nll)
+    why = (f"{chosen.name}: out of fold accuracy {chosen.oof_accuracy:.1%}, NLL {chosen.oof_nll:.3f} "
+           f"({CV_FOLDS}-fold cross-validation over {n} rows)")
+    others = [c for c in usable if c is not chosen]
+    if others:
+        why += "; " + ", ".join(f"{c.name} {c.oof_accuracy:.1%} / {c.oof_nll:.3f}" for c in others)
+    if chosen.method == "fitted":
+        why += ". The fitted offsets beat temperature alone on these scores, so they are exported"
+    else:
+        dropped = [c for c in usable if c.method == "fitted" and c not in kept]
+        if dropped:
+            why += ". Fitted offsets did not beat temperature alone out of fold, so none are exported"
+    return chosen, why + "."

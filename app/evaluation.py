@@ -70,11 +70,17 @@ class Variant:
     readout: str | None = None
     debias: str | None = None
     permute: bool = False
+    few_shot: bool | None = None  # None: the readout's default (option-words shows examples, letters not)
 
     @property
     def name(self) -> str:
-        """'default', 'letters', 'letters + content-free', 'option-words + permutation'."""
+        """'default', 'letters', 'letters + content-free', 'option-words + permutation',
+        'letters + examples + content-free'."""
         parts = [self.readout or "default"]
+        if self.few_shot is True and self.readout != "option-words":
+            parts.append("examples")
+        elif self.few_shot is False and self.readout == "option-words":
+            parts.append("no examples")
         if self.debias == "content-free" or (self.debias is None and self.readout):
             parts.append(self.debias or "model-default debias")
         if self.permute:
@@ -82,7 +88,8 @@ class Variant:
         return " + ".join(parts)
 
     def overrides(self) -> dict:
-        return {"permute": self.permute} | {k: v for k, v in (("readout", self.readout), ("debias", self.debias)) if v}
+        return ({"permute": self.permute} | {k: v for k, v in (("readout", self.readout), ("debias", self.debias)) if v}
+                | ({"few_shot": self.few_shot} if self.few_shot is not None else {}))
 
 
 def resolve_variant(variant: Variant, policy: dict, target) -> Variant | None:
@@ -95,7 +102,7 @@ def resolve_variant(variant: Variant, policy: dict, target) -> Variant | None:
     if not isinstance(target, LocalTarget):
         return None
     readout, debias = target.engine().settings(request_for(policy, "-", "probe", **variant.overrides()))
-    return Variant(readout, debias, variant.permute)
+    return Variant(readout, debias, variant.permute, variant.few_shot)
 
 
 def distinct_variants(names: list[str], policy: dict, target) -> list[tuple[str, str, str | None]]:
@@ -111,12 +118,14 @@ def distinct_variants(names: list[str], policy: dict, target) -> list[tuple[str,
             continue
         if real.name != name:
             label += f" (= {real.name} on this model)"
-        same = seen.setdefault((real.readout, real.debias, real.permute), name)
+        shows = real.few_shot if real.few_shot is not None else real.readout == "option-words"
+        same = seen.setdefault((real.readout, real.debias, real.permute, shows), name)
         out.append((name, label, same if same != name else None))
     return out
 
 
 VARIANTS = {v.name: v for v in (Variant(), Variant("letters", "none"), Variant("letters", "content-free"),
+                                Variant("letters", "none", few_shot=True), Variant("letters", "content-free", few_shot=True),
                                 Variant("option-words", "none"), Variant("option-words", "content-free"),
                                 Variant("letters", "none", True), Variant("option-words", "none", True))}
 
@@ -127,6 +136,7 @@ class EvalRunConfig(BaseModel):
     readout: str | None = None
     debias: str | None = None
     permute: bool = False
+    few_shot: bool | None = None
     examples: ExampleSource = "policy"
     n_examples: int = 4
     policy_fingerprint: str
@@ -137,7 +147,7 @@ class EvalRunConfig(BaseModel):
 
     @property
     def variant(self) -> Variant:
-        return Variant(self.readout, self.debias, self.permute)
+        return Variant(self.readout, self.debias, self.permute, self.few_shot)
 
 
 def run_config(run: dict) -> EvalRunConfig:
@@ -146,7 +156,7 @@ def run_config(run: dict) -> EvalRunConfig:
 
 def variant_name(cfg: dict) -> str:
     """'letters + content-free', 'default + permutation': how a run read the model's answer."""
-    return Variant(cfg.get("readout"), cfg.get("debias"), bool(cfg.get("permute"))).name
+    return Variant(cfg.get("readout"), cfg.get("debias"), bool(cfg.get("permute")), cfg.get("few_shot")).name
 
 
 def label_mismatch(policy: dict, rows: list[dict]) -> str | None:
@@ -166,8 +176,8 @@ def find_run(store: Store, *, policy: dict, set_id: int, target_name: str, varia
     for run in store.list_runs(kind="eval"):
         c = run.get("config") or {}
         if (run["labeled_set_id"] == set_id and run["target_name"] == target_name and c.get("policy_fingerprint") == fp
-                and (c.get("readout"), c.get("debias"), bool(c.get("permute"))) == (variant.readout, variant.debias,
-                                                                                     variant.permute)
+                and (c.get("readout"), c.get("debias"), bool(c.get("permute")), c.get("few_shot"))
+                == (variant.readout, variant.debias, variant.permute, variant.few_shot)
                 and c.get("examples") == examples):
             return run
     return None
@@ -181,7 +191,8 @@ def start_eval(store: Store, *, policy: dict, set_id: int, target: Target, varia
         raise ValueError(problem)
     evaluated, scored = plan_eval(policy, rows, examples, n_examples)
     labeled = store.get_labeled_set(set_id) or {}
-    config = EvalRunConfig(readout=variant.readout, debias=variant.debias, permute=variant.permute, examples=examples,
+    config = EvalRunConfig(readout=variant.readout, debias=variant.debias, permute=variant.permute,
+                           few_shot=variant.few_shot, examples=examples,
                            n_examples=n_examples, policy_fingerprint=policy_fingerprint(policy),
                            evaluated_policy=evaluated, row_keys=[r["row_key"] for r in scored],
                            dataset_hash=labeled.get("content_hash", ""), dataset_name=labeled.get("name", ""))
@@ -220,6 +231,18 @@ def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn 
 
 
 # -- calibration on a finished run -----------------------------------------------------------------
+def scored_probabilities(result: dict, family: str) -> list[float] | None:
+    """A stored result's probabilities as one family of scores reads them: its own when it was
+    scored that way, the uncorrected ones kept beside the content-free correction for `none`."""
+    response = result.get("response") if isinstance(result.get("response"), dict) else {}
+    scored_as = (response or {}).get("debias") or "none"
+    if family == scored_as:
+        return result["probabilities"]
+    if family == "none" and scored_as == "content-free":
+        return (response or {}).get("uncorrected_probabilities")
+    return None
+
+
 def arrays(store: Store, run_id: int) -> tuple[np.ndarray, np.ndarray, list[str], list[dict]]:
     """(P, y, option ids, results used): rows that errored or whose label is not an option are left out."""
     run = store.get_run(run_id) or {}
@@ -230,14 +253,30 @@ def arrays(store: Store, run_id: int) -> tuple[np.ndarray, np.ndarray, list[str]
     return P, y, ids, used
 
 
+def families(results: list[dict], k: int) -> dict[str, np.ndarray]:
+    """The score families every used row has: the scored one, and `none` beside content-free."""
+    out = {}
+    for family in ("content-free", "none"):
+        rows = [scored_probabilities(r, family) for r in results]
+        if rows and all(p is not None and len(p) == k for p in rows):
+            out[family] = np.array(rows, float)
+    return out
+
+
 def calibrate_run(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_option: bool = False,
                   seed: int = 0) -> dict:
-    """Everything the Calibrate page and the CLI show: metrics, temperature, the gate."""
+    """Everything the Calibrate page and the CLI show: the corrections compared out of fold and the
+    one chosen, metrics before/after it, the gate on the corrected probabilities."""
     P, y, ids, used = arrays(store, run_id)
     if len(y) < 4:
         raise ValueError(f"run {run_id} has {len(y)} usable labeled results; at least 4 are needed")
-    rep, oof = calibration.report(P, y, seed=seed)
-    cal = calibration.apply_temperature(P, rep.temperature)
+    fams = families(used, len(ids)) or {"none": P}
+    cands = calibration.corrections(fams, y, seed=seed)
+    chosen, why = calibration.choose_correction(cands, len(y))
+    rep, oof = calibration.report(fams[chosen.family], y, seed=seed, method=chosen.method)
+    rep.accuracy = calibration.accuracy(P, y)  # "all rows, before any gate" means as scored
+    rep.confusion = calibration.confusion_matrix(y, calibration.predictions(P), len(ids)).tolist()
+    cal = calibration.apply_temperature(fams[chosen.family], rep.temperature, np.array(rep.offsets))
     conf, correct = cal.max(axis=1), calibration.predictions(cal) == y
     gate = calibration.choose_gate(conf, correct, target_accuracy, seed=seed, y=y)
     option_gates = {}
@@ -245,7 +284,8 @@ def calibrate_run(store: Store, run_id: int, *, target_accuracy: float = 0.9, pe
         option_gates = {ids[c]: g for c, g in calibration.per_option_gates(cal, y, target_accuracy, seed=seed).items()}
     curve = calibration.risk_coverage(conf, correct)
     return {"report": rep, "gate": gate, "option_gates": option_gates, "curve": curve, "option_ids": ids,
-            "calibrated": cal, "oof": oof, "P": P, "y": y, "results": used, "target_accuracy": target_accuracy}
+            "calibrated": cal, "oof": oof, "P": P, "y": y, "results": used, "target_accuracy": target_accuracy,
+            "corrections": cands, "correction": chosen, "correction_why": why}
 
 
 @dataclass
@@ -303,12 +343,14 @@ def readout_table(store: Store, runs: list[dict]) -> list[dict]:
                 "readout": variant_name(cfg),
                 "examples": cfg.get("examples"), "status": r["status"]}
         try:
-            rep = calibrate_run(store, r["id"], target_accuracy=0.9)["report"]
+            cal = calibrate_run(store, r["id"], target_accuracy=0.9)
+            rep = cal["report"]
         except ValueError as exc:  # not enough usable rows yet
             rows.append({**base, "status": f"{r['status']}: {exc}"})
             continue
         rows.append({**base, "rows": rep.n, "accuracy": rep.accuracy, "macro_f1": rep.macro_f1, "ece": rep.ece_width,
-                     "ece_after_T": rep.oof_ece_width, "nll": rep.nll})
+                     "ece_after_T": rep.oof_ece_width, "nll": rep.nll, "correction": cal["correction"].name,
+                     "accuracy_corrected": cal["correction"].oof_accuracy})
     return rows
 
 
@@ -324,13 +366,18 @@ def build_policy(store: Store, run_id: int, cal: dict, *, gate: GateDecision, fa
         raise ValueError("no stored result names its model (file + sha256): run the evaluation on a llama.cpp target")
     response = first["response"]
     readout = cfg.readout or response.get("readout")
+    chosen: calibration.Correction = cal["correction"]
     config = {
         "schema_version": SCHEMA_VERSION, "policy_id": evaluated["id"], "name": evaluated.get("name", ""),
         "question": evaluated["question"], "options": evaluated["options"], "examples": evaluated.get("examples") or [],
-        "readout": readout, "debias": cfg.debias or response.get("debias") or "none", "permute": cfg.permute,
+        "readout": readout, "debias": chosen.family, "permute": cfg.permute,
+        "few_shot": (first.get("request") or {}).get("few_shot") if isinstance(first.get("request"), dict) else None,
+        "guard": evaluated.get("guard") or "none",
         "prompt_version": response.get("prompt_version") or PROMPT_VERSIONS[readout],
         "model": {"file": response["model"]["file"], "sha256": response["model"]["sha256"]},
         "temperature": cal["report"].temperature, "threshold": gate.threshold, "gate_source": gate.source,
+        "option_offsets": ({oid: b for oid, b in zip(cal["option_ids"], chosen.offsets)}
+                           if chosen.method == "fitted" else {}),
         "option_thresholds": option_thresholds or {}, "fallback_option": fallback,
         "target_accuracy": None if gate.source == "hand-set" else cal["target_accuracy"],
         "run_id": run_id, "created_at": now(),
@@ -340,6 +387,9 @@ def build_policy(store: Store, run_id: int, cal: dict, *, gate: GateDecision, fa
     policy = CalibratedPolicy.model_validate(config)
     config["metrics"] = {"at_gate": applied_metrics(policy, cal["results"]),
                          "gate_selection": cal["gate"].to_dict(),
+                         "correction": {"chosen": chosen.name, "why": cal["correction_why"],
+                                        "candidates": [{k: v for k, v in c.to_dict().items() if k != "oof_confusion"}
+                                                       for c in cal["corrections"]]},
                          **{k: v for k, v in asdict(cal["report"]).items() if k not in ("bins_before", "bins_after")}}
     return CalibratedPolicy.model_validate(config).model_dump(mode="json")
 
@@ -348,7 +398,8 @@ def applied_metrics(policy: CalibratedPolicy, results: list[dict]) -> dict:
     """The exported rule applied to stored raw results: coverage, accuracy of what it decides."""
     decided = correct = gated = 0
     for r in results:
-        d = policy.apply(r["option_ids"], r["probabilities"])
+        d = policy.apply(r["option_ids"], scored_probabilities(r, policy.debias) or r["probabilities"],
+                         guard=(r.get("response") or {}).get("guard") if isinstance(r.get("response"), dict) else None)
         if d["gated"]:
             gated += 1
         else:

@@ -140,9 +140,20 @@ def fit_temperature(P: np.ndarray, y: np.ndarray, lo: float = T_MIN, hi: float =
     return float(math.exp((a + b) / 2))
 
 
-def folds(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
+def folds(n: int, k: int, seed: int = 0, y: np.ndarray | None = None) -> list[np.ndarray]:
+    """k folds of row indices; with labels `y`, stratified (each label dealt round-robin over the
+    folds, as sklearn's StratifiedKFold), so no fold lacks an option its training rows have."""
     rng = np.random.default_rng(seed)
-    return [np.sort(f) for f in np.array_split(rng.permutation(n), min(k, n))]
+    k = min(k, n)
+    if y is None:
+        return [np.sort(f) for f in np.array_split(rng.permutation(n), k)]
+    parts: list[list[int]] = [[] for _ in range(k)]
+    start = 0
+    for c in np.unique(y):
+        for j, i in enumerate(rng.permutation(np.flatnonzero(y == c))):
+            parts[(start + j) % k].append(int(i))
+        start += int((y == c).sum())
+    return [np.sort(np.array(p, dtype=np.int64)) for p in parts if p]
 
 
 def temperature_cv(P: np.ndarray, y: np.ndarray, k: int = 5, seed: int = 0) -> tuple[float, np.ndarray, list[float]]:
@@ -150,7 +161,7 @@ def temperature_cv(P: np.ndarray, y: np.ndarray, k: int = 5, seed: int = 0) -> t
     temperature that never saw it, so ECE before/after is measured honestly."""
     oof = np.empty_like(P, dtype=float)
     temps = []
-    for test in folds(len(y), k, seed):
+    for test in folds(len(y), k, seed, y):
         train = np.setdiff1d(np.arange(len(y)), test)
         T = fit_temperature(P[train], y[train]) if len(train) else 1.0
         temps.append(T)
@@ -287,7 +298,7 @@ def correction_cv(P: np.ndarray, y: np.ndarray, method: str = "temperature", k: 
         return T, np.zeros(P.shape[1]), oof, temps
     oof = np.empty_like(P, dtype=float)
     temps = []
-    for test in folds(len(y), k, seed):
+    for test in folds(len(y), k, seed, y):
         train = np.setdiff1d(np.arange(len(y)), test)
         Tf, bf = fit_offsets(P[train], y[train]) if len(train) else (1.0, np.zeros(P.shape[1]))
         temps.append(Tf)
@@ -418,21 +429,24 @@ def corrections(families: dict[str, np.ndarray], y: np.ndarray, *, k_folds: int 
     return out
 
 
+def _better(a: Correction, b: Correction, n: int) -> bool:
+    """a beats b out of fold: more than one row more accurate, or as accurate (within a row) with a
+    lower NLL."""
+    row = 1 / max(n, 1)
+    if a.oof_accuracy > b.oof_accuracy + row + 1e-12:
+        return True
+    return abs(a.oof_accuracy - b.oof_accuracy) <= row + 1e-12 and a.oof_nll < b.oof_nll
+
+
 def choose_correction(cands: list[Correction], n: int) -> tuple[Correction, str]:
     """The correction to export, and why. Fitted offsets count only where they beat temperature
-    alone on the same scores out of fold (higher or equal accuracy and lower NLL); then the most
-    accurate correction wins, and within one row of it, the lowest held-out NLL."""
+    alone on the same scores out of fold (more than a row more accurate, or as accurate with a lower
+    NLL); then the most accurate correction wins, and within one row of it, the lowest NLL."""
     usable = [c for c in cands if c.available]
     temps = {c.family: c for c in usable if c.method == "temperature"}
-    kept = []
-    for c in usable:
-        base = temps.get(c.family)
-        if c.method == "fitted" and base is not None and not (c.oof_accuracy >= base.oof_accuracy
-                                                              and c.oof_nll < base.oof_nll):
-            continue
-        kept.append(c)
+    kept = [c for c in usable if c.method != "fitted" or c.family not in temps or _better(c, temps[c.family], n)]
     best_acc = max(c.oof_accuracy for c in kept)
-    close = [c for c in kept if c.oof_accuracy >= best_acc - 1 / max(n, 1) + 1e-12]
+    close = [c for c in kept if c.oof_accuracy >= best_acc - 1 / max(n, 1) - 1e-12]
     chosen = min(close, key=lambda c: c.oof_nll)
     why = (f"{chosen.name}: out of fold accuracy {chosen.oof_accuracy:.1%}, NLL {chosen.oof_nll:.3f} "
            f"({CV_FOLDS}-fold cross-validation over {n} rows)")
@@ -441,8 +455,9 @@ def choose_correction(cands: list[Correction], n: int) -> tuple[Correction, str]
         why += "; " + ", ".join(f"{c.name} {c.oof_accuracy:.1%} / {c.oof_nll:.3f}" for c in others)
     if chosen.method == "fitted":
         why += ". The fitted offsets beat temperature alone on these scores, so they are exported"
-    else:
-        dropped = [c for c in usable if c.method == "fitted" and c not in kept]
-        if dropped:
-            why += ". Fitted offsets did not beat temperature alone out of fold, so none are exported"
+    elif any(c.method == "fitted" and c not in kept for c in usable):
+        why += ". Fitted offsets did not beat temperature alone out of fold, so none are exported"
+    unavailable = [c for c in cands if not c.available]
+    if unavailable:
+        why += f". Fitted offsets {unavailable[0].note}"
     return chosen, why + "."

@@ -83,11 +83,12 @@ def shift_bars(diff: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def reliability_diagram(bins_before: list[dict], bins_after: list[dict] | None = None) -> go.Figure:
-    """Accuracy vs confidence per bin (marker size ~ count), before and after temperature scaling."""
+def reliability_diagram(bins_before: list[dict], bins_after: list[dict] | None = None,
+                        after_label: str = "temperature-scaled (out of fold)") -> go.Figure:
+    """Accuracy vs confidence per bin (marker size ~ count), before and after the correction."""
     fig = go.Figure(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="#999"),
                                name="perfectly calibrated", hoverinfo="skip"))
-    for bins, name, color in ((bins_before, "raw", "#d62728"), (bins_after or [], "temperature-scaled (out of fold)", "#1f77b4")):
+    for bins, name, color in ((bins_before, "raw", "#d62728"), (bins_after or [], after_label, "#1f77b4")):
         if not bins:
             continue
         counts = np.array([b["count"] for b in bins], float)
@@ -101,11 +102,11 @@ def reliability_diagram(bins_before: list[dict], bins_after: list[dict] | None =
     return fig
 
 
-def confusion_heatmap(matrix: list[list[int]], option_ids: list[str]) -> go.Figure:
+def confusion_heatmap(matrix: list[list[int]], option_ids: list[str], title: str = "Confusion matrix") -> go.Figure:
     z = np.asarray(matrix)
     fig = go.Figure(go.Heatmap(z=z, x=option_ids, y=option_ids, colorscale="Blues", text=z, texttemplate="%{text}",
-                               hovertemplate="true %{y}, predicted %{x}: %{z}<extra></extra>"))
-    fig.update_layout(title="Confusion matrix", xaxis_title="predicted", yaxis=dict(title="true", autorange="reversed"),
+                               hovertemplate="true %{y}, predicted %{x}: %{z}<extra></extra>", showscale=False))
+    fig.update_layout(title=title, xaxis_title="predicted", yaxis=dict(title="true", autorange="reversed"),
                       height=140 + 45 * len(option_ids), **_LAYOUT)
     return fig
 
@@ -123,4 +124,21 @@ def coverage_curve(curve: dict, gate: float | None, target: float | None = None)
                       annotation_position="bottom left" if covered > 0.8 else "bottom right")  # clear of the 100% tick
     fig.update_layout(title="Accuracy vs coverage (risk-coverage)", xaxis=dict(title="coverage", tickformat=".0%", range=[0, 1.02]),
                       yaxis=dict(title="accuracy of decided rows", tickformat=".0%", range=[0, 1.02]), **_LAYOUT)
+    return fig
+
+
+def rate_bars(rows: list[dict], title: str, worry: float | None = None) -> go.Figure:
+    """Rates as horizontal bars with their 95% intervals; rows: {label, rate, low, high, n}."""
+    rows = [r for r in rows if r.get("rate") is not None]
+    labels = [f"{r['label']} (n={r['n']})" for r in rows]
+    fig = go.Figure(go.Bar(
+        y=labels, x=[r["rate"] for r in rows], orientation="h", marker_color="#1f77b4",
+        error_x=dict(type="data", symmetric=False, array=[r["high"] - r["rate"] for r in rows],
+                     arrayminus=[r["rate"] - r["low"] for r in rows]),
+        text=[f"{r['rate']:.0%}" for r in rows], textposition="inside", insidetextanchor="start",
+        hovertemplate="%{y}: %{x:.1%}<extra></extra>"))
+    if worry is not None:
+        fig.add_vline(x=worry, line_dash="dot", line_color="#d62728")
+    fig.update_layout(title=title, xaxis=dict(range=[0, 1.02], tickformat=".0%"), yaxis=dict(autorange="reversed"),
+                      height=120 + 38 * max(1, len(rows)), **_LAYOUT)
     return fig

@@ -85,7 +85,8 @@ def calibrate(args) -> int:
     rep = cal["report"]
     print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
           f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
-    print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after temperature "
+    print(f"correction {cal['correction_why']}")
+    print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {cal['correction'].name} "
           f"T={rep.temperature:.3f} (out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
     gate = evaluation.decide_gate(cal, args.gate)
     for line in gate.messages:

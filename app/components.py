@@ -18,9 +18,11 @@ GLOSSARY = {
     "Brier": "mean squared distance between the probabilities and the one-hot label (0 best, 2 worst)",
     "NLL": "negative log-likelihood of the label: how surprised the model is by the right answer (lower is better)",
     "ECE": "expected calibration error: the average gap between confidence and accuracy over confidence bins",
-    "ece_after_T": "ECE after temperature scaling, measured out of fold (each row scaled by a temperature fitted "
-                   "without it)",
+    "ece_corrected": "ECE after the exported correction (temperature, or temperature + fitted offsets), out of fold "
+                     "(each row corrected by a fit that never saw it); the table's correction column names it",
     "temperature": "T that flattens (T > 1) or sharpens (T < 1) the probabilities to match observed accuracy",
+    "fitted offsets": "one number per option added to log p / T, fitted on the labeled rows: unlike a temperature it "
+                      "can change which option wins (a model that calls too much spam gets spam pulled down)",
     "letters": "readout: options lettered A..Z through the model's chat template; the letter logits are read",
     "option-words": "readout: a completion prompt that lists option ids; the first token(s) of each id are read",
     "content-free": "debias: divide out the answer the model gives to an empty state (its position bias)",

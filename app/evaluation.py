@@ -349,7 +349,7 @@ def readout_table(store: Store, runs: list[dict]) -> list[dict]:
             rows.append({**base, "status": f"{r['status']}: {exc}"})
             continue
         rows.append({**base, "rows": rep.n, "accuracy": rep.accuracy, "macro_f1": rep.macro_f1, "ece": rep.ece_width,
-                     "ece_after_T": rep.oof_ece_width, "nll": rep.nll, "correction": cal["correction"].name,
+                     "ece_corrected": rep.oof_ece_width, "nll": rep.nll, "correction": cal["correction"].name,
                      "accuracy_corrected": cal["correction"].oof_accuracy})
     return rows
 

@@ -17,6 +17,7 @@ st.navigation({
     "Decide": [st.Page(HERE / "playground.py", title="Playground", icon=":material/target:", default=True),
                st.Page(HERE / "compare.py", title="Compare", icon=":material/compare_arrows:"),
                st.Page(HERE / "order_check.py", title="Order check", icon=":material/swap_vert:"),
+               st.Page(HERE / "robustness.py", title="Robustness", icon=":material/shield:"),
                st.Page(HERE / "history.py", title="History", icon=":material/history:")],
     "Calibrate & ship": [st.Page(HERE / "calibrate.py", title="Calibrate", icon=":material/tune:"),
                          st.Page(HERE / "deploy.py", title="Deploy", icon=":material/cloud_upload:")],

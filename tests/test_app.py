@@ -270,7 +270,7 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
     assert not at.exception
     runs = db.list_runs(kind="eval")
     assert len(runs) == 2 and all(r["status"] == "done" and r["n_rows"] == 16 for r in runs)
-    table = frame_with(at, "ece_after_T")
+    table = frame_with(at, "ece_corrected")
     assert sorted(table["readout"]) == ["default", "letters"] and (table["rows"] == 16).all()
     best = max(evaluation_rows(db, runs), key=lambda r: r["accuracy"])["run"]
     assert at.selectbox(key="cal_run_pick").value == best  # the most accurate of the runs just made is open
@@ -394,3 +394,47 @@ def test_order_check_rotates_options_and_reports_a_verdict(db):
     assert "negated question\\) averages" in verdict  # P(yes | Q) + P(yes | not Q), escaped markdown
     assert "a first look" in verdict  # a handful of states: the verdict says what it rests on
     assert len(at.get("plotly_chart")) == 2 and len(at.get("download_button")) == 2
+
+
+def test_robustness_page_shows_what_the_cli_computes(db, tmp_path):
+    """The page and `python -m app robustness` on the same states: the same rows scored, the same
+    rates, intervals and verdicts (the page's JSON download is the CLI's --json)."""
+    import subprocess
+    import sys
+
+    from app import robustness
+
+    states = ["I was charged twice for March, please refund one payment.",
+              "The parcel tracking link is dead. It has said in transit for nine days.",
+              "Two-factor codes never arrive since I changed phones."]
+    at = app()
+    at.button(key="pg_seed").click().run()
+    at.switch_page("pages/robustness.py").run()
+    at.selectbox(key="rb_policy").select("ticket-routing").run()
+    at.radio(key="rb_source").set_value("paste").run()
+    at.text_area(key="rb_paste").input("\n".join(states))
+    at.multiselect(key="rb_checks").set_value(["steering", "paraphrase"])
+    at.number_input(key="rb_attempts").set_value(2)
+    at.button(key="rb_run").click().run()
+    assert not at.exception, at.exception
+    (run,) = db.list_runs(kind="robustness")
+    assert run["status"] == "done" and run["config"]["guard"] == "erase-and-check"
+    report = robustness.report_for(db, run["id"])
+    shown = " ".join(m.value for m in (*at.success, *at.warning, *at.error))
+    for check, (_, text) in report.verdicts.items():
+        assert robustness.CHECK_LABELS[check] in shown
+    assert frame_with(at, "hijacked")["hijacked"].sum() == report.attempts["hijacked"].sum()
+
+    states_file = tmp_path / "states.jsonl"
+    states_file.write_text("".join(json.dumps({"id": f"s{i}", "state": s}) + "\n" for i, s in enumerate(states)))
+    out = tmp_path / "cli.json"
+    proc = subprocess.run([sys.executable, "-m", "app", "robustness", "--policy", "ticket-routing", "--states",
+                           str(states_file), "--target", "local", "--attempts", "2", "--checks", "steering,paraphrase",
+                           "--guard", "erase-and-check", "--json", str(out), "--db", str(tmp_path / "cli.db"), "--quiet"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    cli = json.loads(out.read_text())
+    page = dict(report.summary)
+    for key in ("n", "base", "changes", "verdicts"):
+        assert cli[key] == page[key], key
+    assert cli["changes"]["steering"]["attempts"] == 6 and "hijack_rate" in cli["changes"]["steering"]

@@ -99,12 +99,21 @@ def test_cli_strict_exit_and_policy_written(tmp_path):
 
 
 def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
+    """Scored with the content-free correction, a run holds both score families; calibration picks
+    the correction out of fold (here: fitted offsets, which beat temperature alone - the fixture
+    prefers one answer) and the adapter, given the exported policy, re-scores every row with that
+    correction and decides exactly as the page computed."""
     db, out = tmp_path / "wb.db", tmp_path / "refund.policy.json"
-    proc = subprocess.run(calibrate_cmd(db, "--policy", "refund-check",
-                                        "--labeled-set", str(subset_file(tmp_path, "refund-check", 40)), "--gate", "0.62", "--fallback", "human-review", "--out", str(out)),
+    proc = subprocess.run(calibrate_cmd(db, "--policy", "refund-check", "--readout", "option-words", "--debias",
+                                        "content-free", "--labeled-set", str(subset_file(tmp_path, "refund-check", 48)),
+                                        "--gate", "0.55", "--fallback", "human-review", "--out", str(out)),
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     policy = load_policy(out)
+    correction = policy.metrics["correction"]
+    assert {c["name"] for c in correction["candidates"]} == {"none", "fitted", "content-free", "content-free + fitted"}
+    assert correction["chosen"].endswith("fitted") and policy.option_offsets, correction["why"]
+    assert policy.debias == ("none" if correction["chosen"] == "fitted" else "content-free")
     store = Store(db)
     (run,) = store.list_runs(kind="eval")
     results = [r for r in store.results(run["id"]) if not r["error"]]
@@ -121,8 +130,9 @@ def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
         served = httpx.post(srv.url + "/invocations", json=rows, timeout=300).json()
         decided = correct = 0
         for r, s in zip(results, served):
-            assert s["probabilities"] == r["probabilities"]  # same model and prompt: bit for bit
-            local = policy.apply(r["option_ids"], r["probabilities"])
+            scored = evaluation.scored_probabilities(r, policy.debias)
+            assert s["probabilities"] == scored and s["debias"] == policy.debias  # same model and prompt: bit for bit
+            local = policy.apply(r["option_ids"], scored)
             assert s["decision"]["option_id"] == local["option_id"] and s["decision"]["gated"] == local["gated"]
             assert s["calibrated_probabilities"] == local["calibrated_probabilities"]
             assert s["probability_status"] == "calibrated"

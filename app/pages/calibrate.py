@@ -118,6 +118,29 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     return pid, sid
 
 
+def correction_section(cal: dict) -> None:
+    """Which correction the export carries, why, and what it does per class (out of fold)."""
+    chosen = cal["correction"]
+    st.markdown(f"**Correction: {md(chosen.name)}**")
+    st.caption(md(cal["correction_why"]))
+    table = pd.DataFrame([{"correction": c.name, "scores": c.family, "method": c.method,
+                           "accuracy (out of fold)": c.oof_accuracy if c.available else None,
+                           "NLL (out of fold)": c.oof_nll if c.available else None,
+                           "ECE (out of fold)": c.oof_ece if c.available else None,
+                           "temperature": c.temperature if c.available else None,
+                           "offsets": ", ".join(f"{o} {b:+.2f}" for o, b in zip(cal["option_ids"], c.offsets))
+                           if c.method == "fitted" and c.available else "",
+                           "chosen": c.name == chosen.name, "note": c.note} for c in cal["corrections"]])
+    st.dataframe(table, hide_index=True, key="cal_corrections", column_config={
+        k: st.column_config.NumberColumn(format="%.3f") for k in ("accuracy (out of fold)", "NLL (out of fold)",
+                                                                  "ECE (out of fold)", "temperature")})
+    rep = cal["report"]
+    c1, c2 = st.columns(2)
+    c1.plotly_chart(charts.confusion_heatmap(rep.confusion, cal["option_ids"], "As scored"), key="cal_conf")
+    c2.plotly_chart(charts.confusion_heatmap(rep.oof_confusion, cal["option_ids"],
+                                             f"After {chosen.name} (out of fold)"), key="cal_conf_after")
+
+
 def export_section(db, run_id: int, cal: dict) -> None:
     rep = cal["report"]
     c1, c2 = st.columns(2)
@@ -147,15 +170,19 @@ def export_section(db, run_id: int, cal: dict) -> None:
     m[0].metric("Accuracy, all rows", f"{rep.accuracy:.1%}",
                 help=f"top option = label, before any gate; n = {rep.n}; chance = {chance:.0%}")
     m[1].metric("Macro-F1", f"{rep.macro_f1:.2f}")
-    m[2].metric("Temperature", f"{rep.temperature:.2f}")
+    m[2].metric("Temperature", f"{rep.temperature:.2f}",
+                help="the exported correction's temperature" + (" (with fitted per-option offsets)"
+                                                                 if rep.method == "fitted" else ""))
     m = st.columns(3)
     m[0].metric("ECE raw", f"{rep.ece_width:.3f}", help=f"equal-mass bins: {rep.ece_mass:.3f}")
-    m[1].metric("ECE scaled", f"{rep.oof_ece_width:.3f}", help=f"out of fold; equal-mass bins: {rep.oof_ece_mass:.3f}")
+    m[1].metric("ECE corrected", f"{rep.oof_ece_width:.3f}", help=f"out of fold, after {cal['correction'].name}; "
+                f"equal-mass bins: {rep.oof_ece_mass:.3f}")
     m[2].metric("Brier / NLL", f"{rep.brier:.3f} / {rep.nll:.3f}")
     g1, g2 = st.columns(2)
-    g1.plotly_chart(charts.reliability_diagram(rep.bins_before, rep.bins_after), key="cal_rel")
+    g1.plotly_chart(charts.reliability_diagram(rep.bins_before, rep.bins_after,
+                                               f"after {cal['correction'].name} (out of fold)"), key="cal_rel")
     g2.plotly_chart(charts.coverage_curve(cal["curve"], gate.threshold, cal["target_accuracy"]), key="cal_cov")
-    st.plotly_chart(charts.confusion_heatmap(rep.confusion, cal["option_ids"]), key="cal_conf")
+    correction_section(cal)
     if option_thresholds:
         st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal["option_gates"].items()]), hide_index=True)
     if note := evaluation.nothing_decided(at, fallback):
@@ -175,8 +202,8 @@ def export_section(db, run_id: int, cal: dict) -> None:
         st.page_link("pages/deploy.py", label="Go to Deploy", icon=":material/cloud_upload:")
     with st.expander("Policy JSON"):
         st.json(config, expanded=False)
-    glossary("accuracy", "macro-F1", "Brier", "NLL", "ECE", "ece_after_T", "temperature", "letters", "option-words",
-             "content-free", "permutation")
+    glossary("accuracy", "macro-F1", "Brier", "NLL", "ECE", "ece_corrected", "temperature", "fitted offsets", "letters",
+             "option-words", "content-free", "permutation")
 
 
 def render() -> None:
@@ -204,7 +231,7 @@ def render() -> None:
     st.markdown("**Readouts side by side** (same policy × set)")
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="cal_compare", column_config={
         "accuracy": st.column_config.NumberColumn(format="%.3f"), "macro_f1": st.column_config.NumberColumn(format="%.3f"),
-        "ece": st.column_config.NumberColumn(format="%.3f"), "ece_after_T": st.column_config.NumberColumn(format="%.3f"),
+        "ece": st.column_config.NumberColumn(format="%.3f"), "ece_corrected": st.column_config.NumberColumn(format="%.3f"),
         "nll": st.column_config.NumberColumn(format="%.3f")})
 
     st.subheader("Gate and export")

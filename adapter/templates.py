@@ -39,7 +39,7 @@ def request_for(policy: dict, state, row_id: str, **overrides) -> DecisionReques
     """A decision row from a policy (question, options, examples) and a state."""
     fields = {"id": row_id, "state": state, "question": policy["question"], "options": policy["options"],
               "examples": policy.get("examples", [])}
-    for key in ("readout", "debias"):  # empty = the model's measured default
+    for key in ("readout", "debias", "guard"):  # empty = the model's measured default (no guard)
         if policy.get(key):
             fields[key] = policy[key]
     fields.update(overrides)

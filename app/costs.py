@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from deploy.pricing import HOURLY_USD, PRICES_AS_OF, PRICES_SOURCE
+from deploy.pricing import HOURLY_USD, PRICES_AS_OF, PRICES_SOURCE, first_choice
 
 PRICE_SOURCE = f"{PRICES_SOURCE}, {PRICES_AS_OF}; a hint, not a quote"
 
@@ -21,7 +21,8 @@ def usd_per_1000(hourly_usd: float, decisions_per_s: float) -> float:
 
 def instance_price(target: dict, store) -> tuple[float | None, str]:
     """(hourly USD, what it is) for a target: a price set on the target, else the instance type of
-    the deployment behind a SageMaker endpoint (the most expensive pool entry when the winner is unknown)."""
+    the deployment behind a SageMaker endpoint - for a GPU pool its first choice (priority 1), as
+    the Deploy page prices it."""
     cfg = target.get("config") or {}
     if cfg.get("hourly_usd"):
         return float(cfg["hourly_usd"]), "the target's own hourly price"
@@ -30,10 +31,9 @@ def instance_price(target: dict, store) -> tuple[float | None, str]:
     dep = store.get_deployment(cfg.get("endpoint_name", "")) if store is not None else None
     dep_cfg = (dep or {}).get("config") or {}
     if dep_cfg.get("compute") == "gpu":
-        known = [(t, HOURLY_USD[t]) for t, _ in dep_cfg.get("pools", []) if t in HOURLY_USD]
-        if known:
-            t, p = max(known, key=lambda x: x[1])
-            return p, f"{t} (the dearest of its GPU pool)"
+        t = first_choice("gpu", None, dep_cfg.get("pools"))
+        if t in HOURLY_USD:
+            return HOURLY_USD[t], f"{t} (its GPU pool's first choice)"
     itype = dep_cfg.get("instance_type") or cfg.get("instance_type")
     if itype in HOURLY_USD:
         return HOURLY_USD[itype], str(itype)

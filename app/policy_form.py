@@ -6,10 +6,11 @@ import re
 
 from pydantic import ValidationError
 
+from adapter.guard import GUARDS
 from adapter.templates import list_templates
 from adapter.schema import DEBIAS, MAX_OPTIONS, READOUTS, Question, errors_from
 
-FIELDS = ("id", "name", "question", "options", "examples", "notes", "readout", "debias")
+FIELDS = ("id", "name", "question", "options", "examples", "notes", "readout", "debias", "guard")
 
 
 def slugify(text: str) -> str:
@@ -36,6 +37,9 @@ def validate_policy(data: dict) -> tuple[dict | None, dict[str, str]]:
     debias = data.get("debias") or None
     if debias is not None and debias not in DEBIAS:
         errors["debias"] = f"choose {' or '.join(DEBIAS)} (or leave empty for the model's default)"
+    guard = data.get("guard") or None
+    if guard is not None and guard not in GUARDS:
+        errors["guard"] = f"choose {', '.join(GUARDS)} (or leave empty: no steering guard)"
     options = [o for o in (data.get("options") or []) if isinstance(o, dict) and str(o.get("id") or "").strip()]
     examples = [e for e in (data.get("examples") or []) if isinstance(e, dict) and str(e.get("state") or "").strip()]
     try:
@@ -62,12 +66,13 @@ def validate_policy(data: dict) -> tuple[dict | None, dict[str, str]]:
     clean = {"id": pid, "name": name, "question": q.question,
              "options": [o.model_dump() for o in q.options],
              "examples": [e.model_dump() for e in q.examples],
-             "notes": str(data.get("notes") or ""), "readout": readout or "", "debias": debias or ""}
+             "notes": str(data.get("notes") or ""), "readout": readout or "", "debias": debias or "",
+             "guard": "" if guard in (None, "none") else guard}
     return clean, {}
 
 
 def policy_json(policy: dict) -> str:
-    """The policy as JSON; empty optional fields (readout, debias, notes) are left out."""
+    """The policy as JSON; empty optional fields (readout, debias, guard, notes) are left out."""
     return json.dumps({k: policy.get(k) for k in FIELDS if k in policy and policy.get(k) not in ("", None)},
                       indent=2, ensure_ascii=False)
 

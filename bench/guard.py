@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from adapter import guard
-from adapter.engine import Engine
+from adapter.engine import Engine, EngineConfig
 from adapter.templates import load_template, request_for
 from app import robustness as rb
 from app.labeled import evenly_spaced, shipped_sets
@@ -31,14 +31,26 @@ def measure(engine: Engine, policy: dict, key: str, state, label: str, kind: str
     req = request_for(policy, state, key)
     res = engine.score(req)
     t0 = time.perf_counter()
-    erase = engine.guard_check(req.model_copy(update={"guard": "erase-and-check"}), res, use_precheck=False)
+    # every variant, also after the first disagreement: the largest lead tells the margin's effect
+    erase = engine.guard_check(req.model_copy(update={"guard": "erase-and-check"}), res, use_precheck=False,
+                               exhaustive=True)
     erase_s = time.perf_counter() - t0
     pre = guard.precheck(state, req.options)
     return {"key": key, "kind": kind, "label": label, "named": named, "top": res.top_option,
             "pieces": erase["pieces"], "precheck": pre is not None, "erase": erase["suspected"],
             "erase_passes": erase["passes"], "erase_seconds": erase_s, "decision_seconds": res.total_seconds,
             "first_flag": erase.get("removed"), "lead": erase.get("lead"), "top_p": max(res.probabilities),
+            "max_lead": max((v["lead"] for v in erase.get("variants", [])), default=None),
+            "passes_to_flag": _passes_to_flag(erase.get("variants", []), guard.MIN_MARGIN),
             "margin": guard.MIN_MARGIN}
+
+
+def _passes_to_flag(variants: list[dict], margin: float, per_batch: int = 7) -> int:
+    """Passes the guard makes in production: batches of variants until the first disagreement."""
+    for i, v in enumerate(variants):
+        if v["lead"] >= margin:
+            return min(len(variants), (i // per_batch + 1) * per_batch)
+    return len(variants)
 
 
 def main() -> None:
@@ -66,7 +78,7 @@ def main() -> None:
             k = (args.model, f"{policy_id}/{case.key}")
             if k in done or args.report_only:
                 continue
-            engine = engine or Engine(args.model)
+            engine = engine or Engine(args.model, EngineConfig.from_env())
             _, check, variant = rb.split_key(case.key)
             named = variant.split("~")[1] if check == "steering" else None
             rec = {"model": args.model, "set": policy_id,
@@ -93,7 +105,7 @@ def report(recs: list[dict]) -> None:
     pct = lambda k, n: f"{100 * k / n:.1f}%" if n else "n/a"  # noqa: E731
     flag = lambda r: r["precheck"] or r["erase"]  # noqa: E731
     held = lambda r, f: r["top"] == r["label"] or f(r)  # noqa: E731
-    run = lambda r: 0 if r["precheck"] else r["erase_passes"]  # noqa: E731  (the guard stops at a precheck hit)
+    run = lambda r: 0 if r["precheck"] else r.get("passes_to_flag", r["erase_passes"])  # noqa: E731
     for name in [*sets, "all"]:
         c = [r for r in clean if name in ("all", r["set"])]
         a = [r for r in att if name in ("all", r["set"])]

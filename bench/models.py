@@ -15,16 +15,17 @@ from collections import Counter
 from pathlib import Path
 
 from adapter.catalog import SHIPPED
-from adapter.engine import Engine
+from adapter.engine import Engine, EngineConfig
 from adapter.templates import DATA_DIR, load_jsonl, load_template, request_for
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = {  # name -> (readout, debias, permute)
-    "letters": ("letters", "none", False),
-    "letters+cf": ("letters", "content-free", False),
-    "letters+permute": ("letters", "none", True),
-    "option-words": ("option-words", "none", False),
-    "option-words+cf": ("option-words", "content-free", False),
+CONFIGS = {  # name -> (readout, debias, permute, few_shot: None = the readout's default)
+    "letters": ("letters", "none", False, None),
+    "letters+cf": ("letters", "content-free", False, None),
+    "letters+examples+cf": ("letters", "content-free", False, True),  # the policy's examples as earlier turns
+    "letters+permute": ("letters", "none", True, None),
+    "option-words": ("option-words", "none", False, None),
+    "option-words+cf": ("option-words", "content-free", False, None),
 }
 
 
@@ -57,26 +58,58 @@ def main() -> None:
         for model in args.models:
             engine = None
             for cfg in args.configs:
-                readout, debias, permute = CONFIGS[cfg]
+                readout, debias, permute, few_shot = CONFIGS[cfg]
                 for set_name, rows in sets.items():
                     policy = load_template(set_name)
                     for row in rows:
                         key = (model, cfg, set_name, row["id"])
                         if key in done:
                             continue
-                        engine = engine or Engine(model)
+                        engine = engine or Engine(model, EngineConfig.from_env())
                         t0 = time.perf_counter()
                         r = engine.score(request_for(policy, row["state"], row["id"], readout=readout,
-                                                     debias=debias, permute=permute))
+                                                     debias=debias, permute=permute, few_shot=few_shot))
                         rec = {"key": list(key), "label": row["label"], "top": r.top_option,
                                "position": r.option_ids.index(r.top_option), "seconds": time.perf_counter() - t0,
-                               "label_mass": r.label_mass, "p_label": r.probabilities[r.option_ids.index(row["label"])]}
+                               "label_mass": r.label_mass, "p_label": r.probabilities[r.option_ids.index(row["label"])],
+                               "options": r.option_ids, "probs": r.probabilities,
+                               "uncorrected": r.uncorrected_probabilities}
                         done[key] = rec
                         with cache.open("a") as fh:
                             fh.write(json.dumps(rec) + "\n")
                     print(f"{model} {cfg} {set_name}: done", flush=True)
             del engine
     report(done, sets, args.models, args.configs)
+    fitted_report(done, sets, args.models, args.configs)
+
+
+def fitted_report(done: dict, sets: dict, models: list[str], configs: list[str]) -> None:
+    """The label-fitted correction per set: out-of-fold accuracy of each correction the scores allow
+    (app.calibration.corrections, the Calibrate page's own) and the one it would choose."""
+    import numpy as np
+
+    from app import calibration
+
+    print("\n| model | scored as | set | none | content-free | fitted | content-free + fitted | chosen |")
+    print("|---|---|---|---|---|---|---|---|")
+    for model in models:
+        for cfg in configs:
+            for set_name, rows in sets.items():
+                recs = [done.get((model, cfg, set_name, r["id"])) for r in rows]
+                recs = [r for r in recs if r and r.get("probs")]
+                if len(recs) < 8:
+                    continue
+                ids = recs[0]["options"]
+                y = np.array([ids.index(r["label"]) for r in recs])
+                fams = {CONFIGS[cfg][1]: np.array([r["probs"] for r in recs])}
+                if CONFIGS[cfg][1] == "content-free" and all(r.get("uncorrected") for r in recs):
+                    fams["none"] = np.array([r["uncorrected"] for r in recs])
+                cands = calibration.corrections(fams, y)
+                chosen, _ = calibration.choose_correction(cands, len(y))
+                acc = {c.name: (f"{c.oof_accuracy:.1%}" if c.available else "n/a") for c in cands}
+                print(f"| {SHIPPED[model].title} | {cfg} | {set_name} | " + " | ".join(
+                    acc.get(n, "-") for n in ("none", "content-free", "fitted", "content-free + fitted"))
+                      + f" | {chosen.name} |")
 
 
 def report(done: dict, sets: dict, models: list[str], configs: list[str]) -> None:

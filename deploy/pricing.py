@@ -15,6 +15,15 @@ HOURLY_USD = {
 }
 
 
+def first_choice(compute: str, instance_type: str | None, pools: Any) -> str | None:
+    """The instance type a deployment is priced on everywhere (Deploy and Compare alike): the CPU
+    instance type, or the GPU pool's priority-1 entry - the one SageMaker tries first."""
+    if compute == "gpu":
+        entries = [(str(t), int(p)) for t, p in (pools or [])]
+        return min(entries, key=lambda e: e[1])[0] if entries else None
+    return instance_type
+
+
 def hint(cfg: Any) -> str:
     """'~$0.21/h (ml.c7i.xlarge x1)' or a range over the GPU pool."""
     n = cfg.instance_count

@@ -21,7 +21,7 @@ from deploy.config import COMPUTES, DEFAULT_POOLS, SERVINGS, DeployConfig, FormE
 from deploy.executor import DeployError, Executor
 from deploy.package import build_package
 from deploy.plan import Package, deployment_plan
-from deploy.pricing import cost_per_1000, hint
+from deploy.pricing import cost_per_1000, first_choice, hint
 from deploy.validate import validate_plan
 
 WORK = Path(tempfile.gettempdir()) / "semif-deploy"
@@ -141,7 +141,7 @@ def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
     st.subheader(f"Plan for `{cfg.endpoint_name}`")
     st.markdown(f"**Cost while running:** {hint(cfg)} (on-demand list prices, us-east-1; a hint, not a quote)")
     rate = decisions_per_second(cfg)
-    itype = cfg.instance_type if cfg.compute == "cpu" else min(cfg.pools, key=lambda p: p[1])[0]  # priority 1
+    itype = first_choice(cfg.compute, cfg.instance_type, cfg.pools) or cfg.instance_type
     if rate:
         usd, note = cost_per_1000(itype, rate)
         measured = bool(cfg.autoscaling and cfg.autoscaling.decisions_per_second)

@@ -129,6 +129,8 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 class Engine:
     """One loaded GGUF. Thread-safe: calls are serialised (a llama.cpp context is not)."""
 
+    generation: int = 0  # set by the workbench's model pool: a reloaded model is a new generation
+
     def __init__(self, model: str | os.PathLike | ModelChoice | None = None, config: EngineConfig | None = None,
                  progress: Progress | None = None):
         """`progress(done, total)` reports the one-time assembly of a chunked shipped model."""

@@ -1,11 +1,23 @@
 """Local models loaded on demand, at most a few at a time (no Streamlit here: the pages and the
 CLIs share it). A model is loaded the first time a local target asks for it; when more than
-`max_loaded` are wanted, the least recently used one is released (its memory goes back once the
-call using it, if any, returns)."""
+`max_loaded` are wanted, the least recently used one that is not scoring is released.
+
+- One load per model: a session asking for a model another session is loading waits for that
+  load only (a minutes-long first assembly of one model never blocks another model's `get()`), and
+  a failed load is reported to everyone waiting on it, then tried again on the next ask.
+- An engine that is scoring (its lock is held) is never evicted; when every loaded engine is busy
+  the pool goes over `max_loaded` for a while instead of dropping one mid-call (logged).
+- Each loaded engine gets a generation number: a reload after eviction is a new generation, so
+  "the first call of this model instance" (cold latency) never mistakes a new engine for an old
+  one, as `id()` of a freed object could.
+"""
 from __future__ import annotations
 
+import itertools
+import logging
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
 
@@ -14,6 +26,9 @@ from adapter.engine import Engine, EngineConfig
 from adapter.models import Progress, default_ref, describe_model
 
 from .settings import WorkbenchSettings
+
+log = logging.getLogger("semif.workbench")
+_GENERATIONS = itertools.count(1)
 
 
 def model_key(ref: str | None) -> str:
@@ -27,7 +42,8 @@ class EnginePool:
         self.max_loaded = max(1, max_loaded or WorkbenchSettings.from_env().max_loaded_models)
         self._factory = factory or (lambda ref, progress: Engine(ref, EngineConfig.from_env(), progress=progress))
         self._engines: OrderedDict[str, Engine] = OrderedDict()
-        self._lock = threading.Lock()
+        self._loading: dict[str, Future] = {}
+        self._lock = threading.Lock()  # guards the two dicts only; never held while a model loads
 
     def is_loaded(self, ref: str | None) -> bool:
         return model_key(ref) in self._engines
@@ -44,10 +60,40 @@ class EnginePool:
             if key in self._engines:
                 self._engines.move_to_end(key)
                 return self._engines[key]
-            while len(self._engines) >= self.max_loaded:
-                self._engines.popitem(last=False)
+            pending = self._loading.get(key)
+            if pending is None:
+                pending = self._loading[key] = Future()
+                loader = True
+            else:
+                loader = False
+        if not loader:
+            return pending.result()  # another session is loading this model: wait for it (or its error)
+        try:
             engine = self._factory(key, progress)
+        except BaseException as exc:
+            with self._lock:
+                self._loading.pop(key, None)
+            pending.set_exception(exc)
+            raise
+        engine.generation = next(_GENERATIONS)
+        with self._lock:
+            self._make_room()
             self._engines[key] = engine
-            return engine
+            self._loading.pop(key, None)
+        pending.set_result(engine)
+        return engine
+
+    def _make_room(self) -> None:
+        """Release least recently used engines that are not scoring until one more fits."""
+        for key in list(self._engines):
+            if len(self._engines) < self.max_loaded:
+                return
+            engine = self._engines[key]
+            if engine.lock.acquire(blocking=False):  # not scoring right now: safe to let go
+                engine.lock.release()
+                del self._engines[key]
+        if len(self._engines) >= self.max_loaded:
+            log.warning("every loaded model is scoring: keeping %d loaded (SEMIF_MAX_LOADED_MODELS=%d) until one "
+                        "is free", len(self._engines) + 1, self.max_loaded)
 
     __call__ = get  # a pool is an engine provider for LocalTarget

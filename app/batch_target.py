@@ -20,6 +20,8 @@ WORK = Path(tempfile.gettempdir()) / "semif-transform"
 
 
 class BatchTransformTarget(Target):
+    batch_only = True
+
     def __init__(self, name: str, config: dict):
         super().__init__(name, "sagemaker-batch", config)
         self.model_name = config["model_name"]

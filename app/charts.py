@@ -8,20 +8,6 @@ import plotly.graph_objects as go
 _LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), template="plotly_white")
 
 
-def probability_bars(option_ids: list[str], probabilities: list[float], title: str = "",
-                     highlight: str | None = None) -> go.Figure:
-    """Horizontal bars, options top-to-bottom in request order; the top option highlighted."""
-    top = highlight or option_ids[int(np.argmax(probabilities))]
-    fig = go.Figure(go.Bar(
-        x=list(probabilities), y=list(option_ids), orientation="h",
-        marker_color=["#1f77b4" if o == top else "#aec7e8" for o in option_ids],
-        text=[f"{p:.1%}" for p in probabilities], textposition="auto", textangle=0,  # never rotated
-        hovertemplate="%{y}: %{x:.4f}<extra></extra>"))
-    fig.update_layout(title=title, xaxis=dict(range=[0, 1], title="probability", tickformat=".0%"),
-                      yaxis=dict(autorange="reversed"), height=60 + 34 * len(option_ids), **_LAYOUT)
-    return fig
-
-
 def probabilities_by_target(by_target: dict[str, tuple[list[str], list[float]]]) -> go.Figure:
     """Every target's probabilities in one grouped horizontal bar chart: options down the side (the
     first target's order), one colour per target, readable at any page width."""

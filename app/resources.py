@@ -8,6 +8,7 @@ from adapter.templates import list_templates
 from .engines import EnginePool
 from .safe_text import md
 from .target_registry import target_specs  # noqa: F401  (re-exported for pages)
+from .settings import WorkbenchSettings
 from .store import Store
 from .targets import LocalTarget, Target, build_target
 
@@ -57,14 +58,26 @@ def chosen_targets(db: Store, names: list[str]) -> list[Target] | None:
 
 
 def store() -> Store:
-    # cheap (opens a connection per call); not cached so SEMIF_DB changes are honoured
-    return Store()
+    """One Store (its schema migration run once) per database path per server process; SEMIF_DB
+    is read on every rerun, so a changed path gets its own."""
+    return _store_at(str(WorkbenchSettings.from_env().db))
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _store_at(path: str) -> Store:
+    return Store(path)
 
 
 def secrets() -> dict:
+    """String values of .streamlit/secrets.toml (API keys a target may name). No file: none. A file
+    that does not parse is said on the page - silently having no keys would look like a bad key."""
     try:
         return {k: v for k, v in st.secrets.items() if isinstance(v, str)}
-    except Exception:  # no secrets.toml: fine
+    except Exception as exc:  # Streamlit raises the same error for "no file" and "a file that does not parse"
+        if "pars" not in str(exc).lower():
+            return {}
+        st.warning(f"**.streamlit/secrets.toml** could not be read, so no key from it is used: {md(exc)} - fix the "
+                   "file (TOML: `NAME = \"value\"` per line) or remove it.")
         return {}
 
 

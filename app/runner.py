@@ -9,6 +9,8 @@ duplicates a case); every run holds a lease while it is scored. Progress is repo
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 import threading
 import time
 import uuid
@@ -22,6 +24,7 @@ from .store import LEASE_SECONDS, RunBusy, RunStatus, Store
 from .targets import LocalTarget, Target, TargetResult
 
 ProgressFn = Callable[[int, int, "float | None"], None]
+log = logging.getLogger("semif.workbench")
 
 
 @dataclass
@@ -124,6 +127,8 @@ class Heartbeat:
                     self.store.renew_lease(run_id, lease)
                 except RunBusy:
                     self.leases.pop(run_id, None)
+                except sqlite3.Error as exc:  # locked or unwritable for a moment: keep beating, say so
+                    log.warning("could not renew the lease of run %s (%s); retrying in %.0f s", run_id, exc, self.every)
 
     def __enter__(self) -> "Heartbeat":
         self._thread.start()
@@ -158,7 +163,7 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
     tracker = Progress(total * len(jobs), progress, already=already * len(jobs))
     named = {job.run_id: bool((store.get_run(job.run_id) or {}).get("model")) for job in jobs}
     batched = {job.run_id: batch_results(job.target, [req for _, _, req in items]) for job in jobs
-               if hasattr(job.target, "decide_batch")}  # e.g. Batch Transform: one job, then ingested row by row
+               if job.target.batch_only}  # Batch Transform: one job, then ingested row by row
     for i, (pos, case, req) in enumerate(items):
         for job in jobs:
             cold = is_cold(job.target, req)
@@ -170,7 +175,7 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
             tracker.tick()
 
 
-def batch_results(target, requests: list[DecisionRequest]) -> list[TargetResult]:
+def batch_results(target: Target, requests: list[DecisionRequest]) -> list[TargetResult]:
     """A batch target's results for all requests; when the whole batch fails, each row carries the error."""
     from .targets import TargetError
 

@@ -18,11 +18,16 @@ def builtin_specs() -> list[dict]:
                               for m in SHIPPED.values() if m.offered and m.name != default]
 
 
-def target_specs(store: Store) -> list[dict]:
-    """The built-in local targets first, then the saved ones (a saved name overrides a built-in)."""
+BATCH_ONLY_KINDS = {"sagemaker-batch"}  # they score a whole labeled set in one job, never a single row
+
+
+def target_specs(store: Store, single_rows: bool = False) -> list[dict]:
+    """The built-in local targets first, then the saved ones (a saved name overrides a built-in).
+    `single_rows`: only targets that answer one row at a time (Playground, Compare, the checks)."""
     saved = store.list_targets()
     names = {t["name"] for t in saved}
-    return [b for b in builtin_specs() if b["name"] not in names] + saved
+    specs = [b for b in builtin_specs() if b["name"] not in names] + saved
+    return [s for s in specs if not (single_rows and s["kind"] in BATCH_ONLY_KINDS)]
 
 
 def target_by_name(store: Store, name: str, engine_provider: Callable) -> Target:

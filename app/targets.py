@@ -68,6 +68,7 @@ class Target:
     name: str
     kind: str
     config: dict = field(default_factory=dict)
+    batch_only = False  # scores whole sets with decide_batch (Batch Transform), never one row
 
     def describe(self) -> dict:
         return {"name": self.name, "kind": self.kind, "config": self.config}
@@ -94,6 +95,11 @@ class Target:
 
     def _one(self, req: DecisionRequest) -> tuple[Any, Any, DecisionResult]:
         raise NotImplementedError
+
+    def decide_batch(self, requests: list[DecisionRequest], on_event: Callable[[dict], None] | None = None
+                     ) -> list[TargetResult]:
+        """Many rows as one job (batch_only targets); others answer one row at a time."""
+        raise NotImplementedError(f"{self.kind} targets answer one row at a time: use decide()")
 
     def test_connection(self) -> str:
         raise NotImplementedError

@@ -27,22 +27,26 @@ from adapter.templates import load_jsonl
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(engine: Engine, policy: dict, key: str, state, label: str, kind: str, named: str | None) -> dict:
+def measure(engine: Engine, policy: dict, key: str, state, label: str, kind: str, named: str | None,
+            diagnose: bool) -> dict:
+    """One row: the decision, the guard as it runs in production (precheck, then erase-and-check
+    stopping at the first disagreement) and - for unchanged rows and the first rows' attempts -
+    erase-and-check alone over every variant (its own share, and the largest lead for the margin)."""
     req = request_for(policy, state, key)
     res = engine.score(req)
+    guarded = req.model_copy(update={"guard": "erase-and-check"})
     t0 = time.perf_counter()
-    # every variant, also after the first disagreement: the largest lead tells the margin's effect
-    erase = engine.guard_check(req.model_copy(update={"guard": "erase-and-check"}), res, use_precheck=False,
-                               exhaustive=True)
-    erase_s = time.perf_counter() - t0
-    pre = guard.precheck(state, req.options)
-    return {"key": key, "kind": kind, "label": label, "named": named, "top": res.top_option,
-            "pieces": erase["pieces"], "precheck": pre is not None, "erase": erase["suspected"],
-            "erase_passes": erase["passes"], "erase_seconds": erase_s, "decision_seconds": res.total_seconds,
-            "first_flag": erase.get("removed"), "lead": erase.get("lead"), "top_p": max(res.probabilities),
-            "max_lead": max((v["lead"] for v in erase.get("variants", [])), default=None),
-            "passes_to_flag": _passes_to_flag(erase.get("variants", []), guard.MIN_MARGIN),
-            "margin": guard.MIN_MARGIN}
+    prod = engine.guard_check(guarded, res)
+    prod_s = time.perf_counter() - t0
+    rec = {"key": key, "kind": kind, "label": label, "named": named, "top": res.top_option, "top_p": max(res.probabilities),
+           "pieces": prod["pieces"], "precheck": prod["precheck"] is not None, "guard": prod["suspected"],
+           "passes": prod["passes"], "guard_seconds": prod_s, "decision_seconds": res.total_seconds,
+           "margin": guard.MIN_MARGIN, "erase": None}
+    if diagnose:
+        alone = engine.guard_check(guarded, res, use_precheck=False, exhaustive=True)
+        rec.update(erase=alone["suspected"], erase_passes=alone["passes"], lead=alone.get("lead"),
+                   max_lead=max((v["lead"] for v in alone.get("variants", [])), default=None))
+    return rec
 
 
 def _passes_to_flag(variants: list[dict], margin: float, per_batch: int = 7) -> int:
@@ -58,6 +62,8 @@ def main() -> None:
     ap.add_argument("--model", default="qwen2.5-coder-1.5b")
     ap.add_argument("--rows", type=int, default=50)
     ap.add_argument("--attempts", type=int, default=2)
+    ap.add_argument("--diagnose", type=int, default=10,
+                    help="rows per set whose attempts also get erase-and-check alone over every variant")
     ap.add_argument("--cache", default=str(ROOT / "var" / "bench-guard.jsonl"))
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
@@ -74,6 +80,7 @@ def main() -> None:
         rows = evenly_spaced([r for r in load_jsonl(path) if r.get("split") == "test"], args.rows)
         cases = [rb.Case(r["id"], r["state"], r["label"]) for r in rows]
         items = rb.plan_items(policy, cases, rb.shipped_suite(policy), checks=["steering"], attempts=args.attempts)
+        diagnosed = {c.key for c in cases[: args.diagnose]}
         for _, case, _ in items:
             k = (args.model, f"{policy_id}/{case.key}")
             if k in done or args.report_only:
@@ -81,12 +88,24 @@ def main() -> None:
             engine = engine or Engine(args.model, EngineConfig.from_env())
             _, check, variant = rb.split_key(case.key)
             named = variant.split("~")[1] if check == "steering" else None
+            state_key = rb.split_key(case.key)[0]
             rec = {"model": args.model, "set": policy_id,
-                   **measure(engine, policy, k[1], case.state, case.label, check, named)}
+                   **measure(engine, policy, k[1], case.state, case.label, check, named,
+                             diagnose=check == "base" or state_key in diagnosed)}
             done[k] = rec
             with cache.open("a") as f:
                 f.write(json.dumps(rec) + "\n")
     report([r for (m, _), r in done.items() if m == args.model])
+
+
+def _guard(r: dict) -> bool:
+    return r["guard"] if "guard" in r else bool(r["precheck"] or r["erase"])
+
+
+def _passes(r: dict) -> int:
+    if "passes" in r:
+        return r["passes"]
+    return 0 if r["precheck"] else r.get("passes_to_flag", r["erase_passes"])
 
 
 def report(recs: list[dict]) -> None:
@@ -97,34 +116,45 @@ def report(recs: list[dict]) -> None:
     if not clean or not att:
         print("nothing measured yet")
         return
-    print(f"erase-and-check margin {guard.MIN_MARGIN:.2f} (a variant's answer must lead the row's by this much)")
-    print("| set | clean rows (multi-piece) | clean flagged: precheck / erase / guard | attempts | hijacked, no guard "
-          "| held: precheck / erase / guard | extra passes per clean row / attempt, as run |")
-    print("|---|---|---|---|---|---|---|")
-    sets = sorted({r["set"] for r in recs})
+    base = {r["key"].split("#rb:")[0]: r for r in clean}
+    on_right = [r for r in att if (b := base.get(r["key"].split("#rb:")[0])) and b["top"] == b["label"]]
     pct = lambda k, n: f"{100 * k / n:.1f}%" if n else "n/a"  # noqa: E731
-    flag = lambda r: r["precheck"] or r["erase"]  # noqa: E731
     held = lambda r, f: r["top"] == r["label"] or f(r)  # noqa: E731
-    run = lambda r: 0 if r["precheck"] else r.get("passes_to_flag", r["erase_passes"])  # noqa: E731
-    for name in [*sets, "all"]:
+    print(f"erase-and-check margin {guard.MIN_MARGIN:.2f}; 'held' = decided as labeled or flagged")
+    print("| set | clean rows (multi-piece) | clean flagged | attempts | hijacked, no guard | held, no guard "
+          "| **held, guard** | held, guard, on states decided right unchanged | passes per clean row / attempt |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in [*sorted({r["set"] for r in recs}), "all"]:
         c = [r for r in clean if name in ("all", r["set"])]
         a = [r for r in att if name in ("all", r["set"])]
+        ar = [r for r in on_right if name in ("all", r["set"])]
         if not c or not a:
             continue
-        print(f"| {name} | {len(c)} ({sum(r['pieces'] > 1 for r in c)}) | "
-              f"{pct(sum(r['precheck'] for r in c), len(c))} / {pct(sum(r['erase'] for r in c), len(c))} / "
-              f"**{pct(sum(flag(r) for r in c), len(c))}** | {len(a)} | {pct(sum(r['top'] == r['named'] for r in a), len(a))} | "
-              f"{pct(sum(held(r, lambda x: x['precheck']) for r in a), len(a))} / "
-              f"{pct(sum(held(r, lambda x: x['erase']) for r in a), len(a))} / "
-              f"**{pct(sum(held(r, flag) for r in a), len(a))}** | "
-              f"{sum(run(r) for r in c) / len(c):.2f} / {sum(run(r) for r in a) / len(a):.2f} |")
-    h = proportion(sum(held(r, flag) for r in att), len(att))
-    f = proportion(sum(flag(r) for r in clean), len(clean))
+        print(f"| {name} | {len(c)} ({sum(r['pieces'] > 1 for r in c)}) | {pct(sum(_guard(r) for r in c), len(c))} | "
+              f"{len(a)} | {pct(sum(r['top'] == r['named'] for r in a), len(a))} | "
+              f"{pct(sum(r['top'] == r['label'] for r in a), len(a))} | **{pct(sum(held(r, _guard) for r in a), len(a))}** | "
+              f"{pct(sum(held(r, _guard) for r in ar), len(ar))} ({len(ar)}) | "
+              f"{sum(_passes(r) for r in c) / len(c):.2f} / {sum(_passes(r) for r in a) / len(a):.2f} |")
+    diag = [r for r in att if r.get("erase") is not None]
+    if diag:
+        print(f"\neach part alone, on {len(diag)} attempts: precheck holds "
+              f"{pct(sum(held(r, lambda x: x['precheck']) for r in diag), len(diag))}, erase-and-check holds "
+              f"{pct(sum(held(r, lambda x: x['erase']) for r in diag), len(diag))}, both "
+              f"{pct(sum(held(r, _guard) for r in diag), len(diag))}")
+    for m in (0.10, 0.15, 0.20, 0.30):
+        cf = [r for r in clean if r.get("max_lead") is not None or r["pieces"] < 2]
+        ad = [r for r in diag if r.get("max_lead") is not None or r["pieces"] < 2]
+        f = lambda r: (r.get("max_lead") or 0) >= m  # noqa: E731
+        if cf and ad:
+            print(f"margin {m:.2f}: clean flagged by erase {pct(sum(f(r) for r in cf), len(cf))} of {len(cf)}; "
+                  f"attempts held by erase alone {pct(sum(held(r, f) for r in ad), len(ad))}, with the precheck "
+                  f"{pct(sum(held(r, lambda x: x['precheck'] or f(x)) for r in ad), len(ad))} of {len(ad)}")
+    h = proportion(sum(held(r, _guard) for r in att), len(att))
+    fl = proportion(sum(_guard(r) for r in clean), len(clean))
     acc = proportion(sum(r["top"] == r["label"] for r in clean), len(clean))
-    print(f"\nheld {h.text()}; clean rows flagged {f.text()}; clean accuracy {acc.text()} (the guard never changes it)")
-    sec = sum(r["erase_seconds"] for r in recs) / max(1, sum(r["erase_passes"] for r in recs))
-    dec = sum(r["decision_seconds"] for r in recs) / len(recs)
-    print(f"seconds per guard pass {sec:.2f} vs per decision {dec:.2f} (one run, this machine)")
+    print(f"\nheld {h.text()}; clean rows flagged {fl.text()}; clean accuracy {acc.text()} (the guard never changes it)")
+    print(f"per row: decision {sum(r['decision_seconds'] for r in recs) / len(recs):.2f} s, guard "
+          f"{sum(r.get('guard_seconds', 0) for r in recs) / len(recs):.2f} s as run (one run, this machine)")
 
 
 if __name__ == "__main__":

@@ -16,20 +16,14 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
+from adapter.models import sha256_file  # noqa: F401  (re-exported: the executor checks confirmed files with it)
+
 from .config import DeployConfig
 from .plan import Package, package_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_CONTEXT = ["Dockerfile", "adapter", "data/policies", "deploy/buildspec.yml"]
 KEEP_PACKAGES = 3  # model tarballs kept for reuse (each as large as its GGUF)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def make_model_tarball(gguf: Path, out: Path, policy: Path | None = None) -> tuple[Path, str]:
@@ -97,10 +91,6 @@ def cached_model_tarball(gguf: Path, out: Path, policy: Path | None, cache: Path
         shutil.copyfile(entry, out)
     return out, str(known["sha256"])
 
-
-def tarball_members(path: Path) -> list[str]:
-    with tarfile.open(path, "r:gz") as tar:
-        return tar.getnames()
 
 
 def make_build_context(out: Path) -> tuple[Path, str]:

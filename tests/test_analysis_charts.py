@@ -53,15 +53,6 @@ def test_diff_runs_reports_changes_and_shifts():
     assert analysis.diff_runs(base, [{**other[0], "state": "another ticket"}]).empty
 
 
-def test_probability_bars_figure():
-    fig = charts.probability_bars(["access", "billing", "tech"], [0.2, 0.7, 0.1])
-    bar = fig.data[0]
-    assert bar.orientation == "h" and list(bar.y) == ["access", "billing", "tech"]
-    assert list(bar.x) == [0.2, 0.7, 0.1]
-    assert bar.marker.color[1] != bar.marker.color[0] == bar.marker.color[2]  # top option highlighted
-    assert tuple(fig.layout.xaxis.range) == (0, 1)
-
-
 def test_latency_and_agreement_figures():
     df = frame()
     box = charts.latency_box(df)

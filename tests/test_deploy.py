@@ -12,13 +12,20 @@ import yaml
 
 from deploy.config import DeployConfig
 from deploy.executor import DeployError, Executor, friendly, summarize_endpoint
-from deploy.package import build_package, make_build_context, make_model_tarball, sha256_file, tarball_members
+from deploy.package import build_package, make_build_context, make_model_tarball, sha256_file
 from deploy.plan import Package, deployment_plan, teardown_plan
 from deploy.validate import botocore_errors, validate_plan
 from tests.conftest import ROOT
 from tests.shim import RuntimeShim
 
 REGION = "us-east-1"
+
+
+def tarball_members(path) -> list[str]:
+    import tarfile
+
+    with tarfile.open(path, "r:gz") as tar:
+        return tar.getnames()
 
 
 def cfg(**kw) -> DeployConfig:

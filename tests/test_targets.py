@@ -104,12 +104,14 @@ def test_first_call_per_policy_and_per_loaded_model_is_cold():
     from adapter.templates import load_template, request_for
     from app.runner import is_cold
 
-    models = [object()]  # what the pool hands out; a reload is a new object
+    from types import SimpleNamespace
+
+    models = [SimpleNamespace(generation=1)]  # what the pool hands out; a reload is a new generation
     target = LocalTarget("local-x", {"model": "smollm2"}, lambda model: models[0])
     routing = request_for(load_template("ticket-routing"), "Charged twice", "a")
     refund = request_for(load_template("refund-check"), "Charged twice", "b")
     assert is_cold(target, routing) and not is_cold(target, routing)
     assert not is_cold(target, routing.model_copy(update={"state": "another state"}))  # same policy: warm
     assert is_cold(target, refund)  # a new policy
-    models[0] = object()  # evicted and loaded again
+    models[0] = SimpleNamespace(generation=2)  # evicted and loaded again (its id() may be the old one's)
     assert is_cold(target, routing)

@@ -105,7 +105,7 @@ def render() -> None:
                 st.success(f"{len(preview)} states parsed" + (f", {labeled} with a label" if labeled else ""))
                 st.dataframe([{"id": c.key, "state": str(c.state)[:200], "label": c.label} for c in preview[:10]],
                              hide_index=True)
-    names = [s["name"] for s in resources.target_specs(db)]
+    names = [s["name"] for s in resources.target_specs(db, single_rows=True)]
     chosen = st.multiselect("Targets", names, default=names[:1], key="cmp_targets")
     if st.button("Run comparison", type="primary", key="cmp_run"):
         cases = parse_input(pasted, upload, policy)

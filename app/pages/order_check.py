@@ -85,7 +85,7 @@ def render() -> None:
                           format_func=lambda i: next(s["name"] for s in sets if s["id"] == i)) if source == "set" else None
     c1, c2, c3 = st.columns(3)
     limit = c1.number_input("States (at most)", 2, 500, 20, key="oc_limit")
-    names = [s["name"] for s in resources.target_specs(db)]
+    names = [s["name"] for s in resources.target_specs(db, single_rows=True)]
     tname = c2.selectbox("Target", names, key="oc_target")
     variant = c3.selectbox("Readout", [v for v in evaluation.VARIANTS if "permutation" not in v], key="oc_variant")
     negated = None

@@ -55,7 +55,7 @@ def render() -> None:
                          placeholder="Paste the text the model should decide on…")
     upload = st.file_uploader("…or upload a text / JSON file as the state", type=["txt", "md", "json", "log"],
                               key="pg_upload")
-    names = [s["name"] for s in resources.target_specs(db)]
+    names = [s["name"] for s in resources.target_specs(db, single_rows=True)]
     chosen = st.multiselect("Targets", names, default=names[:1], key="pg_targets",
                             help="Several local models are built in; add adapters, SageMaker endpoints or chat servers "
                                  "on the Targets page.")

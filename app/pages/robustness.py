@@ -126,7 +126,7 @@ def render() -> None:
                           format_func=lambda i: next(s["name"] for s in sets if s["id"] == i)) if source == "set" else None
     c1, c2, c3 = st.columns(3)
     limit = c1.number_input("States (at most)", 1, 500, 10, key="rb_limit")
-    names = [s["name"] for s in resources.target_specs(db)]
+    names = [s["name"] for s in resources.target_specs(db, single_rows=True)]
     tname = c2.selectbox("Target", names, key="rb_target")
     variant = c3.selectbox("Readout", [v for v in evaluation.VARIANTS if "permutation" not in v], key="rb_variant")
     c1, c2, c3 = st.columns(3)

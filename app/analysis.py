@@ -140,3 +140,13 @@ def diff_runs(baseline: list[dict], other: list[dict]) -> pd.DataFrame:
                      "max_shift": abs(shifts[biggest]), "shift_option": biggest, "shift": shifts[biggest]})
     return pd.DataFrame(rows, columns=["row_key", "state", "baseline_top", "top", "changed", "max_shift",
                                        "shift_option", "shift"])
+
+
+def comparison_stats(store, group_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(results frame, latency + cost table) of a saved comparison, read back from the store: the
+    Compare page and `python -m app bench` show the same numbers for the same group."""
+    from .costs import with_costs
+
+    runs = store.runs_in_group(group_id)
+    df = results_frame(runs, {r["id"]: store.results(r["id"]) for r in runs})
+    return df, with_costs(latency_stats(df), {r["target_name"]: r["target"] for r in runs}, store)

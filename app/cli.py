@@ -16,6 +16,7 @@ from .target_registry import target_by_name
 from .store import RunBusy, Store
 
 EXIT_UNREACHABLE = 3
+WARM_UP_STATE = "Warm-up call before the benchmark (not measured)."
 EXIT_BUSY = 4
 
 
@@ -133,9 +134,9 @@ def bench(args) -> int:
     loads and connections are not measured): p50 / p95 / max per target, their ratios to the first,
     decisions per second and cost per 1,000 decisions; saved as a comparison the Compare page opens
     (ECDF, box plot), optionally the ECDF as a standalone HTML file."""
-    from . import analysis, charts, costs
+    from . import analysis, charts
     from .inputs import rows_from_upload
-    from .runner import run_policy
+    from .runner import is_cold, run_policy
 
     store = Store(args.db)
     policy = resolve_policy(store, args.policy)
@@ -153,13 +154,12 @@ def bench(args) -> int:
         rows = rows[::step][: args.limit]
     provider = EnginePool()
     targets = [target_by_name(store, name, provider) for name in args.target]
-    for t in targets:  # warm up (model load, connections) outside the measurement
-        t.decide(request_for(policy, rows[0].state, "warm-up"))
+    for t in targets:  # warm up (model load, connections, the policy's first pass) outside the measurement, on a
+        warm = request_for(policy, WARM_UP_STATE, "warm-up")  # state of its own: row 0 is not answered from its logits
+        is_cold(t, warm)  # counted as this target's first call, so every measured call is warm
+        t.decide(warm)
     group, run_ids = run_policy(store, policy, rows, targets, kind="compare")
-    runs = store.runs_in_group(group)
-    df = analysis.results_frame(runs, {r["id"]: store.results(r["id"]) for r in runs})
-    df["cold"] = 0  # every target was warmed up above
-    stats = costs.with_costs(analysis.latency_stats(df), {r["target_name"]: r["target"] for r in runs}, store)
+    df, stats = analysis.comparison_stats(store, group)  # what the Compare page shows for this comparison
     print(f"{len(rows)} states x {len(targets)} targets, sequential, warm; saved as comparison {group} (Compare page)")
     print("| target | p50 ms | p95 ms | max ms | p50 vs first | p95 vs first | decisions/s | $ per 1,000 | errors |")
     print("|---|---|---|---|---|---|---|---|---|")

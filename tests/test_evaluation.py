@@ -189,6 +189,15 @@ def test_benchmark_cli_reports_ratios_and_saves_a_comparison(tmp_path, adapter_s
     runs = Store(db).list_runs(kind="compare")
     assert {r["target_name"] for r in runs} == {"local", "adapter"} and len({r["group_id"] for r in runs}) == 1
     assert all(len(Store(db).results(r["id"])) == 4 for r in runs)
+    # the stored comparison is what the CLI printed: every measured call warm (the warm-up went through
+    # the same bookkeeping, on a state of its own), and the Compare page's table gives the same p50/p95
+    assert all(res["cold"] == 0 for r in runs for res in Store(db).results(r["id"]))
+    from app import analysis
+
+    _, stats = analysis.comparison_stats(Store(db), runs[0]["group_id"])
+    for row in rows:
+        page = stats[stats["target"] == row[0].removeprefix("| ")].iloc[0]
+        assert (row[1], row[2]) == (f"{page['p50_ms']:.0f}", f"{page['p95_ms']:.0f}")
 
 
 def test_object_states_are_scored_as_the_runtime_renders_them(tmp_path, engine):

@@ -32,7 +32,7 @@ def comparison_name(runs: list[dict]) -> str:
 
 def render_results(db, gid: str) -> None:
     runs = db.runs_in_group(gid)
-    df = analysis.results_frame(runs, {r["id"]: db.results(r["id"]) for r in runs})
+    df, stats = analysis.comparison_stats(db, gid)
     accuracy = analysis.accuracy_by_target(df)
     if len(accuracy):
         st.subheader("Accuracy against the labels")
@@ -40,8 +40,6 @@ def render_results(db, gid: str) -> None:
         for col, (_, row) in zip(cols * 10, accuracy.iterrows()):
             col.metric(md(row["target"]), f"{row['accuracy']:.1%}", help=f"{row['correct']} of {row['labeled']} labeled rows")
     st.subheader("Latency and cost")
-    stats = analysis.latency_stats(df)
-    stats = costs.with_costs(stats, {r["target_name"]: r["target"] for r in runs}, db)
     named = {"p50_ms": "p50 (ms)", "p95_ms": "p95 (ms)", "max_ms": "max (ms)", "iqr_ms": "IQR (ms)",
              "cold_ms": "first call (ms)"}
     st.dataframe(stats, hide_index=True, key="cmp_latency", column_config={

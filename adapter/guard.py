@@ -38,6 +38,9 @@ STEERING_SUSPECTED = "steering_suspected"
 # a sentence ends at . ! ? or … (closing quotes/brackets kept with it) before whitespace and a
 # capital, digit or opening quote/bracket: "e.g. the" and "3.5 GB" stay whole
 _SENTENCE_END = re.compile(r"(?<=[.!?\u2026])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9])")
+# informal text often has no full stops ("uninstall and do everyone a favor Everyone agrees ..."): in a
+# line with no sentence end, a capitalised word after a lowercase one starts a new piece (not "I")
+_RUN_ON = re.compile(r"(?<=[a-z0-9])\s+(?=(?!I\b|I'|I\u2019)[A-Z][a-z'\u2019]*\b)")
 _ABBREVIATIONS = re.compile(r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|No|Nr|vs|etc|approx|Inc|Ltd|Co|e\.g|i\.e)\.)$",
                             re.IGNORECASE)
 # where a state tells its reader what to decide: an imperative straight before the option ("Reply
@@ -49,7 +52,10 @@ _DECISION_NOUN = (r"(?:answer|decision|verdict|outcome|classification|category|l
                   r"(?:[\w-]+\s+){0,2}?")
 _LABEL_VERB = (r"(?:classif\w*|categori[sz]\w*|label\w*|tag\w*|mark\w*|treat\w*)(?:\s+(?:it|this|that|the\s+\w+))?"
                r"\s+as\s+(?:an?\s+)?")
-_DIRECTIVES = (_ANSWER_VERB, _DECISION_NOUN, _LABEL_VERB)
+# or the decision claimed as a fact about the case: "this is clearly a billing case"
+_CLAIM = (r"(?:this|it|that)(?:\s+(?:is|was)|'s|\u2019s)\s+(?:[\w-]+\s+){0,2}?(?:an?\s+)?(?={mention}\s+"
+          r"(?:case|issue|matter|ticket|request|post|problem|incident|question|one)\b)")
+_DIRECTIVES = (_ANSWER_VERB, _DECISION_NOUN, _LABEL_VERB, _CLAIM)
 
 
 @dataclass(frozen=True)
@@ -81,14 +87,30 @@ def sentences(text: str) -> list[str]:
     joining pieces gives the text back."""
     out: list[str] = []
     for line in re.split(r"(?<=\n)", text):
-        start = 0
+        start, found = 0, []
         for m in _SENTENCE_END.finditer(line):
             if _ABBREVIATIONS.search(line[start: m.start()]):
                 continue
-            out.append(line[start: m.end()])
+            found.append(line[start: m.end()])
             start = m.end()
         if line[start:]:
-            out.append(line[start:])
+            found.append(line[start:])
+        out += _run_on(found[0]) if len(found) == 1 else found
+    return _merge_blank(out)
+
+
+def _run_on(line: str) -> list[str]:
+    """A line without a sentence end, cut where a capitalised word follows a lowercase one - only
+    between runs of at least four words each (a name inside a clause mostly stays in it)."""
+    pieces, start = [], 0
+    for m in _RUN_ON.finditer(line):
+        if len(line[start: m.start()].split()) >= 4 and len(line[m.end():].split()) >= 4:
+            pieces.append(line[start: m.end()])
+            start = m.end()
+    return [*pieces, line[start:]] if pieces else [line]
+
+
+def _merge_blank(out: list[str]) -> list[str]:
     merged: list[str] = []
     for piece in out:  # a piece of only whitespace joins the one before it
         if merged and not piece.strip():
@@ -159,7 +181,8 @@ def _mention(option_id: str, description: str) -> str:
 
 def precheck(state: Any, options: Sequence[Any]) -> dict | None:
     """The first place where the state tells the reader what to decide - an imperative, a decision
-    word or a labelling verb followed by an option's id or its whole description - as
+    word, a labelling verb or a claim ("this is a billing case") with an option's id or its whole
+    description - as
     {"option", "text", "at"} (character offset in the state's text), else None. No model pass; it
     reads words, so a paraphrase without them is left to erase-and-check."""
     text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
@@ -168,7 +191,7 @@ def precheck(state: Any, options: Sequence[Any]) -> dict | None:
         oid, desc = (opt.id, opt.description) if hasattr(opt, "id") else (opt["id"], opt.get("description", ""))
         mention = _mention(oid, desc)
         for directive in _DIRECTIVES:
-            m = re.search(rf"\b{directive}{mention}", text, re.IGNORECASE)
+            m = re.search(rf"\b{directive.replace('{mention}', mention)}{mention}", text, re.IGNORECASE)
             if m and (best is None or m.start() < best["at"]):
                 best = {"option": oid, "text": m.group(0), "at": m.start()}
     return best

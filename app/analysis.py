@@ -70,13 +70,51 @@ def _ms(ms: float) -> str:
 
 
 def accuracy_by_target(df: pd.DataFrame) -> pd.DataFrame:
-    """Per target: labeled rows answered, correct, accuracy (rows without a label are left out)."""
+    """Per target: labeled rows answered, correct, wrong, accuracy with its Wilson 95% interval
+    (rows without a label are left out)."""
+    from .stats import proportion
+
     rows = []
     labeled = df[df["label"].notna() & df["error"].isna()]
     for target, g in labeled.groupby("target", sort=False):
         correct = int((g["top_option"] == g["label"]).sum())
-        rows.append({"target": target, "labeled": len(g), "correct": correct, "accuracy": correct / len(g)})
-    return pd.DataFrame(rows, columns=["target", "labeled", "correct", "accuracy"])
+        p = proportion(correct, len(g))
+        rows.append({"target": target, "labeled": len(g), "correct": correct, "wrong": len(g) - correct,
+                     "accuracy": p.rate, "ci_low": p.low, "ci_high": p.high})
+    return pd.DataFrame(rows, columns=["target", "labeled", "correct", "wrong", "accuracy", "ci_low", "ci_high"])
+
+
+DEGENERATE_SHARE = 0.9  # a target that puts this share of its rows on one option is not really deciding
+
+
+def degenerate_targets(df: pd.DataFrame, min_rows: int = 10) -> list[dict]:
+    """Targets that answer (almost) everything with one option - SmolLM2 saying "reject" to 30 of
+    30 looks healthy in a latency table: [{target, option, share, n}] for those at or above
+    DEGENERATE_SHARE over at least `min_rows` answered rows."""
+    out = []
+    ok = df[df["error"].isna() & df["top_option"].notna()]
+    for target, g in ok.groupby("target", sort=False):
+        if len(g) < min_rows:
+            continue
+        counts = g["top_option"].value_counts()
+        share = float(counts.iloc[0] / len(g))
+        if share >= DEGENERATE_SHARE:
+            out.append({"target": target, "option": counts.index[0], "share": share, "n": len(g)})
+    return out
+
+
+def confusion_by_target(df: pd.DataFrame, option_ids: list[str]) -> dict[str, list[list[int]]]:
+    """Per target: counts of (label, chosen option) over labeled answered rows, in option order."""
+    out = {}
+    labeled = df[df["label"].notna() & df["error"].isna() & df["top_option"].notna()]
+    index = {o: i for i, o in enumerate(option_ids)}
+    for target, g in labeled.groupby("target", sort=False):
+        m = [[0] * len(option_ids) for _ in option_ids]
+        for label, top in zip(g["label"], g["top_option"]):
+            if label in index and top in index:
+                m[index[label]][index[top]] += 1
+        out[target] = m
+    return out
 
 
 def top_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -82,3 +82,31 @@ def test_progress_eta_ignores_rows_finished_before_a_resume(monkeypatch):
     p.tick()
     assert seen[-1] == (7, 10, 2.0 / 1 * 3)  # 1 row timed in 2 s, 3 rows left -> 6 s
     assert runner.progress_text(10, 10, 0.0).endswith("done") and "about 6 s left" in runner.progress_text(7, 10, 6.0)
+
+
+def test_a_target_that_answers_one_option_for_everything_is_named():
+    import pandas as pd
+
+    from app import analysis
+
+    rows = [{"target": "tiny", "top_option": "reject", "label": "approve" if i % 2 else "reject", "error": None}
+            for i in range(30)]
+    rows += [{"target": "big", "top_option": "approve" if i % 2 else "reject", "label": "approve" if i % 2 else
+              "reject", "error": None} for i in range(30)]
+    df = pd.DataFrame(rows)
+    assert analysis.degenerate_targets(df) == [{"target": "tiny", "option": "reject", "share": 1.0, "n": 30}]
+    conf = analysis.confusion_by_target(df, ["approve", "reject"])
+    assert conf["tiny"] == [[0, 15], [0, 15]] and conf["big"] == [[15, 0], [0, 15]]
+    acc = analysis.accuracy_by_target(df).set_index("target")
+    assert acc.loc["tiny", "wrong"] == 15 and acc.loc["tiny", "ci_low"] < 0.5 < acc.loc["tiny", "ci_high"]
+
+
+def test_a_set_says_what_it_can_support_before_scoring():
+    from app.labeled import set_support
+
+    rows = [{"label": "yes" if i % 3 else "no", "split": "train" if i < 12 else "test"} for i in range(42)]
+    s = set_support(rows, ["yes", "no"])
+    assert s["scored"] == 30 and s["train"] == 12 and s["per_option"] == {"yes": 20, "no": 10}
+    assert not s["gate"] and s["offsets"] and "no gate will be recommended" in s["messages"][0]
+    thin = set_support([{"label": "yes"}] * 60 + [{"label": "no"}] * 2, ["yes", "no"])
+    assert thin["gate"] and thin["provisional"] and not thin["offsets"] and "no (2)" in thin["messages"][-1]

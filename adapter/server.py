@@ -406,6 +406,8 @@ class _Gate:
 
     def __init__(self, app, api_key: str | None):
         self.app, self.api_key = app, api_key
+        # the key's bytes as the environment held them (surrogateescape: even a key that is not UTF-8)
+        self.key_bytes = api_key.encode("utf-8", "surrogateescape") if api_key else b""
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -415,10 +417,12 @@ class _Gate:
             scope = {**scope, "path": path.rstrip("/") or "/", "raw_path": path.rstrip("/").encode() or b"/"}
         if self.api_key and scope["path"] != "/ping":
             headers = dict(scope.get("headers") or [])
-            scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-            if scheme.lower() != "bearer" or not given.strip():
+            # bytes against bytes: a header is octets (a client sends a non-ASCII key as UTF-8), compared
+            # with the key's own bytes - decoding one side as latin-1 and the other as UTF-8 never matched
+            scheme, _, given = headers.get(b"authorization", b"").strip().partition(b" ")
+            if scheme.lower() != b"bearer" or not given.strip():
                 return await problem(401, "authentication_error",
                                      "missing API key: send 'Authorization: Bearer <key>'")(scope, receive, send)
-            if not hmac.compare_digest(given.strip().encode(), self.api_key.encode()):
+            if not hmac.compare_digest(given.strip(), self.key_bytes):
                 return await problem(401, "authentication_error", "invalid API key")(scope, receive, send)
         return await self.app(scope, receive, send)

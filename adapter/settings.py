@@ -58,6 +58,7 @@ class AdapterSettings:
     max_cost: int = 4096  # option readings per request: sum over rows of options x permutations
     max_body: int = 6 * MIB  # SageMaker's payload limit, as sent
     max_decoded: int = 16 * MIB  # after Content-Encoding is undone
+    max_elements: int = 250_000  # JSON values in a body (counted as commas, '[' and '{' before parsing)
     max_depth: int = 64  # JSON nesting
     log_level: str = "info"
 
@@ -81,5 +82,6 @@ class AdapterSettings:
             max_cost=_num(env, "SM_SEMIF_MAX_COST", cls.max_cost),
             max_body=_num(env, "SM_SEMIF_MAX_BODY_BYTES", cls.max_body),
             max_decoded=_num(env, "SM_SEMIF_MAX_DECODED_BYTES", cls.max_decoded),
+            max_elements=_num(env, "SM_SEMIF_MAX_ELEMENTS", cls.max_elements),
             log_level=env.get("SM_SEMIF_LOG_LEVEL") or cls.log_level,
         )

@@ -130,6 +130,77 @@ def test_the_body_waits_for_a_queue_slot_before_any_work():
         srv.stop()
 
 
+def fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def recv_all(sock: socket.socket, timeout: float) -> bytes:
+    """What the server sends before it closes the connection (b"" if it never answers in time)."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+    except (socket.timeout, ConnectionResetError):
+        return data
+
+
+def test_half_sent_requests_are_bounded_and_closed(capsys):
+    """Many half-sent request heads: at most SM_SEMIF_MAX_CONNECTIONS are held, the ones closed to make
+    room get a JSON 503, /ping keeps answering, and the rest are closed with a JSON 408 after the
+    head timeout."""
+    cap, n = 32, 300
+    srv = serve({"SM_SEMIF_MAX_CONNECTIONS": str(cap), "SM_SEMIF_HEADER_TIMEOUT": "2"})
+    socks: list[socket.socket] = []
+    try:
+        host, port = srv.url.removeprefix("http://").split(":")
+        base = fds(srv.proc.pid)
+        peak = 0
+        for i in range(n):
+            s = socket.create_connection((host, int(port)), timeout=10)
+            s.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Ty")  # never finished
+            socks.append(s)
+            if i % 20 == 0:
+                peak = max(peak, fds(srv.proc.pid) - base)
+        time.sleep(0.3)
+        held = fds(srv.proc.pid) - base  # settled: what the cap holds
+        peak = max(peak, held)
+        t0 = time.perf_counter()
+        ping = httpx.get(srv.url + "/ping", timeout=5)
+        ping_s = time.perf_counter() - t0
+        assert ping.status_code == 200 and ping.json()["status"] == "ok"
+        replies = [recv_all(s, 0.05) for s in socks[: n - cap - 1]]  # the oldest were closed to make room
+        refused = [r for r in replies if r.startswith(b"HTTP/1.1 503")]
+        late = [recv_all(s, 10) for s in socks[-cap // 2:]]  # the newest: held until the head timeout
+        after = fds(srv.proc.pid) - base
+        with capsys.disabled():
+            print(f"\n{n} half-sent requests, cap {cap}: {held} connections held once accepted (fds over the idle "
+                  f"process; {peak} at most while the burst was being accepted), {len(refused)} closed with 503 to "
+                  f"make room, /ping {ping_s * 1000:.0f} ms, "
+                  f"{sum(r.startswith(b'HTTP/1.1 408') for r in late)}/{len(late)} newest closed with 408 after the "
+                  f"head timeout; {after} held after it")
+        assert held <= cap + 2
+        assert peak <= cap + 128 + 2  # + one accept batch (the listen backlog) not yet past the cap's check
+        assert len(refused) >= n - 2 * cap
+        body = json.loads(refused[0].split(b"\r\n\r\n", 1)[1])
+        assert body["detail"]["error_type"] == "too_many_connections" and b"retry-after: 1" in refused[0]
+        assert all(r.startswith(b"HTTP/1.1 408") for r in late), late[:2]
+        assert json.loads(late[0].split(b"\r\n\r\n", 1)[1])["detail"]["error_type"] == "header_timeout"
+        assert after <= 2
+        # a kept-alive connection that starts its next request and stops is closed the same way
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\nGET /pi")
+            reply = recv_all(s, 10)
+        assert reply.startswith(b"HTTP/1.1 200") and b"HTTP/1.1 408" in reply
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()
+
+
 def test_a_client_that_leaves_mid_body_is_a_quiet_cancel():
     """Disconnects half-way through a body (JSON, JSON Lines, /v1/systemone) or while the engine
     works: no traceback, no 'unexpected error', no 'Exception in ASGI application' in the logs."""

@@ -9,7 +9,7 @@ from .engines import EnginePool
 from .safe_text import md
 from .target_registry import target_specs  # noqa: F401  (re-exported for pages)
 from .settings import WorkbenchSettings
-from .store import Store
+from .store import StaleEdit, Store
 from .targets import LocalTarget, Target, build_target
 
 
@@ -86,9 +86,14 @@ def make_target(spec: dict) -> Target:
 
 
 def seed_templates(db: Store) -> int:
+    """Save the shipped templates that are not saved yet; how many were (another session seeding at
+    the same time saves each at most once)."""
     n = 0
     for t in list_templates():
         if db.get_policy(t["id"]) is None:
-            db.save_policy(t)
+            try:
+                db.save_policy(t, expected_version=0)
+            except StaleEdit:  # saved by another session meanwhile: keep theirs
+                continue
             n += 1
     return n

@@ -4,6 +4,7 @@ import streamlit as st
 from adapter.catalog import SHIPPED
 from app import resources
 from app.safe_text import md
+from app.store import Exists
 from app.targets import KEY_PREFIX, KINDS, TargetError, validate_target_spec
 
 OWN_GGUF = "your own GGUF file…"
@@ -93,7 +94,11 @@ def add_form(db, specs: list[dict]) -> None:
         for k, v in errs.items():
             st.error(f"**{k}**: {md(v)} (nothing was saved)")
         if not errs:
-            db.save_target(name, kind, {k: v for k, v in config.items() if v})
+            try:
+                db.add_target(name, kind, {k: v for k, v in config.items() if v})
+            except Exists as exc:  # taken by another session since this page was drawn
+                st.error(f"**name**: {md(exc)} (nothing was saved)")
+                return
             st.session_state["tg_saved"], st.session_state["tg_form_n"] = name, n + 1
             st.rerun()
 

@@ -1,6 +1,8 @@
 """Streamlit-side shared objects: the local model pool, the store, targets by name."""
 from __future__ import annotations
 
+from typing import Callable
+
 import streamlit as st
 
 from adapter.templates import list_templates
@@ -9,7 +11,7 @@ from .engines import EnginePool
 from .safe_text import md
 from .target_registry import target_specs  # noqa: F401  (re-exported for pages)
 from .settings import WorkbenchSettings
-from .store import StaleEdit, Store
+from .store import StaleEdit, Store, StoreUnavailable
 from .targets import LocalTarget, Target, build_target
 
 
@@ -97,3 +99,12 @@ def seed_templates(db: Store) -> int:
                 continue
             n += 1
     return n
+
+
+def run_page(render: Callable[[], None]) -> None:
+    """Each page's entry point: a database that cannot be written (read-only, disk full) is one line
+    on the page naming the file and the fix, not a traceback."""
+    try:
+        render()
+    except StoreUnavailable as exc:
+        st.error(f"**Not saved**: {md(exc)}")

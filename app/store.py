@@ -113,7 +113,9 @@ def unavailable(path: Path, exc: BaseException) -> StoreUnavailable | None:
     errors (a bug: those keep their traceback)."""
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
     what = str(exc)
-    if isinstance(exc, PermissionError) or code in (_READONLY, _PERM) or "readonly" in what:
+    read_only = not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK))
+    if (isinstance(exc, PermissionError) or code in (_READONLY, _PERM) or "readonly" in what
+            or (code == _CANTOPEN and read_only)):  # a WAL file cannot even be read without its -shm beside it
         fix = ("the file or its folder is read-only: make both writable (the folder holds SQLite's -wal and -shm "
                "files), or point SEMIF_DB (--db) at a writable copy")
     elif code == _FULL or "disk is full" in what or getattr(exc, "errno", None) == 28:
@@ -437,9 +439,13 @@ class Store:
                            source: str = "") -> int:
         """All rows in one transaction (nothing half-imported); the same content for the same
         policy is not imported twice - the existing set id is returned."""
-        with self.write() as db:  # the duplicate check and the import: one transaction
-            existing = list(db.table("labeled_sets").rows_where("content_hash = ? AND coalesce(policy_id, '') = ?",
-                                                          [content_hash, policy_id or ""]))
+        same = "content_hash = ? AND coalesce(policy_id, '') = ?", [content_hash, policy_id or ""]
+        with self.db() as db:  # already imported: a read (also on a read-only file)
+            existing = list(db.table("labeled_sets").rows_where(*same))
+        if existing:
+            return existing[0]["id"]
+        with self.write() as db:  # the duplicate check again, and the import: one transaction
+            existing = list(db.table("labeled_sets").rows_where(*same))
             if existing:
                 return existing[0]["id"]
             set_id = db.table("labeled_sets").insert({"name": name, "policy_id": policy_id, "content_hash": content_hash,

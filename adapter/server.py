@@ -441,7 +441,8 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
         return {"model": engine.info.public(), "readouts": list(READOUTS), "debias": list(DEBIAS), "guards": list(GUARDS),
                 "limits": {"request_timeout_s": settings.request_timeout, "max_queue": settings.max_queue,
                            "max_rows": settings.max_rows, "max_cost": settings.max_cost,
-                           "max_body_bytes": settings.max_body},
+                           "max_body_bytes": settings.max_body, "max_elements": settings.max_elements,
+                           "header_timeout_s": settings.header_timeout, "max_connections": settings.max_connections},
                 "policies": {pid: {"name": p.name, "threshold": p.threshold, "temperature": p.temperature,
                                    "option_offsets": p.option_offsets, "guard": p.guard,
                                    "model_matches": pid not in holder.policies.mismatched()}

@@ -25,8 +25,9 @@ from .server import EngineHolder, create_app
 from .settings import AdapterSettings
 
 log = logging.getLogger("semif.adapter")
-# The listen backlog, which is also how many connections asyncio accepts in one go before any of them
-# reaches the connection cap's check (uvicorn's default 2048 let a burst hold 2048 + the cap).
+# The listen backlog, which is also how many connections asyncio accepts per loop iteration before they
+# reach the connection cap's check: a burst holds at most about the cap + 3 x this many sockets
+# (uvicorn's default 2048 let one hold thousands, and queued /ping connections behind them).
 ACCEPT_BACKLOG = 128
 
 

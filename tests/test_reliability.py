@@ -183,7 +183,10 @@ def test_half_sent_requests_are_bounded_and_closed(capsys):
                   f"{sum(r.startswith(b'HTTP/1.1 408') for r in late)}/{len(late)} newest closed with 408 after the "
                   f"head timeout; {after} held after it")
         assert held <= cap + 2
-        assert peak <= cap + 128 + 2  # + one accept batch (the listen backlog) not yet past the cap's check
+        # while a burst is being accepted, asyncio accepts up to one listen backlog (128) per loop iteration:
+        # two such batches wait for their connection_made (the cap's check) and one batch of closed
+        # connections for its socket to be released - all bounded, whatever the attacker sends
+        assert peak <= cap + 3 * 128 + 8
         assert len(refused) >= n - 2 * cap
         body = json.loads(refused[0].split(b"\r\n\r\n", 1)[1])
         assert body["detail"]["error_type"] == "too_many_connections" and b"retry-after: 1" in refused[0]

@@ -2,27 +2,37 @@
 several processes and threads at once - exactly one wins, every other is refused, nothing is lost."""
 from __future__ import annotations
 
-import multiprocessing as mp
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
 from app.store import StaleEdit, Store
+from tests.conftest import ROOT
 
 POLICY = {"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}]}
 TRIALS_PROCESSES, TRIALS_THREADS, WORKERS = 30, 100, 4
 
 
-def _worker(path: str, barrier, start, results, n_trials: int, index: int) -> None:
-    store = Store(path)
-    for _ in range(n_trials):
-        start.get()  # the main process has set up this trial
-        barrier.wait()
-        try:
-            store.save_policy({**POLICY, "notes": f"w{index}"}, expected_version=1)
-            results.put((index, "saved"))
-        except StaleEdit:
-            results.put((index, "refused"))
+WORKER = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from app.store import StaleEdit, Store
+from tests.conftest import ROOT
+store, index = Store(sys.argv[2]), sys.argv[3]
+policy = {"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}], "notes": "w" + index}
+for line in sys.stdin:  # one trial per line: the time at which every worker saves
+    at = float(line)
+    while time.time() < at:
+        pass
+    try:
+        store.save_policy(policy, expected_version=1)
+        print(index, "saved", flush=True)
+    except StaleEdit:
+        print(index, "refused", flush=True)
+"""
 
 
 def _fresh(store: Store) -> None:
@@ -38,27 +48,27 @@ def _check(store: Store, outcome: list[tuple[int, str]]) -> None:
 
 
 def test_saves_from_one_view_in_several_processes_exactly_one_wins(tmp_path, capsys):
+    """Separate processes (separate connections, no shared GIL), all saving at the same instant."""
     path = str(tmp_path / "wb.db")
     store = Store(path)
-    ctx = mp.get_context("spawn")
-    barrier, results = ctx.Barrier(WORKERS), ctx.Queue()
-    starts = [ctx.Queue() for _ in range(WORKERS)]
-    procs = [ctx.Process(target=_worker, args=(path, barrier, starts[i], results, TRIALS_PROCESSES, i), daemon=True)
-             for i in range(WORKERS)]
-    for p in procs:
-        p.start()
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(ROOT), path, str(i)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for i in range(WORKERS)]
     try:
         for _ in range(TRIALS_PROCESSES):
             _fresh(store)
-            for q in starts:
-                q.put(True)
-            outcome = [results.get(timeout=60) for _ in range(WORKERS)]
+            at = time.time() + 0.3
+            for p in procs:
+                p.stdin.write(f"{at}\n")
+                p.stdin.flush()
+            outcome = []
+            for p in procs:
+                index, what = p.stdout.readline().split()
+                outcome.append((int(index), what))
             _check(store, outcome)
     finally:
         for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
+            p.stdin.close()
+            p.wait(30)
     with capsys.disabled():
         print(f"\n{TRIALS_PROCESSES} trials x {WORKERS} processes saving from version 1 at once: exactly one saved each time")
 

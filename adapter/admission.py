@@ -3,7 +3,8 @@
 - `Admission`: at most `max_queue` requests waiting for or holding the engine; the next one gets a
   429 with `Retry-After` (estimated from recent service times) instead of an ever longer wait.
 - `RequestBudget`: a deadline (SM_SEMIF_REQUEST_TIMEOUT, SageMaker's own 60 s by default) plus a
-  cancel switch (client gone, shutting down). The engine calls `check()` between forward passes
+  cancel switch (client gone, shutting down). A request is admitted and its clock started before
+  its body is read, decoded, parsed or validated: all of that is within the budget. The engine calls `check()` between forward passes
   and llama.cpp's abort callback asks `should_stop()` during one, so a request stops within
   milliseconds of its deadline or cancellation.
 """
@@ -27,7 +28,8 @@ class Stopped(Exception):
 class RequestBudget:
     timeout: float
     started: float = 0.0
-    working: bool = False  # the engine is ours: past this point a deadline is the request's own cost
+    working: bool = False  # doing this request's own work (parsing, scoring): a deadline now is its own cost
+    served: float | None = None  # seconds the engine worked for it (for Retry-After estimates)
     _reason: Stopped | None = None
 
     def __post_init__(self) -> None:
@@ -81,10 +83,13 @@ class Admission:
                               f"{self.max_queue}): retry after the Retry-After seconds")
             self._active.add(budget)
 
-    def leave(self, budget: RequestBudget, seconds: float) -> None:
+    def leave(self, budget: RequestBudget, seconds: float | None) -> None:
+        """`seconds`: how long the engine worked for it (None when it never got there: a refused
+        body does not shorten the Retry-After estimate)."""
         with self._lock:
             self._active.discard(budget)
-            self._service = 0.8 * self._service + 0.2 * seconds
+            if seconds is not None:
+                self._service = 0.8 * self._service + 0.2 * seconds
 
     def retry_after(self) -> int:
         return max(1, math.ceil(self._service * max(1, len(self._active))))

@@ -1,17 +1,35 @@
 """Reading a request body safely: size caps before and after Content-Encoding, a read timeout,
-decompression as a stream that stops at the cap (a 1 GiB gzip or zstd bomb costs a few MB), and
-JSON parsing that turns every malformed input - deep nesting, 5,000-digit integers, NaN - into a
-client error instead of an exception.
+decompression as a stream that stops at the cap (a 1 GiB gzip or zstd bomb costs a few MB), a cap on
+the number of JSON values counted before anything is parsed, and JSON parsing that turns every
+malformed input - deep nesting, 5,000-digit integers, NaN - into a client error instead of an
+exception.
+
+Why the element count: `json.loads` is one C call that holds the GIL until it returns. 16 MiB of
+`[0,0,...]` (8M values, 16.5 KB as gzip) held it for 1.4 s, 16 MiB of `[[],[],...]` for 6.5 s -
+and while one thread holds the GIL, the event loop cannot answer /ping. Counting commas, `[` and `{`
+in the raw bytes is a few ms even for 16 MiB (a string's commas count too: an upper bound), and
+capping it bounds every parse (250,000 values: 20-70 ms here). `gil_heavy()` lets one such call run
+at a time and gives the event loop the GIL between two of them.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sys
+import threading
+import time
 import zlib
-from typing import Any
+from typing import Any, Iterator
+
+from starlette.requests import ClientDisconnect
 
 from .http_errors import HTTPProblem
 from .settings import AdapterSettings
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its request was complete: nothing to answer, nothing to log."""
 
 ZSTD_SLICE = 256  # compressed bytes fed per step: bounds the output of one step (RLE blocks ~128 KB each)
 INFLATE_STEP = 1 << 20
@@ -22,19 +40,28 @@ def too_large(what: str, limit: int, setting: str) -> HTTPProblem:
                        "split the request into smaller ones")
 
 
-async def read_raw(request, settings: AdapterSettings) -> bytes:
-    """The body as sent, at most max_body bytes, each chunk within body_timeout seconds."""
+async def read_raw(request, settings: AdapterSettings, remaining=None) -> bytes:
+    """The body as sent, at most max_body bytes, each chunk within body_timeout seconds and the whole
+    body within `remaining()` seconds (the request's deadline) when given. ClientGone when the client
+    disconnects half-way."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > settings.max_body:
         raise too_large("the body", settings.max_body, "SM_SEMIF_MAX_BODY_BYTES")
     chunks, size = [], 0
     stream = request.stream().__aiter__()
     while True:
+        left = remaining() if remaining else settings.body_timeout
+        wait = min(settings.body_timeout, left)
         try:
-            chunk = await asyncio.wait_for(stream.__anext__(), settings.body_timeout)
+            chunk = await asyncio.wait_for(stream.__anext__(), max(wait, 0.0))
         except StopAsyncIteration:
             break
+        except ClientDisconnect:
+            raise ClientGone() from None
         except asyncio.TimeoutError:
+            if wait < settings.body_timeout:
+                raise HTTPProblem(408, "body_timeout", "the request body was still arriving at the request's deadline "
+                                  "(SM_SEMIF_REQUEST_TIMEOUT): send the whole body at once") from None
             raise HTTPProblem(408, "body_timeout", f"the request body stopped arriving for {settings.body_timeout:g} s "
                               "(SM_SEMIF_BODY_TIMEOUT): send the whole body at once") from None
         size += len(chunk)
@@ -47,39 +74,56 @@ async def read_raw(request, settings: AdapterSettings) -> bytes:
 GZIP_WBITS = 31  # zlib: a gzip header and trailer
 
 
-def decode(raw: bytes, encoding: str | None, cap: int) -> bytes:
+def decode(raw: bytes, encoding: str | None, cap: int, max_elements: int | None = None) -> bytes:
     """Undo Content-Encoding (identity, gzip, deflate, zstd) without ever holding more than `cap`
-    bytes of output (plus one bounded step)."""
+    bytes of output (plus one bounded step); with `max_elements`, stop (413) as soon as the output
+    holds more JSON values than that (see count_elements)."""
     enc = (encoding or "identity").strip().lower()
+    limit = Limit(cap, max_elements)
     if enc in ("", "identity"):
+        limit.add(raw)
         return raw
     if enc in ("gzip", "x-gzip"):
-        return _inflate(raw, GZIP_WBITS, cap, enc)
+        return _inflate(raw, GZIP_WBITS, limit, enc)
     if enc == "deflate":  # HTTP's deflate is zlib-wrapped; some clients send it raw
         try:
-            return _inflate(raw, 15, cap, enc)
+            return _inflate(raw, 15, limit, enc)
         except HTTPProblem as exc:
             if exc.status == 413:
                 raise
-            return _inflate(raw, -15, cap, enc)
+            return _inflate(raw, -15, Limit(cap, max_elements), enc)
     if enc == "zstd":
-        return _unzstd(raw, cap)
+        return _unzstd(raw, limit)
     raise HTTPProblem(415, "unsupported_encoding",
                       f"Content-Encoding {enc!r} is not supported: send identity, gzip, deflate or zstd")
 
 
-def _inflate(raw: bytes, wbits: int, cap: int, enc: str) -> bytes:
+class Limit:
+    """What a decoded body may hold: bytes and (optionally) JSON values, counted piece by piece."""
+
+    def __init__(self, cap: int, max_elements: int | None):
+        self.cap, self.max_elements, self.size, self.elements = cap, max_elements, 0, 0
+
+    def add(self, piece: bytes) -> None:
+        self.size += len(piece)
+        if self.size > self.cap:
+            raise too_large("the decompressed body", self.cap, "SM_SEMIF_MAX_DECODED_BYTES")
+        if self.max_elements is not None:
+            self.elements += count_elements(piece)
+            if self.elements > self.max_elements:
+                raise too_many_elements(self.max_elements)
+
+
+def _inflate(raw: bytes, wbits: int, limit: Limit, enc: str) -> bytes:
     """Inflate as a stream, stopping at `cap`. gzip may hold several members back to back (RFC 1952):
     all are decoded, the cap counting them together; bytes after a deflate stream are an error."""
-    out, size, data = [], 0, raw
+    out, data = [], raw
     while True:
         d = zlib.decompressobj(wbits)
         try:
             while True:
                 piece = d.decompress(data, INFLATE_STEP)
-                size += len(piece)
-                if size > cap:
-                    raise too_large("the decompressed body", cap, "SM_SEMIF_MAX_DECODED_BYTES")
+                limit.add(piece)
                 out.append(piece)
                 data = d.unconsumed_tail
                 if d.eof or (not data and not piece):
@@ -96,11 +140,11 @@ def _inflate(raw: bytes, wbits: int, cap: int, enc: str) -> bytes:
                               "send exactly one compressed stream")
 
 
-def _unzstd(raw: bytes, cap: int) -> bytes:
+def _unzstd(raw: bytes, limit: Limit) -> bytes:
     """Decompress zstd frames one after another (a body may hold several), stopping at `cap`."""
     import zstandard
 
-    out, size, rest = [], 0, raw
+    out, rest = [], raw
     while rest:
         d = zstandard.ZstdDecompressor().decompressobj()
         i = 0
@@ -108,9 +152,7 @@ def _unzstd(raw: bytes, cap: int) -> bytes:
             while i < len(rest) and not d.eof:
                 piece = d.decompress(rest[i: i + ZSTD_SLICE])
                 i += ZSTD_SLICE
-                size += len(piece)
-                if size > cap:
-                    raise too_large("the decompressed body", cap, "SM_SEMIF_MAX_DECODED_BYTES")
+                limit.add(piece)
                 out.append(piece)
         except zstandard.ZstdError as exc:
             raise HTTPProblem(400, "invalid_encoding", f"the body is not valid zstd data ({exc})") from None
@@ -124,10 +166,49 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON (use null or a string)")
 
 
+STRUCTURAL = (b",", b"[", b"{")
+
+
+def count_elements(data: bytes) -> int:
+    """An upper bound on the JSON values in `data`: every value but the first follows a comma or
+    opens an array/object (commas inside strings count too). bytes.count: ~3 ms per 16 MiB."""
+    return sum(data.count(ch) for ch in STRUCTURAL)
+
+
+def too_many_elements(limit: int) -> HTTPProblem:
+    return HTTPProblem(413, "too_many_elements",
+                       f"the body holds more than {limit} JSON values (commas, arrays and objects are counted before "
+                       "parsing; SM_SEMIF_MAX_ELEMENTS): send fewer rows per request or a smaller state")
+
+
+def check_elements(data: bytes, limit: int) -> None:
+    if count_elements(data) > limit:
+        raise too_many_elements(limit)
+
+
+_HEAVY = threading.Lock()
+
+
+@contextlib.contextmanager
+def gil_heavy() -> Iterator[None]:
+    """Around one long call that holds the GIL (json.loads of a whole body): one such call at a
+    time, then - when it ran longer than a GIL switch interval - a millisecond's sleep while still
+    holding the lane: the event loop thread, which has been waiting for the GIL, takes it and
+    answers /ping before the next one starts."""
+    with _HEAVY:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if time.perf_counter() - t0 > sys.getswitchinterval():  # long enough that the loop is waiting
+                time.sleep(0.001)
+
+
 def parse_json(body: bytes, max_depth: int) -> Any:
     """json.loads, with every way it can fail raised as ValueError carrying a position when known."""
     try:
-        value = json.loads(body, parse_constant=_reject_constant)
+        with gil_heavy():
+            value = json.loads(body, parse_constant=_reject_constant)
     except json.JSONDecodeError:
         raise
     except RecursionError:

@@ -1,4 +1,5 @@
-"""Starting and stopping the adapter process: socket, policies, uvicorn, and a clean drain.
+"""Starting and stopping the adapter process: socket, policies, uvicorn (with the bounded
+connections of connections.py), and a clean drain.
 
 SageMaker sends SIGTERM and kills 30 s later. On SIGTERM the adapter stops accepting connections,
 lets in-flight requests finish for `SM_SEMIF_SHUTDOWN_GRACE` seconds, then cancels what is left
@@ -19,10 +20,15 @@ from typing import Any, Callable
 import uvicorn
 
 from .calibrated import PolicySet, discover_policies
+from .connections import guarded_protocol
 from .server import EngineHolder, create_app
 from .settings import AdapterSettings
 
 log = logging.getLogger("semif.adapter")
+# The listen backlog, which is also how many connections asyncio accepts per loop iteration before they
+# reach the connection cap's check: a burst holds at most about the cap + 3 x this many sockets
+# (uvicorn's default 2048 let one hold thousands, and queued /ping connections behind them).
+ACCEPT_BACKLOG = 128
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -34,7 +40,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(128)
+    sock.listen(ACCEPT_BACKLOG)
     sock.set_inheritable(True)
     return sock
 
@@ -60,8 +66,10 @@ def serve(settings: AdapterSettings, loader: Callable[[], Any]) -> int:
     print(f"semif adapter listening on http://{settings.host}:{bound} (model loading in background)",
           file=sys.stderr, flush=True)
     app = create_app(holder, settings)
-    config = uvicorn.Config(app, log_level=settings.log_level, access_log=settings.log_level == "debug",
-                            timeout_graceful_shutdown=int(settings.shutdown_grace) + 1, timeout_keep_alive=5)
+    protocol = guarded_protocol(header_timeout=settings.header_timeout, max_connections=settings.max_connections)
+    config = uvicorn.Config(app, http=protocol, log_level=settings.log_level, access_log=settings.log_level == "debug",
+                            timeout_graceful_shutdown=int(settings.shutdown_grace) + 1,
+                            timeout_keep_alive=settings.keep_alive_timeout, backlog=ACCEPT_BACKLOG)
     server = DrainingServer(config, app.state.admission, settings.shutdown_grace)
     server.run(sockets=[sock])
     return 0

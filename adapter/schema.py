@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from typing import Any, Literal, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -41,10 +42,33 @@ def _check_state(value: Any) -> Any:
     return value
 
 
+def unprintable(text: str) -> str | None:
+    """Why `text` cannot be an id, or None: a control or format character (a newline, a NUL, the
+    right-to-left override U+202E, a zero-width space) lets one id pose as another in the UI and logs."""
+    bad = next((ch for ch in text if not ch.isprintable()), None)
+    if bad is None:
+        return None
+    name = unicodedata.name(bad, "a control character")
+    return (f"contains U+{ord(bad):04X} ({name}) at position {text.index(bad)}: ids must be printable text "
+            "(no control, format or direction characters), so that one id cannot pose as another")
+
+
+def _printable_id(value: str) -> str:
+    problem = unprintable(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 class Option(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
     id: str = Field(min_length=1, max_length=200, description="stable option id returned in option_ids")
     description: str = Field(default="", max_length=2000)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        return _printable_id(v)
 
 
 class Example(BaseModel):
@@ -77,6 +101,11 @@ class Question(BaseModel):
     guard: Guard | None = Field(default=None, description="steering guard: precheck (a directive naming an option) "
                                 "or erase-and-check (precheck, then the state scored with pieces left out)")
     policy_id: str | None = Field(default=None, description="apply a loaded calibrated policy")
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        return _printable_id(v)
 
     @model_validator(mode="after")
     def _options_consistent(self) -> "Question":

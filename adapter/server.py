@@ -7,10 +7,12 @@ GET  /execution-parameters Batch Transform settings that suit the engine
 POST /v1/systemone         TypeSafe's decision API;  GET /v1/models
 GET  /info                 model, readouts, enforced policies
 
-Every answer is JSON (see http_errors.py). Around every scoring call: a bounded queue (429 +
-Retry-After), a deadline (503 + Retry-After when it passed in the queue, 413 when the request's own
-work outgrew it), cancellation when the client goes away or the process drains (503), and caps on
-rows and option readings per request (422). With SM_SEMIF_API_KEY set, every route
+Every answer is JSON (see http_errors.py). A POST is admitted before any work is done on it: a
+bounded queue (429 + Retry-After) and its deadline first, then the body is read, decoded, parsed and
+validated in a worker thread within that deadline (503 + Retry-After when it passed in the queue,
+413 when the request's own work outgrew it), so the event loop - and /ping - never waits behind a
+body; cancellation when the client goes away (a quiet 499, nothing logged) or the process drains
+(503), and caps on bytes, JSON values, rows and option readings per request (413 / 422). With SM_SEMIF_API_KEY set, every route
 but /ping needs `Authorization: Bearer <key>` - including /docs and /openapi.json.
 """
 from __future__ import annotations
@@ -26,11 +28,13 @@ from typing import Any, Callable
 
 from fastapi import FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from .admission import Admission, RequestBudget, Stopped
-from .http_body import decode, parse_json, read_raw
+from .http_body import ClientGone, decode, parse_json, read_raw
 from .http_errors import HTTPProblem, Invalid, invalid, problem
 from .calibrated import CalibratedPolicy, PolicySet
 from .guard import GUARDS
@@ -259,7 +263,15 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
     admission = Admission(settings.max_queue)
     app = FastAPI(title="SemIf adapter", version="1", docs_url="/docs", redoc_url=None, redirect_slashes=False)
     app.state.holder, app.state.admission, app.state.settings = holder, admission, settings
-    app.add_middleware(_Gate, api_key=settings.api_key)
+
+    def ping_answer() -> JSONResponse:
+        try:
+            engine = holder.get()
+        except HTTPProblem as exc:
+            return problem(exc.status, exc.error_type, exc.message, exc.headers)
+        return JSONResponse({"status": "ok", "model": engine.info.file, "sha256": engine.info.sha256})
+
+    app.add_middleware(_Gate, api_key=settings.api_key, ping=ping_answer)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException):
@@ -283,6 +295,12 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
     async def _request_error(_: Request, exc: RequestError):
         return invalid(exc.to_detail())
 
+    @app.exception_handler(ClientGone)
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(_: Request, exc: Exception):  # nobody is listening: a quiet cancel, not an error to log
+        log.debug("client closed the connection before its request was complete")
+        return problem(499, "client_closed", "the client closed the connection")
+
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception):  # a bug, not the client's fault: still JSON
         log.exception("unexpected error")
@@ -291,17 +309,18 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
     def content_type(request: Request) -> str:
         return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
-    async def body_bytes(request: Request) -> bytes:
-        raw = await read_raw(request, settings)
-        return await run_in_threadpool(decode, raw, request.headers.get("content-encoding"), settings.max_decoded)
-
-    async def body_json(request: Request, systemone: bool = False) -> Any:
+    def require_json(request: Request, systemone: bool = False) -> None:
         ctype = content_type(request)
         if ctype not in ("application/json", "") and not ctype.endswith("+json"):
             lines = "" if systemone else ", or application/jsonlines (one row per line, Batch Transform)"
             raise HTTPProblem(415, "unsupported_media_type",
                               f"Content-Type {ctype!r} is not supported: send application/json{lines}")
-        body = await body_bytes(request)
+
+    def decoded(request: Request, raw: bytes) -> bytes:
+        """Content-Encoding undone, within the byte and JSON-value caps (worker thread)."""
+        return decode(raw, request.headers.get("content-encoding"), settings.max_decoded, settings.max_elements)
+
+    def json_payload(body: bytes, systemone: bool = False) -> Any:
         try:
             if not body.strip():
                 raise ValueError("empty body: send a JSON document")
@@ -313,22 +332,31 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
                 raise Invalid([{"loc": ["body", pos], "msg": msg, "type": "json_invalid"}]) from None
             raise HTTPProblem(400, "invalid_json", msg) from None
 
-    async def run_budgeted(request: Request, work: Callable[[RequestBudget], Any]) -> Any:
-        """Queue bound, deadline, engine lock, and cancellation when the client disconnects."""
+    def on_engine(budget: RequestBudget, work: Callable[[Any, RequestBudget], Any]) -> Any:
+        """The engine lock (queued: still stops on deadline or cancel), then the scoring work."""
+        engine = holder.get()
+        budget.working = False  # waiting behind other requests: a deadline passed here is load (503)
+        while not engine.lock.acquire(timeout=0.1):
+            budget.check()
+        try:
+            budget.check()
+            budget.working = True
+            t0 = time.monotonic()
+            try:
+                return work(engine, budget)
+            finally:
+                budget.served = time.monotonic() - t0
+        finally:
+            engine.lock.release()
+
+    async def admitted(request: Request, work: Callable[[bytes, RequestBudget], Any]) -> Any:
+        """Admission before any work: a queue slot (429) and the deadline clock first; then the body
+        is read (within the deadline), and decoded, parsed, validated and scored in a worker thread
+        (`work(raw body, budget)`) - never on the event loop, which keeps answering /ping. The work
+        is cancelled when the client goes away."""
         budget = RequestBudget(settings.request_timeout)
         admission.enter(budget)
-        t0 = time.monotonic()
-
-        def locked() -> Any:
-            engine = holder.get()
-            while not engine.lock.acquire(timeout=0.1):  # queued: still stops on deadline or cancel
-                budget.check()
-            try:
-                budget.check()  # still queued: a deadline passed here is load (503), not this request's size
-                budget.working = True
-                return work(budget)
-            finally:
-                engine.lock.release()
+        watcher: asyncio.Task | None = None
 
         async def watch() -> None:
             while True:
@@ -337,17 +365,23 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
                     budget.cancel(499, "client_closed", "the client closed the connection")
                     return
 
-        watcher = asyncio.create_task(watch())
         try:
-            return await run_in_threadpool(locked)
+            raw = await read_raw(request, settings, budget.remaining)
+            watcher = asyncio.create_task(watch())  # only once the body is read: both would call receive()
+
+            def run() -> Any:
+                budget.working = True  # decoding and validating are this request's own work
+                return work(raw, budget)
+
+            return await run_in_threadpool(run)
         finally:
-            watcher.cancel()
-            admission.leave(budget, time.monotonic() - t0)
+            if watcher is not None:
+                watcher.cancel()
+            admission.leave(budget, budget.served)
 
     @app.get("/ping")
-    def ping():
-        engine = holder.get()
-        return {"status": "ok", "model": engine.info.file, "sha256": engine.info.sha256}
+    async def ping():  # GET is answered by _Gate before routing; this route documents it (and 405s)
+        return ping_answer()
 
     @app.get("/execution-parameters")
     def execution_parameters():
@@ -359,22 +393,38 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
     @app.post("/invocations")
     async def invocations(request: Request):
         if content_type(request) in JSONLINES_TYPES:
-            body = await body_bytes(request)
-            engine = holder.get()
-            rows, errors = parse_lines(body, holder.policies, settings)
-            data = await run_budgeted(request, lambda budget: score_lines(engine, rows, errors, budget))
-            return Response(data, media_type="application/jsonlines")
-        payload = await body_json(request)
-        engine = holder.get()
-        inv = parse_invocation(payload, holder.policies, settings)
-        return await run_budgeted(request, lambda budget: score_invocation(engine, inv, budget))
+            def lines(raw: bytes, budget: RequestBudget) -> bytes:
+                body = decoded(request, raw)
+                holder.get()
+                rows, errors = parse_lines(body, holder.policies, settings)
+                budget.check()
+                return on_engine(budget, lambda engine, b: score_lines(engine, rows, errors, b))
+
+            return Response(await admitted(request, lines), media_type="application/jsonlines")
+        require_json(request)
+
+        def one(raw: bytes, budget: RequestBudget) -> Any:
+            payload = json_payload(decoded(request, raw))
+            budget.check()
+            holder.get()
+            inv = parse_invocation(payload, holder.policies, settings)
+            budget.check()
+            return on_engine(budget, lambda engine, b: score_invocation(engine, inv, b))
+
+        return await admitted(request, one)
 
     @app.post("/v1/systemone")
     async def systemone(request: Request):
-        payload = await body_json(request, systemone=True)
-        engine = holder.get()
-        req, rows = parse_systemone(engine, payload, settings)
-        return await run_budgeted(request, lambda budget: score_systemone(engine, req, rows, budget))
+        require_json(request, systemone=True)
+
+        def one(raw: bytes, budget: RequestBudget) -> dict:
+            payload = json_payload(decoded(request, raw), systemone=True)
+            budget.check()
+            req, rows = parse_systemone(holder.get(), payload, settings)
+            budget.check()
+            return on_engine(budget, lambda engine, b: score_systemone(engine, req, rows, b))
+
+        return await admitted(request, one)
 
     @app.get("/v1/models")
     def models():
@@ -391,7 +441,8 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
         return {"model": engine.info.public(), "readouts": list(READOUTS), "debias": list(DEBIAS), "guards": list(GUARDS),
                 "limits": {"request_timeout_s": settings.request_timeout, "max_queue": settings.max_queue,
                            "max_rows": settings.max_rows, "max_cost": settings.max_cost,
-                           "max_body_bytes": settings.max_body},
+                           "max_body_bytes": settings.max_body, "max_elements": settings.max_elements,
+                           "header_timeout_s": settings.header_timeout, "max_connections": settings.max_connections},
                 "policies": {pid: {"name": p.name, "threshold": p.threshold, "temperature": p.temperature,
                                    "option_offsets": p.option_offsets, "guard": p.guard,
                                    "model_matches": pid not in holder.policies.mismatched()}
@@ -401,24 +452,32 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
 
 
 class _Gate:
-    """Pure ASGI middleware in front of every route: `/x/` is served as `/x` (no redirect with an
-    empty body), and with an API key set every path but /ping needs it (docs and schema too)."""
+    """Pure ASGI middleware in front of every route: GET /ping is answered here, before routing and
+    on the event loop itself (never queued behind a worker thread); `/x/` is served as `/x` (no
+    redirect with an empty body); with an API key set every path but /ping needs it (docs and schema
+    too)."""
 
-    def __init__(self, app, api_key: str | None):
-        self.app, self.api_key = app, api_key
+    def __init__(self, app, api_key: str | None, ping: Callable[[], Response]):
+        self.app, self.api_key, self.ping = app, api_key, ping
+        # the key's bytes as the environment held them (surrogateescape: even a key that is not UTF-8)
+        self.key_bytes = api_key.encode("utf-8", "surrogateescape") if api_key else b""
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope["path"]
+        if path in ("/ping", "/ping/") and scope["method"] in ("GET", "HEAD"):  # first, and no threadpool hop
+            return await self.ping()(scope, receive, send)
         if len(path) > 1 and path.endswith("/"):
             scope = {**scope, "path": path.rstrip("/") or "/", "raw_path": path.rstrip("/").encode() or b"/"}
         if self.api_key and scope["path"] != "/ping":
             headers = dict(scope.get("headers") or [])
-            scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-            if scheme.lower() != "bearer" or not given.strip():
+            # bytes against bytes: a header is octets (a client sends a non-ASCII key as UTF-8), compared
+            # with the key's own bytes - decoding one side as latin-1 and the other as UTF-8 never matched
+            scheme, _, given = headers.get(b"authorization", b"").strip().partition(b" ")
+            if scheme.lower() != b"bearer" or not given.strip():
                 return await problem(401, "authentication_error",
                                      "missing API key: send 'Authorization: Bearer <key>'")(scope, receive, send)
-            if not hmac.compare_digest(given.strip().encode(), self.api_key.encode()):
+            if not hmac.compare_digest(given.strip(), self.key_bytes):
                 return await problem(401, "authentication_error", "invalid API key")(scope, receive, send)
         return await self.app(scope, receive, send)

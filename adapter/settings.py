@@ -58,7 +58,11 @@ class AdapterSettings:
     max_cost: int = 4096  # option readings per request: sum over rows of options x permutations
     max_body: int = 6 * MIB  # SageMaker's payload limit, as sent
     max_decoded: int = 16 * MIB  # after Content-Encoding is undone
+    max_elements: int = 250_000  # JSON values in a body (counted as commas, '[' and '{' before parsing)
     max_depth: int = 64  # JSON nesting
+    header_timeout: float = 10.0  # a request head (request line + headers) that stops arriving
+    keep_alive_timeout: int = 5  # seconds an idle kept-alive connection stays open (uvicorn takes whole seconds)
+    max_connections: int = 256  # open connections; past it the longest-waiting idle one is closed
     log_level: str = "info"
 
     @classmethod
@@ -81,5 +85,9 @@ class AdapterSettings:
             max_cost=_num(env, "SM_SEMIF_MAX_COST", cls.max_cost),
             max_body=_num(env, "SM_SEMIF_MAX_BODY_BYTES", cls.max_body),
             max_decoded=_num(env, "SM_SEMIF_MAX_DECODED_BYTES", cls.max_decoded),
+            max_elements=_num(env, "SM_SEMIF_MAX_ELEMENTS", cls.max_elements),
+            header_timeout=_num(env, "SM_SEMIF_HEADER_TIMEOUT", cls.header_timeout, float),
+            keep_alive_timeout=_num(env, "SM_SEMIF_KEEP_ALIVE_TIMEOUT", cls.keep_alive_timeout),
+            max_connections=_num(env, "SM_SEMIF_MAX_CONNECTIONS", cls.max_connections),
             log_level=env.get("SM_SEMIF_LOG_LEVEL") or cls.log_level,
         )

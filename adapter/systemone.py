@@ -18,7 +18,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .schema import MAX_OPTIONS, DecisionRequest, DecisionResult, Option, State, _check_state, finite, state_text
+from .schema import (MAX_OPTIONS, DecisionRequest, DecisionResult, Option, RequestError, State, _check_state, finite,
+                     state_text, unprintable)
 
 MAX_CHOICES = 255
 NOUL_QUESTION = "Is the following true for this state? Answer true or false."
@@ -108,6 +109,11 @@ def to_rows(req: SystemOneRequest) -> list[DecisionRequest]:
     """One decision row per question, in the request's order; the row id is the caller's id."""
     rows = []
     for qid, q in req.questions.items():
+        for key in (qid, *(q.criteria if q.type == "choice" else ())):  # ids the caller gets back
+            problem = unprintable(key)
+            if problem:
+                loc: list[str | int] = ["questions", qid]
+                raise RequestError(loc if key == qid else [*loc, "criteria", key], problem)
         if q.type == "noul":
             crit = q.criteria or {}
             options = [Option(id="true", description=text_of(crit.get("true"), one_line=True) or "yes"),

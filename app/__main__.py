@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+EXIT_STORE = 5  # the workbench database cannot be written (read-only, disk full): the message says which and why
 
 from app.settings import WorkbenchSettings  # noqa: E402
 
@@ -48,7 +49,13 @@ def main(argv=None) -> int:
     add_robustness_parser(sub)
     sub.add_parser("deploy", help="deploy's CLI recorded in the workbench (python -m app deploy --help)")
     args = ap.parse_args(argv)
-    return args.fn(args)
+    from .store import StoreUnavailable
+
+    try:
+        return args.fn(args)
+    except StoreUnavailable as exc:  # one line naming the file and the fix, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_STORE
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from .inputs import InputError
 from .labeled import import_file
 from .policy_form import templates, validate_policy
 from .target_registry import target_by_name
-from .store import RunBusy, Store
+from .store import RunBusy, StaleEdit, Store
 
 EXIT_UNREACHABLE = 3
 WARM_UP_STATE = "Warm-up call before the benchmark (not measured)."
@@ -31,7 +31,10 @@ def resolve_policy(store: Store, ref: str) -> dict:
     if errs or clean is None:
         raise SystemExit(f"--policy {ref!r} is invalid: " + "; ".join(f"{k}: {v}" for k, v in errs.items()))
     if store.get_policy(clean["id"]) is None:
-        store.save_policy(clean)
+        try:
+            store.save_policy(clean, expected_version=0)
+        except StaleEdit:  # saved by someone else meanwhile: runs keep their own copy of the policy
+            pass
     return clean
 
 

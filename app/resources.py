@@ -1,6 +1,8 @@
 """Streamlit-side shared objects: the local model pool, the store, targets by name."""
 from __future__ import annotations
 
+from typing import Callable
+
 import streamlit as st
 
 from adapter.templates import list_templates
@@ -9,7 +11,7 @@ from .engines import EnginePool
 from .safe_text import md
 from .target_registry import target_specs  # noqa: F401  (re-exported for pages)
 from .settings import WorkbenchSettings
-from .store import Store
+from .store import StaleEdit, Store, StoreUnavailable
 from .targets import LocalTarget, Target, build_target
 
 
@@ -86,9 +88,23 @@ def make_target(spec: dict) -> Target:
 
 
 def seed_templates(db: Store) -> int:
+    """Save the shipped templates that are not saved yet; how many were (another session seeding at
+    the same time saves each at most once)."""
     n = 0
     for t in list_templates():
         if db.get_policy(t["id"]) is None:
-            db.save_policy(t)
+            try:
+                db.save_policy(t, expected_version=0)
+            except StaleEdit:  # saved by another session meanwhile: keep theirs
+                continue
             n += 1
     return n
+
+
+def run_page(render: Callable[[], None]) -> None:
+    """Each page's entry point: a database that cannot be written (read-only, disk full) is one line
+    on the page naming the file and the fix, not a traceback."""
+    try:
+        render()
+    except StoreUnavailable as exc:
+        st.error(f"**Not saved**: {md(exc)}")

@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
-from .store import LEASE_SECONDS, RunBusy, RunStatus, Store
+from .store import LEASE_SECONDS, RunBusy, RunStatus, Store, StoreUnavailable
 from .targets import LocalTarget, Target, TargetResult
 
 ProgressFn = Callable[[int, int, "float | None"], None]
@@ -127,7 +127,7 @@ class Heartbeat:
                     self.store.renew_lease(run_id, lease)
                 except RunBusy:
                     self.leases.pop(run_id, None)
-                except sqlite3.Error as exc:  # locked or unwritable for a moment: keep beating, say so
+                except (StoreUnavailable, sqlite3.Error) as exc:  # locked or unwritable for a moment: keep beating, say so
                     log.warning("could not renew the lease of run %s (%s); retrying in %.0f s", run_id, exc, self.every)
 
     def __enter__(self) -> "Heartbeat":
@@ -152,7 +152,10 @@ def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Ca
             _score(store, jobs, list(items), leases, total=total, already=already, progress=progress)
     except BaseException:
         for run_id, lease in leases.items():
-            store.stop_run(run_id, "interrupted", lease)  # only runs this worker still holds
+            try:
+                store.stop_run(run_id, "interrupted", lease)  # only runs this worker still holds
+            except StoreUnavailable:  # the file that failed the run fails this too: the first error is the one to show
+                pass  # (a run left "running" shows as interrupted once its lease runs out)
         raise
     for job in jobs:
         store.finish_run(job.run_id, final_status(store.results(job.run_id)), leases[job.run_id])

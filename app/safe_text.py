@@ -4,11 +4,14 @@
   `![x](http://host/x.png)` would make every viewer's browser fetch that URL. `md()` escapes
   markdown so such text shows as typed.
 - A CSV cell starting with `=`, `+`, `-`, `@` (or a tab / carriage return) is a formula to a
-  spreadsheet: `csv_cell()` prefixes it with `'` (OWASP's advice for CSV injection).
+  spreadsheet: `csv_cell()` prefixes it with `'` (OWASP's advice for CSV injection). Spreadsheets
+  skip leading blanks before they look for a formula (`" =HYPERLINK(…)"` still runs), so the test
+  is made after leading whitespace and invisible format characters.
 """
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import pandas as pd
 
@@ -21,8 +24,16 @@ def md(text: object) -> str:
     return _MD_SPECIAL.sub(r"\\\1", str(text)).replace("\n", "  \n")
 
 
+def _blank(ch: str) -> bool:
+    """Whitespace, or a control / format character (zero-width space, BOM, direction marks)."""
+    return ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf")
+
+
 def csv_cell(value: object) -> object:
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
+    if not isinstance(value, str):
+        return value
+    start = next((i for i, ch in enumerate(value) if not _blank(ch)), len(value))
+    if value.startswith(_FORMULA_START) or value[start:].startswith(_FORMULA_START):
         return "'" + value
     return value
 

@@ -3,12 +3,22 @@
 Tables: policies, targets, runs, results (+ labeled sets, deployments and the audit log as those
 features land). The file is `SEMIF_DB`, else data/workbench.db; the schema is created on first
 use. Each call opens its own connection, so Streamlit's per-rerun threads never share one.
+
+Concurrency (several pages, sessions and processes share the file): WAL, a busy timeout, and every
+check-then-write in one write transaction taken at its start (`BEGIN IMMEDIATE`, see `write()`) or
+in one conditional statement (`UPDATE ... WHERE version = ?` and its row count), so two writers
+never both pass the same check. sqlite-utils commits each `execute` by itself unless a transaction
+is open: `write()` opens one, so the statements inside are one transaction for real.
+
+A file that cannot be written (read-only, disk full, folder missing) raises StoreUnavailable: one
+line naming the file and what to do, instead of a traceback; what was written before stays.
 """
 from __future__ import annotations
 
 import json
 import os
 import socket
+import sqlite3
 import time
 import uuid
 from contextlib import contextmanager
@@ -79,8 +89,49 @@ OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this p
 CREATED = f"{OWNER}:created"  # a run this process created and nobody has leased yet
 
 
+BUSY_TIMEOUT_MS = 5000  # how long a write waits for another writer's transaction before giving up
+
+
 class StaleEdit(RuntimeError):
-    """An edit based on an older saved version of the same record."""
+    """An edit based on an older saved version of the same record (or of one deleted since)."""
+
+
+class Exists(RuntimeError):
+    """A record with this name or id was created meanwhile (by another page, session or process)."""
+
+
+class StoreUnavailable(RuntimeError):
+    """The database file cannot be used: the message is one line naming the file and the fix."""
+
+
+# SQLite's primary result codes for "this file cannot take writes" (sqlite3.Error.sqlite_errorcode & 0xff)
+_READONLY, _FULL, _CANTOPEN, _IOERR, _BUSY, _PERM = 8, 13, 14, 10, 5, 3
+
+
+def unavailable(path: Path, exc: BaseException) -> StoreUnavailable | None:
+    """The one-line explanation of a database error that is the file's fault, or None for other
+    errors (a bug: those keep their traceback)."""
+    code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    what = str(exc)
+    read_only = not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK))
+    if (isinstance(exc, PermissionError) or code in (_READONLY, _PERM) or "readonly" in what
+            or (code == _CANTOPEN and read_only)):  # a WAL file cannot even be read without its -shm beside it
+        fix = ("the file or its folder is read-only: make both writable (the folder holds SQLite's -wal and -shm "
+               "files), or point SEMIF_DB (--db) at a writable copy")
+    elif code == _FULL or "disk is full" in what or getattr(exc, "errno", None) == 28:
+        fix = "the disk is full: free some space there, then run it again (it resumes where it stopped)"
+    elif code == _CANTOPEN or isinstance(exc, OSError):
+        fix = ("the file cannot be opened: check that its folder exists and is writable, or point SEMIF_DB (--db) "
+               "at another file")
+    elif code == _IOERR:
+        fix = "the disk reported an I/O error: check the disk (or free space), then run it again"
+    elif code == _BUSY:
+        fix = (f"another process kept it locked for more than {BUSY_TIMEOUT_MS / 1000:g} s: wait for it to finish, "
+               "then try again")
+    else:
+        return None
+    return StoreUnavailable(f"cannot write the workbench database {path} ({what}): {fix}; nothing already saved "
+                            "was lost")
 
 
 class RunBusy(RuntimeError):
@@ -103,11 +154,11 @@ def _alive(owner: str | None) -> bool:
 
 
 def _renew(db: sqlite_utils.Database, run_id: int, lease: str) -> None:
-    """Extend `lease` on the run, in the caller's transaction; RunBusy (rolled back) when it was lost."""
+    """Extend `lease` on the run, in the caller's write transaction (Store.write); RunBusy when it
+    was lost - the transaction then rolls back, so nothing else it holds is written."""
     cur = db.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND lease_owner = ?",
                      [time.time() + LEASE_SECONDS, run_id, lease])
     if cur.rowcount != 1:
-        db.conn.rollback()
         raise RunBusy(f"run #{run_id} was taken over by another worker: this one stopped")
 
 
@@ -133,9 +184,13 @@ def _encode(row: dict) -> dict:
 class Store:
     def __init__(self, path: str | os.PathLike | None = None):
         self.path = Path(path or WorkbenchSettings.from_env().db)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise unavailable(self.path, exc) or exc from None
         with self.db() as db:
-            db.enable_wal()
+            if db.journal_mode != "wal":
+                db.enable_wal()
             for name, spec in SCHEMA.items():
                 db.table(name).create(spec["columns"], pk=spec["pk"], if_not_exists=True)
                 have = db.table(name).columns_dict
@@ -148,11 +203,34 @@ class Store:
 
     @contextmanager
     def db(self) -> Iterator[sqlite_utils.Database]:
-        db = sqlite_utils.Database(self.path)
+        """A connection for one call; a file that cannot take the call raises StoreUnavailable."""
+        db = None
         try:
+            db = sqlite_utils.Database(sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000))
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             yield db
+        except (sqlite3.OperationalError, sqlite3.DatabaseError, OSError) as exc:
+            problem = unavailable(self.path, exc)
+            if problem is None:
+                raise
+            raise problem from None
         finally:
-            db.close()
+            if db is not None:
+                db.close()
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite_utils.Database]:
+        """One write transaction, locked from its first statement (BEGIN IMMEDIATE): what it reads is
+        what it writes against - no other writer can come in between - and it commits or rolls back
+        as a whole (sqlite-utils' own statements inside join it instead of committing)."""
+        with self.db() as db:
+            db.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.conn.rollback()
+                raise
+            db.conn.commit()
 
     # -- policies ----------------------------------------------------------------------------
     def list_policies(self) -> list[dict]:
@@ -165,21 +243,46 @@ class Store:
         return _decode(rows[0]) if rows else None
 
     def save_policy(self, policy: dict, expected_version: int | None = None) -> dict:
-        """Insert or update; with `expected_version`, refuse (StaleEdit) when the saved policy has
-        changed since the editor loaded it, so an old view never overwrites newer edits."""
-        existing = self.get_policy(policy["id"])
-        if expected_version is not None and existing and (existing.get("version") or 0) != expected_version:
-            raise StaleEdit(f"policy {policy['id']!r} was saved again (version {existing.get('version')}) after this "
-                            f"view loaded version {expected_version}: reload it, then apply your change")
-        row = {"id": policy["id"], "name": policy["name"], "question": policy["question"],
-               "options": policy["options"], "examples": policy.get("examples") or [],
-               "notes": policy.get("notes") or "", "readout": policy.get("readout") or "",
-               "debias": policy.get("debias") or "",
-               "created_at": existing["created_at"] if existing else now(), "updated_at": now(),
-               "version": ((existing or {}).get("version") or 0) + 1}
-        with self.db() as db:
-            db.table("policies").upsert(_encode(row), pk="id")
-        return self.get_policy(policy["id"]) or row
+        """Save and return the saved policy (with its new version). `expected_version` says what the
+        editor's view was built on, and the write happens only if that is still so - checked and
+        written by one statement, so of two saves from the same view exactly one wins:
+
+        - None: whatever is saved (templates, a CLI import): insert, or update and bump the version
+        - 0: a new policy - StaleEdit when one with this id exists (created meanwhile)
+        - n: an edit of version n - StaleEdit when it was saved again since, or deleted
+        """
+        pid = policy["id"]
+        fields = {"name": policy["name"], "question": policy["question"], "options": policy["options"],
+                  "examples": policy.get("examples") or [], "notes": policy.get("notes") or "",
+                  "readout": policy.get("readout") or "", "debias": policy.get("debias") or "", "updated_at": now()}
+        values = _encode(fields)
+        cols = list(values)
+        insert = (f"INSERT INTO policies (id, {', '.join(cols)}, created_at, version) "
+                  f"VALUES (?, {', '.join('?' * len(cols))}, ?, 1)")
+        args = [pid, *values.values(), now()]
+        with self.write() as db:
+            if expected_version is None:
+                db.execute(insert + " ON CONFLICT(id) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in cols)
+                           + ", version = coalesce(policies.version, 0) + 1", args)
+            elif expected_version == 0:
+                if db.execute(insert + " ON CONFLICT(id) DO NOTHING", args).rowcount != 1:
+                    raise StaleEdit(f"a policy with id {pid!r} was created meanwhile (another page or session): "
+                                    "nothing was saved - choose another name, or pick that policy to edit it")
+            else:
+                cur = db.execute(f"UPDATE policies SET {', '.join(f'{c} = ?' for c in cols)}, "
+                                 "version = coalesce(version, 0) + 1 WHERE id = ? AND coalesce(version, 0) = ?",
+                                 [*values.values(), pid, expected_version])
+                if cur.rowcount != 1:
+                    found = db.execute("SELECT version FROM policies WHERE id = ?", [pid]).fetchall()
+                    if not found:
+                        raise StaleEdit(f"policy {pid!r} was deleted (by another page or session) after this view "
+                                        f"loaded version {expected_version}: nothing was saved - to keep this draft, "
+                                        "save it as a new policy")
+                    raise StaleEdit(f"policy {pid!r} was saved again (version {found[0][0]}) after this view loaded "
+                                    f"version {expected_version}: nothing was saved - load the newer version, then "
+                                    "apply your change")
+            (row,) = list(db.table("policies").rows_where("id = ?", [pid]))
+        return _decode(row)
 
     def delete_policy(self, policy_id: str) -> None:
         with self.db() as db:
@@ -191,8 +294,18 @@ class Store:
             return [_decode(r) for r in db.table("targets").rows_where(order_by="name")]
 
     def save_target(self, name: str, kind: str, config: dict) -> None:
+        """Insert or replace (a deployed endpoint's target follows its deployment)."""
         with self.db() as db:
             db.table("targets").upsert(_encode({"name": name, "kind": kind, "config": config, "created_at": now()}), pk="name")
+
+    def add_target(self, name: str, kind: str, config: dict) -> None:
+        """Insert a new target; Exists when the name was taken meanwhile (nothing is replaced)."""
+        row = _encode({"name": name, "kind": kind, "config": config, "created_at": now()})
+        with self.write() as db:
+            cur = db.execute(f"INSERT INTO targets ({', '.join(row)}) VALUES ({', '.join('?' * len(row))}) "
+                             "ON CONFLICT(name) DO NOTHING", list(row.values()))
+            if cur.rowcount != 1:
+                raise Exists(f"a target named {name!r} was saved meanwhile (another page or session): choose another name")
 
     def delete_target(self, name: str) -> None:
         with self.db() as db:
@@ -214,24 +327,23 @@ class Store:
         server - never score the same run) and return the lease token; or raise RunBusy naming who
         holds it."""
         token = f"{OWNER}:{uuid.uuid4().hex[:8]}"
-        with self.db() as db:
+        with self.write() as db:  # the owner read and the claim are one transaction
             (owner, until), = db.execute("SELECT lease_owner, lease_until FROM runs WHERE id = ?", [run_id]).fetchall()
             stale = owner if owner and not _alive(owner) else "\x00"
             cur = db.execute("UPDATE runs SET lease_owner = ?, lease_until = ?, status = 'running' WHERE id = ? AND "
                              "(lease_owner IS NULL OR lease_owner IN (?, ?) OR lease_until IS NULL OR lease_until < ?)",
                              [token, time.time() + LEASE_SECONDS, run_id, CREATED, stale, time.time()])
-            db.conn.commit()
-            if cur.rowcount == 1:
-                return token
+            claimed = cur.rowcount == 1
+        if claimed:
+            return token
         who = "another page of this workbench" if (owner or "").startswith(OWNER) else f"another process ({owner})"
         raise RunBusy(f"run #{run_id} is being scored by {who} for at least "
                       f"{max(0, (until or 0) - time.time()):.0f} s more: wait for it, or start a new run")
 
     def renew_lease(self, run_id: int, lease: str) -> None:
         """Still working: extend the lease; RunBusy when it was lost (expired and taken by another)."""
-        with self.db() as db:
+        with self.write() as db:
             _renew(db, run_id, lease)
-            db.conn.commit()
 
     def stop_run(self, run_id: int, status: str = "interrupted", lease: str | None = None) -> None:
         """Stopped before finishing: the status says so and the lease is given back (with `lease`,
@@ -241,20 +353,18 @@ class Store:
     def _end_run(self, run_id: int, update: dict[str, Any], lease: str | None) -> None:
         sets = ", ".join(f"{k} = ?" for k in update)
         where, args = ("id = ? AND lease_owner = ?", [run_id, lease]) if lease else ("id = ?", [run_id])
-        with self.db() as db:
+        with self.write() as db:
             db.execute(f"UPDATE runs SET {sets}, lease_owner = NULL, lease_until = NULL WHERE {where}",
                        [*update.values(), *args])
-            db.conn.commit()
 
     def add_result(self, run_id: int, row: dict[str, Any], lease: str | None = None) -> None:
         """One result, written as it arrives; a row key already stored for this run is replaced
         (INSERT OR REPLACE on the unique (run_id, row_key) index), so a resumed run never duplicates.
         With `lease`, the write happens only while this worker holds the run (else RunBusy)."""
-        with self.db() as db:
+        with self.write() as db:  # the lease check and the write: one transaction
             if lease:
                 _renew(db, run_id, lease)  # nothing is written when the lease was lost
             db.table("results").insert(_encode({**row, "run_id": run_id}), replace=True)
-            db.conn.commit()
 
     def set_run_model(self, run_id: int, model: str) -> None:
         with self.db() as db:
@@ -304,11 +414,15 @@ class Store:
                                                    [run_id])}
 
     def pin_run(self, run_id: int | None) -> None:
-        """Pin one run as the baseline (at most one pinned)."""
+        """Pin one run as the baseline (at most one pinned, also when two pages pin at once: one
+        statement unpins the others and pins this one); None unpins whichever is pinned."""
         with self.db() as db:
-            db.execute("UPDATE runs SET pinned = 0")
-            if run_id is not None:
-                db.execute("UPDATE runs SET pinned = 1 WHERE id = ?", [run_id])
+            db.execute("UPDATE runs SET pinned = (id IS ?) WHERE pinned = 1 OR id IS ?", [run_id, run_id])
+
+    def unpin_run(self, run_id: int) -> None:
+        """Unpin this run only (a view that still shows it pinned never unpins another page's new pin)."""
+        with self.db() as db:
+            db.execute("UPDATE runs SET pinned = 0 WHERE id = ?", [run_id])
 
     def pinned_run(self) -> dict | None:
         with self.db() as db:
@@ -316,26 +430,28 @@ class Store:
         return _run(rows[0]) if rows else None
 
     def delete_run(self, run_id: int) -> None:
-        with self.db() as db:
-            with db.conn:
-                db.table("results").delete_where("run_id = ?", [run_id])
-                db.table("runs").delete_where("id = ?", [run_id])
+        with self.write() as db:
+            db.table("results").delete_where("run_id = ?", [run_id])
+            db.table("runs").delete_where("id = ?", [run_id])
 
     # -- labeled sets --------------------------------------------------------------------------
     def import_labeled_set(self, *, name: str, policy_id: str | None, rows: list[dict], content_hash: str,
                            source: str = "") -> int:
         """All rows in one transaction (nothing half-imported); the same content for the same
         policy is not imported twice - the existing set id is returned."""
-        with self.db() as db:
-            existing = list(db.table("labeled_sets").rows_where("content_hash = ? AND coalesce(policy_id, '') = ?",
-                                                          [content_hash, policy_id or ""]))
+        same = "content_hash = ? AND coalesce(policy_id, '') = ?", [content_hash, policy_id or ""]
+        with self.db() as db:  # already imported: a read (also on a read-only file)
+            existing = list(db.table("labeled_sets").rows_where(*same))
+        if existing:
+            return existing[0]["id"]
+        with self.write() as db:  # the duplicate check again, and the import: one transaction
+            existing = list(db.table("labeled_sets").rows_where(*same))
             if existing:
                 return existing[0]["id"]
-            with db.conn:
-                set_id = db.table("labeled_sets").insert({"name": name, "policy_id": policy_id, "content_hash": content_hash,
-                                                    "n_rows": len(rows), "source": source,
-                                                    "created_at": now()}).last_pk or 0
-                db.table("labeled_rows").insert_all(_encode({**r, "set_id": set_id, "position": i}) for i, r in enumerate(rows))
+            set_id = db.table("labeled_sets").insert({"name": name, "policy_id": policy_id, "content_hash": content_hash,
+                                                "n_rows": len(rows), "source": source,
+                                                "created_at": now()}).last_pk or 0
+            db.table("labeled_rows").insert_all(_encode({**r, "set_id": set_id, "position": i}) for i, r in enumerate(rows))
             return int(set_id)
 
     def list_labeled_sets(self) -> list[dict]:
@@ -352,10 +468,9 @@ class Store:
             return [_decode(r) for r in db.table("labeled_rows").rows_where("set_id = ?", [set_id], order_by="position")]
 
     def delete_labeled_set(self, set_id: int) -> None:
-        with self.db() as db:
-            with db.conn:
-                db.table("labeled_rows").delete_where("set_id = ?", [set_id])
-                db.table("labeled_sets").delete_where("id = ?", [set_id])
+        with self.write() as db:
+            db.table("labeled_rows").delete_where("set_id = ?", [set_id])
+            db.table("labeled_sets").delete_where("id = ?", [set_id])
 
     # -- calibrated policies (exports kept with their provenance, for the Deploy page) ---------------
     def save_calibrated(self, config: dict) -> int:
@@ -386,10 +501,13 @@ class Store:
 
     # -- deployments and their audit log -------------------------------------------------------
     def save_deployment(self, dep: dict) -> None:
-        existing = self.get_deployment(dep["id"])
-        row = {**dep, "created_at": existing["created_at"] if existing else now(), "updated_at": now()}
+        """Insert, or update all but created_at (one statement: the first save's time stays)."""
+        row = _encode({**{k: v for k, v in dep.items() if k != "created_at"}, "updated_at": now()})
+        cols = list(row)
         with self.db() as db:
-            db.table("deployments").upsert(_encode(row), pk="id")
+            db.execute(f"INSERT INTO deployments ({', '.join(cols)}, created_at) VALUES ({', '.join('?' * len(cols))}, ?) "
+                       "ON CONFLICT(id) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in cols if c != "id"),
+                       [*row.values(), now()])
 
     def get_deployment(self, dep_id: str) -> dict | None:
         with self.db() as db:

@@ -131,16 +131,57 @@ class LocalTarget(Target):
         return f"loaded {info.file} ({info.quantization}, {info.n_threads} threads, default readout {info.default_readout})"
 
 
+KEY_PREFIX = "SEMIF_KEY_"  # the only environment variables a target may send as its key
+
+
+def key_env_problem(name: str, secrets: dict | None = None) -> str | None:
+    """Why a target may not read `name` as its API key, or None. Only Streamlit secrets and
+    environment variables named SEMIF_KEY_*: a target's URL is the user's choice, so a target that
+    could name any variable could send this machine's AWS_SECRET_ACCESS_KEY (or any token) to it."""
+    if not name or name in (secrets or {}):
+        return None
+    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name):
+        return "the NAME of an environment variable holding the key (the key itself is never stored)"
+    if not name.startswith(KEY_PREFIX) or name == KEY_PREFIX:
+        return (f"{name!r} is not allowed: a target may only read environment variables whose name starts with "
+                f"{KEY_PREFIX} (e.g. {KEY_PREFIX}{name.removeprefix(KEY_PREFIX) or 'MY_SERVER'}), or a Streamlit "
+                "secret, so that no other secret of this machine can be sent to a target's URL: export the key "
+                f"under such a name and enter that name")
+    return None
+
+
 def api_key(config: dict, secrets: dict | None) -> str | None:
-    """The key named by `api_key_env`, from Streamlit secrets or the environment - never stored."""
+    """The key named by `api_key_env`, from Streamlit secrets or a SEMIF_KEY_* environment variable -
+    never stored. TargetError for any other name (also for a target saved before the rule), so
+    nothing is sent."""
     env = config.get("api_key_env") or ""
-    return (secrets or {}).get(env) or (os.environ.get(env) if env else None)
+    if not env:
+        return None
+    problem = key_env_problem(env, secrets)
+    if problem:
+        raise TargetError(f"api_key_env: {problem}")
+    return (secrets or {}).get(env) or os.environ.get(env)
 
 
 def bearer(key: str | None) -> dict:
     """The Authorization header of a URL target with a key (the adapter's SM_SEMIF_API_KEY, a
-    /v1/systemone server's or a chat server's)."""
-    return {"Authorization": f"Bearer {key}"} if key else {}
+    /v1/systemone server's or a chat server's), as UTF-8 bytes: a non-ASCII key is sent as is."""
+    return {"Authorization": f"Bearer {key}".encode()} if key else {}
+
+
+class KeyedTarget(Target):
+    """A URL target that may send an API key: the key is read at each use, never kept or stored."""
+
+    def __init__(self, name: str, kind: str, config: dict, secrets: dict | None = None):
+        super().__init__(name, kind, config)
+        self._secrets = secrets
+
+    @property
+    def api_key(self) -> str | None:
+        return api_key(self.config, self._secrets)
+
+    def auth(self) -> dict:
+        return bearer(self.api_key)
 
 
 def _http_error(resp: httpx.Response) -> TargetError:
@@ -184,21 +225,20 @@ def decision_from(data: Any, what: str) -> DecisionResult:
         raise TargetError(f"not a SemIf decision result from {what}: {str(data)[:200]}", data) from None
 
 
-class SemIfTarget(Target):
+class SemIfTarget(KeyedTarget):
     def __init__(self, name: str, config: dict, secrets: dict | None = None):
-        super().__init__(name, "semif", config)
+        super().__init__(name, "semif", config, secrets)  # the key: an adapter started with SM_SEMIF_API_KEY
         self.url = config["url"].rstrip("/")
         self.timeout = float(config.get("timeout", 60))
-        self.api_key = api_key(config, secrets)  # an adapter started with SM_SEMIF_API_KEY
 
     def _one(self, req):
         body = req.model_dump(exclude_none=True)
-        data = http_json("POST", self.url + "/invocations", body=body, headers=bearer(self.api_key), timeout=self.timeout)
+        data = http_json("POST", self.url + "/invocations", body=body, headers=self.auth(), timeout=self.timeout)
         return body, data, decision_from(data, self.url)
 
     def test_connection(self) -> str:
         """/info needs the key when the adapter has one (/ping never does), so this checks both."""
-        data = http_json("GET", self.url + "/info", headers=bearer(self.api_key), timeout=5)
+        data = http_json("GET", self.url + "/info", headers=self.auth(), timeout=5)
         model = (data.get("model") or {}).get("file", "") if isinstance(data, dict) else ""
         return f"{self.url} is up: {model}"
 
@@ -256,21 +296,20 @@ class SageMakerTarget(Target):
         return f"{self.endpoint} in {self.region}: {ep['EndpointStatus']}"
 
 
-class SystemOneTarget(Target):
+class SystemOneTarget(KeyedTarget):
     """Any /v1/systemone server: the policy becomes one `choice` question (criteria = option ids
     with their descriptions); the answer's probabilities come back in the policy's option order."""
 
     def __init__(self, name: str, config: dict, secrets: dict | None = None):
-        super().__init__(name, "systemone", config)
+        super().__init__(name, "systemone", config, secrets)
         self.url = config["url"].rstrip("/")
-        self.api_key = api_key(config, secrets)
         self.model = config.get("model") or "jev-latest"
 
     def _one(self, req):
         body = {"model": self.model, "state": req.state,
                 "questions": {"decision": {"type": "choice", "instructions": req.question,
                                            "criteria": {o.id: (o.description or None) for o in req.options}}}}
-        data = http_json("POST", self.url + "/v1/systemone", body=body, headers=bearer(self.api_key),
+        data = http_json("POST", self.url + "/v1/systemone", body=body, headers=self.auth(),
                          timeout=float(self.config.get("timeout", 120)))
         try:
             answer = data["answers"]["decision"]
@@ -285,7 +324,7 @@ class SystemOneTarget(Target):
         return body, data, result
 
     def test_connection(self) -> str:
-        data = http_json("GET", self.url + "/v1/models", headers=bearer(self.api_key), timeout=5)
+        data = http_json("GET", self.url + "/v1/models", headers=self.auth(), timeout=5)
         names = [m.get("name") for m in data.get("models", [])]
         if self.model not in names:
             raise TargetError(f"{self.url} is up but does not serve {self.model!r}; it serves {', '.join(map(str, names))}")
@@ -313,25 +352,24 @@ def chat_url(url: str) -> str:
     return url + ("/chat/completions" if url.endswith("/v1") else "/v1/chat/completions")
 
 
-class ChatTarget(Target):
+class ChatTarget(KeyedTarget):
     """Generated answers: probabilities come from top logprobs of the first answer token when the
     server returns them, else the parsed option gets 1.0 (marked `generated-one-hot`)."""
 
     def __init__(self, name: str, config: dict, secrets: dict | None = None):
-        super().__init__(name, "chat", config)
+        super().__init__(name, "chat", config, secrets)
         self.url = chat_url(config["url"])
-        self.api_key = api_key(config, secrets)
         self.model = config.get("model") or "default"
         self.max_tokens = int(config.get("max_tokens", 4))
 
     def _one(self, req):
         body = chat_body(req, self.model, self.max_tokens)
-        data = http_json("POST", self.url, body=body, headers=bearer(self.api_key), timeout=float(self.config.get("timeout", 120)))
+        data = http_json("POST", self.url, body=body, headers=self.auth(), timeout=float(self.config.get("timeout", 120)))
         return body, data, chat_result(req, data)
 
     def test_connection(self) -> str:
         base = self.url.rsplit("/chat/completions", 1)[0]
-        data = http_json("GET", base + "/models", headers=bearer(self.api_key), timeout=5)
+        data = http_json("GET", base + "/models", headers=self.auth(), timeout=5)
         models = [m.get("id") for m in data.get("data", [])]
         return f"{base} is up; models: {', '.join(map(str, models)) or 'none listed'}"
 
@@ -403,8 +441,9 @@ def build_target(spec: dict, engine_provider: Callable | None = None, secrets: d
     raise TargetError(f"unknown target kind {kind!r}; choose one of {', '.join(KINDS)}")
 
 
-def validate_target_spec(name: str, kind: str, config: dict) -> dict[str, str]:
-    """Field -> message for a target form; empty when valid."""
+def validate_target_spec(name: str, kind: str, config: dict, secrets: dict | None = None) -> dict[str, str]:
+    """Field -> message for a target form; empty when valid. `secrets`: the Streamlit secrets, whose
+    names may be given as api_key_env."""
     errors = {}
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}", name or ""):
         errors["name"] = "use 1-64 letters, digits, spaces, '.', '_' or '-'"
@@ -429,8 +468,9 @@ def validate_target_spec(name: str, kind: str, config: dict) -> dict[str, str]:
         if ref not in SHIPPED and not (ref.endswith(".gguf") and os.path.isfile(os.path.expanduser(ref))):
             errors["model"] = (f"a shipped model ({', '.join(m for m in SHIPPED if SHIPPED[m].offered)}) or the path "
                                "of an existing .gguf file on this machine")
-    if kind in ("semif", "chat", "systemone") and config.get("api_key_env") and not re.fullmatch(r"[A-Z_][A-Z0-9_]*", config["api_key_env"]):
-        errors["api_key_env"] = "the NAME of an environment variable holding the key (the key itself is never stored)"
+    key_problem = key_env_problem(config.get("api_key_env") or "", secrets)
+    if kind in ("semif", "chat", "systemone") and key_problem:
+        errors["api_key_env"] = key_problem
     if kind not in KINDS:
         errors["kind"] = f"choose one of {', '.join(KINDS)}"
     return errors

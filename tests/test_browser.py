@@ -27,10 +27,8 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 
 
-@pytest.fixture(scope="module")
-def workbench(tmp_path_factory):
+def start_workbench(db: Path) -> tuple[str, subprocess.Popen]:
     port = free_port()
-    db = tmp_path_factory.mktemp("browser") / "wb.db"
     with spread() as env:  # the page's engine, Streamlit and chromium work at once
         proc = subprocess.Popen([sys.executable, "-m", "app", "run", "--port", str(port)], cwd=ROOT,
                                 env={**env, "SEMIF_DB": str(db)}, stdout=subprocess.PIPE,
@@ -46,6 +44,13 @@ def workbench(tmp_path_factory):
     else:
         proc.kill()
         pytest.fail("streamlit did not start: " + (proc.stdout.read() if proc.stdout else ""))
+    return url, proc
+
+
+@pytest.fixture(scope="module")
+def workbench(tmp_path_factory):
+    db = tmp_path_factory.mktemp("browser") / "wb.db"
+    url, proc = start_workbench(db)
     yield url, db
     proc.terminate()
     proc.wait(20)
@@ -274,3 +279,54 @@ def test_narrow_window_keeps_the_answer_readable(workbench, browser, tmp_path):
         page.screenshot(path=str(shot_dir(tmp_path) / "playground-800px.png"), full_page=True)
     finally:
         ctx.close()
+
+
+def test_two_sessions_editing_one_policy_never_lose_a_save(tmp_path, browser):
+    """Two browser sessions edit one policy. B saves after A: B is told "Not saved" with the reason and
+    keeps its draft on screen (it used to see "Saved version 2" with A's text, its edit gone); a save
+    from B's view of a policy A deleted is refused too, and does not re-create it."""
+    from adapter.templates import load_template
+    from app.store import Store
+
+    db = tmp_path / "wb.db"
+    Store(db).save_policy(load_template("ticket-routing"))  # a workbench of its own: other tests expect an empty one
+    url, proc = start_workbench(db)
+    contexts = [browser.new_context(viewport={"width": 1400, "height": 2200}) for _ in range(2)]
+    try:
+        a, b = (ctx.new_page() for ctx in contexts)
+        for page in (a, b):
+            page.goto(url)
+            settle(page)
+            nav(page, "Policies")
+            page.get_by_text("Saved version 1").wait_for()
+        a.get_by_label("Notes").fill("from A")
+        a.get_by_role("button", name="Save policy").click()
+        settle(a)
+        a.get_by_text("Saved version 2").wait_for()
+
+        b.get_by_label("Notes").fill("from B")
+        b.get_by_role("button", name="Save policy").click()
+        settle(b)
+        expect(b.get_by_text("Not saved", exact=False).first).to_be_visible()
+        expect(b.locator("[data-testid=stAlert]").filter(has_text="saved again (version 2)").first).to_be_visible()
+        expect(b.get_by_label("Notes")).to_have_value("from B")  # the draft stays on screen
+        assert Store(db).get_policy("ticket-routing")["notes"] == "from A"  # A's save stands
+
+        b.get_by_role("button", name="Load version 2").click()  # B chooses to start again from A's version
+        settle(b)
+        expect(b.get_by_label("Notes")).to_have_value("from A")
+
+        a.get_by_role("button", name="Delete").click()
+        a.get_by_role("button", name="Delete policy").click()
+        settle(a)
+        b.get_by_label("Notes").fill("ghost")
+        b.get_by_role("button", name="Save policy").click()
+        settle(b)
+        expect(b.locator("[data-testid=stAlert]").filter(has_text="was deleted").first).to_be_visible()
+        expect(b.get_by_label("Notes")).to_have_value("ghost")
+        assert Store(db).get_policy("ticket-routing") is None  # not re-created from the stale view
+    finally:
+        for ctx in contexts:
+            ctx.close()
+        proc.terminate()
+        proc.wait(20)

@@ -91,8 +91,12 @@ def test_several_gzip_members_or_zstd_frames_are_all_decoded(limited):
     assert res.status_code == 400 and res.json()["detail"]["error_type"] == "invalid_encoding"
 
 
+KEY = "s3cret-clé-ключ"  # non-ASCII: the header's bytes and the key's bytes are compared as bytes
+
+
 def test_every_route_but_ping_needs_the_key(monkeypatch):
-    srv = serve({"SM_SEMIF_API_KEY": "s3cret"})
+    srv = serve({"SM_SEMIF_API_KEY": KEY, "SM_SEMIF_REQUEST_TIMEOUT": "60"})  # about keys, not deadlines: a loaded
+    # machine took more than the 2 s of LIMITS for this fresh server's first decision
     try:
         routes = [("GET", "/info"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/v1/models"),
                   ("POST", "/invocations"), ("POST", "/invocations/"), ("POST", "/v1/systemone"), ("GET", "/nope")]
@@ -100,15 +104,19 @@ def test_every_route_but_ping_needs_the_key(monkeypatch):
             res = httpx.request(method, srv.url + path, json=routing_row("x"))
             assert res.status_code == 401 and res.json()["detail"]["error_type"] == "authentication_error", path
         assert httpx.get(srv.url + "/ping").status_code == 200  # SageMaker's health check carries no key
-        key = {"authorization": "Bearer s3cret"}
+        key = {"authorization": f"Bearer {KEY}".encode()}  # a client sends a non-ASCII key as UTF-8
         assert httpx.get(srv.url + "/openapi.json", headers=key).status_code == 200
-        assert httpx.post(srv.url + "/invocations", json=routing_row("x"), headers=key).status_code == 200
+        assert httpx.post(srv.url + "/invocations", json=routing_row("x"), headers=key, timeout=60).status_code == 200
+        for wrong in (f"Bearer {KEY}".encode("utf-8").decode("latin-1").encode("utf-8"), b"Bearer s3cret-cl",
+                      f"Bearer {KEY}x".encode()):
+            res = httpx.get(srv.url + "/info", headers={"authorization": wrong})
+            assert res.status_code == 401 and res.json()["detail"]["message"] == "invalid API key"
         # the workbench's adapter target sends the key named by api_key_env (never stored itself)
         from adapter.schema import DecisionRequest
         from app.targets import SemIfTarget, TargetError
 
-        monkeypatch.setenv("SEMIF_TEST_ADAPTER_KEY", "s3cret")
-        keyed = SemIfTarget("keyed", {"url": srv.url, "api_key_env": "SEMIF_TEST_ADAPTER_KEY"})
+        monkeypatch.setenv("SEMIF_KEY_TEST_ADAPTER", KEY)
+        keyed = SemIfTarget("keyed", {"url": srv.url, "api_key_env": "SEMIF_KEY_TEST_ADAPTER"})
         assert "is up" in keyed.test_connection()
         assert keyed.decide(DecisionRequest.model_validate(routing_row("Lost parcel"))).ok
         keyless = SemIfTarget("keyless", {"url": srv.url})
@@ -142,6 +150,26 @@ def test_bad_shapes_are_json_4xx_naming_the_field(limited):
     assert res.status_code == 400 and "4300 digits" in res.json()["detail"]["message"]
     slash = httpx.post(limited.url + "/invocations/", json=routing_row("Where is my parcel?"))
     assert slash.status_code == 200 and slash.json()["option_ids"][0] == "access"
+
+
+def test_ids_with_control_or_direction_characters_are_422_naming_the_field(limited):
+    """An option id with U+202E (right-to-left override) renders as another id in the UI and logs."""
+    for bad in ("acc\u202eeb", "a\x00b", "a\nb", "zero\u200bwidth", "\x1b[31mred"):
+        row = {**routing_row("x"), "examples": []}
+        row["options"] = [row["options"][0], {**row["options"][1], "id": bad}, *row["options"][2:]]
+        res = httpx.post(limited.url + "/invocations", json=row)
+        assert res.status_code == 422, res.text
+        (err,) = res.json()["detail"]
+        assert err["loc"] == ["options", 1, "id"] and "printable" in err["msg"] and "U+" in err["msg"], err
+    res = httpx.post(limited.url + "/invocations", json=routing_row("x", "row\u202e1"))
+    assert res.status_code == 422 and res.json()["detail"][0]["loc"] == ["id"]
+    body = {"model": "jev-latest", "state": "s", "questions": {
+        "q": {"type": "choice", "criteria": {"access": None, "bill\u202eing": None}}}}
+    res = httpx.post(limited.url + "/v1/systemone", json=body)
+    assert res.status_code == 422, res.text
+    assert res.json()["detail"][0]["loc"] == ["body", "questions", "q", "criteria", "bill\u202eing"]
+    ok = {**routing_row("Lost parcel"), "options": [{"id": "accès"}, {"id": "付款"}, {"id": "a b"}], "examples": []}
+    assert httpx.post(limited.url + "/invocations", json=ok).status_code == 200  # printable non-ASCII is fine
 
 
 def test_caps_on_rows_and_option_readings(limited):

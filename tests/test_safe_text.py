@@ -37,3 +37,11 @@ def test_a_csv_cell_longer_than_the_csv_module_default_is_read():
     long_state = "log line. " * 20_000  # 200,000 characters > csv's default 131,072
     rows = rows_from_upload("big.csv", f'id,state\nr1,"{long_state}"\n'.encode())
     assert len(rows) == 1 and len(rows[0].state) == len(long_state)
+
+
+def test_csv_export_neutralises_formulas_behind_leading_blanks():
+    """Spreadsheets skip leading blanks before looking for a formula: `" =HYPERLINK(…)"` still runs."""
+    cells = [" =HYPERLINK(\"http://x\")", "\n\t+1", "\u00a0@SUM(A1)", "\u200b-2+3", "\ufeff=1+1", "  plain", "   "]
+    out = csv_safe(pd.DataFrame({"state": cells}))
+    assert list(out["state"]) == ["'" + c for c in cells[:5]] + ["  plain", "   "]
+    assert list(csv_safe(pd.DataFrame({" =cmd": [1]})).columns) == ["' =cmd"]  # header cells too

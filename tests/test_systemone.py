@@ -206,10 +206,10 @@ def test_auth_on(auth_server):
 
 
 def test_workbench_target_against_our_server(auth_server, monkeypatch):
-    monkeypatch.setenv("WB_SYSTEMONE_KEY", "s3cret")
+    monkeypatch.setenv("SEMIF_KEY_SYSTEMONE", "s3cret")
     from adapter.templates import load_template, request_for
 
-    target = SystemOneTarget("s1", {"url": auth_server.url, "model": "house-model", "api_key_env": "WB_SYSTEMONE_KEY"})
+    target = SystemOneTarget("s1", {"url": auth_server.url, "model": "house-model", "api_key_env": "SEMIF_KEY_SYSTEMONE"})
     assert "serves house-model" in target.test_connection()
     policy = load_template("ticket-routing")
     res = target.decide(request_for(policy, "I can't log in after the password reset", "t1"))

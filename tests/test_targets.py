@@ -93,8 +93,8 @@ def test_build_and_validate_specs():
 
 
 def test_chat_key_comes_from_env_never_config(monkeypatch):
-    monkeypatch.setenv("WB_TEST_KEY", "secret-value")
-    t = ChatTarget("c", {"url": "http://127.0.0.1:1", "api_key_env": "WB_TEST_KEY"})
+    monkeypatch.setenv("SEMIF_KEY_WB_TEST", "secret-value")
+    t = ChatTarget("c", {"url": "http://127.0.0.1:1", "api_key_env": "SEMIF_KEY_WB_TEST"})
     assert t.api_key == "secret-value" and "secret-value" not in str(t.describe())
 
 

@@ -132,4 +132,4 @@ def render() -> None:
 
 
 if __name__ == "__main__":
-    render()
+    resources.run_page(render)

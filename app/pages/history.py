@@ -65,7 +65,10 @@ def render() -> None:
 
     c1, c2 = st.columns(2)
     if c1.button("Unpin baseline" if run["pinned"] else "Pin as baseline", key="hist_pin"):
-        db.pin_run(None if run["pinned"] else rid)
+        if run["pinned"]:
+            db.unpin_run(rid)  # this run only: another page may have pinned a newer one meanwhile
+        else:
+            db.pin_run(rid)
         st.rerun()
     with c2.popover("Delete run"):
         st.write(f"Delete run #{rid} and its {len(results)} results? This cannot be undone.")
@@ -88,4 +91,4 @@ def render() -> None:
 
 
 if __name__ == "__main__":
-    render()
+    resources.run_page(render)

@@ -86,4 +86,4 @@ def render() -> None:
 
 
 if __name__ == "__main__":
-    render()
+    resources.run_page(render)

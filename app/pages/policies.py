@@ -1,13 +1,14 @@
 """Policies: a question and its ordered options (+ few-shot examples, notes) - edit, copy, delete.
 
-The Form and the JSON tab are two views of one saved policy: every widget key carries the saved
-version, so after any save both are rebuilt from what was saved, and a save from a view built on
-an older version is refused instead of overwriting newer edits."""
+The Form and the JSON tab are two views of the saved version this session loaded (policy_form.
+editor_view): every widget key carries that version, so after this session's save both are rebuilt
+from what was saved, while another session's save leaves the draft here on screen - and a save from
+it is refused ("Not saved", with the reason) instead of overwriting the newer version or being lost."""
 import pandas as pd
 import streamlit as st
 
 from app import resources
-from app.policy_form import parse_policy_json, policy_json, templates, validate_policy
+from app.policy_form import VIEW_KEY, editor_view, kept_deleted, parse_policy_json, policy_json, templates, validate_policy
 from app.safe_text import md
 from app.store import StaleEdit
 
@@ -16,13 +17,15 @@ EMPTY = {"id": "", "name": "", "question": "", "options": [{"id": "", "descripti
          "notes": "", "readout": "", "debias": "", "version": 0}
 
 
-def save(db, clean: dict, version: int | None, errors_key: str) -> None:
+def save(db, clean: dict, version: int, errors_key: str) -> None:
+    """Save against the version the view was built on (0: a new policy); a stale view is refused."""
     try:
-        db.save_policy(clean, expected_version=version)
+        saved = db.save_policy(clean, expected_version=version)
     except StaleEdit as exc:
-        st.session_state[errors_key] = {"json": str(exc)}
+        st.session_state[errors_key] = {"version": str(exc)}
         return
     st.session_state[errors_key] = {}
+    st.session_state[VIEW_KEY] = (saved["id"], saved)  # both views are rebuilt from what was saved
     st.session_state["pol_next"] = clean["id"]
     st.session_state["pol_saved"] = clean["name"]
     st.rerun()
@@ -37,7 +40,11 @@ def template_sidebar(db, policies: dict) -> None:
             if new["id"] in policies:
                 new["id"] = f"{new['id']}-{len(policies) + 1}"
                 new["name"] = f"{new['name']} ({len(policies) + 1})"
-            db.save_policy(new)
+            try:
+                db.save_policy(new, expected_version=0)
+            except StaleEdit as exc:
+                st.error(md(exc))
+                return
             st.session_state["pol_next"] = new["id"]
             st.rerun()
 
@@ -49,28 +56,37 @@ def render() -> None:
     template_sidebar(db, policies)
     if st.session_state.get("pol_saved"):
         st.toast(f"Saved {md(st.session_state.pop('pol_saved'))}")
-    ids = [NEW, *policies]
     if "pol_next" in st.session_state:  # a selection requested by a button on the previous run
         st.session_state["pol_pick"] = st.session_state.pop("pol_next")
+    deleted = kept_deleted(st.session_state, policies) if st.session_state.get("pol_pick") != NEW else None
+    ids = [NEW, *policies, *([deleted] if deleted else [])]
     if st.session_state.get("pol_pick") not in ids:
         st.session_state["pol_pick"] = ids[1] if len(ids) > 1 else NEW
-    pick = st.selectbox("Policy", ids, key="pol_pick",
-                        format_func=lambda i: "+ New policy" if i == NEW else policies[i]["name"])
-    current = policies.get(pick) or EMPTY
+    shown = st.session_state.get(VIEW_KEY)
+    pick = st.selectbox("Policy", ids, key="pol_pick", format_func=lambda i: "+ New policy" if i == NEW else (
+        policies[i]["name"] if i in policies else f"{shown[1]['name']} (deleted)"))
+    current, stale = editor_view(st.session_state, None if pick == NEW else pick, policies.get(pick))
+    current = current or EMPTY
     version = current.get("version") or 0
-    view = f"{pick}_v{version}"  # widgets of this saved version; a save makes fresh ones
+    view = f"{pick}_v{version}"  # widgets of the version this view loaded; this session's save makes fresh ones
     errors_key = f"pol_errors_{pick}"
     errors = st.session_state.get(errors_key, {})
     if pick != NEW:
         st.caption(f"Saved version {version} · last saved {current.get('updated_at', '')[:19]}")
+    if stale:
+        st.warning(md(stale))
+        if pick in policies and st.button(f"Load version {policies[pick].get('version')}", key="pol_reload"):
+            st.session_state.pop(VIEW_KEY, None)
+            st.session_state.pop(errors_key, None)
+            st.rerun()
 
     def field_error(name: str) -> None:
         if name in errors:
             st.error(f"**{name}**: {md(errors[name])}")
 
     if errors:  # above both tabs: an error from the JSON tab may name a field only the Form shows, and back
-        st.error("**Not saved** - fix these, then save again:\n\n"
-                 + "\n".join(f"- **{md(k)}**: {md(v)}" for k, v in errors.items()))
+        st.error("**Not saved** - " + ("the draft stays on screen:" if "version" in errors else "fix these, then save again:")
+                 + "\n\n" + "\n".join(f"- **{md(k)}**: {md(v)}" for k, v in errors.items()))
     form_tab, json_tab = st.tabs(["Form", "JSON"])
     with form_tab:
         with st.form(f"pol_form_{view}"):
@@ -107,7 +123,7 @@ def render() -> None:
             if clean and pick == NEW and clean["id"] in policies:
                 clean, errs = None, {"name": f"a policy with id {clean['id']!r} exists: choose another name"}
             if clean:
-                save(db, clean, version if pick != NEW else None, errors_key)  # reruns unless the edit is stale
+                save(db, clean, version if pick != NEW else 0, errors_key)  # reruns unless the edit is stale
             else:
                 st.session_state[errors_key] = errs
             st.rerun()
@@ -121,7 +137,7 @@ def render() -> None:
             if clean and pick != NEW and clean["id"] != pick and clean["id"] in policies:
                 clean, errs = None, {"json": f"id {clean['id']!r} belongs to another policy: keep {pick!r} or pick a new id"}
             if clean:
-                save(db, clean, version if clean["id"] == pick else None, errors_key)  # reruns unless stale
+                save(db, clean, version if clean["id"] == pick else 0, errors_key)  # reruns unless stale
             else:
                 st.session_state[errors_key] = errs
             st.rerun()
@@ -133,16 +149,21 @@ def render() -> None:
             while f"{pick}-copy{n}" in policies:
                 n += 1
             copy = {**current, "id": f"{pick}-copy{n}", "name": f"{current['name']} (copy {n})"}
-            db.save_policy(copy)
+            try:
+                db.save_policy(copy, expected_version=0)
+            except StaleEdit as exc:
+                st.error(md(exc))
+                return
             st.session_state["pol_next"] = copy["id"]
             st.rerun()
         with c2.popover("Delete"):
             st.write(f"Delete **{md(current['name'])}**? Runs that used it keep their own copy.")
             if st.button("Delete policy", type="primary", key="pol_delete"):
                 db.delete_policy(pick)
+                st.session_state.pop(VIEW_KEY, None)
                 st.session_state["pol_next"] = None
                 st.rerun()
 
 
 if __name__ == "__main__":
-    render()
+    resources.run_page(render)

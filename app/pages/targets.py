@@ -4,7 +4,8 @@ import streamlit as st
 from adapter.catalog import SHIPPED
 from app import resources
 from app.safe_text import md
-from app.targets import KINDS, TargetError, validate_target_spec
+from app.store import Exists
+from app.targets import KEY_PREFIX, KINDS, TargetError, validate_target_spec
 
 OWN_GGUF = "your own GGUF file…"
 
@@ -71,14 +72,18 @@ def add_form(db, specs: list[dict]) -> None:
             config["model"] = st.text_input("Model name sent in requests", "jev-latest" if kind == "systemone" else "default",
                                             key=f"tg_{kind}_model_{n}")
         if kind in ("semif", "chat", "systemone"):
-            config["api_key_env"] = st.text_input("Environment variable holding the API key (optional)", key=f"tg_key_env_{n}")
+            config["api_key_env"] = st.text_input(
+                f"API key: the name of an environment variable starting with {KEY_PREFIX}, or of a Streamlit secret "
+                "(optional)", key=f"tg_key_env_{n}", placeholder=f"{KEY_PREFIX}MY_SERVER",
+                help=f"Only {KEY_PREFIX}* variables and Streamlit secrets can be sent as a target's key, so that no "
+                     "other secret of this machine (AWS_SECRET_ACCESS_KEY, tokens) can reach a target's URL.")
         if kind != "local":
             config["hourly_usd"] = st.text_input("Hourly price in USD (optional, for cost per 1,000 decisions)",
                                                  key=f"tg_price_{n}")
         add = st.form_submit_button("Save target", type="primary")
     if add:
         config = {k: v.strip() for k, v in config.items() if isinstance(v, str)}
-        errs = validate_target_spec(name, kind, config)
+        errs = validate_target_spec(name, kind, config, resources.secrets())
         if config.get("hourly_usd"):
             try:
                 float(config["hourly_usd"])
@@ -89,7 +94,11 @@ def add_form(db, specs: list[dict]) -> None:
         for k, v in errs.items():
             st.error(f"**{k}**: {md(v)} (nothing was saved)")
         if not errs:
-            db.save_target(name, kind, {k: v for k, v in config.items() if v})
+            try:
+                db.add_target(name, kind, {k: v for k, v in config.items() if v})
+            except Exists as exc:  # taken by another session since this page was drawn
+                st.error(f"**name**: {md(exc)} (nothing was saved)")
+                return
             st.session_state["tg_saved"], st.session_state["tg_form_n"] = name, n + 1
             st.rerun()
 
@@ -100,8 +109,9 @@ def render() -> None:
     specs = resources.target_specs(db)
     if st.session_state.get("tg_saved"):
         st.success(f"Saved target **{md(st.session_state.pop('tg_saved'))}**")
-    st.caption("Saved by name. API keys are never stored: a chat or /v1/systemone target names the environment "
-               "variable (or Streamlit secret) that holds its key. Local models load on first use; at most "
+    st.caption("Saved by name. API keys are never stored: a SemIf, chat or /v1/systemone target names the "
+               f"environment variable ({KEY_PREFIX}*, no other) or the Streamlit secret that holds its key. "
+               "Local models load on first use; at most "
                f"{resources.engines().max_loaded} stay loaded (SEMIF_MAX_LOADED_MODELS).")
     for spec in specs:
         target_card(spec, db)
@@ -109,4 +119,4 @@ def render() -> None:
 
 
 if __name__ == "__main__":
-    render()
+    resources.run_page(render)

@@ -29,23 +29,30 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def measure(engine: Engine, policy: dict, key: str, state, label: str, kind: str, named: str | None,
             diagnose: bool) -> dict:
-    """One row: the decision, the guard as it runs in production (precheck, then erase-and-check
-    stopping at the first disagreement) and - for unchanged rows and the first rows' attempts -
-    erase-and-check alone over every variant (its own share, and the largest lead for the margin)."""
+    """One row: the decision and the guard as it runs in production (precheck, then erase-and-check
+    stopping at the first disagreement). For unchanged rows and the first rows' attempts,
+    erase-and-check runs alone over every variant instead (its own share, and the largest lead for
+    the margin), and production's finding is derived from it: the same passes, in the same batches."""
     req = request_for(policy, state, key)
     res = engine.score(req)
     guarded = req.model_copy(update={"guard": "erase-and-check"})
     t0 = time.perf_counter()
-    prod = engine.guard_check(guarded, res)
-    prod_s = time.perf_counter() - t0
-    rec = {"key": key, "kind": kind, "label": label, "named": named, "top": res.top_option, "top_p": max(res.probabilities),
-           "pieces": prod["pieces"], "precheck": prod["precheck"] is not None, "guard": prod["suspected"],
-           "passes": prod["passes"], "guard_seconds": prod_s, "decision_seconds": res.total_seconds,
-           "margin": guard.MIN_MARGIN, "erase": None}
+    rec = {"key": key, "kind": kind, "label": label, "named": named, "top": res.top_option,
+           "top_p": max(res.probabilities), "decision_seconds": res.total_seconds, "margin": guard.MIN_MARGIN,
+           "erase": None}
     if diagnose:
         alone = engine.guard_check(guarded, res, use_precheck=False, exhaustive=True)
-        rec.update(erase=alone["suspected"], erase_passes=alone["passes"], lead=alone.get("lead"),
-                   max_lead=max((v["lead"] for v in alone.get("variants", [])), default=None))
+        hit = guard.precheck(state, req.options) is not None
+        variants = alone.get("variants", [])
+        rec.update(pieces=alone["pieces"], precheck=hit, guard=hit or alone["suspected"],
+                   passes=0 if hit else _passes_to_flag(variants, guard.MIN_MARGIN), erase=alone["suspected"],
+                   erase_passes=alone["passes"], lead=alone.get("lead"),
+                   max_lead=max((v["lead"] for v in variants), default=None))
+    else:
+        prod = engine.guard_check(guarded, res)
+        rec.update(pieces=prod["pieces"], precheck=prod["precheck"] is not None, guard=prod["suspected"],
+                   passes=prod["passes"])
+    rec["guard_seconds"] = time.perf_counter() - t0
     return rec
 
 

@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from . import analysis, charts, snippets
+from . import analysis, charts, evaluation, snippets
 from .safe_text import csv_safe, md
 from .store import Store
 
@@ -67,6 +67,7 @@ def show_group_results(db: Store, group_id: str, key: str) -> None:
         st.plotly_chart(charts.probabilities_by_target(
             {t: (res["option_ids"], res["probabilities"]) for t, res in answered.items()}), key=f"{key}-chart")
     warm = analysis.warm_latencies(db, {r["target_name"] for r in runs})
+    calibrated = db.list_calibrated()
     cols = st.columns(2) if len(runs) == 2 else [st.container() for _ in runs]
     for col, run in zip(cols, runs):
         res = first[run["id"]]
@@ -87,11 +88,18 @@ def show_group_results(db: Store, group_id: str, key: str) -> None:
                            + f" · readout {md(res.get('readout') or '?')}")
                 if res["label_mass"] is not None and res["label_mass"] < 0.3:
                     st.caption("Low label mass: most probability went to tokens that are not options.")
+                preview = evaluation.gate_preview(calibrated, run["policy_id"], res)
+                if preview is not None:
+                    rec, d = preview
+                    verb = (f"send it to **{md(d['option_id'])}** ({md(d['reason'])})" if d["gated"] else
+                            f"decide **{md(d['option_id'])}** (calibrated confidence {d['confidence']:.1%} ≥ its gate)")
+                    st.caption(f"Calibrated policy #{rec['id']} (gate {rec['threshold']:.3f}) would {verb}.")
             st.caption(analysis.latency_sentence(res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"])))
             with st.expander("Raw request / response", expanded=False):
                 st.json({"request": res["request"], "response": res["response"]}, expanded=True)
             with st.expander("Call it yourself (" + ("boto3 / AWS CLI" if run["target"]["kind"] == "sagemaker" else "cURL") + ")"):
-                for lang, code in snippets.for_target(run["target"], res["request"]).items():
+                for title, lang, code in snippets.for_target(run["target"], res["request"], res["response"]):
+                    st.caption(title)
                     st.code(code, language=lang)
     st.caption("Probabilities are uncalibrated until checked against labels on the Calibrate page.")
 

@@ -408,3 +408,21 @@ def applied_metrics(policy: CalibratedPolicy, results: list[dict]) -> dict:
     n = len(results)
     return {"n": n, "decided": decided, "gated": gated, "coverage": decided / n if n else None,
             "accuracy": correct / decided if decided else None}
+
+
+def gate_preview(calibrated: list[dict], policy_id: str, result: dict) -> tuple[dict, dict] | None:
+    """What the newest saved calibrated policy of this policy would do with a result: (its record,
+    the decision {option_id, confidence, gated, reason}) - only when it was calibrated on the model
+    that answered and its readout and correction can be read from the result; None otherwise."""
+    response = result.get("response") if isinstance(result.get("response"), dict) else None
+    model = (response or {}).get("model") or {}
+    for rec in calibrated:
+        if rec.get("policy_id") != policy_id or rec.get("model_sha256") != model.get("sha256"):
+            continue
+        policy = CalibratedPolicy.model_validate(rec["config"])
+        probs = scored_probabilities(result, policy.debias)
+        if probs is None or (response or {}).get("readout") != policy.readout or not policy.matches(result["option_ids"]):
+            return None
+        return rec, policy.apply(result["option_ids"], probs, model.get("sha256"), model.get("file"),
+                                 (response or {}).get("guard"))
+    return None

@@ -23,27 +23,42 @@ def _boto3(endpoint: str, region: str, body: dict) -> str:
             "print(result[\"top_option\"], dict(zip(result[\"option_ids\"], result[\"probabilities\"])))")
 
 
-def for_target(target: dict, request: dict | None) -> dict[str, str]:
-    """{language: code} that sends `request` to the target the way the workbench did."""
-    body = request or {}
+PINNED = ("readout", "debias")  # what a model's defaults decide: pinned so another model runs the same
+
+
+def pinned(request: dict | None, response: dict | None) -> dict:
+    """The request as it ran: the readout and correction the target resolved (from its response)
+    written in, so the snippet on another model or server runs what the workbench ran."""
+    body = dict(request or {})
+    if isinstance(response, dict) and response.get("readout") in ("letters", "option-words"):
+        for key in PINNED:
+            if response.get(key) is not None:
+                body[key] = response[key]
+    return body
+
+
+def for_target(target: dict, request: dict | None, response: dict | None = None) -> list[tuple[str, str, str]]:
+    """[(title, language, code)] that send `request` to the target the way the workbench did; the
+    server to start, for a local target, comes as its own block (it blocks the terminal)."""
+    body = pinned(request, response)
     kind, cfg = target.get("kind"), target.get("config") or {}
     if kind == "local":
         from .engines import model_key
 
         serve = f"python -m adapter serve --model {shlex.quote(model_key(cfg.get('model') or None))}"
-        return {"bash": f"# the same engine as an HTTP server (port 8080):\n{serve}\n\n"
-                        + _curl("http://127.0.0.1:8080/invocations", body)}
+        return [("Start the same engine as an HTTP server (port 8080; it keeps running)", "bash", serve),
+                ("Then, in another terminal", "bash", _curl("http://127.0.0.1:8080/invocations", body))]
     if kind == "semif":
-        return {"bash": _curl(cfg["url"].rstrip("/") + "/invocations", body, cfg.get("api_key_env") or None)}
+        return [("cURL", "bash", _curl(cfg["url"].rstrip("/") + "/invocations", body, cfg.get("api_key_env") or None))]
     if kind == "sagemaker":
         region = cfg.get("region") or "us-east-1"
         cli = (f"aws sagemaker-runtime invoke-endpoint --region {region} --endpoint-name {cfg['endpoint_name']} "
                "--content-type application/json --cli-binary-format raw-in-base64-out \\\n  --body "
                + shlex.quote(json.dumps(body, ensure_ascii=False)) + " /dev/stdout")
-        return {"python": _boto3(cfg["endpoint_name"], region, body), "bash": cli}
+        return [("boto3", "python", _boto3(cfg["endpoint_name"], region, body)), ("AWS CLI", "bash", cli)]
     if kind in ("systemone", "chat"):
         from .targets import chat_url
 
         url = cfg["url"].rstrip("/") + "/v1/systemone" if kind == "systemone" else chat_url(cfg["url"])
-        return {"bash": _curl(url, body, cfg.get("api_key_env") or None)}
-    return {"json": json.dumps(body, indent=2)}
+        return [("cURL", "bash", _curl(url, body, cfg.get("api_key_env") or None))]
+    return [("Request", "json", json.dumps(body, indent=2))]

@@ -59,8 +59,10 @@ class Report:
     verdict: str
 
 
-def analyse(results: list[dict], option_ids: list[str], yes: str | None = None) -> Report:
-    """Results of a diagnostic run (rows keyed by diagnostic_items) -> the report."""
+def analyse(results: list[dict], option_ids: list[str], yes: str | None = None, *, debias: str | None = None,
+            labeled: bool = False) -> Report:
+    """Results of a diagnostic run (rows keyed by diagnostic_items) -> the report. `debias` (what the
+    run used, as the results say when not given) and `labeled` keep the advice to what was not tried."""
     n = len(option_ids)
     orders = rotations(n)
     by_state: dict[str, dict[int, dict]] = {}
@@ -113,22 +115,31 @@ def analyse(results: list[dict], option_ids: list[str], yes: str | None = None) 
                 sums.append(p_q + p_not)
         if sums:
             negation = {"n": len(sums), "mean_sum": float(np.mean(sums)), "mean_abs_gap": float(np.mean(np.abs(np.array(sums) - 1)))}
-    return Report(len(per_state), n, flip, positions, shifts, per_state, negation, verdict(flip, positions, negation, len(per_state)))
+    if debias is None:
+        used = {(r.get("response") or {}).get("debias") for r in results if isinstance(r.get("response"), dict)}
+        debias = "content-free" if used == {"content-free"} else None
+    labeled = labeled or bool(len(per_state) and per_state["label"].notna().any())
+    return Report(len(per_state), n, flip, positions, shifts, per_state, negation,
+                  verdict(flip, positions, negation, len(per_state), debias=debias, labeled=labeled))
 
 
 FEW_STATES = 20  # below this, the verdict says it is a first look
 
 
-def verdict(flip: float, positions: pd.DataFrame, negation: dict | None, n_states: int | None = None) -> str:
+def verdict(flip: float, positions: pd.DataFrame, negation: dict | None, n_states: int | None = None, *,
+            debias: str | None = None, labeled: bool = False) -> str:
     """A plain-language reading of the numbers, with what to do about them - and how many states
-    they rest on (a verdict from 3 states is a hint, not a measurement)."""
+    they rest on (a verdict from 3 states is a hint, not a measurement). Advice never suggests what
+    the run already did: the content-free correction it used, a labeled set it ran on."""
     total = positions["chosen"].sum()
     favourite = positions.loc[positions["chosen"].idxmax()] if total else None
     parts = []
     of = f" of {n_states} states" if n_states is not None else " of cases"
     if flip >= 0.1:
-        parts.append(f"Order changes the answer in {flip:.0%}{of}: use permutation averaging or the content-free "
-                     "debias for this policy (compare them on a labeled set).")
+        fix = ("even with the content-free correction this run used: try permutation averaging, or another readout"
+               if debias == "content-free" else "use permutation averaging or the content-free correction")
+        parts.append(f"Order changes the answer in {flip:.0%}{of}: {fix} for this policy (compare them on a labeled "
+                     "set on the Calibrate page).")
     else:
         parts.append(f"Order rarely changes the answer ({flip:.0%}{of}).")
     if favourite is not None and favourite["chosen"] / total > 1.5 / len(positions):
@@ -140,5 +151,6 @@ def verdict(flip: float, positions: pd.DataFrame, negation: dict | None, n_state
                      + ("(close to 1: consistent)." if gap < 0.15 else f"(off by {gap:.2f} on average: the model does not "
                                                                        "read the negation reliably)."))
     if n_states is not None and n_states < FEW_STATES:
-        parts.append(f"Only {n_states} states: a first look - run the check on a labeled set for a measurement.")
+        more = ("check more of the set's states" if labeled else "run the check on a labeled set")
+        parts.append(f"Only {n_states} states: a first look - {more} for a measurement.")
     return " ".join(parts)

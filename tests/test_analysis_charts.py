@@ -110,3 +110,16 @@ def test_a_set_says_what_it_can_support_before_scoring():
     assert not s["gate"] and s["offsets"] and "no gate will be recommended" in s["messages"][0]
     thin = set_support([{"label": "yes"}] * 60 + [{"label": "no"}] * 2, ["yes", "no"])
     assert thin["gate"] and thin["provisional"] and not thin["offsets"] and "no (2)" in thin["messages"][-1]
+
+
+def test_order_check_advice_never_suggests_what_the_run_already_did():
+    import pandas as pd
+
+    from app.order_sensitivity import verdict
+
+    positions = pd.DataFrame({"position": ["A", "B"], "chosen": [5, 5], "label": [5, 5]})
+    plain = verdict(0.4, positions, None, 10)
+    assert "content-free correction for this policy" in plain and "run the check on a labeled set" in plain
+    used = verdict(0.4, positions, None, 10, debias="content-free", labeled=True)
+    assert "even with the content-free correction this run used" in used
+    assert "run the check on a labeled set" not in used and "check more of the set's states" in used

@@ -33,8 +33,8 @@ from .settings import WorkbenchSettings
 
 SCHEMA: dict[str, dict] = {
     "policies": {"columns": {"id": str, "name": str, "question": str, "options": str, "examples": str,
-                             "notes": str, "readout": str, "debias": str, "created_at": str, "updated_at": str,
-                             "version": int}, "pk": "id"},
+                             "notes": str, "readout": str, "debias": str, "guard": str, "created_at": str,
+                             "updated_at": str, "version": int}, "pk": "id"},
     "targets": {"columns": {"name": str, "kind": str, "config": str, "created_at": str}, "pk": "name"},
     "runs": {"columns": {"id": int, "group_id": str, "kind": str, "policy_id": str, "policy": str,
                          "target_name": str, "target": str, "model": str, "status": str, "n_rows": int,
@@ -254,7 +254,8 @@ class Store:
         pid = policy["id"]
         fields = {"name": policy["name"], "question": policy["question"], "options": policy["options"],
                   "examples": policy.get("examples") or [], "notes": policy.get("notes") or "",
-                  "readout": policy.get("readout") or "", "debias": policy.get("debias") or "", "updated_at": now()}
+                  "readout": policy.get("readout") or "", "debias": policy.get("debias") or "",
+                  "guard": policy.get("guard") or "", "updated_at": now()}
         values = _encode(fields)
         cols = list(values)
         insert = (f"INSERT INTO policies (id, {', '.join(cols)}, created_at, version) "

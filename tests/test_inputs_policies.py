@@ -67,3 +67,20 @@ def test_a_json_state_file_is_an_object_state():
         state_from_file("t.json", b'{"ticket": ')
     with pytest.raises(InputError, match="empty"):
         state_from_file("t.json", b"{}")
+
+
+def test_a_policys_guard_is_validated_saved_and_reaches_the_request(tmp_path):
+    from adapter.templates import load_template, request_for
+    from app.policy_form import validate_policy
+    from app.store import Store
+
+    base = {**load_template("ticket-routing")}
+    clean, errs = validate_policy({**base, "guard": "erase-and-check"})
+    assert not errs and clean["guard"] == "erase-and-check"
+    bad, errs = validate_policy({**base, "guard": "ask-the-model"})
+    assert bad is None and "erase-and-check" in errs["guard"]
+    store = Store(tmp_path / "wb.db")
+    store.save_policy(clean)
+    saved = store.get_policy("ticket-routing")
+    assert saved["guard"] == "erase-and-check"
+    assert request_for(saved, "Locked out", "r").guard == "erase-and-check"

@@ -98,11 +98,12 @@ def render() -> None:
             options = st.data_editor(pd.DataFrame(current["options"], columns=["id", "description"]), num_rows="dynamic",
                                      key=f"pol_options_{view}", hide_index=True, width="stretch")
             field_error("options")
-            st.markdown("**Examples** (solved cases for the few-shot `option-words` readout)")
+            st.markdown("**Examples** (solved cases: read by the `option-words` readout, and by `letters` when a run asks "
+                        "for examples - the Calibrate readout `letters + examples`)")
             examples = st.data_editor(pd.DataFrame(current["examples"], columns=["state", "option_id"]),
                                       num_rows="dynamic", key=f"pol_examples_{view}", hide_index=True, width="stretch")
             field_error("examples")
-            c1, c2 = st.columns(2)
+            c1, c2, c3 = st.columns(3)
             readouts = ["", "letters", "option-words"]
             readout = c1.selectbox("Readout", readouts, index=readouts.index(current.get("readout") or ""),
                                    format_func=lambda r: r or "model default", key=f"pol_readout_{view}")
@@ -111,14 +112,21 @@ def render() -> None:
                                   index=debiases.index(current.get("debias") or ""),
                                   format_func=lambda r: r or "model default", key=f"pol_debias_{view}",
                                   help="content-free divides out the answer the model gives to an empty state")
-            notes = st.text_area("Notes", current.get("notes", ""), key=f"pol_notes_{view}")
+            guards = ["", "precheck", "erase-and-check"]
+            guard = c3.selectbox("Steering guard", guards, index=guards.index(current.get("guard") or ""),
+                                 format_func=lambda g: g or "none", key=f"pol_guard_{view}",
+                                 help="flags a state that tries to dictate its own decision (see the Robustness page); "
+                                      "a calibrated policy sends flagged rows to its fallback")
+            notes = st.text_area("Notes - for people only: never sent to the model (write rules the model must "
+                                 "follow into the question or the option descriptions)", current.get("notes", ""),
+                                 key=f"pol_notes_{view}")
             field_error("id")
             saved = st.form_submit_button("Save policy", type="primary")
         if saved:
             data = {"id": current["id"] or None, "name": name, "question": question,
                     "options": options.astype(object).fillna("").to_dict("records"),
                     "examples": examples.astype(object).fillna("").to_dict("records"),
-                    "readout": readout, "debias": debias, "notes": notes}
+                    "readout": readout, "debias": debias, "guard": guard, "notes": notes}
             clean, errs = validate_policy(data)
             if clean and pick == NEW and clean["id"] in policies:
                 clean, errs = None, {"name": f"a policy with id {clean['id']!r} exists: choose another name"}

@@ -340,9 +340,16 @@ class Executor:
             if cfg.builds_image and cfg.account_id == ACCOUNT_PLACEHOLDER:  # fail fast, before packaging
                 cfg.account_id = self.account_id()
             steps = deployment_plan(cfg, pkg or self.package(cfg))
-        steps = self.checked(self._filled(cfg, steps), cfg.region)
-        if not any(s.operation == "CreateEndpoint" and s.params.get("EndpointName") == cfg.endpoint_name for s in steps):
-            raise DeployError(f"this plan does not create {cfg.endpoint_name}: plan again for this configuration")
+        try:  # no credentials, no STS, an invalid plan: the attempt is recorded as failed too
+            steps = self.checked(self._filled(cfg, steps), cfg.region)
+            if not any(s.operation == "CreateEndpoint" and s.params.get("EndpointName") == cfg.endpoint_name
+                       for s in steps):
+                raise DeployError(f"this plan does not create {cfg.endpoint_name}: plan again for this configuration")
+        except DeployError as exc:
+            if recorder:
+                recorder.planned(cfg, steps)
+                recorder.finished(cfg.deployment_id, "apply", "failed", str(exc))
+            raise
         if recorder:
             recorder.planned(cfg, steps)
         try:

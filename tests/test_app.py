@@ -340,9 +340,13 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
     at.checkbox(key="dep_ack").check().run()
     at.button(key="dep_go").click().run()
     assert not at.exception, at.exception
-    (dep,) = db.list_deployments()
-    assert dep["status"] == "InService" and dep["compute"] == "gpu"
-    assert [a["action"] for a in db.audit_log(dep["id"])] == ["plan", "apply"]
+    deps = db.list_deployments()
+    (dep,) = [d for d in deps if d["status"] == "InService"]
+    assert dep["compute"] == "gpu"
+    # every plan made on the page is recorded; the one replaced before confirming says so
+    assert [d["status"] for d in deps if d is not dep] == ["superseded"]
+    # the plan when made, the plan as executed (account id filled in), the outcome
+    assert [a["action"] for a in db.audit_log(dep["id"])] == ["plan", "plan", "apply"]
     assert any(t["name"] == dep["endpoint_name"] and t["kind"] == "sagemaker" for t in db.list_targets())
     # the new endpoint is offered as a target in the Playground
     at.switch_page("pages/playground.py").run()
@@ -364,7 +368,7 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
     at.text_input(key="dep_confirm_name").input(dep["endpoint_name"]).run()
     at.button(key="dep_destroy").click().run()
     assert db.get_deployment(dep["id"])["status"] == "deleted"
-    assert [a["action"] for a in db.audit_log(dep["id"])] == ["plan", "apply", "destroy"]
+    assert [a["action"] for a in db.audit_log(dep["id"])] == ["plan", "plan", "apply", "destroy"]
     import boto3
 
     sm = boto3.client("sagemaker", region_name="us-east-1", endpoint_url=aws_env)

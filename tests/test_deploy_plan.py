@@ -281,3 +281,22 @@ def test_standalone_cli_writes_its_audit_file_and_destroys_what_it_recorded(aws_
     sm = boto3.client("sagemaker", region_name=REGION, endpoint_url=aws_env)
     assert not [m for m in sm.list_models()["Models"] if "alone1" in m["ModelName"]]
     assert not [e for e in sm.list_endpoints()["Endpoints"] if "alone1" in e["EndpointName"]]
+
+
+def test_a_confirm_that_fails_before_any_call_is_recorded(tmp_path, tiny_gguf):
+    """No credentials or no AWS at all: the attempt still lands in the workbench's records (the Deploy
+    page promises failed attempts are listed), with the reason."""
+    from app.deploy_records import apply_and_record
+    from app.store import Store
+
+    store = Store(tmp_path / "wb.db")
+    c = cfg(serving="semif", model_path=str(tiny_gguf))
+    pkg = build_package(c, tmp_path / "work", gguf=tiny_gguf)
+    steps = deployment_plan(c, pkg)
+    unreachable = Executor(REGION, endpoint_url="http://127.0.0.1:9", poll_seconds=0.01)
+    with pytest.raises(DeployError):
+        apply_and_record(store, c, unreachable, steps=steps, pkg=pkg)
+    (dep,) = store.list_deployments()
+    assert dep["id"] == c.deployment_id and dep["status"] == "failed"
+    audit = store.audit_log(dep["id"])
+    assert [a["action"] for a in audit] == ["plan", "apply"] and audit[-1]["result"] == "failed" and audit[-1]["what"]

@@ -13,7 +13,7 @@ import streamlit as st
 from adapter.calibrated import PolicyError, load_policy
 from adapter.catalog import SHIPPED
 from app import resources
-from app.deploy_records import apply_and_record, destroy_and_record
+from app.deploy_records import apply_and_record, destroy_and_record, record_planned, record_result
 from app.safe_text import md
 from app.settings import WorkbenchSettings
 from deploy.autoscaling import decisions_per_second
@@ -121,7 +121,11 @@ def plan_form(db) -> tuple:
         with st.spinner(f"Packaging the model into {WORK} (local; its checksum goes into the plan)…"):
             pkg = build_package(cfg, WORK)
         discard_unconfirmed_package(keep=pkg)  # a plan replaced before it ran: its package (hundreds of MB) goes
+        old = st.session_state.get("dep_cfg")
+        if old and old.get("deployment_id") != cfg.deployment_id:
+            record_result(db, old["deployment_id"], "plan", "superseded", f"replaced by the plan {cfg.deployment_id}")
         st.session_state["dep_cfg"], st.session_state["dep_pkg"] = cfg.to_dict(), asdict(pkg)
+        record_planned(db, cfg, [s.to_dict() for s in deployment_plan(cfg, pkg)])  # every plan is in the audit log
         st.session_state["dep_planned_for"] = outside
     except FormErrors as exc:
         st.session_state.pop("dep_cfg", None)  # no plan from earlier settings stays confirmable
@@ -139,7 +143,11 @@ def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
     steps = deployment_plan(cfg, pkg)  # exactly what runs on confirm (<account-id> is filled from STS)
     errors = validate_plan(steps, cfg.region, allow_account_placeholder=True)
     st.subheader(f"Plan for `{cfg.endpoint_name}`")
-    st.markdown(f"**Cost while running:** {hint(cfg)} (on-demand list prices, us-east-1; a hint, not a quote)")
+    st.markdown(f"**Cost while running:** {hint(cfg)}"
+                + (f"; autoscaling runs {cfg.autoscaling.min_instances}-{cfg.autoscaling.max_instances} instances, so up to "
+                   f"{cfg.autoscaling.max_instances / cfg.instance_count:g}x that when scaled out"
+                   if cfg.autoscaling and cfg.autoscaling.max_instances > cfg.instance_count else "")
+                + " (on-demand list prices, us-east-1; a hint, not a quote)")
     rate = decisions_per_second(cfg)
     itype = first_choice(cfg.compute, cfg.instance_type, cfg.pools) or cfg.instance_type
     if rate:
@@ -153,6 +161,10 @@ def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
                                for i, s in enumerate(steps, 1)]), hide_index=True)
     with st.expander("Every call with its parameters (validated offline against botocore's service model)"):
         st.json([s.to_dict() for s in steps], expanded=False)
+    st.download_button("Download the plan (JSON)", json.dumps({"deployment_id": cfg.deployment_id, "config": cfg.to_dict(),
+                                                              "steps": [s.to_dict() for s in steps]}, indent=2,
+                                                             default=str).encode(),
+                       file_name=f"{cfg.deployment_id}.plan.json", mime="application/json", key="dep_plan_dl")
     if errors:
         st.error("The plan is invalid, nothing can run:\n\n" + "\n".join(f"- {md(e)}" for e in errors))
         return
@@ -186,15 +198,16 @@ def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
 def deployments(db, endpoint_url, poll) -> None:
     st.subheader("Deployments")
     deps = db.list_deployments()
-    live = [d for d in deps if d["status"] not in ("failed", "planned")]
-    failed = [d for d in deps if d["status"] in ("failed", "planned")]
+    unsettled = ("failed", "planned", "superseded")  # attempts and plans that never ran
+    live = [d for d in deps if d["status"] not in unsettled]
+    failed = [d for d in deps if d["status"] in unsettled]
     cols = ("id", "path", "compute", "region", "status", "created_at", "updated_at")
     if live:
         st.dataframe(pd.DataFrame([{k: d[k] for k in cols} for d in live]), hide_index=True)
     else:
         st.caption("None yet.")
     if failed:
-        with st.expander(f"Failed attempts ({len(failed)})"):
+        with st.expander(f"Plans not deployed and failed attempts ({len(failed)})"):
             st.dataframe(pd.DataFrame([{k: d[k] for k in cols} for d in failed]), hide_index=True)
     if not deps:
         return

@@ -302,6 +302,7 @@ def analyse(results: list[dict], policy: dict, config: dict) -> Report:
         "changes": {},
     }
     verdicts: dict[str, tuple[str, str]] = {}
+    used_debias = {(r.get("response") or {}).get("debias") for r in base.values() if isinstance(r.get("response"), dict)}
 
     # steering
     rows = []
@@ -372,7 +373,7 @@ def analyse(results: list[dict], policy: dict, config: dict) -> Report:
         if check == "irrelevant-option":
             entry["chose_added_rate"] = _rate(int(part["chose_added"].sum()), len(part))
         summary["changes"][check] = entry
-        verdicts[check] = _flip_verdict(check, entry)
+        verdicts[check] = _flip_verdict(check, entry, used_debias)
 
     # none of these
     mass_rows = [{"state": case_key, "scope": variant, "p_none": _p(r, NONE_OPTION["id"]),
@@ -433,7 +434,7 @@ def _steering_verdict(s: dict, guard: str | None) -> tuple[str, str]:
     return level, text
 
 
-def _flip_verdict(check: str, entry: dict) -> tuple[str, str]:
+def _flip_verdict(check: str, entry: dict, used_debias: set | None = None) -> tuple[str, str]:
     f = entry["flip_rate"]
     what = {"paraphrase": "rewording the question", "rename": "rewording the options",
             "irrelevant-option": "adding an off-topic option", "order": "changing the options' order"}[check]
@@ -445,7 +446,9 @@ def _flip_verdict(check: str, entry: dict) -> tuple[str, str]:
         text += {"paraphrase": " The wording carries weight: calibrate on the exact wording you deploy.",
                  "rename": " Option names carry weight: keep ids and descriptions as calibrated.",
                  "irrelevant-option": " The model is distracted by options: keep the list to what can happen.",
-                 "order": " Use permutation averaging or the content-free correction (compare them on a labeled set)."
+                 "order": (" Even with the content-free correction this run used: try permutation averaging or another "
+                           "readout (compare them on a labeled set)." if used_debias == {"content-free"} else
+                           " Use permutation averaging or the content-free correction (compare them on a labeled set).")
                  }[check]
     return level, text
 

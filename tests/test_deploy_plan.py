@@ -171,7 +171,8 @@ def test_apply_refuses_an_invalid_or_stale_plan_and_calls_nothing(aws_env, tiny_
     sm = boto3.client("sagemaker", region_name=REGION, endpoint_url=aws_env)
     with pytest.raises(ClientError):
         sm.describe_model(ModelName=c.model_name)
-    assert rec.plans == [] and rec.results == []
+    # nothing was called, and the refused attempt is on record as failed, with the reason
+    assert [r[1:3] for r in rec.results] == [("apply", "failed")] and "InitialInstanceCount" in rec.results[0][3]
     with pytest.raises(DeployError, match="does not create"):  # a plan made for another configuration
         ex.apply(cfg(serving="textgen", name_suffix="other1"), deployment_plan(c, pkg), pkg)
     # the file changed after the plan was confirmed: refused at its upload, before anything is created

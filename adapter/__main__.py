@@ -32,10 +32,16 @@ def _engine(args):
 def cmd_serve(args) -> int:
     from dataclasses import replace
 
+    from .decision_log import DecisionLogSettings
     from .process import serve
-    from .settings import AdapterSettings
+    from .settings import AdapterSettings, SettingsError
 
-    settings = AdapterSettings.from_env()
+    try:
+        settings = AdapterSettings.from_env()
+        DecisionLogSettings.from_env()  # checked before the model loads: a bad log path is named at once
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.port is not None:
         settings = replace(settings, port=args.port)
     if args.host:

@@ -530,13 +530,8 @@ class Engine:
                 self._walk(segs, seqs, group, depth + 1, sub, path, scores, stats, budget, extend)
 
     def settings(self, req: DecisionRequest) -> tuple[str, Debias]:
-        """(readout, debias) for a row: its own, else the model's measured defaults. The default
-        debias belongs to the default readout; another readout asked for by name gets none."""
-        readout = req.readout or self.info.default_readout
-        if req.debias:
-            return readout, req.debias
-        default: Debias = "content-free" if self.info.default_debias == "content-free" else "none"
-        return readout, (default if readout == self.info.default_readout else "none")
+        """(readout, debias) for a row: its own, else the model's measured defaults."""
+        return resolve_settings(req.readout, req.debias, self.info.default_readout, self.info.default_debias)
 
     def prior(self, req: DecisionRequest, readout: str, order: list[int] | None,
               budget: Budget | None = None) -> np.ndarray:
@@ -709,6 +704,18 @@ class Engine:
     def score_shared(self, shared: SharedStateRequest, budget: Budget | None = None) -> list[DecisionResult]:
         """Many questions on one state: the state segment is evaluated once, the questions together."""
         return self.score_many(shared.rows(), budget=budget, together=True)
+
+
+def resolve_settings(readout: str | None, debias: str | None, default_readout: str,
+                     default_debias: str) -> tuple[str, Debias]:
+    """(readout, debias) a row is read with: its own, else the model's measured defaults. The default
+    debias belongs to the default readout; another readout asked for by name gets none. Pure, so the
+    workbench can tell which stored results a request would reproduce (app/reuse.py)."""
+    chosen = readout or default_readout
+    if debias:
+        return chosen, "content-free" if debias == "content-free" else "none"
+    default: Debias = "content-free" if default_debias == "content-free" else "none"
+    return chosen, (default if chosen == default_readout else "none")
 
 
 def _combine(runs: list[dict], priors: list | None) -> tuple[np.ndarray, np.ndarray]:

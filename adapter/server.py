@@ -37,6 +37,7 @@ from .admission import Admission, RequestBudget, Stopped
 from .http_body import ClientGone, decode, parse_json, read_raw
 from .http_errors import HTTPProblem, Invalid, invalid, problem
 from .calibrated import CalibratedPolicy, PolicySet
+from .decision_log import DecisionLog, DecisionLogMiddleware, DecisionLogSettings, collect
 from .guard import GUARDS
 from .schema import DEBIAS, READOUTS, DecisionRequest, RequestError, SharedStateRequest, errors_from
 from .settings import AdapterSettings
@@ -159,6 +160,7 @@ def score_invocation(engine, inv: Invocation, budget: RequestBudget) -> Any:
         prefix = inv.locs[exc.row] if exc.row is not None else []
         raise Invalid(errors_from(exc, prefix)) from None
     out = [(PolicySet.decorate(r, p) if p else r).public() for r, p in zip(results, inv.policies)]
+    collect(inv.rows, out, inv.policies)
     return out[0] if inv.shape == "one" else out
 
 
@@ -219,6 +221,8 @@ def score_lines(engine, rows: list, errors: list[dict | None], budget: RequestBu
             policy = rows[i][1]
             results[i] = (PolicySet.decorate(r, policy) if policy else r).public()
         break
+    collect([r[0] if r else None for r in rows], [results.get(i) for i in range(len(rows))],
+            [r[1] if r else None for r in rows])
     out = [json.dumps(results[i] if i in results else errors[i], ensure_ascii=False, allow_nan=False)
            for i in range(len(rows))]
     return ("\n".join(out) + "\n").encode()
@@ -254,6 +258,7 @@ def score_systemone(engine, req: SystemOneRequest, rows: list[DecisionRequest], 
     except RequestError as exc:
         qid = rows[exc.row].id if exc.row is not None else None
         raise Invalid(errors_from(exc, ["body", "questions", qid] if qid is not None else ["body"])) from None
+    collect(rows, [r.public() for r in results], [None] * len(rows))
     return respond(req, results, req.model)
 
 
@@ -272,6 +277,9 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
         return JSONResponse({"status": "ok", "model": engine.info.file, "sha256": engine.info.sha256})
 
     app.add_middleware(_Gate, api_key=settings.api_key, ping=ping_answer)
+    decisions = DecisionLog(DecisionLogSettings.from_env())  # SM_SEMIF_DECISION_LOG: opt-in, one line per decision
+    if decisions.enabled:
+        app.add_middleware(DecisionLogMiddleware, decision_log=decisions)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException):

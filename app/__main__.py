@@ -2,6 +2,8 @@
 python -m app calibrate   evaluate a policy on a labeled set, print metrics and the gate, export the policy
 python -m app bench       the same states sent to several targets: p50/p95 latency and ratios
 python -m app robustness  steering, reworded question/options, extra options, order: does the decision hold?
+python -m app check       CI gate: a policy on a labeled set x target against thresholds; exit 0/1/2, JUnit, Markdown
+python -m app import-log  the adapter's decision log (file or CloudWatch Logs) as a production run, replayed on a target
 python -m app deploy ...  deploy's CLI (plan, apply, status, invoke, destroy, transform), recorded in the
                           workbench's SQLite so the Deploy page and the Playground see it"""
 from __future__ import annotations
@@ -42,11 +44,13 @@ def main(argv=None) -> int:
     run.add_argument("--host", default=settings.host)
     run.add_argument("--port", type=int, default=settings.port)
     run.set_defaults(fn=cmd_run)
-    from .cli import add_bench_parser, add_parser, add_robustness_parser
+    from .cli import add_bench_parser, add_check_parser, add_import_parser, add_parser, add_robustness_parser
 
     add_parser(sub)
     add_bench_parser(sub)
     add_robustness_parser(sub)
+    add_import_parser(sub)
+    add_check_parser(sub)
     sub.add_parser("deploy", help="deploy's CLI recorded in the workbench (python -m app deploy --help)")
     args = ap.parse_args(argv)
     from .store import StoreUnavailable

@@ -128,3 +128,54 @@ def rate_bars(rows: list[dict], title: str, worry: float | None = None) -> go.Fi
     fig.update_layout(title=title, xaxis=dict(range=[0, 1.02], tickformat=".0%"), yaxis=dict(autorange="reversed"),
                       height=120 + 38 * max(1, len(rows)), **_LAYOUT)
     return fig
+
+
+DRIFT_COLORS = {"fixed": "#2ca02c", "broken": "#d62728", "changed-wrong": "#ff7f0e", "changed": "#9467bd",
+                "shift": "#1f77b4", "same": "#c7c7c7"}
+
+
+def flip_bars(per_class: dict[str, dict[str, int]]) -> go.Figure:
+    """Per class (the label), how many rows were fixed, broken, changed between wrong answers,
+    changed (no label) or shifted - stacked, the unchanged rows left out."""
+    classes = list(per_class)
+    fig = go.Figure()
+    for kind in ("fixed", "broken", "changed-wrong", "changed", "shift"):
+        counts = [per_class[c].get(kind, 0) for c in classes]
+        if any(counts):
+            fig.add_trace(go.Bar(x=classes, y=counts, name=kind, marker_color=DRIFT_COLORS[kind],
+                                 hovertemplate=f"%{{x}}: %{{y}} {kind}<extra></extra>"))
+    fig.update_layout(barmode="stack", title="Flips and shifts per class", yaxis=dict(title="rows"),
+                      legend=dict(orientation="h", y=-0.2), **_LAYOUT)
+    return fig
+
+
+def drift_scatter(pairs: pd.DataFrame, threshold: float) -> go.Figure:
+    """Each row: run A's probability of its top option (x) against run B's probability of that same
+    option (y). On the diagonal nothing moved; the band is the shift threshold."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(color="#7f7f7f", dash="dot"),
+                             name="unchanged", hoverinfo="skip"))
+    for kind, g in pairs.groupby("kind", sort=False):
+        fig.add_trace(go.Scatter(x=g["a_p"], y=g["a_top_in_b"], mode="markers", name=str(kind),
+                                 marker=dict(color=DRIFT_COLORS.get(str(kind), "#333"), size=8),
+                                 customdata=np.stack([g["row_key"], g["a_top"], g["b_top"]], axis=-1),
+                                 hovertemplate="%{customdata[0]}: %{customdata[1]} %{x:.3f} → %{y:.3f}"
+                                               "<br>B's top: %{customdata[2]}<extra></extra>"))
+    fig.update_layout(title=f"Probability of A's answer, A vs B (shift threshold ±{threshold:.2f})",
+                      xaxis=dict(title="run A", range=[0, 1]), yaxis=dict(title="run B", range=[0, 1]),
+                      height=420, legend=dict(orientation="h", y=-0.25), **_LAYOUT)
+    return fig
+
+
+def accuracy_intervals(names: list[str], rates: list[float | None], lows: list[float | None],
+                       highs: list[float | None]) -> go.Figure:
+    """Accuracy per run with its 95% interval (error bars)."""
+    ok = [i for i, r in enumerate(rates) if r is not None]
+    fig = go.Figure(go.Scatter(
+        x=[names[i] for i in ok], y=[rates[i] for i in ok], mode="markers", marker=dict(size=12),
+        error_y=dict(type="data", symmetric=False, array=[(highs[i] or 0) - (rates[i] or 0) for i in ok],
+                     arrayminus=[(rates[i] or 0) - (lows[i] or 0) for i in ok]),
+        hovertemplate="%{x}: %{y:.1%}<extra></extra>"))
+    fig.update_layout(title="Accuracy on the labeled rows both runs answered (95% intervals)",
+                      yaxis=dict(range=[0, 1], tickformat=".0%"), **_LAYOUT)
+    return fig

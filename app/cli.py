@@ -1,9 +1,11 @@
 """Headless calibration: `python -m app calibrate ...` for scripts and CI."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from adapter.templates import DATA_DIR, request_for
 
@@ -84,7 +86,9 @@ def calibrate(args) -> int:
         except RunBusy as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_BUSY
-    print(f"scored {outcome['scored']} rows, reused {outcome['skipped']}, errors {outcome['errors']}", file=sys.stderr)
+    print(f"scored {outcome['scored']} rows ({outcome['evaluated']} evaluated, {outcome['reused']} copied from stored "
+          f"results of the same model and request), reused {outcome['skipped']} already in this run, errors "
+          f"{outcome['errors']}", file=sys.stderr)
     cal = evaluation.calibrate_run(store, run_id, target_accuracy=args.target_accuracy, per_option=args.per_option)
     rep = cal["report"]
     print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
@@ -266,3 +270,237 @@ def add_robustness_parser(sub) -> None:
     p.add_argument("--db", help="SQLite file (default: SEMIF_DB or data/workbench.db)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=robustness)
+
+
+def import_log(args) -> int:
+    """A decision log (file or CloudWatch Logs) as a production run; optionally replayed on a target."""
+    from datetime import datetime
+
+    from . import decision_import as di
+    from .settings import WorkbenchSettings
+
+    if bool(args.file) == bool(args.cloudwatch):
+        print("error: give exactly one of FILE (a decision log file) or --cloudwatch GROUP", file=sys.stderr)
+        return 2
+    store = Store(args.db)
+    try:
+        policy = resolve_policy(store, args.policy)
+        if args.file:
+            path = Path(args.file)
+            if not path.is_file():
+                print(f"error: {args.file}: no such file", file=sys.stderr)
+                return 2
+            parsed, source = di.parse_text(path.read_bytes()), path.name
+        else:
+            def ms(text: str | None, flag: str) -> int | None:
+                if not text:
+                    return None
+                try:
+                    return int(datetime.fromisoformat(text).timestamp() * 1000)
+                except ValueError:
+                    raise SystemExit(f"{flag} {text!r}: give an ISO date/time, e.g. 2026-12-01T09:00:00+00:00")
+
+            settings = WorkbenchSettings.from_env()
+            lines = di.fetch_cloudwatch(args.cloudwatch, stream_prefix=args.stream_prefix,
+                                        start_ms=ms(args.start, "--start"), end_ms=ms(args.end, "--end"),
+                                        region=settings.region, endpoint_url=args.endpoint_url or settings.aws_endpoint_url)
+            parsed, source = di.parse_lines(lines), f"cloudwatch:{args.cloudwatch}"
+        for problem in parsed.problems[:20]:
+            print(f"warning: {problem}", file=sys.stderr)
+        if not parsed.records:
+            print(f"error: no decision lines in {source} ({parsed.skipped} other lines): was the adapter started "
+                  "with SM_SEMIF_DECISION_LOG?", file=sys.stderr)
+            return 2
+        run_id, summary = di.import_records(store, parsed.records, policy, source=source)
+    except InputError as exc:
+        print("error: " + "; ".join(exc.problems[:5]), file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # a bad --policy: usage, not a failed check
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    left = ", ".join(f"{n} × {why}" for why, n in summary["left_out"].items())
+    print(f"production run #{run_id}: {summary['decisions']} decisions from {source} ({summary['with_state']} with a "
+          f"state, {summary['gated']} gated)" + (f"; left out {left}" if left else ""))
+    if args.replay_on:
+        target = target_by_name(store, args.replay_on, EnginePool())
+        try:
+            replay_id = di.replay(store, run_id, target)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        done = store.get_run(replay_id) or {}
+        print(f"replay run #{replay_id} on {target.name}: {done.get('status')} ({len(store.results(replay_id))} rows)")
+    return 0
+
+
+def add_import_parser(sub) -> None:
+    p = sub.add_parser("import-log", help="import the adapter's decision log (file or CloudWatch) as a production run")
+    p.add_argument("file", nargs="?", help="a decision log file (SM_SEMIF_DECISION_LOG=path, or saved stdout)")
+    p.add_argument("--cloudwatch", metavar="GROUP", help="a CloudWatch Logs group, e.g. /aws/sagemaker/Endpoints/NAME")
+    p.add_argument("--stream-prefix", help="only log streams starting with this (e.g. the variant name)")
+    p.add_argument("--start", help="ISO date/time of the first event (CloudWatch)")
+    p.add_argument("--end", help="ISO date/time of the last event (CloudWatch)")
+    p.add_argument("--endpoint-url", help="another AWS endpoint (default SEMIF_AWS_ENDPOINT_URL; tests: moto)")
+    p.add_argument("--policy", required=True, help="the policy the decisions were made with (id, template or JSON file)")
+    p.add_argument("--replay-on", metavar="TARGET", help="then score the rows with a logged state on this target")
+    p.add_argument("--db", help="SQLite file (default: SEMIF_DB or data/workbench.db)")
+    p.set_defaults(fn=import_log)
+
+
+def check_policy(store: Store, ref: str) -> tuple[dict, "Any"]:
+    """(the policy as the workbench evaluates it, the calibrated policy or None): a calibrated
+    policy file (semif-policy/1, as Calibrate exports and the adapter enforces) brings its question,
+    options, examples, readout, correction and gate; anything else is a workbench policy."""
+    from adapter.calibrated import PolicyError, load_policy
+
+    path = Path(ref)
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--policy {ref}: not readable JSON ({exc})")
+        if isinstance(data, dict) and "schema_version" in data:
+            try:
+                cal = load_policy(data)
+            except PolicyError as exc:
+                raise SystemExit(f"--policy {ref}: {exc}")
+            policy = {"id": cal.policy_id, "name": cal.name or cal.policy_id, "question": cal.question,
+                      "options": [o.model_dump() for o in cal.options], "examples": [e.model_dump() for e in cal.examples],
+                      "readout": cal.readout, "debias": cal.debias}
+            return policy, cal
+    return resolve_policy(store, ref), None
+
+
+def check(args) -> int:
+    """Evaluate (reusing stored results of the same model and request), judge every threshold given,
+    write JUnit / Markdown; exit 0 / 1 / 2 (app/check.py)."""
+    from adapter.decision_log import policy_version
+
+    from . import check as ck
+    from . import drift as dr
+    from .gates import Gate, measure
+
+    bounds = {k: getattr(args, k) for k in ("min_accuracy", "min_gate_accuracy", "min_coverage", "max_ece",
+                                            "max_flips", "max_broken")}
+    if all(v is None for v in bounds.values()):
+        print("error: give at least one threshold (--min-accuracy, --min-gate-accuracy, --min-coverage, --max-ece, "
+              "--max-flips, --max-broken)", file=sys.stderr)
+        return ck.EXIT_USAGE
+    if (bounds["max_flips"] is not None or bounds["max_broken"] is not None) and not args.baseline:
+        print("error: --max-flips / --max-broken compare against a run: give --baseline RUN (a run id, or 'pinned')",
+              file=sys.stderr)
+        return ck.EXIT_USAGE
+    store = Store(args.db)
+    try:
+        policy, calibrated = check_policy(store, args.policy)
+        if (bounds["min_gate_accuracy"] is not None or bounds["min_coverage"] is not None) and calibrated is None \
+                and args.gate is None:
+            raise SystemExit("--min-gate-accuracy / --min-coverage need a gate: give a calibrated policy file "
+                             "(semif-policy/1, from Calibrate) as --policy, or --gate CONFIDENCE")
+        set_id = resolve_set(store, args.labeled_set, policy)
+        baseline = None
+        if args.baseline:
+            baseline = store.pinned_run() if args.baseline == "pinned" else (
+                store.get_run(int(args.baseline)) if args.baseline.isdigit() else None)
+            if baseline is None:
+                raise SystemExit(f"--baseline {args.baseline!r}: no such run (a run id from History, or 'pinned')")
+        target = target_by_name(store, args.target, EnginePool())
+        if calibrated is not None:
+            variant = evaluation.Variant(calibrated.readout, calibrated.debias, calibrated.permute, calibrated.few_shot)
+        else:
+            variant = evaluation.Variant(args.readout, args.debias, args.permute)
+        run_id = evaluation.start_eval(store, policy=policy, set_id=set_id, target=target, variant=variant, kind="check")
+    except (SystemExit, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ck.EXIT_USAGE
+    try:
+        outcome = evaluation.resume_eval(store, run_id, target, reuse=not args.no_reuse)
+    except RunBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ck.EXIT_USAGE
+    results = store.results(run_id)
+    print(f"check run #{run_id}: {len(results)} rows, {outcome['evaluated']} evaluated, {outcome['reused']} reused "
+          "from stored results of the same model and request", file=sys.stderr)
+    failed = [r for r in results if r["error"]]
+    if failed:
+        print(f"error: target {target.name} failed on {len(failed)} of {len(results)} rows, e.g. "
+              f"{failed[0]['row_key']}: {failed[0]['error']} - nothing was judged", file=sys.stderr)
+        return ck.EXIT_USAGE
+    gate = Gate(policy=calibrated, check_model=True) if calibrated is not None else Gate(threshold=args.gate)
+    metrics = measure(results, gate)
+    drift = None
+    if baseline is not None:
+        drift = dr.compare(store.results(baseline["id"]), results, gate=gate)
+        if not drift.pairs:
+            print(f"error: --baseline #{baseline['id']} has no rows in common with this check (rows are matched by "
+                  "id and state): pick a run of the same labeled set", file=sys.stderr)
+            return ck.EXIT_USAGE
+    labeled = store.get_labeled_set(set_id) or {}
+    first: dict = next((r["response"] for r in results if isinstance(r.get("response"), dict)), {})
+    model = first.get("model") or {}
+    context = {"policy": policy["id"], "labeled_set": f"{labeled.get('name')} (#{set_id})",
+               "dataset_hash": labeled.get("content_hash", ""), "target": target.name,
+               "model": f"{model.get('file')} ({str(model.get('sha256', ''))[:12]})", "run": run_id,
+               "rows": len(results), "evaluated": outcome["evaluated"], "reused": outcome["reused"], "gate": gate.name}
+    if calibrated is not None:
+        context["policy_version"] = policy_version(calibrated)
+        if model.get("sha256") and model["sha256"] != calibrated.model.sha256:
+            context["model_mismatch"] = (f"the policy was calibrated on {calibrated.model.file}; {target.name} runs "
+                                         f"{model.get('file')}: the adapter sends every row to the fallback")
+        if calibrated.guard != "none":
+            context["guard"] = f"the policy's steering guard ({calibrated.guard}) is not run by check"
+    if baseline is not None and drift is not None:
+        context["baseline"] = f"run #{baseline['id']} ({baseline['target_name']}, {len(drift.pairs)} rows in common)"
+    report = ck.CheckReport(ck.evaluate(metrics, bounds, drift), context,
+                            [p.to_dict() for p in drift.pairs if p.kind in dr.FLIP_KINDS] if drift else [])
+    for o in report.outcomes:
+        print(f"[{'PASS' if o.passed else 'FAIL'}] --{o.name}: {o.message}")
+    suite = f"semif check {policy['id']} on {labeled.get('name')} x {target.name}"
+    try:
+        if args.junit:
+            Path(args.junit).write_text(ck.junit_xml(report, suite))
+        if args.summary:
+            Path(args.summary).write_text(ck.markdown(report))
+    except OSError as exc:
+        print(f"error: cannot write the report: {exc}", file=sys.stderr)
+        return ck.EXIT_USAGE
+    return report.exit_code
+
+
+def add_check_parser(sub) -> None:
+    def rate(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number: give a rate between 0 and 1, e.g. 0.8")
+        if not 0 <= value <= 1:
+            raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1: give a rate, e.g. 0.8 for 80%")
+        return value
+
+    def count(text: str) -> int:
+        if not text.isdigit():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+        return int(text)
+
+    p = sub.add_parser("check", help="CI gate: evaluate a policy and fail when a threshold does not hold (exit 0/1/2)",
+                       description="Exit 0 when every threshold holds, 1 when one fails, 2 for a usage or target error.")
+    p.add_argument("--policy", required=True, help="a calibrated policy file (semif-policy/1: its gate is used), or a "
+                   "saved policy id / template id / policy JSON")
+    p.add_argument("--labeled-set", required=True, help="CSV/JSONL file (or a file name in data/labeled), or a set id")
+    p.add_argument("--target", default="local", help="target name (default: the local engine)")
+    p.add_argument("--min-accuracy", type=rate, help="accuracy of the top option over all labeled rows, before the gate")
+    p.add_argument("--min-gate-accuracy", type=rate, help="accuracy of the rows the gate decides")
+    p.add_argument("--min-coverage", type=rate, help="share of rows the gate decides (not sent to the fallback)")
+    p.add_argument("--max-ece", type=rate, help="expected calibration error of the confidence the gate reads")
+    p.add_argument("--baseline", help="a run id (History) or 'pinned', for --max-flips / --max-broken")
+    p.add_argument("--max-flips", type=count, help="rows whose top option changed against the baseline")
+    p.add_argument("--max-broken", type=count, help="rows right in the baseline and wrong now")
+    p.add_argument("--gate", type=rate, help="with a plain policy: decide when the top probability >= this")
+    p.add_argument("--readout", choices=["letters", "option-words"], help="plain policy: default the policy's / model's")
+    p.add_argument("--debias", choices=["none", "content-free"], help="plain policy: default the policy's / model's")
+    p.add_argument("--permute", action="store_true", help="plain policy: permutation averaging")
+    p.add_argument("--junit", metavar="FILE", help="write JUnit XML: one test case per threshold")
+    p.add_argument("--summary", metavar="FILE", help="write Markdown for a pull-request comment")
+    p.add_argument("--no-reuse", action="store_true", help="score every row even when a stored result would do")
+    p.add_argument("--db", help="SQLite file (default: SEMIF_DB or data/workbench.db)")
+    p.set_defaults(fn=check)

@@ -184,7 +184,8 @@ def find_run(store: Store, *, policy: dict, set_id: int, target_name: str, varia
 
 
 def start_eval(store: Store, *, policy: dict, set_id: int, target: Target, variant: Variant = Variant(),
-               examples: ExampleSource = "policy", n_examples: int = 4) -> int:
+               examples: ExampleSource = "policy", n_examples: int = 4, kind: str = "eval") -> int:
+    """A new evaluation run (kind "eval"; `python -m app check` makes kind "check", one per CI run)."""
     rows = store.labeled_rows(set_id)
     problem = label_mismatch(policy, rows)
     if problem:
@@ -196,7 +197,7 @@ def start_eval(store: Store, *, policy: dict, set_id: int, target: Target, varia
                            n_examples=n_examples, policy_fingerprint=policy_fingerprint(policy),
                            evaluated_policy=evaluated, row_keys=[r["row_key"] for r in scored],
                            dataset_hash=labeled.get("content_hash", ""), dataset_name=labeled.get("name", ""))
-    return store.create_run(kind="eval", policy=policy, target=target.describe(), n_rows=len(scored),
+    return store.create_run(kind=kind, policy=policy, target=target.describe(), n_rows=len(scored),
                             labeled_set_id=set_id, config=config.model_dump())
 
 
@@ -212,9 +213,12 @@ def find_or_start(store: Store, *, policy: dict, set_id: int, target: Target, va
                       n_examples=n_examples), False
 
 
-def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn | None = None) -> dict:
+def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn | None = None, *,
+                reuse: bool = True) -> dict:
     """Score the rows of an eval run that have no successful result yet; safe to call again (and
-    from two processes: the second gets RunBusy instead of scoring the same rows)."""
+    from two processes: the second gets RunBusy instead of scoring the same rows). With `reuse`, a
+    row whose request was already answered by the same model (in any run) is copied, not scored:
+    `evaluated` counts the target's calls, `reused` the copies."""
     run = store.get_run(run_id)
     if run is None:
         raise ValueError(f"no run #{run_id}")
@@ -224,10 +228,10 @@ def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn 
     todo = [(pos, by_key[k]) for pos, k in enumerate(cfg.row_keys) if k not in done]
     items = ((pos, Case(r["row_key"], r["state"], r["label"]),
               request_for(cfg.evaluated_policy, r["state"], r["row_key"], **cfg.variant.overrides())) for pos, r in todo)
-    score_into_runs(store, [Job(run_id, target)], items, total=len(cfg.row_keys), already=len(cfg.row_keys) - len(todo),
-                    progress=progress)
+    counts = score_into_runs(store, [Job(run_id, target)], items, total=len(cfg.row_keys),
+                             already=len(cfg.row_keys) - len(todo), progress=progress, reuse=reuse)[run_id]
     errors = sum(1 for r in store.results(run_id) if r["error"])
-    return {"scored": len(todo), "skipped": len(cfg.row_keys) - len(todo), "errors": errors}
+    return {"scored": len(todo), "skipped": len(cfg.row_keys) - len(todo), "errors": errors, **counts}
 
 
 # -- calibration on a finished run -----------------------------------------------------------------

@@ -20,6 +20,7 @@ st.navigation({
                st.Page(HERE / "robustness.py", title="Robustness", icon=":material/shield:"),
                st.Page(HERE / "history.py", title="History", icon=":material/history:")],
     "Calibrate & ship": [st.Page(HERE / "calibrate.py", title="Calibrate", icon=":material/tune:"),
+                         st.Page(HERE / "review.py", title="Review queue", icon=":material/rate_review:"),
                          st.Page(HERE / "deploy.py", title="Deploy", icon=":material/cloud_upload:")],
     "Set up": [st.Page(HERE / "policies.py", title="Policies", icon=":material/description:"),
                st.Page(HERE / "targets.py", title="Targets", icon=":material/hub:")],

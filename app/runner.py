@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
+from .reuse import copied_row, reuse_key
 from .store import LEASE_SECONDS, RunBusy, RunStatus, Store, StoreUnavailable
 from .targets import LocalTarget, Target, TargetResult
 
@@ -81,9 +82,14 @@ def is_cold(target: Target, req: DecisionRequest) -> bool:
     return True
 
 
-def result_row(res: TargetResult, case: Case, position: int, cold: bool = False) -> dict:
+def result_row(res: TargetResult, case: Case, position: int, cold: bool = False,
+               req: DecisionRequest | None = None) -> dict:
+    """A target's answer as a stored result; with the request, its reuse key (app/reuse.py) when the
+    answer names its model."""
     r = res.result
+    key = reuse_key(r.model, req) if (r is not None and req is not None and res.ok) else None
     return {"row_key": case.key, "position": position, "state": case.state, "label": case.label, "cold": int(cold),
+            "reuse_key": key,
             "option_ids": r.option_ids if r else None, "probabilities": r.probabilities if r else None,
             "top_option": r.top_option if r else None, "label_mass": r.label_mass if r else None,
             "probability_status": r.probability_status if r else None, "readout": r.readout if r else None,
@@ -140,16 +146,21 @@ class Heartbeat:
 
 
 def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Case, DecisionRequest]], *,
-                    total: int, already: int = 0, progress: ProgressFn | None = None) -> None:
+                    total: int, already: int = 0, progress: ProgressFn | None = None,
+                    reuse: bool = False) -> dict[int, dict[str, int]]:
     """Score (position, case, request) items on every job's target, saving as results arrive. Each
     run is leased for this call (RunBusy when another worker holds one); a run whose worker stops
-    (an exception, Ctrl-C, a closed page) is marked interrupted."""
+    (an exception, Ctrl-C, a closed page) is marked interrupted. With `reuse`, a stored successful
+    result of the same request on the same model (app/reuse.py) is copied instead of calling the
+    target - for evaluations; runs that measure latency (Playground, Compare, bench) call every time.
+    Returns {run id: {"evaluated": calls made, "reused": results copied}}."""
     leases: dict[int, str] = {}
     try:
         for job in jobs:
             leases[job.run_id] = store.take_lease(job.run_id)
         with Heartbeat(store, dict(leases)):
-            _score(store, jobs, list(items), leases, total=total, already=already, progress=progress)
+            counts = _score(store, jobs, list(items), leases, total=total, already=already, progress=progress,
+                            reuse=reuse)
     except BaseException:
         for run_id, lease in leases.items():
             try:
@@ -159,23 +170,56 @@ def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Ca
         raise
     for job in jobs:
         store.finish_run(job.run_id, final_status(store.results(job.run_id)), leases[job.run_id])
+    return counts
+
+
+def reusable_for(store: Store, target: Target, items: list[tuple[int, Case, DecisionRequest]]) -> dict[int, dict]:
+    """Item index -> the stored result that answers it on this target's model (none when the target
+    cannot name its model)."""
+    try:
+        ident = target.numerics()
+    except Exception:  # the target's own call reports why it cannot be reached
+        ident = None
+    if ident is None:
+        return {}
+    keys = [reuse_key(ident, req) for _, _, req in items]
+    found = store.reusable([k for k in keys if k])
+    return {i: found[k] for i, k in enumerate(keys) if k in found}
 
 
 def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionRequest]], leases: dict[int, str], *,
-           total: int, already: int, progress: ProgressFn | None) -> None:
+           total: int, already: int, progress: ProgressFn | None, reuse: bool = False) -> dict[int, dict[str, int]]:
     tracker = Progress(total * len(jobs), progress, already=already * len(jobs))
     named = {job.run_id: bool((store.get_run(job.run_id) or {}).get("model")) for job in jobs}
-    batched = {job.run_id: batch_results(job.target, [req for _, _, req in items]) for job in jobs
-               if job.target.batch_only}  # Batch Transform: one job, then ingested row by row
+    stored = {job.run_id: reusable_for(store, job.target, items) if reuse else {} for job in jobs}
+    counts = {job.run_id: {"evaluated": 0, "reused": 0} for job in jobs}
+    batched: dict[int, dict[int, TargetResult]] = {}
+    for job in jobs:
+        if job.target.batch_only:  # Batch Transform: one job for the rows not reused, then ingested row by row
+            todo = [i for i in range(len(items)) if i not in stored[job.run_id]]
+            batched[job.run_id] = dict(zip(todo, batch_results(job.target, [items[i][2] for i in todo])))
     for i, (pos, case, req) in enumerate(items):
         for job in jobs:
+            hit = stored[job.run_id].get(i)
+            if hit is not None:
+                store.add_result(job.run_id, copied_row(hit, row_key=case.key, position=pos, state=case.state,
+                                                        label=case.label), leases[job.run_id])
+                counts[job.run_id]["reused"] += 1
+                if not named[job.run_id]:
+                    m = (hit.get("response") or {}).get("model") if isinstance(hit.get("response"), dict) else None
+                    store.set_run_model(job.run_id, f"{m['file']} ({m['sha256'][:12]})" if m else job.target.kind)
+                    named[job.run_id] = True
+                tracker.tick()
+                continue
             cold = is_cold(job.target, req)
             res = batched[job.run_id][i] if job.run_id in batched else job.target.decide(req)
-            store.add_result(job.run_id, result_row(res, case, pos, cold), leases[job.run_id])
+            store.add_result(job.run_id, result_row(res, case, pos, cold, req), leases[job.run_id])
+            counts[job.run_id]["evaluated"] += 1
             if res.ok and not named[job.run_id]:
                 store.set_run_model(job.run_id, model_identity(res, job.target))
                 named[job.run_id] = True
             tracker.tick()
+    return counts
 
 
 def batch_results(target: Target, requests: list[DecisionRequest]) -> list[TargetResult]:

@@ -51,14 +51,20 @@ SCHEMA: dict[str, dict] = {
     "audit": {"columns": {"id": int, "deployment_id": str, "at": str, "who": str, "action": str, "what": str,
                           "result": str}, "pk": "id"},
     "labeled_sets": {"columns": {"id": int, "name": str, "policy_id": str, "content_hash": str, "n_rows": int,
-                                 "source": str, "created_at": str}, "pk": "id"},
+                                 "source": str, "created_at": str, "parent_id": int}, "pk": "id"},
+    # the review queue: one row per label given (or row skipped), who and when; `set_id` is the set
+    # version it went into (NULL while pending), `undone` marks one taken back
+    "review_labels": {"columns": {"id": int, "policy_id": str, "item_key": str, "run_id": int, "row_key": str,
+                                  "state": str, "label": str, "action": str, "note": str, "who": str, "at": str,
+                                  "set_id": int, "undone": int}, "pk": "id"},
     "labeled_rows": {"columns": {"id": int, "set_id": int, "row_key": str, "position": int, "state": str,
                                  "label": str, "split": str, "meta": str}, "pk": "id"},
     "results": {"columns": {"id": int, "run_id": int, "row_key": str, "position": int, "state": str,
                             "label": str, "option_ids": str, "probabilities": str, "top_option": str,
                             "label_mass": float, "probability_status": str, "readout": str, "latency_s": float,
                             "cold": int,
-                            "error": str, "request": str, "response": str}, "pk": "id"},
+                            "error": str, "request": str, "response": str,
+                            "reuse_key": str, "reused_from": int}, "pk": "id"},
 }
 JSON_COLUMNS = {"options", "examples", "config", "policy", "target", "option_ids", "probabilities",
                 "request", "response", "meta", "plan"}
@@ -198,6 +204,7 @@ class Store:
                     if col not in have:
                         db.table(name).add_column(col, typ)
             db.table("results").create_index(["run_id", "row_key"], unique=True, if_not_exists=True)
+            db.table("results").create_index(["reuse_key"], if_not_exists=True)
             db.table("runs").create_index(["group_id"], if_not_exists=True)
             db.table("labeled_rows").create_index(["set_id", "row_key"], unique=True, if_not_exists=True)
 
@@ -409,6 +416,19 @@ class Store:
                     [name, limit])]
         return out
 
+    def reusable(self, keys: list[str]) -> dict[str, dict]:
+        """The newest successful stored result for each reuse key that has one (app/reuse.py)."""
+        out: dict[str, dict] = {}
+        wanted = sorted(set(keys))
+        with self.db() as db:
+            for at in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+                chunk = wanted[at: at + 500]
+                marks = ", ".join("?" * len(chunk))
+                for r in db.query(f"SELECT * FROM results WHERE id IN (SELECT max(id) FROM results WHERE error IS NULL "
+                                  f"AND probabilities IS NOT NULL AND reuse_key IN ({marks}) GROUP BY reuse_key)", chunk):
+                    out[r["reuse_key"]] = _decode(r)
+        return out
+
     def done_keys(self, run_id: int) -> set[str]:
         with self.db() as db:
             return {r["row_key"] for r in db.query("SELECT row_key FROM results WHERE run_id = ? AND error IS NULL",
@@ -437,9 +457,10 @@ class Store:
 
     # -- labeled sets --------------------------------------------------------------------------
     def import_labeled_set(self, *, name: str, policy_id: str | None, rows: list[dict], content_hash: str,
-                           source: str = "") -> int:
+                           source: str = "", parent_id: int | None = None) -> int:
         """All rows in one transaction (nothing half-imported); the same content for the same
-        policy is not imported twice - the existing set id is returned."""
+        policy is not imported twice - the existing set id is returned. `parent_id`: the set this
+        one is a new version of (the review queue appends rows; the parent is never changed)."""
         same = "content_hash = ? AND coalesce(policy_id, '') = ?", [content_hash, policy_id or ""]
         with self.db() as db:  # already imported: a read (also on a read-only file)
             existing = list(db.table("labeled_sets").rows_where(*same))
@@ -451,7 +472,7 @@ class Store:
                 return existing[0]["id"]
             set_id = db.table("labeled_sets").insert({"name": name, "policy_id": policy_id, "content_hash": content_hash,
                                                 "n_rows": len(rows), "source": source,
-                                                "created_at": now()}).last_pk or 0
+                                                "created_at": now(), "parent_id": parent_id}).last_pk or 0
             db.table("labeled_rows").insert_all(_encode({**r, "set_id": set_id, "position": i}) for i, r in enumerate(rows))
             return int(set_id)
 
@@ -472,6 +493,28 @@ class Store:
         with self.write() as db:
             db.table("labeled_rows").delete_where("set_id = ?", [set_id])
             db.table("labeled_sets").delete_where("id = ?", [set_id])
+
+    # -- the review queue ----------------------------------------------------------------------
+    def add_review(self, row: dict) -> int:
+        with self.write() as db:
+            return int(db.table("review_labels").insert(_encode({**row, "at": now(), "undone": 0})).last_pk or 0)
+
+    def reviews(self, policy_id: str, *, pending: bool = False) -> list[dict]:
+        """This policy's labels and skips, oldest first, taken-back ones left out; `pending`: only
+        labels not yet appended to a set version."""
+        where = "policy_id = ? AND undone = 0" + (" AND set_id IS NULL AND action = 'label'" if pending else "")
+        with self.db() as db:
+            return [_decode(r) for r in db.table("review_labels").rows_where(where, [policy_id], order_by="id")]
+
+    def undo_review(self, review_id: int) -> None:
+        """Take a label or skip back (kept, marked undone: who labelled what stays on record); one
+        already appended to a set version cannot be taken back - that version is fixed."""
+        with self.write() as db:
+            db.execute("UPDATE review_labels SET undone = 1 WHERE id = ? AND set_id IS NULL", [review_id])
+
+    def mark_appended(self, review_ids: list[int], set_id: int) -> None:
+        with self.write() as db:
+            db.conn.executemany("UPDATE review_labels SET set_id = ? WHERE id = ?", [(set_id, i) for i in review_ids])
 
     # -- calibrated policies (exports kept with their provenance, for the Deploy page) ---------------
     def save_calibrated(self, config: dict) -> int:

@@ -76,6 +76,11 @@ class Target:
     def prepare(self) -> None:
         """Work that must not count as latency (loading a model); errors surface per request."""
 
+    def numerics(self) -> dict | None:
+        """The model this target runs now, as far as it fixes a result's bits (app/reuse.py), or None
+        when the target cannot say without deciding (its results are then never reused)."""
+        return None
+
     def decide(self, req: DecisionRequest) -> TargetResult:
         """One decision; never raises: a failure is a TargetResult with its error text."""
         try:
@@ -112,6 +117,11 @@ class LocalTarget(Target):
 
     def prepare(self) -> None:
         self.engine()
+
+    def numerics(self) -> dict | None:
+        from .reuse import numerics
+
+        return numerics(self.engine().info.public())
 
     def engine(self):
         try:
@@ -230,6 +240,20 @@ class SemIfTarget(KeyedTarget):
         super().__init__(name, "semif", config, secrets)  # the key: an adapter started with SM_SEMIF_API_KEY
         self.url = config["url"].rstrip("/")
         self.timeout = float(config.get("timeout", 60))
+        self._numerics: dict | None = None
+
+    def numerics(self) -> dict | None:
+        """From the adapter's /info (asked once per target object); None when it cannot be reached -
+        the call that follows then reports why."""
+        from .reuse import numerics
+
+        if self._numerics is None:
+            try:
+                data = http_json("GET", self.url + "/info", headers=self.auth(), timeout=5)
+                self._numerics = numerics(data.get("model") if isinstance(data, dict) else None) or {}
+            except TargetError:
+                return None
+        return self._numerics or None
 
     def _one(self, req):
         body = req.model_dump(exclude_none=True)

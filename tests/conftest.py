@@ -231,3 +231,28 @@ def aws_env(monkeypatch, moto_url):
     return moto_url
 
 
+
+
+def two_model_runs(store, smollm2, qwen05, n_rows: int = 12, set_name: str = "ticket-routing", tmp_path=None) -> tuple[int, int]:
+    """Evaluation runs of the same labeled rows on the two fixture models (SmolLM2 = run A, Qwen2.5-Coder-0.5B
+    = run B): real drift between two local models, for the comparison tests."""
+    import tempfile
+
+    from adapter.templates import load_template
+    from app import evaluation
+    from app.labeled import import_file
+    from app.targets import LocalTarget
+
+    policy = load_template(set_name)
+    store.save_policy(policy)
+    folder = Path(tmp_path or tempfile.mkdtemp(prefix="semif-drift-"))
+    set_id = import_file(store, f"{set_name}-{n_rows}.jsonl", subset_file(folder, set_name, n_rows, n_train=0).read_bytes(),
+                         policy)
+    runs = []
+    for name, eng in (("local", smollm2), ("local-qwen2.5-coder-0.5b", qwen05)):
+        target = LocalTarget(name, {"model": "" if name == "local" else "qwen2.5-coder-0.5b"}, lambda model, e=eng: e)
+        run_id, _ = evaluation.find_or_start(store, policy=policy, set_id=set_id, target=target,
+                                             variant=evaluation.VARIANTS["option-words"])
+        evaluation.resume_eval(store, run_id, target)
+        runs.append(run_id)
+    return runs[0], runs[1]

@@ -45,7 +45,7 @@ def batch(aws_env, adapter_server, tmp_path, monkeypatch):
 def local_probabilities(db, policy, set_id) -> dict[str, list[float]]:
     target = target_by_name(db, "local", EnginePool())
     run_id, _ = evaluation.find_or_start(db, policy=policy, set_id=set_id, target=target)
-    evaluation.resume_eval(db, run_id, target)
+    evaluation.resume_eval(db, run_id, target, reuse=False)  # scored here: not copied from the batch job's results
     return {r["row_key"]: r["probabilities"] for r in db.results(run_id)}
 
 
@@ -67,7 +67,7 @@ def test_cli_batch_transform_equals_the_local_evaluation_and_resumes_row_by_row(
                           "--labeled-set", str(set_id), "--target", "batch", "--quiet"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "resumed" in out.stderr and "scored 5 rows, reused 3" in out.stderr
+    assert "resumed" in out.stderr and "scored 5 rows (5 evaluated" in out.stderr and "reused 3 already" in out.stderr
     results = db.results(run_id)
     assert len(results) == 8 == len({r["row_key"] for r in results}) and not any(r["error"] for r in results)
     assert {k: v for k, v in ((r["row_key"], r["id"]) for r in results) if k in first} == first  # not re-ingested

@@ -111,7 +111,7 @@ def open_expander(page, title: str, inside_label: str) -> None:
 
 
 SECTIONS = {"Playground": "Decide", "Compare": "Decide", "Order check": "Decide", "History": "Decide",
-            "Calibrate": "Calibrate & ship", "Deploy": "Calibrate & ship", "Policies": "Set up", "Targets": "Set up"}
+            "Calibrate": "Calibrate & ship", "Review queue": "Calibrate & ship", "Deploy": "Calibrate & ship", "Policies": "Set up", "Targets": "Set up"}
 
 
 def nav(page, name: str) -> None:
@@ -330,3 +330,68 @@ def test_two_sessions_editing_one_policy_never_lose_a_save(tmp_path, browser):
             ctx.close()
         proc.terminate()
         proc.wait(20)
+
+
+def test_two_models_side_by_side_and_the_html_report(workbench, page, tmp_path, engine, qwen05):
+    """History: a run compared with another run of the same rows on another model; the numbers on the
+    page are the ones computed from the stored results, and the downloaded report holds them too."""
+    from app import drift
+    from app.store import Store
+    from tests.conftest import two_model_runs
+
+    url, db = workbench
+    store = Store(db)
+    run_a, run_b = two_model_runs(store, engine, qwen05, 8, tmp_path=tmp_path)
+    want = drift.compare(store.results(run_a), store.results(run_b))
+    a_top = {r["row_key"]: r["top_option"] for r in store.results(run_a)}
+    flips = sum(a_top[r["row_key"]] != r["top_option"] for r in store.results(run_b))
+    assert want.flips == flips
+    page.goto(url)
+    settle(page)
+    nav(page, "History")
+    choose(page, "Open run", f"#{run_b} · eval")
+    choose(page, "Compare with (run A, the baseline; this run is B)", f"#{run_a} · eval")
+    metric = page.locator("[data-testid=stMetric]").filter(has_text="Flips")
+    expect(metric.locator("[data-testid=stMetricValue]")).to_have_text(str(flips))
+    mcnemar = page.locator("[data-testid=stMetric]").filter(has_text="McNemar exact p")
+    expect(mcnemar.locator("[data-testid=stMetricValue]")).to_have_text(f"{want.mcnemar_p:.4f}")
+    page.locator("[data-testid=stPlotlyChart] .js-plotly-plot").nth(2).wait_for()  # the three drift charts drew
+    page.screenshot(path=str(shot_dir(tmp_path) / "drift.png"), full_page=True)
+    with page.expect_download() as dl:
+        page.get_by_role("button", name="Download the report (HTML, self-contained)").click()
+    report = Path(dl.value.path()).read_text()
+    assert f"<tr><th>flips</th><td>{flips}</td></tr>" in report and "<script src=" not in report
+    assert report.count("Plotly.newPlot") == 3
+
+
+def test_review_queue_is_worked_from_the_keyboard(workbench, page, tmp_path):
+    """Number keys label the row on screen with that option, U takes it back - real key presses."""
+    import sqlite3
+
+    from app.store import Store
+    from tests.test_review import base_set, seed_queue
+
+    url, db = workbench
+    store = Store(db)
+    policy, set_id = base_set(store, tmp_path)
+    seed_queue(store, store.labeled_rows(set_id)[0]["state"])
+    page.goto(url)
+    settle(page)
+    nav(page, "Review queue")
+    choose(page, "Policy", "Ticket routing")
+    page.get_by_role("heading", name="Review queue").click()  # focus off the inputs: keys go to the shortcuts
+    shown = page.locator("[data-testid=stText]").first.inner_text()
+    page.keyboard.press("2")
+    # the key press starts a rerun a moment later: wait for what it shows, not for "not running" alone
+    expect(page.locator("[data-testid=stText]").first).not_to_have_text(shown)  # the next row is up
+    settle(page)
+    page.screenshot(path=str(shot_dir(tmp_path) / "review.png"), full_page=True)
+    con = sqlite3.connect(db)
+    latest = lambda: con.execute("SELECT label, who, undone, state FROM review_labels ORDER BY id DESC LIMIT 1").fetchone()
+    label, who, undone, state = latest()
+    assert label == policy["options"][1]["id"] and who and undone == 0 and state == "t:" + shown
+    page.get_by_role("heading", name="Review queue").click()
+    page.keyboard.press("u")
+    expect(page.locator("[data-testid=stText]").first).to_have_text(shown)
+    settle(page)
+    assert latest()[2] == 1  # taken back

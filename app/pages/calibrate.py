@@ -5,7 +5,8 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app import charts, evaluation, resources
+from adapter.calibrated import CalibratedPolicy
+from app import charts, evaluation, resources, review
 from app.components import glossary
 from app.inputs import InputError
 from app.labeled import import_file, shipped_sets
@@ -82,6 +83,9 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     sid = c2.selectbox("Labeled set", matching + others, key="cal_set",
                        format_func=lambda i: f"#{i} {sets[i]['name']} ({sets[i]['n_rows']} rows)"
                                              + ("" if i in matching else " - made for another policy"))
+    if added := review.new_rows(db, sid):
+        st.info(f"Set #{sid} is set #{sets[sid]['parent_id']} + {added} reviewed rows: evaluating it scores only "
+                f"those {added} rows - the others are copied from the stored results of the same model and request.")
     problem = evaluation.label_mismatch(policies[pid], db.labeled_rows(sid))
     if problem:
         st.error(f"**Labeled set**: {md(problem)}")
@@ -109,7 +113,8 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
                     bar.empty()
                     st.error(f"**{md(label)}**: {md(exc)}")
                     continue
-                bar.progress(1.0, text=f"{label}: done — scored {out['scored']}, reused {out['skipped']}, "
+                bar.progress(1.0, text=f"{label}: done — scored {out['scored']} ({out['evaluated']} evaluated, "
+                                       f"{out['reused']} copied from stored results), reused {out['skipped']}, "
                                        f"errors {out['errors']}")
                 made.append(db.get_run(rid))
         scored = [r for r in evaluation.readout_table(db, made) if r.get("accuracy") is not None]
@@ -185,6 +190,7 @@ def export_section(db, run_id: int, cal: dict) -> None:
     correction_section(cal)
     if option_thresholds:
         st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal["option_gates"].items()]), hide_index=True)
+    narrowing(db, run_id, config)
     if note := evaluation.nothing_decided(at, fallback):
         st.warning(md(note))
     c1, c2 = st.columns(2)
@@ -204,6 +210,19 @@ def export_section(db, run_id: int, cal: dict) -> None:
         st.json(config, expanded=False)
     glossary("accuracy", "macro-F1", "Brier", "NLL", "ECE", "ece_corrected", "temperature", "fitted offsets", "letters",
              "option-words", "content-free", "permutation")
+
+
+def narrowing(db, run_id: int, config: dict) -> None:
+    """For a set version made by the review queue: the accuracy at this gate on the parent version
+    and on this one, with how much the 95% interval narrowed."""
+    before_run = review.parent_run(db, run_id)
+    if before_run is None:
+        return
+    before, after = review.interval_change(db, before_run["id"], run_id, CalibratedPolicy.model_validate(config))
+    width = [None if p.rate is None else p.high - p.low for p in (before, after)]
+    change = "" if None in width else f": the interval went from {width[0]:.1%} to {width[1]:.1%} wide"
+    st.info(f"Accuracy of the decided rows at this gate, set #{before_run['labeled_set_id']} (run #{before_run['id']}): "
+            f"{before.text()} → this set: {after.text()}{change}.")
 
 
 def render() -> None:

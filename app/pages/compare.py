@@ -5,6 +5,7 @@ import streamlit as st
 
 from app import analysis, charts, costs, resources
 from app.components import download_frame, glossary, policy_picker
+from app.drift_panel import render_drift, run_label
 from app.inputs import InputError, rows_from_text, rows_from_upload
 from app.runner import progress_text, run_policy
 from app.safe_text import md
@@ -64,6 +65,8 @@ def render_results(db, gid: str) -> None:
                   help=f"{md(agree.index[0])} vs {md(agree.columns[1])}, on the states both answered")
     elif len(agree) > 2:
         st.plotly_chart(charts.agreement_heatmap(agree), key="cmp_agree")
+    if len(runs) >= 2:
+        drift_section(db, runs)
     st.subheader("Answers per state")
     table = analysis.disagreements(df)
     c1, c2 = st.columns(2)
@@ -78,6 +81,19 @@ def render_results(db, gid: str) -> None:
         st.error(f"{len(errors)} calls failed, e.g. {md(errors['target'].iloc[0])}: {md(errors['error'].iloc[0])}")
     download_frame(df, f"comparison-{gid}.csv", "Download all results (CSV)", key="cmp_dl")
     glossary("warm", "p50_vs_first")
+
+
+def drift_section(db, runs: list[dict]) -> None:
+    """Two of the comparison's targets side by side: flips, shifts, McNemar, intervals, the report."""
+    st.subheader("Two targets side by side")
+    by_id = {r["id"]: r for r in runs}
+    c1, c2 = st.columns(2)
+    a = c1.selectbox("A (the baseline)", list(by_id), key="cmp_drift_a", format_func=lambda i: run_label(by_id[i]))
+    rest = [i for i in by_id if i != a]
+    if st.session_state.get("cmp_drift_b") not in rest:
+        st.session_state["cmp_drift_b"] = rest[0]
+    b = c2.selectbox("B", rest, key="cmp_drift_b", format_func=lambda i: run_label(by_id[i]))
+    render_drift(db, by_id[a], by_id[b], key="cmp_drift")
 
 
 def render() -> None:

@@ -1,9 +1,13 @@
-"""History: every run, opened, deleted, or diffed against a pinned baseline; failed attempts apart."""
+"""History: every run, opened, deleted, or compared with another (flips, shifts, McNemar - app/drift.py);
+failed attempts apart; an imported decision log (production traffic) replayed on a target."""
 import pandas as pd
 import streamlit as st
 
-from app import analysis, charts, resources
+from app import decision_import, resources
 from app.components import download_frame, show_group_results
+from app.drift_panel import render_drift
+from app.inputs import InputError
+from app.runner import progress_text
 from app.safe_text import md
 
 
@@ -19,11 +23,12 @@ def results_table(results: list[dict]) -> pd.DataFrame:
     """One row per result: probabilities as one column per option, empty cells for missing values."""
     rows = []
     for r in results:
-        row = {"row": r["row_key"], "state": r["state"] if isinstance(r["state"], str) else str(r["state"]),
+        row = {"row": r["row_key"], "state": r["state"] if isinstance(r["state"], str) else
+               "" if r["state"] is None else str(r["state"]),
                "label": r["label"] or "", "top_option": r["top_option"] or "",
                "status": r.get("probability_status") or "", "readout": r.get("readout") or "",
                "label_mass": r["label_mass"], "latency_ms": r["latency_s"] * 1000, "cold": bool(r.get("cold")),
-               "error": r["error"] or ""}
+               "reused_from": r.get("reused_from"), "error": r["error"] or ""}
         row.update({f"p({o})": p for o, p in zip(r["option_ids"] or [], r["probabilities"] or [])})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -32,6 +37,9 @@ def results_table(results: list[dict]) -> pd.DataFrame:
 def render() -> None:
     st.title("History")
     db = resources.store()
+    import_section(db)
+    if "hist_open_next" in st.session_state:  # set by a replay, after the run picker was drawn
+        st.session_state["hist_open"] = st.session_state.pop("hist_open_next")
     runs = db.list_runs()
     if not runs:
         st.info("No runs yet. Every run from the Playground, Compare and Calibrate pages is saved here.")
@@ -77,17 +85,91 @@ def render() -> None:
             st.session_state.pop("hist_open", None)
             st.rerun()
 
-    if baseline and baseline["id"] != rid:
-        st.subheader(f"Against baseline #{baseline['id']} ({md(baseline['target_name'])}, {baseline['created_at'][:16]})")
-        diff = analysis.diff_runs(db.results(baseline["id"]), results)
-        if diff.empty:
-            st.caption("No rows in common with the baseline (rows are matched by their id and state).")
-        else:
-            st.metric("Top option changed", f"{int(diff['changed'].sum())} of {len(diff)} rows")
-            st.plotly_chart(charts.shift_bars(diff), key="hist_shift")
-            st.dataframe(diff, hide_index=True, key="hist_diff", width="stretch")
+    if run["kind"] == "production":
+        production_section(db, run)
+    st.subheader("Compare with another run")
+    others = [i for i in by_id if i != rid and by_id[i]["policy_id"] == run["policy_id"]]
+    if st.session_state.get("hist_cmp_for") != rid or st.session_state.get("hist_cmp") not in [None, *others]:
+        st.session_state["hist_cmp"] = baseline["id"] if baseline and baseline["id"] in others else None
+    st.session_state["hist_cmp_for"] = rid  # a newly opened run starts from the pinned baseline
+    other = st.selectbox("Compare with (run A, the baseline; this run is B)", [None, *others], key="hist_cmp",
+                         format_func=lambda i: "—" if i is None else f"#{i} · {by_id[i]['kind']} · "
+                         f"{by_id[i]['target_name']} · {by_id[i]['model'] or ''} · {by_id[i]['created_at'][:16]}"
+                         + (" · baseline" if by_id[i]["pinned"] else ""))
+    if other is not None:
+        render_drift(db, by_id[other], run, key="hist_drift")
     elif not baseline:
-        st.caption("Pin a run as the baseline to diff other runs against it.")
+        st.caption("Pick a run of the same policy, or pin one as the baseline: flips, shifts and the paired test "
+                   "show what changed between them.")
+
+
+def production_section(db, run: dict) -> None:
+    """An imported decision log: what it holds, and a replay of its logged states on a target."""
+    info = (run.get("config") or {}).get("import") or {}
+    st.caption(f"Imported from {md(info.get('source'))}: {info.get('decisions')} decisions from {info.get('first', '')[:19]} "
+               f"to {info.get('last', '')[:19]}, {info.get('gated')} sent to the fallback, {info.get('with_state')} with "
+               "a logged state" + ("" if info.get("with_state") else " (the adapter ran without SM_SEMIF_LOG_STATES=1: "
+                                    "these rows can be reviewed, not replayed)"))
+    if not info.get("with_state"):
+        return
+    names = [s["name"] for s in resources.target_specs(db)]
+    c1, c2 = st.columns(2)
+    name = c1.selectbox("Replay the logged states on", names, key="hist_replay_target")
+    if c2.button("Replay", key="hist_replay"):
+        targets = resources.chosen_targets(db, [name])
+        if targets:
+            bar = st.progress(0.0, text="replaying…")
+            new = decision_import.replay(db, run["id"], targets[0],
+                                         lambda d, t, e: bar.progress(d / t if t else 1.0, text=progress_text(d, t, e)))
+            st.session_state["hist_open_next"], st.session_state["hist_cmp_for"] = new, new
+            st.session_state["hist_cmp"] = run["id"]  # opened against the production run it replays
+            st.rerun()
+
+
+def import_section(db) -> None:
+    """The adapter's decision log (a file, or CloudWatch Logs) as a production run."""
+    from app.settings import WorkbenchSettings
+
+    with st.expander("Import a decision log (production traffic)", key="hist_log_box"):
+        policies = {p["id"]: p for p in db.list_policies()}
+        if not policies:
+            st.caption("Load or create the policy the decisions were made with first (Playground, Policies).")
+            return
+        pid = st.selectbox("Decided with policy", list(policies), format_func=lambda i: policies[i]["name"],
+                           key="hist_log_policy")
+        source = st.radio("From", ["file", "cloudwatch"], horizontal=True, key="hist_log_from",
+                          format_func={"file": "a log file", "cloudwatch": "CloudWatch Logs"}.get)
+        parsed, name = None, ""
+        if source == "file":
+            up = st.file_uploader("The adapter's SM_SEMIF_DECISION_LOG file, or its saved stdout",
+                                  type=["jsonl", "log", "txt", "json"], key="hist_log_up")
+            if up is not None and st.button("Import", key="hist_log_import"):
+                parsed, name = decision_import.parse_text(up.getvalue()), up.name
+        else:
+            group = st.text_input("Log group", placeholder="/aws/sagemaker/Endpoints/<endpoint name>", key="hist_log_group")
+            if st.button("Import from CloudWatch", key="hist_log_cw", disabled=not group.strip()):
+                settings = WorkbenchSettings.from_env()
+                try:
+                    lines = decision_import.fetch_cloudwatch(group.strip(), region=settings.region,
+                                                             endpoint_url=settings.aws_endpoint_url)
+                    parsed, name = decision_import.parse_lines(lines), f"cloudwatch:{group.strip()}"
+                except InputError as exc:
+                    st.error("**Log group**: " + md("; ".join(exc.problems)))
+        if parsed is None:
+            return
+        for problem in parsed.problems[:5]:
+            st.warning(md(problem))
+        if not parsed.records:
+            st.error(f"No decision lines in {md(name)} ({parsed.skipped} other lines): was the adapter started with "
+                     "SM_SEMIF_DECISION_LOG?")
+            return
+        try:
+            new, summary = decision_import.import_records(db, parsed.records, policies[pid], source=name)
+        except InputError as exc:
+            st.error("**Decided with policy**: " + md("; ".join(exc.problems)))
+            return
+        st.session_state["hist_open"] = new
+        st.success(f"Imported as run #{new}: {summary['decisions']} decisions ({summary['with_state']} with a state).")
 
 
 if __name__ == "__main__":

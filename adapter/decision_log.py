@@ -1,0 +1,228 @@
+"""The decision log: one JSON line per decision the adapter makes (opt-in), with its metrics.
+
+Why here and not in the routes: the routes' admission is another concern (and changes apart from
+this). The log is an ASGI middleware that opens a per-request collector (a context variable, which
+the worker thread that scores inherits), the scoring functions drop each (row, result, policy)
+into it, and once the response is sent the middleware writes one line per decision with the
+request's id and its end-to-end latency.
+
+`SM_SEMIF_DECISION_LOG` = `stdout` (on SageMaker: CloudWatch Logs) or a file path (appended).
+Privacy by default: the state is logged only with `SM_SEMIF_LOG_STATES=1`; without it a line
+carries ids, hashes, probabilities and the decision, never the text decided on.
+
+Each line is also a CloudWatch Embedded Metric Format document (`_aws`): CloudWatch Logs turns it
+into metrics per policy (Latency, Fallback, SteeringSuspected, LabelMass) with no agent and no
+API call. The document is built with `aws-embedded-metrics`' own MetricsContext and LogSerializer,
+used synchronously: its logger flushes through an environment it detects (coroutines, an EC2
+metadata probe, an agent socket by default) and writes to stdout only, while the adapter records
+decisions from worker threads and may log to a file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any, Mapping, Sequence
+
+from .settings import SettingsError
+
+log = logging.getLogger("semif.adapter")
+
+MARKER = "semif_decision"  # every decision line has "semif_decision": 1 (the importer's filter)
+LINE_VERSION = 1
+NAMESPACE = "SemIf/Adapter"
+LOGGED_PATHS = ("/invocations", "/v1/systemone")
+REQUEST_ID_HEADERS = (b"x-amzn-sagemaker-inference-id", b"x-amzn-requestid", b"x-request-id")
+
+_collector: ContextVar[list | None] = ContextVar("semif_decisions", default=None)
+
+
+@dataclass(frozen=True)
+class DecisionLogSettings:
+    destination: str | None = None  # None: off; "stdout"; else a file path
+    log_states: bool = False
+    namespace: str = NAMESPACE
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "DecisionLogSettings":
+        env = os.environ if env is None else env
+        dest = (env.get("SM_SEMIF_DECISION_LOG") or "").strip() or None
+        raw = (env.get("SM_SEMIF_LOG_STATES") or "").strip().lower()
+        if raw not in ("", "0", "1", "true", "false", "on", "off", "yes", "no"):
+            raise SettingsError(f"SM_SEMIF_LOG_STATES={raw!r} is not 1/0: set 1 to log states, leave unset not to")
+        if dest and dest.lower() not in ("stdout", "off"):
+            parent = Path(dest).expanduser().parent
+            if not parent.is_dir():
+                raise SettingsError(f"SM_SEMIF_DECISION_LOG={dest!r}: folder {parent} does not exist; "
+                                    "create it, or use SM_SEMIF_DECISION_LOG=stdout")
+        if dest and dest.lower() == "off":
+            dest = None
+        return cls(destination=dest, log_states=raw in ("1", "true", "on", "yes"),
+                   namespace=(env.get("SM_SEMIF_METRICS_NAMESPACE") or "").strip() or NAMESPACE)
+
+
+def collect(rows: Sequence[Any], results: Sequence[dict | None], policies: Sequence[Any]) -> None:
+    """Called by the scoring functions with the rows of a request, their public results (None for a
+    row that got an error) and the calibrated policy each row named (or None). A no-op unless the
+    decision log is on for this request."""
+    bucket = _collector.get()
+    if bucket is not None:
+        bucket.extend(zip(rows, results, policies))
+
+
+def policy_version(policy: Any) -> str:
+    """A calibrated policy has no version counter: its content hash is its version (the same file
+    always gives the same one; any change - gate, temperature, offsets - gives another)."""
+    canon = json.dumps(policy.model_dump(mode="json"), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def question_sha256(row: Any) -> str:
+    """What was asked, without the state: question, options, examples and how they were read -
+    rows of one policy share it, so an import can group rows that named no policy."""
+    part = row.model_dump(mode="json", exclude={"id", "state", "policy_id"})
+    return hashlib.sha256(json.dumps(part, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def record(row: Any, result: dict, policy: Any, *, request_id: str, endpoint: str, latency_s: float,
+           rows_in_request: int, log_states: bool, at: float | None = None) -> dict:
+    """One decision as a log record (plain JSON, before the metrics are attached)."""
+    decision = result.get("decision")
+    model = result.get("model") or {}
+    out: dict[str, Any] = {
+        MARKER: LINE_VERSION,
+        "time": datetime.fromtimestamp(at or time.time(), timezone.utc).isoformat(timespec="milliseconds"),
+        "request_id": request_id, "endpoint": endpoint, "row_id": result.get("id"), "rows_in_request": rows_in_request,
+        "policy": None if policy is None else {"policy_id": policy.policy_id, "schema_version": policy.schema_version,
+                                               "version": policy_version(policy), "created_at": policy.created_at},
+        "model": {"file": model.get("file"), "sha256": model.get("sha256")},
+        "prompt_sha256": result.get("prompt_sha256"), "prompt_version": result.get("prompt_version"),
+        "question_sha256": question_sha256(row),
+        "readout": result.get("readout"), "debias": result.get("debias"), "permutations": result.get("permutations"),
+        "option_ids": result.get("option_ids"), "probabilities": result.get("probabilities"),
+        "top_option": result.get("top_option"), "label_mass": result.get("label_mass"),
+        "probability_status": result.get("probability_status"),
+        "latency_ms": round(latency_s * 1000, 3), "row_seconds": result.get("total_seconds"),
+    }
+    if result.get("calibrated_probabilities") is not None:
+        out["calibrated_probabilities"] = result["calibrated_probabilities"]
+    if decision is not None:
+        out["decision"] = {"option": decision.get("option_id"), "gated": decision.get("gated"),
+                           "reason": decision.get("reason"), "confidence": decision.get("confidence")}
+    if result.get("guard") is not None:
+        out["guard"] = result["guard"]
+    if log_states:
+        out["state"] = row.state
+    return out
+
+
+def with_metrics(rec: dict, namespace: str = NAMESPACE) -> str:
+    """The record as one Embedded Metric Format line: its fields stay searchable properties and
+    CloudWatch extracts Latency, Fallback (1 when the gate sent the row to the fallback - its mean is
+    the fallback rate), SteeringSuspected and LabelMass per policy."""
+    from aws_embedded_metrics.logger.metrics_context import MetricsContext
+    from aws_embedded_metrics.serializers.log_serializer import LogSerializer
+
+    ctx = MetricsContext.empty()
+    ctx.namespace = namespace
+    ctx.set_dimensions([{"PolicyId": (rec.get("policy") or {}).get("policy_id") or "none"}], use_default=False)
+    for key, value in rec.items():
+        ctx.set_property(key, value)
+    ctx.put_metric("Latency", float(rec["latency_ms"]), "Milliseconds")
+    ctx.put_metric("Fallback", 1.0 if (rec.get("decision") or {}).get("gated") else 0.0, "Count")
+    ctx.put_metric("SteeringSuspected", 1.0 if (rec.get("guard") or {}).get("suspected") else 0.0, "Count")
+    if rec.get("label_mass") is not None:
+        ctx.put_metric("LabelMass", float(rec["label_mass"]), "None")
+    ctx.meta["Timestamp"] = int(datetime.fromisoformat(rec["time"]).timestamp() * 1000)
+    (line,) = LogSerializer.serialize(ctx)  # 4 metrics: one document (the limit is 100)
+    return line
+
+
+class DecisionLog:
+    """Where the lines go. Writes are serialised and flushed line by line (a line is never torn,
+    and a crash loses no decision already answered); a failed write is logged, never the request's
+    failure - the decision was made and answered."""
+
+    def __init__(self, settings: DecisionLogSettings):
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._out: IO[str] | None = None
+        if settings.destination and settings.destination.lower() != "stdout":
+            self._out = open(Path(settings.destination).expanduser(), "a", encoding="utf-8", buffering=1)
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.destination is not None
+
+    def write(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        text = "".join(line + "\n" for line in lines)
+        try:
+            with self._lock:
+                out = self._out or sys.stdout
+                out.write(text)
+                out.flush()
+        except (OSError, ValueError) as exc:
+            log.warning("decision log: %d line(s) not written: %s", len(lines), exc)
+
+    def close(self) -> None:
+        if self._out is not None:
+            self._out.close()
+
+
+def _request_id(scope: dict) -> str:
+    headers = dict(scope.get("headers") or [])
+    for name in REQUEST_ID_HEADERS:
+        value = headers.get(name, b"").decode("latin-1").strip()
+        if value and len(value) <= 200 and value.isprintable():
+            return value
+    return uuid.uuid4().hex
+
+
+class DecisionLogMiddleware:
+    """Pure ASGI middleware: for POST /invocations and /v1/systemone, a collector for the request's
+    decisions, its id (SageMaker's inference id, X-Request-Id, else a new one - echoed back as
+    X-Request-Id) and its latency; the lines are written after the response is sent."""
+
+    def __init__(self, app, decision_log: DecisionLog):
+        self.app, self.decision_log = app, decision_log
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "").rstrip("/") if scope["type"] == "http" else ""
+        if scope["type"] != "http" or scope.get("method") != "POST" or path not in LOGGED_PATHS:
+            return await self.app(scope, receive, send)
+        request_id = _request_id(scope)
+        bucket: list = []
+        token = _collector.set(bucket)
+        t0 = time.perf_counter()
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            _collector.reset(token)
+            latency = time.perf_counter() - t0
+            settings = self.decision_log.settings
+            decided = [(row, res, pol) for row, res, pol in bucket if res is not None]
+            try:
+                lines = [with_metrics(record(row, res, pol, request_id=request_id, endpoint=path, latency_s=latency,
+                                             rows_in_request=len(bucket), log_states=settings.log_states),
+                                      settings.namespace) for row, res, pol in decided]
+            except Exception:  # a bug here must not turn an answered request into an error
+                log.exception("decision log: could not build the lines of request %s", request_id)
+                lines = []
+            self.decision_log.write(lines)

@@ -1,0 +1,177 @@
+"""Production traffic as a run: the adapter's decision log (a file, or CloudWatch Logs) imported
+into the store, and replayed on another target (no Streamlit).
+
+A log line is written by adapter/decision_log.py. An imported log becomes one run of kind
+"production" whose results are the decisions as the adapter made them (probabilities, the gated
+decision, model and prompt hashes), keyed `request_id/row_id`. Rows whose state was logged
+(`SM_SEMIF_LOG_STATES=1`) can be replayed on any target as a "replay" run with the same keys, so
+the drift comparison (app/drift.py) pairs production with the replay row by row; rows without a
+state can still be reviewed by their probabilities, never re-scored.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from adapter.decision_log import MARKER
+from adapter.templates import request_for
+
+from .inputs import InputError
+from .runner import Case, Job, ProgressFn, score_into_runs
+from .store import Store
+
+PRODUCTION = "production"
+REPLAY = "replay"
+CLOUDWATCH_FILTER = f'"{MARKER}"'  # a quoted term: CloudWatch (and moto) return only lines holding it
+
+
+@dataclass
+class ParsedLog:
+    records: list[dict]
+    skipped: int = 0  # lines that are not decision lines (other log output, EMF from elsewhere)
+    problems: list[str] = field(default_factory=list)  # decision lines that could not be read
+
+
+def parse_lines(lines: Iterable[str]) -> ParsedLog:
+    """Decision records from log lines; other lines (uvicorn's, anything else on stdout) are
+    skipped and counted, a decision line that is not valid is named by its line number."""
+    out = ParsedLog([])
+    for n, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or MARKER not in text:
+            out.skipped += bool(text)
+            continue
+        try:
+            rec = json.loads(text)
+        except json.JSONDecodeError as exc:
+            out.problems.append(f"line {n}: not valid JSON ({exc.msg})")
+            continue
+        if not isinstance(rec, dict) or rec.get(MARKER) != 1:
+            out.skipped += 1
+            continue
+        missing = [k for k in ("request_id", "row_id", "option_ids", "probabilities") if not rec.get(k)]
+        if missing:
+            out.problems.append(f"line {n}: decision line without {', '.join(missing)}")
+            continue
+        out.records.append(rec)
+    return out
+
+
+def parse_text(data: bytes | str) -> ParsedLog:
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    return parse_lines(text.splitlines())
+
+
+def fetch_cloudwatch(log_group: str, *, stream_prefix: str | None = None, start_ms: int | None = None,
+                     end_ms: int | None = None, region: str | None = None, endpoint_url: str | None = None) -> list[str]:
+    """The decision lines of a CloudWatch Logs group (on SageMaker: /aws/sagemaker/Endpoints/<name>),
+    through boto3's filter_log_events paginator; a clear error for a missing group or no credentials."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    logs = boto3.client("logs", region_name=region, endpoint_url=endpoint_url)
+    kwargs: dict[str, Any] = {"logGroupName": log_group, "filterPattern": CLOUDWATCH_FILTER}
+    if stream_prefix:
+        kwargs["logStreamNamePrefix"] = stream_prefix
+    if start_ms is not None:
+        kwargs["startTime"] = int(start_ms)
+    if end_ms is not None:
+        kwargs["endTime"] = int(end_ms)
+    lines: list[str] = []
+    try:
+        for page in logs.get_paginator("filter_log_events").paginate(**kwargs):
+            lines += [e["message"] for e in page.get("events", [])]
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code == "ResourceNotFoundException":
+            raise InputError([f"CloudWatch log group {log_group!r} does not exist (on SageMaker it is "
+                              "/aws/sagemaker/Endpoints/<endpoint name>)"]) from None
+        raise InputError([f"CloudWatch Logs: {exc}"]) from None
+    except BotoCoreError as exc:
+        raise InputError([f"CloudWatch Logs: {exc} - are AWS credentials and a region set?"]) from None
+    return lines
+
+
+def matching(records: list[dict], policy: dict) -> tuple[list[dict], Counter]:
+    """The records decided with this policy's options (in its order; a record naming a calibrated
+    policy must name this one), and a count of the others by why they were left out."""
+    ids = [o["id"] for o in policy["options"]]
+    kept: list[dict] = []
+    left: Counter = Counter()
+    for rec in records:
+        named = (rec.get("policy") or {}).get("policy_id")
+        if named and named != policy["id"]:
+            left[f"policy {named}"] += 1
+        elif rec["option_ids"] != ids:
+            left["other options"] += 1
+        else:
+            kept.append(rec)
+    return kept, left
+
+
+def row_key(rec: dict) -> str:
+    return f"{rec['request_id']}/{rec['row_id']}"
+
+
+def import_records(store: Store, records: list[dict], policy: dict, *, source: str) -> tuple[int, dict]:
+    """One production run of the records that fit `policy`; (run id, summary). InputError when
+    none fit, naming what the log holds instead."""
+    kept, left = matching(records, policy)
+    if not kept:
+        held = ", ".join(f"{n} × {why}" for why, n in left.most_common()) or "no decisions"
+        raise InputError([f"none of the {len(records)} decisions fit policy {policy['id']!r} "
+                          f"({', '.join(o['id'] for o in policy['options'])}): the log holds {held}"])
+    by_key: dict[str, dict] = {}
+    for rec in kept:  # a request logged twice (a log read twice) counts once
+        by_key.setdefault(row_key(rec), rec)
+    kept = list(by_key.values())
+    models = Counter((r.get("model") or {}).get("sha256") or "unknown" for r in kept)
+    summary = {"source": source, "decisions": len(kept), "left_out": dict(left),
+               "with_state": sum(1 for r in kept if "state" in r),
+               "gated": sum(1 for r in kept if (r.get("decision") or {}).get("gated")),
+               "models": dict(models), "prompts": len({r.get("prompt_sha256") for r in kept}),
+               "first": min(r["time"] for r in kept), "last": max(r["time"] for r in kept)}
+    target = {"name": f"production · {source}"[:120], "kind": "decision-log", "config": {"source": source}}
+    run_id = store.create_run(kind=PRODUCTION, policy=policy, target=target, n_rows=len(kept),
+                              note=f"decision log {source}", config={"import": summary})
+    files = {(r.get("model") or {}).get("file") for r in kept}
+    store.set_run_model(run_id, ", ".join(sorted(f for f in files if f)) or "unknown")
+    for pos, rec in enumerate(sorted(kept, key=lambda r: (r["time"], row_key(r)))):
+        decision = rec.get("decision") or {}
+        request = ({"id": rec["row_id"], "state": rec["state"], "readout": rec.get("readout"),
+                    "debias": rec.get("debias")} if "state" in rec else None)
+        store.add_result(run_id, {"row_key": row_key(rec), "position": pos, "state": rec.get("state"), "label": None,
+                                  "cold": 0, "option_ids": rec["option_ids"], "probabilities": rec["probabilities"],
+                                  "top_option": rec.get("top_option"), "label_mass": rec.get("label_mass"),
+                                  "probability_status": "calibrated" if decision else rec.get("probability_status"),
+                                  "readout": rec.get("readout"), "latency_s": (rec.get("latency_ms") or 0) / 1000,
+                                  "error": None, "request": request, "response": rec})
+    store.finish_run(run_id, "done")
+    return run_id, summary
+
+
+def replay(store: Store, run_id: int, target, progress: ProgressFn | None = None) -> int:
+    """The production run's rows that carry a state, scored on `target` as they were read in
+    production (the logged readout and correction, the run's policy): a replay run with the same
+    row keys, for the drift comparison. ValueError when no row carries a state."""
+    run = store.get_run(run_id)
+    if run is None or run["kind"] != PRODUCTION:
+        raise ValueError(f"run #{run_id} is not an imported decision log")
+    rows = [r for r in store.results(run_id) if r.get("state") is not None]
+    if not rows:
+        raise ValueError(f"run #{run_id} has no logged states (the adapter ran without SM_SEMIF_LOG_STATES=1): "
+                         "its decisions can be reviewed, not replayed")
+    policy = run["policy"]
+    items = []
+    for pos, r in enumerate(rows):
+        rec = r["response"] or {}
+        over = {k: rec[k] for k in ("readout", "debias") if rec.get(k)}
+        if (rec.get("permutations") or 1) > 1:
+            over["permute"] = True
+        items.append((pos, Case(r["row_key"], r["state"], None), request_for(policy, r["state"], r["row_key"], **over)))
+    new = store.create_run(kind=REPLAY, policy=policy, target=target.describe(), n_rows=len(items),
+                           group_id=run["group_id"], note=f"replay of run #{run_id}", config={"replay_of": run_id})
+    score_into_runs(store, [Job(new, target)], items, total=len(items), progress=progress)
+    return new

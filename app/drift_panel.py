@@ -1,0 +1,96 @@
+"""The drift comparison's widgets, shared by History ("compare with") and Compare: the numbers
+come from app/drift.py, the report from app/drift_report.py; this module only lays them out."""
+from __future__ import annotations
+
+import streamlit as st
+
+from adapter.calibrated import CalibratedPolicy
+
+from .drift import FLIP_KINDS, SHIFT_THRESHOLD, compare, pair_frame
+from .drift_report import figures, html_report, json_text
+from .gates import Gate
+from .safe_text import md
+from .store import Store
+
+KIND_HELP = {"fixed": "wrong in A, right in B", "broken": "right in A, wrong in B",
+             "changed-wrong": "wrong in both, differently", "changed": "top option changed, no label"}
+
+
+def run_label(run: dict) -> str:
+    return f"#{run['id']} {run['target_name']} · {run.get('model') or run['kind']}"
+
+
+def gate_choice(db: Store, policy_id: str | None, key: str) -> Gate:
+    """No gate, a saved calibrated policy of this policy (its own rule), or a confidence threshold."""
+    saved = {c["id"]: c for c in db.list_calibrated() if c["policy_id"] == policy_id}
+    options = ["none", *saved, "threshold"]
+    labels = {"none": "no gate (every row decided)", "threshold": "a confidence threshold…",
+              **{cid: f"saved calibrated policy #{cid} (gate {c['threshold']:.3f}, {c['created_at'][:16]})"
+                 for cid, c in saved.items()}}
+    c1, c2 = st.columns(2)
+    pick = c1.selectbox("Gate for coverage", options, format_func=lambda o: labels[o], key=f"{key}_gate",
+                        help="the same gate applied to both runs' probabilities (a calibrated policy's own rule; "
+                             "its model check aside, so two models can be compared)")
+    if pick == "threshold":
+        return Gate(threshold=c2.slider("Decide when the top probability is at least", 0.0, 1.0, 0.8, 0.01,
+                                        key=f"{key}_gate_t"))
+    if pick == "none":
+        return Gate()
+    return Gate(policy=CalibratedPolicy.model_validate(saved[pick]["config"]))
+
+
+def render_drift(db: Store, run_a: dict, run_b: dict, key: str) -> None:
+    """Run A (the baseline) against run B: counts, tests, intervals, charts, the rows, downloads."""
+    gate = gate_choice(db, run_b.get("policy_id"), key)
+    threshold = st.number_input("Shift threshold (probability moved, same top option)", 0.01, 0.99, SHIFT_THRESHOLD,
+                                0.01, key=f"{key}_shift")
+    labels = {"a": run_label(run_a), "b": run_label(run_b)}
+    drift = compare(db.results(run_a["id"]), db.results(run_b["id"]), gate=gate, shift_threshold=threshold,
+                    labels=labels)
+    if not drift.pairs:
+        st.info("No rows in common: rows are matched by their id and state (and the same options). Compare two runs "
+                "of the same labeled set or states.")
+        return
+    st.caption(f"A = {md(labels['a'])} · B = {md(labels['b'])} · {len(drift.pairs)} rows paired"
+               + (f", {drift.unmatched} of B's rows without a match" if drift.unmatched else ""))
+    flips = st.columns(6)
+    flips[0].metric("Flips", drift.flips, help="rows whose top option changed")
+    for col, kind in zip(flips[1:], FLIP_KINDS):
+        col.metric(kind.capitalize(), drift.counts[kind], help=KIND_HELP[kind])
+    flips[5].metric("Shifts", drift.counts["shift"], help=f"same top option, a probability moved by more than {threshold:.2f}")
+    cols = st.columns(4)
+    cols[0].metric("Accuracy A", "n/a" if drift.accuracy_a.rate is None else f"{drift.accuracy_a.rate:.1%}",
+                   help=drift.accuracy_a.text())
+    cols[1].metric("Accuracy B", "n/a" if drift.accuracy_b.rate is None else f"{drift.accuracy_b.rate:.1%}",
+                   delta=None if drift.accuracy_diff is None else f"{drift.accuracy_diff:+.1%}",
+                   help=drift.accuracy_b.text())
+    ci = drift.accuracy_diff_ci
+    cols[2].metric("B − A, 95% CI", "n/a" if ci is None else f"{ci[0]:+.1%} to {ci[1]:+.1%}",
+                   help="percentile bootstrap over the labeled pairs (1,000 resamples)")
+    cols[3].metric("McNemar exact p", "n/a" if drift.mcnemar_p is None else f"{drift.mcnemar_p:.4f}",
+                   help=f"two-sided, on the {drift.counts['fixed'] + drift.counts['broken']} discordant pairs "
+                        "(fixed vs broken)")
+    if not drift.labeled:
+        st.caption("No labels on these rows: accuracy, McNemar and the fixed/broken split need labeled rows; "
+                   "flips are counted as changed.")
+    st.dataframe([{"run": labels[side], "coverage": m.coverage.text(), "accuracy at the gate": m.gate_accuracy.text(),
+                   "ECE": None if m.ece is None else round(m.ece, 4), "rows to the fallback": len(m.gated_keys)}
+                  for side, m in (("a", drift.gate_a), ("b", drift.gate_b))], hide_index=True, key=f"{key}_gates")
+    st.caption(f"Gate: {md(drift.gate)}. ECE in 10 equal-width bins of the confidence the gate reads.")
+    for i, fig in enumerate(figures(drift)):
+        st.plotly_chart(fig, key=f"{key}_fig{i}")
+    frame = pair_frame(drift)
+    kinds = st.multiselect("Rows to show", [*FLIP_KINDS, "shift", "same"], default=[*FLIP_KINDS, "shift", "same"],
+                           key=f"{key}_kinds")
+    st.dataframe(frame[frame["kind"].isin(kinds)], hide_index=True, key=f"{key}_rows", width="stretch",
+                 column_config={"state": st.column_config.TextColumn(width="large"),
+                                **{c: st.column_config.NumberColumn(format="%.3f")
+                                   for c in ("a_p", "b_p", "a_top_in_b", "max_shift")}})
+    name = f"drift-{run_a['id']}-vs-{run_b['id']}"
+    c1, c2 = st.columns(2)
+    title = f"Run #{run_a['id']} vs run #{run_b['id']}"
+    c1.download_button("Download the report (HTML, self-contained)",  # built on click: plotly.js inlined is ~4.7 MB
+                       lambda: html_report(drift, title).encode(), file_name=f"{name}.html", mime="text/html",
+                       key=f"{key}_html")
+    c2.download_button("Download the numbers (JSON)", json_text(drift).encode(), file_name=f"{name}.json",
+                       mime="application/json", key=f"{key}_json")

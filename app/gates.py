@@ -1,0 +1,98 @@
+"""The gate a comparison or a CI check measures coverage with (no Streamlit).
+
+Either a calibrated policy - its own rule, `CalibratedPolicy.apply`, the one the adapter enforces -
+or a plain confidence threshold on the probabilities as scored. `check_model` decides whether a
+result from another model than the calibrated one is gated, as the adapter does: a CI check wants
+exactly that (a pull request that swaps the model sends every row to the fallback), a side-by-side
+comparison of two models wants the rule's gate on each model's probabilities.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from adapter.calibrated import CalibratedPolicy
+
+from . import calibration
+from .stats import Proportion, proportion
+
+
+@dataclass(frozen=True)
+class Gate:
+    policy: CalibratedPolicy | None = None
+    threshold: float | None = None  # without a policy: decide when max probability >= threshold
+    check_model: bool = False
+
+    @property
+    def name(self) -> str:
+        if self.policy is not None:
+            gate = "no gate" if self.policy.threshold is None else f"gate {self.policy.threshold:.3f}"
+            return f"calibrated policy {self.policy.policy_id} ({gate}, T={self.policy.temperature:.2f})"
+        return "no gate (every row decided)" if self.threshold is None else f"confidence >= {self.threshold:.3f}"
+
+    def apply(self, result: dict) -> tuple[bool, int, float, list[float]]:
+        """(gated, index of the top option, its confidence, the probabilities the gate reads)."""
+        response = result.get("response") if isinstance(result.get("response"), dict) else {}
+        if self.policy is not None:
+            from .evaluation import scored_probabilities
+
+            probs = scored_probabilities(result, self.policy.debias) or result["probabilities"]
+            model = (response or {}).get("model") or {}
+            d = self.policy.apply(result["option_ids"], probs,
+                                  model_sha256=model.get("sha256") if self.check_model else None,
+                                  model_file=model.get("file"), guard=(response or {}).get("guard"))
+            cal = d["calibrated_probabilities"]
+            top = int(np.argmax(cal))
+            return bool(d["gated"]), top, float(d["confidence"]), cal
+        probs = list(result["probabilities"])
+        top = int(np.argmax(probs))
+        gated = self.threshold is not None and probs[top] < self.threshold
+        return gated, top, float(probs[top]), probs
+
+
+@dataclass
+class GateMetrics:
+    """One run's numbers under a gate: accuracy of every labeled row as scored, coverage and the
+    accuracy of the decided rows (each with its Wilson interval), ECE of the confidence the gate reads."""
+    n: int
+    accuracy: Proportion
+    coverage: Proportion
+    gate_accuracy: Proportion
+    ece: float | None
+    gated_keys: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "accuracy": self.accuracy.to_dict(), "coverage": self.coverage.to_dict(),
+                "gate_accuracy": self.gate_accuracy.to_dict(), "ece": self.ece, "gated_rows": self.gated_keys}
+
+
+def usable(results: list[dict]) -> list[dict]:
+    return [r for r in results if not r.get("error") and r.get("probabilities")]
+
+
+def measure(results: list[dict], gate: Gate) -> GateMetrics:
+    """Coverage counts every answered row; accuracy, gate accuracy and ECE the labeled ones."""
+    rows = usable(results)
+    labeled = [r for r in rows if r.get("label") is not None and r["label"] in r["option_ids"]]
+    labeled_keys = {r["row_key"] for r in labeled}
+    decided = correct_decided = decided_labeled = 0
+    gated_keys: list[str] = []
+    conf, correct = [], []
+    for r in rows:
+        gated, top, c, _ = gate.apply(r)
+        if gated:
+            gated_keys.append(r["row_key"])
+        else:
+            decided += 1
+        if r["row_key"] in labeled_keys:
+            ok = r["option_ids"][top] == r["label"]
+            conf.append(c)
+            correct.append(ok)
+            decided_labeled += int(not gated)
+            correct_decided += int(ok and not gated)
+    as_scored = sum(1 for r in labeled if r["top_option"] == r["label"])
+    ece = calibration.ece(np.array(conf), np.array(correct, float)) if conf else None
+    return GateMetrics(n=len(rows), accuracy=proportion(as_scored, len(labeled)),
+                       coverage=proportion(decided, len(rows)),
+                       gate_accuracy=proportion(correct_decided, decided_labeled), ece=ece, gated_keys=gated_keys)

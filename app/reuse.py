@@ -1,0 +1,56 @@
+"""When a stored result can stand in for a new call (no Streamlit): the same model, read the same
+way, on the same request gives the same bits (README, "Caching"), so scoring it again buys nothing.
+
+A result's reuse key is sha256 over (a) what fixes the numbers - the model file's sha256, llama.cpp's
+version, GPU offload and flash attention (a CPU and a GPU endpoint of one model are different keys:
+their kernels round differently) - and (b) the request, id aside: state, question, options, examples,
+readout and correction as the model resolves them, permutation, few-shot and guard. The key of a stored result comes from
+the model its own response names; the key looked up for a new call from the model the target says it
+runs now (a local engine's info, a SemIf adapter's /info). A target that cannot say (a SageMaker
+endpoint, a chat server) is always called.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from adapter.engine import resolve_settings
+from adapter.schema import DecisionRequest
+
+NUMERICS = ("sha256", "llama_cpp_version", "n_gpu_layers", "flash_attn", "default_readout", "default_debias")
+
+
+def numerics(model: dict | None) -> dict | None:
+    """The model fields that fix a result's bits, or None when the model is not known by its sha256."""
+    if not model or not model.get("sha256"):
+        return None
+    return {k: model.get(k) for k in NUMERICS}
+
+
+def request_hash(req: DecisionRequest, model: dict | None = None) -> str:
+    """The request's identity, its id aside (the same state under another row id is the same call),
+    with the readout and correction the model resolves it to (a row that leaves them to the model's
+    defaults and one that names those defaults are the same call)."""
+    body = req.model_dump(mode="json", exclude={"id"})
+    if model and model.get("default_readout"):
+        body["readout"], body["debias"] = resolve_settings(req.readout, req.debias, model["default_readout"],
+                                                           model.get("default_debias") or "none")
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+
+
+def reuse_key(model: dict | None, req: DecisionRequest) -> str | None:
+    ident = numerics(model)
+    if ident is None:
+        return None
+    head = json.dumps(ident, sort_keys=True)
+    return hashlib.sha256(f"{head}\x1e{request_hash(req, ident)}".encode()).hexdigest()
+
+
+def copied_row(stored: dict[str, Any], *, row_key: str, position: int, state: Any, label: str | None) -> dict:
+    """A stored result as the result of a new row: this row's key, position, state and label; the
+    stored answer, request, response and latency; `reused_from` names the result it came from."""
+    keep = ("option_ids", "probabilities", "top_option", "label_mass", "probability_status", "readout", "latency_s",
+            "request", "response", "reuse_key")
+    return {**{k: stored.get(k) for k in keep}, "row_key": row_key, "position": position, "state": state,
+            "label": label, "cold": 0, "error": None, "reused_from": stored["id"]}

@@ -1,0 +1,188 @@
+"""The review queue (no Streamlit): the rows that need a person's label, ordered by what teaches
+most, and the labels given appended to a labeled set as a new version.
+
+What needs a label: a state answered differently by two runs of the policy (two targets of a
+comparison, production and its replay) - first; then a row the gate sent to the fallback (a
+decision-log row whose logged decision was gated; any other unlabeled row the chosen gate would
+gate), nearest the gate first, since a label there moves the gate most. Rows that already carry a
+label, rows without a state (a decision log written without SM_SEMIF_LOG_STATES=1), states already
+in the target set and rows already labelled or skipped are left out.
+
+A new version never changes its parent: the parent's rows and content hash stay, so a run made on
+it still reproduces; the new version's hash differs, and evaluating it scores only the new rows
+(the others are stored results of the same model and request, app/reuse.py).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from adapter.calibrated import CalibratedPolicy
+
+from .gates import Gate, GateMetrics, measure
+from .labeled import content_hash
+from .stats import Proportion
+from .store import Store
+
+REVIEWED_KINDS = ("compare", "playground", "production", "replay", "eval", "check", "robustness")
+
+
+@dataclass
+class Item:
+    key: str  # the state's identity: one item per state, however many runs answered it
+    state: Any
+    option_ids: list[str]
+    proposed: str  # the model's top option (the first run's)
+    confidence: float
+    kind: str  # "disagreement" | "gated"
+    reason: str
+    run_id: int
+    row_key: str
+    order: tuple = ()
+
+
+def state_key(state: Any) -> str:
+    return state if isinstance(state, str) else "j:" + json.dumps(state, sort_keys=True, ensure_ascii=False)
+
+
+def _gate_value(gate: Gate) -> float | None:
+    return gate.policy.threshold if gate.policy is not None else gate.threshold
+
+
+def build_queue(store: Store, policy: dict, gate: Gate, *, exclude_set: int | None = None) -> tuple[list[Item], dict]:
+    """(items in review order, counts of what was left out and why)."""
+    ids = [o["id"] for o in policy["options"]]
+    known = {state_key(r["state"]) for r in store.labeled_rows(exclude_set)} if exclude_set else set()
+    known |= {state_key(r["state"]) for r in store.reviews(policy["id"])}
+    answers: dict[str, list[tuple[dict, dict]]] = {}
+    left = {"labeled": 0, "no_state": 0, "known": 0, "other_options": 0}
+    for run in sorted(store.list_runs(), key=lambda r: r["id"]):  # oldest first: the first answer proposes
+        if run["policy_id"] != policy["id"] or run["kind"] not in REVIEWED_KINDS:
+            continue
+        for r in store.results(run["id"]):
+            if r.get("error") or not r.get("probabilities"):
+                continue
+            if r["option_ids"] != ids:
+                left["other_options"] += 1
+            elif r.get("label") is not None:
+                left["labeled"] += 1
+            elif r.get("state") is None:
+                left["no_state"] += 1
+            elif state_key(r["state"]) in known:
+                left["known"] += 1
+            else:
+                answers.setdefault(state_key(r["state"]), []).append((run, r))
+    threshold = _gate_value(gate)
+    items: list[Item] = []
+    for key, seen in answers.items():
+        run, first = seen[0]
+        tops: dict[str, str] = {}
+        for rn, r in seen:
+            tops.setdefault(r["top_option"], rn["target_name"])
+        gated, top, conf, _ = gate.apply(first)
+        logged = (first.get("response") or {}).get("decision") if isinstance(first.get("response"), dict) else None
+        if logged:  # a decision-log row: what production did, not what the chosen gate would do
+            gated = bool(logged.get("gated"))
+        distance = abs(conf - threshold) if threshold is not None else conf
+        if len(tops) > 1:
+            said = ", ".join(f"{t} says {o}" for o, t in tops.items())
+            items.append(Item(key, first["state"], ids, ids[top], conf, "disagreement", f"targets disagree: {said}",
+                              run["id"], first["row_key"], (0, distance)))
+        elif gated:
+            why = (logged.get("reason") if logged else None) or (
+                f"confidence {conf:.3f} < gate {threshold:.3f}" if threshold is not None else "gated")
+            items.append(Item(key, first["state"], ids, ids[top], conf, "gated",
+                              f"sent to the fallback ({why}) in run #{run['id']} ({run['kind']})", run["id"],
+                              first["row_key"], (1, distance)))
+    items.sort(key=lambda i: i.order)
+    return items, left
+
+
+def label(store: Store, item: Item, option_id: str | None, *, who: str, note: str = "", policy_id: str) -> int:
+    """Store one label (or, with None, a skip) with who and when; returns its id (for undo)."""
+    if option_id is not None and option_id not in item.option_ids:
+        raise ValueError(f"{option_id!r} is not an option ({', '.join(item.option_ids)})")
+    if not who.strip():
+        raise ValueError("reviewer: say who labels (a name or an id), it is stored with every label")
+    return store.add_review({"policy_id": policy_id, "item_key": item.key, "run_id": item.run_id,
+                             "row_key": item.row_key, "state": item.state, "label": option_id,
+                             "action": "label" if option_id is not None else "skip", "note": note.strip(),
+                             "who": who.strip()})
+
+
+def last_review(store: Store, policy_id: str) -> dict | None:
+    """The newest label or skip that can still be taken back."""
+    pending = [r for r in store.reviews(policy_id) if r["set_id"] is None]
+    return pending[-1] if pending else None
+
+
+def append_version(store: Store, base_set_id: int, policy: dict) -> tuple[int, int]:
+    """A new version of the set: its rows plus every pending label (who, when, note and source kept
+    as row metadata). Returns (new set id, rows added). ValueError when nothing is pending."""
+    pending = store.reviews(policy["id"], pending=True)
+    if not pending:
+        raise ValueError("no new labels to add: label some rows first")
+    base = store.get_labeled_set(base_set_id)
+    if base is None:
+        raise ValueError(f"no labeled set #{base_set_id}")
+    rows = [{k: r[k] for k in ("row_key", "state", "label", "split", "meta")} for r in store.labeled_rows(base_set_id)]
+    seen = {state_key(r["state"]) for r in rows}
+    added = []
+    for rv in pending:
+        if state_key(rv["state"]) in seen:  # labelled twice (two sessions): the first label counts
+            continue
+        seen.add(state_key(rv["state"]))
+        added.append(rv)
+        rows.append({"row_key": f"review-{rv['id']}", "state": rv["state"], "label": rv["label"], "split": "test",
+                     "meta": {"reviewed_by": rv["who"], "reviewed_at": rv["at"], "note": rv["note"],
+                              "from_run": rv["run_id"], "from_row": rv["row_key"]}})
+    name = base["name"].split(" +", 1)[0]
+    new_id = store.import_labeled_set(name=f"{name} +{len(rows) - _origin_rows(store, base)} reviewed",
+                                      policy_id=policy["id"], rows=rows, content_hash=content_hash(rows),
+                                      source=f"review: set #{base_set_id} + {len(added)} labels", parent_id=base_set_id)
+    store.mark_appended([rv["id"] for rv in pending], new_id)
+    return new_id, len(added)
+
+
+def _origin_rows(store: Store, labeled: dict) -> int:
+    """Rows of the first version in a set's lineage (names read '<name> +N reviewed' from there)."""
+    while labeled.get("parent_id"):
+        parent = store.get_labeled_set(labeled["parent_id"])
+        if parent is None:
+            break
+        labeled = parent
+    return int(labeled["n_rows"])
+
+
+def new_rows(store: Store, set_id: int) -> int:
+    """How many rows a set version adds to its parent (0 for a set with no parent)."""
+    s = store.get_labeled_set(set_id) or {}
+    parent = store.get_labeled_set(s["parent_id"]) if s.get("parent_id") else None
+    return int(s["n_rows"]) - int(parent["n_rows"]) if parent else 0
+
+
+def interval_change(store: Store, parent_run: int, run: int, policy: CalibratedPolicy) -> tuple[Proportion, Proportion]:
+    """Accuracy at this policy's gate (its own rule) on the parent set's run and on this one: more
+    labeled rows near the gate narrow the Wilson interval the gate was chosen by."""
+    gate = Gate(policy=policy)
+    before: GateMetrics = measure(store.results(parent_run), gate)
+    after: GateMetrics = measure(store.results(run), gate)
+    return before.gate_accuracy, after.gate_accuracy
+
+
+def parent_run(store: Store, run_id: int) -> dict | None:
+    """The evaluation of this run's parent set version with the same target, policy content and
+    readout - the 'before' of the reviewed rows; None when the set has no parent or it was not run."""
+    run = store.get_run(run_id) or {}
+    labeled = store.get_labeled_set(run.get("labeled_set_id") or 0) or {}
+    if not labeled.get("parent_id"):
+        return None
+    cfg = run.get("config") or {}
+    same = ("policy_fingerprint", "readout", "debias", "permute", "few_shot", "examples")
+    for r in store.list_runs(kind="eval"):
+        c = r.get("config") or {}
+        if (r["labeled_set_id"] == labeled["parent_id"] and r["target_name"] == run.get("target_name")
+                and all(c.get(k) == cfg.get(k) for k in same)):
+            return r
+    return None

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_STORE = 5  # the workbench database cannot be written (read-only, disk full): the message says which and why
 
-from app.settings import WorkbenchSettings  # noqa: E402
+from app.core.settings import WorkbenchSettings  # noqa: E402
 
 
 def cmd_run(args) -> int:
@@ -33,7 +33,7 @@ def cmd_run(args) -> int:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["deploy"]:  # its own parser, shared with `python -m deploy`
-        from .deploy_records import deploy_cli
+        from app.core.deploy_records import deploy_cli
 
         return deploy_cli(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m app", description=__doc__,
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     run.add_argument("--host", default=settings.host)
     run.add_argument("--port", type=int, default=settings.port)
     run.set_defaults(fn=cmd_run)
-    from .cli import add_bench_parser, add_check_parser, add_import_parser, add_parser, add_robustness_parser
+    from app.cli.commands import add_bench_parser, add_check_parser, add_import_parser, add_parser, add_robustness_parser
 
     add_parser(sub)
     add_bench_parser(sub)
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     add_check_parser(sub)
     sub.add_parser("deploy", help="deploy's CLI recorded in the workbench (python -m app deploy --help)")
     args = ap.parse_args(argv)
-    from .store import StoreUnavailable
+    from app.core.store import StoreUnavailable
 
     try:
         return args.fn(args)

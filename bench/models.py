@@ -88,7 +88,7 @@ def fitted_report(done: dict, sets: dict, models: list[str], configs: list[str])
     (app.calibration.corrections, the Calibrate page's own) and the one it would choose."""
     import numpy as np
 
-    from app import calibration
+    from app.core import calibration
 
     print("\n| model | scored as | set | none | content-free | fitted | content-free + fitted | chosen |")
     print("|---|---|---|---|---|---|---|---|")

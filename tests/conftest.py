@@ -239,9 +239,9 @@ def two_model_runs(store, smollm2, qwen05, n_rows: int = 12, set_name: str = "ti
     import tempfile
 
     from adapter.templates import load_template
-    from app import evaluation
-    from app.labeled import import_file
-    from app.targets import LocalTarget
+    from app.core import evaluation
+    from app.core.labeled import import_file
+    from app.targets.kinds import LocalTarget
 
     policy = load_template(set_name)
     store.save_policy(policy)

@@ -5,7 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app import analysis, charts
+from app.core import analysis
+
+from app.ui import charts
 
 
 def frame():
@@ -72,7 +74,7 @@ def test_shift_bars_marks_changed_rows():
 
 
 def test_progress_eta_ignores_rows_finished_before_a_resume(monkeypatch):
-    from app import runner
+    from app.core import runner
 
     clock = iter([100.0, 102.0])  # start, then 2 s later (a fake clock: no timing in tests)
     monkeypatch.setattr(runner.time, "perf_counter", lambda: next(clock))
@@ -87,7 +89,7 @@ def test_progress_eta_ignores_rows_finished_before_a_resume(monkeypatch):
 def test_a_target_that_answers_one_option_for_everything_is_named():
     import pandas as pd
 
-    from app import analysis
+    from app.core import analysis
 
     rows = [{"target": "tiny", "top_option": "reject", "label": "approve" if i % 2 else "reject", "error": None}
             for i in range(30)]
@@ -102,7 +104,7 @@ def test_a_target_that_answers_one_option_for_everything_is_named():
 
 
 def test_a_set_says_what_it_can_support_before_scoring():
-    from app.labeled import set_support
+    from app.core.labeled import set_support
 
     rows = [{"label": "yes" if i % 3 else "no", "split": "train" if i < 12 else "test"} for i in range(42)]
     s = set_support(rows, ["yes", "no"])
@@ -115,7 +117,7 @@ def test_a_set_says_what_it_can_support_before_scoring():
 def test_order_check_advice_never_suggests_what_the_run_already_did():
     import pandas as pd
 
-    from app.order_sensitivity import verdict
+    from app.core.order_sensitivity import verdict
 
     positions = pd.DataFrame({"position": ["A", "B"], "chosen": [5, 5], "label": [5, 5]})
     plain = verdict(0.4, positions, None, 10)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app.store import Store
+from app.core.store import Store
 from tests.conftest import ROOT, subset_file
 
 MAIN = str(ROOT / "app" / "main.py")
@@ -128,7 +128,7 @@ def test_policy_views_never_overwrite_a_newer_save(db):
     assert db.get_policy("p")["notes"] == "keep me" and db.get_policy("p")["version"] == 2
     assert '"keep me"' in at.text_area(key="pol_json_p_v2").value  # the JSON view was rebuilt from the save
     # an older view (another tab, or a widget from before the save) applying its text is refused
-    from app.store import StaleEdit
+    from app.core.store import StaleEdit
 
     with pytest.raises(StaleEdit):
         db.save_policy({**json.loads(stale_json), "notes": ""}, expected_version=1)
@@ -242,7 +242,7 @@ def test_targets_page_add_validate_and_test_connection(db, adapter_server):
 
 
 def evaluation_rows(db, runs):
-    from app import evaluation
+    from app.core import evaluation
 
     return evaluation.readout_table(db, runs)
 
@@ -281,7 +281,7 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
     at.checkbox(key="cal_manual").check().run()
     at.slider(key="cal_gate").set_value(0.6).run()
     # the numbers on the page are the exported rule applied to the stored results
-    from app import evaluation
+    from app.core import evaluation
 
     rid = at.selectbox(key="cal_run_pick").value
     cal = evaluation.calibrate_run(db, rid, target_accuracy=0.9)
@@ -406,7 +406,7 @@ def test_robustness_page_shows_what_the_cli_computes(db, tmp_path):
     import subprocess
     import sys
 
-    from app import robustness
+    from app.core import robustness
 
     states = ["I was charged twice for March, please refund one payment.",
               "The parcel tracking link is dead. It has said in transit for nine days.",

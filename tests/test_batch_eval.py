@@ -11,11 +11,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from adapter.templates import load_template
-from app import evaluation
-from app.engines import EnginePool
-from app.labeled import import_file
-from app.store import Store
-from app.target_registry import target_by_name
+from app.core import evaluation
+from app.core.engines import EnginePool
+from app.core.labeled import import_file
+from app.core.store import Store
+from app.targets.registry import target_by_name
 from tests.conftest import REGION, ROOT, subset_file
 from tests.transform_runner import JSONLINES, auto_run_transform_jobs
 

@@ -242,7 +242,7 @@ def test_policies_form_and_json_never_lose_a_save(workbench, page):
         re.compile("keep these notes"), timeout=30_000)
     page.get_by_role("button", name="Apply JSON").click()
     settle(page)
-    from app.store import Store
+    from app.core.store import Store
 
     assert Store(db).get_policy("ticket-routing")["notes"] == "keep these notes"
 
@@ -286,7 +286,7 @@ def test_two_sessions_editing_one_policy_never_lose_a_save(tmp_path, browser):
     keeps its draft on screen (it used to see "Saved version 2" with A's text, its edit gone); a save
     from B's view of a policy A deleted is refused too, and does not re-create it."""
     from adapter.templates import load_template
-    from app.store import Store
+    from app.core.store import Store
 
     db = tmp_path / "wb.db"
     Store(db).save_policy(load_template("ticket-routing"))  # a workbench of its own: other tests expect an empty one
@@ -335,8 +335,8 @@ def test_two_sessions_editing_one_policy_never_lose_a_save(tmp_path, browser):
 def test_two_models_side_by_side_and_the_html_report(workbench, page, tmp_path, engine, qwen05):
     """History: a run compared with another run of the same rows on another model; the numbers on the
     page are the ones computed from the stored results, and the downloaded report holds them too."""
-    from app import drift
-    from app.store import Store
+    from app.core import drift
+    from app.core.store import Store
     from tests.conftest import two_model_runs
 
     url, db = workbench
@@ -368,7 +368,7 @@ def test_review_queue_is_worked_from_the_keyboard(workbench, page, tmp_path):
     """Number keys label the row on screen with that option, U takes it back - real key presses."""
     import sqlite3
 
-    from app.store import Store
+    from app.core.store import Store
     from tests.test_review import base_set, seed_queue
 
     url, db = workbench

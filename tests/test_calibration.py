@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app import calibration as C
+from app.core import calibration as C
 
 
 def test_hand_computed_metrics():

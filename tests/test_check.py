@@ -11,7 +11,7 @@ import sys
 import pytest
 from junitparser import Failure, JUnitXml
 
-from app.store import Store
+from app.core.store import Store
 from tests.conftest import ROOT, subset_file
 
 
@@ -95,7 +95,7 @@ def test_another_model_is_scored_flips_are_counted_and_the_policy_gates_everythi
     assert "16 rows, 16 evaluated, 0 reused" in proc.stderr
     store = Store(db)
     check_run = max(store.list_runs(kind="check"), key=lambda r: r["id"])
-    from app import drift
+    from app.core import drift
 
     expected = drift.compare(store.results(eval_run), store.results(check_run["id"]))
     assert f"[PASS] --max-flips: flips (top option changed) against the baseline: {expected.flips} <= bound 16" in proc.stdout

@@ -5,9 +5,9 @@ import math
 
 import pandas as pd
 
-from app import costs
-from app.deploy_records import record_planned
-from app.store import Store
+from app.core import costs
+from app.core.deploy_records import record_planned
+from app.core.store import Store
 from deploy.config import DeployConfig
 from deploy.pricing import HOURLY_USD, cost_per_1000, first_choice
 

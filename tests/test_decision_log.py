@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from adapter.templates import load_template
-from app.store import Store
+from app.core.store import Store
 from tests.conftest import REGION, ROOT, ServerProcess, routing_row
 
 SECRET = "Customer 4711 (jane@example.com) cannot sign in after the password reset"

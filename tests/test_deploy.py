@@ -231,7 +231,7 @@ def test_cli_plan_apply_status_destroy_against_moto(aws_env, tmp_path):
     name = "textgen-cpu-cli1"
     status = subprocess.run([*base, "status", name, *common], cwd=ROOT, capture_output=True, text=True, env=env)
     assert json.loads(status.stdout)["status"] == "InService"
-    from app.store import Store
+    from app.core.store import Store
 
     store = Store(db)
     assert store.get_deployment(name)["status"] == "InService"
@@ -258,7 +258,7 @@ def test_no_credentials_is_a_clear_error(monkeypatch, moto_url, tmp_path):
 
 def test_boto3_runtime_through_shim_to_the_adapter(adapter_server, monkeypatch):
     from adapter.templates import load_template, request_for
-    from app.targets import SageMakerTarget
+    from app.targets.kinds import SageMakerTarget
 
     shim = RuntimeShim({"semif-gpu-live": adapter_server.url})
     try:

@@ -247,7 +247,7 @@ def test_cli_records_the_plan_it_ran(aws_env, tiny_gguf, tmp_path):
             "--endpoint-url", aws_env, "--poll", "0.01", "--db", str(db)]
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    from app.store import Store
+    from app.core.store import Store
 
     dep = Store(db).get_deployment("textgen-cpu-clirec1")
     assert dep["plan"] == json.loads(done.stdout)["plan"]  # the record is the executed plan
@@ -287,8 +287,8 @@ def test_standalone_cli_writes_its_audit_file_and_destroys_what_it_recorded(aws_
 def test_a_confirm_that_fails_before_any_call_is_recorded(tmp_path, tiny_gguf):
     """No credentials or no AWS at all: the attempt still lands in the workbench's records (the Deploy
     page promises failed attempts are listed), with the reason."""
-    from app.deploy_records import apply_and_record
-    from app.store import Store
+    from app.core.deploy_records import apply_and_record
+    from app.core.store import Store
 
     store = Store(tmp_path / "wb.db")
     c = cfg(serving="semif", model_path=str(tiny_gguf))

@@ -10,9 +10,11 @@ import pytest
 from scipy import stats as st
 from streamlit.testing.v1 import AppTest
 
-from app import drift, drift_report
-from app.gates import Gate
-from app.store import Store
+from app.core import drift
+
+from app.ui import drift_report
+from app.core.gates import Gate
+from app.core.store import Store
 from tests.conftest import ROOT, two_model_runs
 
 MAIN = str(ROOT / "app" / "main.py")
@@ -129,8 +131,8 @@ def test_history_compare_with_shows_the_numbers_and_the_report_holds_them(two_mo
 
 def test_compare_page_puts_two_targets_side_by_side(two_models, monkeypatch, engine, qwen05):
     from adapter.templates import load_template
-    from app.runner import Case, run_policy
-    from app.targets import LocalTarget
+    from app.core.runner import Case, run_policy
+    from app.targets.kinds import LocalTarget
 
     path, _, _ = two_models
     monkeypatch.setenv("SEMIF_DB", str(path))

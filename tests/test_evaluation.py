@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy
-from app import evaluation
-from app.store import Store
+from app.core import evaluation
+from app.core.store import Store
 from tests.conftest import ROOT, ServerProcess, subset_file
 
 
@@ -57,7 +57,8 @@ def test_killed_run_resumes_without_rescoring_or_duplicates(tmp_path):
 
 def test_two_workers_never_score_the_same_run(tmp_path):
     db = tmp_path / "wb.db"
-    args = calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", str(subset_file(tmp_path, "ticket-routing", 30)))
+    # 80 rows: the first worker must still be scoring when the second has started Python (seconds on a loaded machine)
+    args = calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", str(subset_file(tmp_path, "ticket-routing", 80)))
     first = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while count(db) < 3 and time.time() < deadline and first.poll() is None:
@@ -68,7 +69,7 @@ def test_two_workers_never_score_the_same_run(tmp_path):
     store = Store(db)
     (run,) = store.list_runs(kind="eval")
     results = store.results(run["id"])
-    assert run["status"] == "done" and len(results) == 30 == len({r["row_key"] for r in results})
+    assert run["status"] == "done" and len(results) == 80 == len({r["row_key"] for r in results})
 
 
 def test_examples_from_train_are_never_scored(tmp_path):
@@ -192,7 +193,7 @@ def test_benchmark_cli_reports_ratios_and_saves_a_comparison(tmp_path, adapter_s
     # the stored comparison is what the CLI printed: every measured call warm (the warm-up went through
     # the same bookkeeping, on a state of its own), and the Compare page's table gives the same p50/p95
     assert all(res["cold"] == 0 for r in runs for res in Store(db).results(r["id"]))
-    from app import analysis
+    from app.core import analysis
 
     _, stats = analysis.comparison_stats(Store(db), runs[0]["group_id"])
     for row in rows:
@@ -205,8 +206,8 @@ def test_object_states_are_scored_as_the_runtime_renders_them(tmp_path, engine):
     adapter renders the object as indented JSON - calibration measured other prompts than the runtime's."""
     from adapter.schema import DecisionRequest
     from adapter.templates import load_template, request_for
-    from app.labeled import import_file
-    from app.targets import LocalTarget
+    from app.core.labeled import import_file
+    from app.targets.kinds import LocalTarget
 
     db = Store(tmp_path / "wb.db")
     policy = load_template("ticket-routing")
@@ -230,7 +231,7 @@ def test_default_variant_resolves_to_what_the_model_reads(engine):
     """'default' on a local target is the policy's readout, else the model's measured default - so the
     Calibrate page can tell 'default' and the readout it stands for apart (and score it once)."""
     from adapter.templates import load_template
-    from app.targets import LocalTarget
+    from app.targets.kinds import LocalTarget
 
     target = LocalTarget("local", {}, lambda model: engine)
     policy = {**load_template("ticket-routing"), "readout": "", "debias": ""}

@@ -79,7 +79,7 @@ def test_precheck_leaves_ordinary_mentions_alone(state):
 
 def test_no_shipped_clean_row_trips_the_precheck():
     from adapter.templates import load_jsonl
-    from app.labeled import shipped_sets
+    from app.core.labeled import shipped_sets
 
     for policy_id, path in shipped_sets():
         options = load_template(policy_id)["options"]

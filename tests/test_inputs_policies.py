@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from app.inputs import InputError, rows_from_text, rows_from_upload
-from app.policy_form import parse_policy_json, policy_json, validate_policy, templates
+from app.core.inputs import InputError, rows_from_text, rows_from_upload
+from app.core.policies import parse_policy_json, policy_json, validate_policy, templates
 
 
 def test_csv_and_jsonl_uploads():
@@ -58,7 +58,7 @@ def test_policy_json_round_trips_with_templates():
 
 
 def test_a_json_state_file_is_an_object_state():
-    from app.inputs import state_from_file
+    from app.core.inputs import state_from_file
 
     assert state_from_file("t.json", b'{"ticket": "locked out", "tier": 2}') == {"ticket": "locked out", "tier": 2}
     assert state_from_file("t.txt", b'{"not": "parsed"}') == '{"not": "parsed"}'  # text stays text
@@ -71,8 +71,8 @@ def test_a_json_state_file_is_an_object_state():
 
 def test_a_policys_guard_is_validated_saved_and_reaches_the_request(tmp_path):
     from adapter.templates import load_template, request_for
-    from app.policy_form import validate_policy
-    from app.store import Store
+    from app.core.policies import validate_policy
+    from app.core.store import Store
 
     base = {**load_template("ticket-routing")}
     clean, errs = validate_policy({**base, "guard": "erase-and-check"})

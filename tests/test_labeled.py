@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from adapter.templates import load_template
-from app.inputs import InputError
-from app.labeled import content_hash, import_file, parse_labeled, shipped_sets
-from app.store import Store
+from app.core.inputs import InputError
+from app.core.labeled import content_hash, import_file, parse_labeled, shipped_sets
+from app.core.store import Store
 
 OPTS = ["access", "billing", "technical", "shipping"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from adapter.templates import load_template, request_for
-from app import evaluation, reuse
-from app.labeled import import_file
-from app.runner import Case, run_policy
-from app.store import Store
-from app.targets import LocalTarget
+from app.core import evaluation, reuse
+from app.core.labeled import import_file
+from app.core.runner import Case, run_policy
+from app.core.store import Store
+from app.targets.kinds import LocalTarget
 from tests.conftest import subset_file
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from streamlit.testing.v1 import AppTest
 
 from adapter.templates import load_template
-from app import decision_import, evaluation, review
-from app.gates import Gate
-from app.labeled import content_hash, import_file
-from app.store import Store
-from app.targets import LocalTarget
+from app.core import decision_import, evaluation, review
+from app.core.gates import Gate
+from app.core.labeled import content_hash, import_file
+from app.core.store import Store
+from app.targets.kinds import LocalTarget
 from tests.conftest import ROOT, subset_file
 
 MAIN = str(ROOT / "app" / "main.py")

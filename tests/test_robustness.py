@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from adapter.templates import load_template
-from app import robustness as rb
-from app.labeled import shipped_sets
-from app.runner import Case
+from app.core import robustness as rb
+from app.core.labeled import shipped_sets
+from app.core.runner import Case
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUTING = load_template("ticket-routing")
@@ -124,7 +124,7 @@ def test_user_templates_need_the_placeholder():
 def test_cli_writes_the_summary_for_each_shipped_set(tmp_path):
     """`python -m app robustness` on every shipped set (SmolLM2 target, two states each): the JSON
     carries the rates with their n and intervals, and the run is stored for the page."""
-    from app.store import Store
+    from app.core.store import Store
 
     db = tmp_path / "rb.db"
     for policy_id, path in shipped_sets():

@@ -4,15 +4,15 @@ from __future__ import annotations
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
-from app.inputs import rows_from_upload
-from app.safe_text import csv_safe, md
+from app.core.inputs import rows_from_upload
+from app.ui.safe_text import csv_safe, md
 
 
 def test_markdown_in_user_text_is_shown_not_rendered():
     def page():
         import streamlit as st
 
-        from app.safe_text import md
+        from app.ui.safe_text import md
 
         st.error("This target failed: " + md("see ![x](http://evil.example/x.png) **bold** :red[alert]"))
         st.markdown(md("[click](javascript:alert(1)) <img src=x>"))

@@ -3,8 +3,8 @@ preview of what a saved calibrated policy would do with a result."""
 from __future__ import annotations
 
 from adapter.templates import load_template
-from app import evaluation, snippets
-from app.store import Store
+from app.core import evaluation, snippets
+from app.core.store import Store
 
 ROUTING = load_template("ticket-routing")
 IDS = [o["id"] for o in ROUTING["options"]]

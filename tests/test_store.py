@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from adapter.templates import load_template
-from app.store import Store
+from app.core.store import Store
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_single_baseline_pin(db):
 def test_one_lease_per_worker_even_within_one_process(db):
     """Two pages of one workbench server share a process: the second worker is refused, a lost lease
     refuses writes, and the first worker's end gives the run back."""
-    from app.store import RunBusy
+    from app.core.store import RunBusy
 
     rid = db.create_run(kind="eval", policy={"id": "p"}, target={"name": "local"}, n_rows=2)
     first = db.take_lease(rid)
@@ -100,8 +100,8 @@ def test_heartbeat_keeps_a_busy_workers_lease(db):
     """A worker busy for longer than the lease (a Batch Transform job, a model load) keeps its run."""
     import time
 
-    from app.runner import Heartbeat
-    from app.store import LEASE_SECONDS
+    from app.core.runner import Heartbeat
+    from app.core.store import LEASE_SECONDS
 
     rid = db.create_run(kind="eval", policy={"id": "p"}, target={"name": "local"}, n_rows=1)
     lease = db.take_lease(rid)

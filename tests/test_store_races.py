@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from app.store import StaleEdit, Store
+from app.core.store import StaleEdit, Store
 from tests.conftest import ROOT
 
 POLICY = {"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}]}
@@ -19,7 +19,7 @@ TRIALS_PROCESSES, TRIALS_THREADS, WORKERS = 30, 100, 4
 WORKER = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from app.store import StaleEdit, Store
+from app.core.store import StaleEdit, Store
 from tests.conftest import ROOT
 store, index = Store(sys.argv[2]), sys.argv[3]
 policy = {"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}], "notes": "w" + index}
@@ -115,7 +115,7 @@ def test_new_policy_deleted_policy_and_stale_edit_are_refused(tmp_path):
 def test_other_check_then_writes_are_one_transaction(tmp_path):
     """Labeled-set import (checked for duplicates), a pin (at most one), a new target (never replaced),
     deleting a run with its results: each is all-or-nothing under concurrency."""
-    from app.store import Exists
+    from app.core.store import Exists
 
     store = Store(tmp_path / "wb.db")
     rows = [{"row_key": str(i), "state": f"s{i}", "label": "a", "split": "test"} for i in range(50)]

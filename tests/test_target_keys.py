@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app.store import Store
+from app.core.store import Store
 from tests.conftest import ROOT
 
 MAIN = str(ROOT / "app" / "main.py")
@@ -76,7 +76,7 @@ def test_targets_form_refuses_other_variables_and_no_request_carries_them(tmp_pa
     assert not at.exception
     assert any("SEMIF\\_KEY\\_" in e.value and "not allowed" in e.value for e in at.error), [e.value for e in at.error]
     from adapter.schema import DecisionRequest
-    from app.target_registry import target_by_name
+    from app.targets.registry import target_by_name
 
     row = DecisionRequest.model_validate({"id": "r", "state": "s", "question": "q?",
                                           "options": [{"id": "a"}, {"id": "b"}]})

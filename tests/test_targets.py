@@ -8,7 +8,7 @@ import pytest
 
 from adapter.models import shipped_path
 from adapter.templates import load_template, request_for
-from app.targets import (ChatTarget, LocalTarget, SemIfTarget, TargetError, build_target, parse_chat_answer,
+from app.targets.kinds import (ChatTarget, LocalTarget, SemIfTarget, TargetError, build_target, parse_chat_answer,
                          validate_target_spec)
 from tests.conftest import ServerProcess, free_port
 
@@ -102,7 +102,7 @@ def test_first_call_per_policy_and_per_loaded_model_is_cold():
     """'warm' latency must not hide a new policy's first pass (prompt prefix, content-free prior) or
     a model reloaded after eviction."""
     from adapter.templates import load_template, request_for
-    from app.runner import is_cold
+    from app.core.runner import is_cold
 
     from types import SimpleNamespace
 

@@ -6,12 +6,13 @@ import pandas as pd
 import streamlit as st
 
 from adapter.calibrated import CalibratedPolicy
-from app import charts, evaluation, resources, review
-from app.components import glossary
-from app.inputs import InputError
-from app.labeled import import_file, shipped_sets
-from app.safe_text import md
-from app.store import RunBusy, Store
+from app.ui import charts, resources
+from app.core import evaluation, review
+from app.ui.components import glossary
+from app.core.inputs import InputError
+from app.core.labeled import import_file, shipped_sets
+from app.ui.safe_text import md
+from app.core.store import RunBusy, Store
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

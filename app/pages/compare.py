@@ -3,12 +3,14 @@ latency (cold apart from warm), cost per 1,000 decisions, agreement."""
 import pandas as pd
 import streamlit as st
 
-from app import analysis, charts, costs, resources
-from app.components import download_frame, glossary, policy_picker
-from app.drift_panel import render_drift, run_label
-from app.inputs import InputError, rows_from_text, rows_from_upload
-from app.runner import progress_text, run_policy
-from app.safe_text import md
+from app.core import analysis, costs
+
+from app.ui import charts, resources
+from app.ui.components import download_frame, glossary, policy_picker
+from app.ui.drift_panel import render_drift, run_label
+from app.core.inputs import InputError, rows_from_text, rows_from_upload
+from app.core.runner import progress_text, run_policy
+from app.ui.safe_text import md
 
 
 def parse_input(pasted: str, upload, policy: dict):

@@ -12,10 +12,10 @@ import streamlit as st
 
 from adapter.calibrated import PolicyError, load_policy
 from adapter.catalog import SHIPPED
-from app import resources
-from app.deploy_records import apply_and_record, destroy_and_record, record_planned, record_result
-from app.safe_text import md
-from app.settings import WorkbenchSettings
+from app.ui import resources
+from app.core.deploy_records import apply_and_record, destroy_and_record, record_planned, record_result
+from app.ui.safe_text import md
+from app.core.settings import WorkbenchSettings
 from deploy.autoscaling import decisions_per_second
 from deploy.config import COMPUTES, DEFAULT_POOLS, SERVINGS, DeployConfig, FormErrors, config_from_form
 from deploy.executor import DeployError, Executor

@@ -3,12 +3,14 @@ failed attempts apart; an imported decision log (production traffic) replayed on
 import pandas as pd
 import streamlit as st
 
-from app import decision_import, resources
-from app.components import download_frame, show_group_results
-from app.drift_panel import render_drift
-from app.inputs import InputError
-from app.runner import progress_text
-from app.safe_text import md
+from app.core import decision_import
+
+from app.ui import resources
+from app.ui.components import download_frame, show_group_results
+from app.ui.drift_panel import render_drift
+from app.core.inputs import InputError
+from app.core.runner import progress_text
+from app.ui.safe_text import md
 
 
 def runs_table(runs: list[dict]) -> pd.DataFrame:
@@ -128,7 +130,7 @@ def production_section(db, run: dict) -> None:
 
 def import_section(db) -> None:
     """The adapter's decision log (a file, or CloudWatch Logs) as a production run."""
-    from app.settings import WorkbenchSettings
+    from app.core.settings import WorkbenchSettings
 
     with st.expander("Import a decision log (production traffic)", key="hist_log_box"):
         policies = {p["id"]: p for p in db.list_policies()}

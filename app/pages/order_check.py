@@ -5,12 +5,14 @@ import uuid
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import evaluation, order_sensitivity, resources
-from app.components import download_frame, policy_picker
-from app.inputs import InputError, rows_from_text
-from app.labeled import scored_cases
-from app.runner import Case, Job, progress_text, score_into_runs
-from app.safe_text import md
+from app.core import evaluation, order_sensitivity
+
+from app.ui import resources
+from app.ui.components import download_frame, policy_picker
+from app.core.inputs import InputError, rows_from_text
+from app.core.labeled import scored_cases
+from app.core.runner import Case, Job, progress_text, score_into_runs
+from app.ui.safe_text import md
 
 
 def position_chart(positions, labeled: bool) -> go.Figure:

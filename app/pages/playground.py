@@ -3,11 +3,11 @@ import json
 
 import streamlit as st
 
-from app import resources
-from app.components import glossary, policy_picker, show_group_results
-from app.inputs import InputError, is_empty_state, state_from_file
-from app.runner import Case, run_policy
-from app.safe_text import md
+from app.ui import resources
+from app.ui.components import glossary, policy_picker, show_group_results
+from app.core.inputs import InputError, is_empty_state, state_from_file
+from app.core.runner import Case, run_policy
+from app.ui.safe_text import md
 
 FIRST_STATE = "I reset my password an hour ago and now I cannot log in at all. The login page says my account is locked."
 

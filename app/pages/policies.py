@@ -7,10 +7,10 @@ it is refused ("Not saved", with the reason) instead of overwriting the newer ve
 import pandas as pd
 import streamlit as st
 
-from app import resources
-from app.policy_form import VIEW_KEY, editor_view, kept_deleted, parse_policy_json, policy_json, templates, validate_policy
-from app.safe_text import md
-from app.store import StaleEdit
+from app.ui import resources
+from app.core.policies import VIEW_KEY, editor_view, kept_deleted, parse_policy_json, policy_json, templates, validate_policy
+from app.ui.safe_text import md
+from app.core.store import StaleEdit
 
 NEW = "__new__"
 EMPTY = {"id": "", "name": "", "question": "", "options": [{"id": "", "description": ""}] * 2, "examples": [],

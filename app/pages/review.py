@@ -6,9 +6,11 @@ import json
 
 import streamlit as st
 
-from app import resources, review
-from app.drift_panel import gate_choice
-from app.safe_text import md
+from app.ui import resources
+
+from app.core import review
+from app.ui.drift_panel import gate_choice
+from app.ui.safe_text import md
 
 
 def render() -> None:

@@ -4,12 +4,14 @@ import json
 
 import streamlit as st
 
-from app import charts, evaluation, resources, robustness, stats
-from app.components import download_frame, policy_picker
-from app.inputs import InputError, rows_from_text
-from app.labeled import scored_cases
-from app.runner import progress_text
-from app.safe_text import md
+from app.ui import charts, resources
+
+from app.core import evaluation, robustness, stats
+from app.ui.components import download_frame, policy_picker
+from app.core.inputs import InputError, rows_from_text
+from app.core.labeled import scored_cases
+from app.core.runner import progress_text
+from app.ui.safe_text import md
 
 LEVEL = {"ok": st.success, "warn": st.warning, "bad": st.error}
 

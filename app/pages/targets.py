@@ -2,10 +2,10 @@
 import streamlit as st
 
 from adapter.catalog import SHIPPED
-from app import resources
-from app.safe_text import md
-from app.store import Exists
-from app.targets import KEY_PREFIX, KINDS, TargetError, validate_target_spec
+from app.ui import resources
+from app.ui.safe_text import md
+from app.core.store import Exists
+from app.targets.kinds import KEY_PREFIX, KINDS, TargetError, validate_target_spec
 
 OWN_GGUF = "your own GGUF file…"
 

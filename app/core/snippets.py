@@ -43,7 +43,7 @@ def for_target(target: dict, request: dict | None, response: dict | None = None)
     body = pinned(request, response)
     kind, cfg = target.get("kind"), target.get("config") or {}
     if kind == "local":
-        from .engines import model_key
+        from app.core.engines import model_key
 
         serve = f"python -m adapter serve --model {shlex.quote(model_key(cfg.get('model') or None))}"
         return [("Start the same engine as an HTTP server (port 8080; it keeps running)", "bash", serve),
@@ -57,7 +57,7 @@ def for_target(target: dict, request: dict | None, response: dict | None = None)
                + shlex.quote(json.dumps(body, ensure_ascii=False)) + " /dev/stdout")
         return [("boto3", "python", _boto3(cfg["endpoint_name"], region, body)), ("AWS CLI", "bash", cli)]
     if kind in ("systemone", "chat"):
-        from .targets import chat_url
+        from app.targets.kinds import chat_url
 
         url = cfg["url"].rstrip("/") + "/v1/systemone" if kind == "systemone" else chat_url(cfg["url"])
         return [("cURL", "bash", _curl(url, body, cfg.get("api_key_env") or None))]

@@ -14,8 +14,8 @@ import numpy as np
 
 from adapter.calibrated import CalibratedPolicy
 
-from . import calibration
-from .stats import Proportion, proportion
+from app.core import calibration
+from app.core.stats import Proportion, proportion
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Gate:
         """(gated, index of the top option, its confidence, the probabilities the gate reads)."""
         response = result.get("response") if isinstance(result.get("response"), dict) else {}
         if self.policy is not None:
-            from .evaluation import scored_probabilities
+            from app.core.evaluation import scored_probabilities
 
             probs = scored_probabilities(result, self.policy.debias) or result["probabilities"]
             model = (response or {}).get("model") or {}

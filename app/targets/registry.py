@@ -5,9 +5,9 @@ from typing import Callable
 
 from adapter.catalog import SHIPPED
 
-from .engines import model_key
-from .store import Store
-from .targets import LOCAL_DEFAULT, Target, build_target
+from app.core.engines import model_key
+from app.core.store import Store
+from app.targets.kinds import LOCAL_DEFAULT, Target, build_target
 
 
 def builtin_specs() -> list[dict]:

@@ -16,7 +16,7 @@ from adapter.prompt import rotations
 from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
-from .runner import Case
+from app.core.runner import Case
 
 ROTATION_SEP = "#rot"
 NEGATED_SEP = "#not"

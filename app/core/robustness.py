@@ -31,10 +31,10 @@ from adapter.prompt import rotations
 from adapter.schema import DecisionRequest
 from adapter.templates import DATA_DIR, request_for
 
-from . import stats
-from .runner import Case, Job, ProgressFn, score_into_runs
-from .store import Store
-from .targets import Target
+from app.core import stats
+from app.core.runner import Case, Job, ProgressFn, score_into_runs
+from app.core.store import Store
+from app.targets.kinds import Target
 
 SEP = "#rb:"
 CHECKS = ("steering", "paraphrase", "rename", "irrelevant-option", "none-of-these", "order", "negation")

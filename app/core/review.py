@@ -20,10 +20,10 @@ from typing import Any
 
 from adapter.calibrated import CalibratedPolicy
 
-from .gates import Gate, GateMetrics, measure
-from .labeled import content_hash
-from .stats import Proportion
-from .store import Store
+from app.core.gates import Gate, GateMetrics, measure
+from app.core.labeled import content_hash
+from app.core.stats import Proportion
+from app.core.store import Store
 
 REVIEWED_KINDS = ("compare", "playground", "production", "replay", "eval", "check", "robustness")
 

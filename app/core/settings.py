@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-DEFAULT_DB = Path(__file__).resolve().parent.parent / "data" / "workbench.db"
+DEFAULT_DB = Path(__file__).resolve().parents[2] / "data" / "workbench.db"
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as _st
 
-from . import stats
-from .gates import Gate, GateMetrics, measure
+from app.core import stats
+from app.core.gates import Gate, GateMetrics, measure
 
 SHIFT_THRESHOLD = 0.10
 FLIP_KINDS = ("fixed", "broken", "changed-wrong", "changed")

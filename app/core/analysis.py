@@ -72,7 +72,7 @@ def _ms(ms: float) -> str:
 def accuracy_by_target(df: pd.DataFrame) -> pd.DataFrame:
     """Per target: labeled rows answered, correct, wrong, accuracy with its Wilson 95% interval
     (rows without a label are left out)."""
-    from .stats import proportion
+    from app.core.stats import proportion
 
     rows = []
     labeled = df[df["label"].notna() & df["error"].isna()]
@@ -183,7 +183,7 @@ def diff_runs(baseline: list[dict], other: list[dict]) -> pd.DataFrame:
 def comparison_stats(store, group_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results frame, latency + cost table) of a saved comparison, read back from the store: the
     Compare page and `python -m app bench` show the same numbers for the same group."""
-    from .costs import with_costs
+    from app.core.costs import with_costs
 
     runs = store.runs_in_group(group_id)
     df = results_frame(runs, {r["id"]: store.results(r["id"]) for r in runs})

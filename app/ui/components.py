@@ -6,9 +6,11 @@ import json
 import pandas as pd
 import streamlit as st
 
-from . import analysis, charts, evaluation, snippets
-from .safe_text import csv_safe, md
-from .store import Store
+from app.core import analysis, evaluation, snippets
+
+from app.ui import charts
+from app.ui.safe_text import csv_safe, md
+from app.core.store import Store
 
 GLOSSARY = {
     "label mass": "share of the model's next-token probability that went to the option labels at all; low means "

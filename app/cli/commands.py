@@ -9,13 +9,13 @@ from typing import Any
 
 from adapter.templates import DATA_DIR, request_for
 
-from . import evaluation
-from .engines import EnginePool
-from .inputs import InputError
-from .labeled import import_file
-from .policy_form import templates, validate_policy
-from .target_registry import target_by_name
-from .store import RunBusy, StaleEdit, Store
+from app.core import evaluation
+from app.core.engines import EnginePool
+from app.core.inputs import InputError
+from app.core.labeled import import_file
+from app.core.policies import templates, validate_policy
+from app.targets.registry import target_by_name
+from app.core.store import RunBusy, StaleEdit, Store
 
 EXIT_UNREACHABLE = 3
 WARM_UP_STATE = "Warm-up call before the benchmark (not measured)."
@@ -141,9 +141,10 @@ def bench(args) -> int:
     loads and connections are not measured): p50 / p95 / max per target, their ratios to the first,
     decisions per second and cost per 1,000 decisions; saved as a comparison the Compare page opens
     (ECDF, box plot), optionally the ECDF as a standalone HTML file."""
-    from . import analysis, charts
-    from .inputs import rows_from_upload
-    from .runner import is_cold, run_policy
+    from app.core import analysis
+    from app.ui import charts
+    from app.core.inputs import rows_from_upload
+    from app.core.runner import is_cold, run_policy
 
     store = Store(args.db)
     policy = resolve_policy(store, args.policy)
@@ -198,9 +199,9 @@ def robustness(args) -> int:
     """The Robustness check headless: the same rows, rates and verdicts as the page, as JSON."""
     from tqdm import tqdm
 
-    from . import robustness as rb
-    from .inputs import rows_from_upload
-    from .labeled import evenly_spaced, scored_cases
+    from app.core import robustness as rb
+    from app.core.inputs import rows_from_upload
+    from app.core.labeled import evenly_spaced, scored_cases
 
     store = Store(args.db)
     policy = resolve_policy(store, args.policy)
@@ -250,7 +251,7 @@ def robustness(args) -> int:
 
 
 def add_robustness_parser(sub) -> None:
-    from .robustness import CHECKS
+    from app.core.robustness import CHECKS
 
     p = sub.add_parser("robustness", help="steering, paraphrase, renamed/extra options, order: does the decision hold?")
     p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
@@ -276,8 +277,8 @@ def import_log(args) -> int:
     """A decision log (file or CloudWatch Logs) as a production run; optionally replayed on a target."""
     from datetime import datetime
 
-    from . import decision_import as di
-    from .settings import WorkbenchSettings
+    from app.core import decision_import as di
+    from app.core.settings import WorkbenchSettings
 
     if bool(args.file) == bool(args.cloudwatch):
         print("error: give exactly one of FILE (a decision log file) or --cloudwatch GROUP", file=sys.stderr)
@@ -376,9 +377,9 @@ def check(args) -> int:
     write JUnit / Markdown; exit 0 / 1 / 2 (app/check.py)."""
     from adapter.decision_log import policy_version
 
-    from . import check as ck
-    from . import drift as dr
-    from .gates import Gate, measure
+    from app.core import check as ck
+    from app.core import drift as dr
+    from app.core.gates import Gate, measure
 
     bounds = {k: getattr(args, k) for k in ("min_accuracy", "min_gate_accuracy", "min_coverage", "max_ece",
                                             "max_flips", "max_broken")}

@@ -28,7 +28,7 @@ from typing import Any, Iterator, Literal
 
 import sqlite_utils
 
-from .settings import WorkbenchSettings
+from app.core.settings import WorkbenchSettings
 
 
 SCHEMA: dict[str, dict] = {

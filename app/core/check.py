@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .drift import Drift
-from .gates import GateMetrics
+from app.core.drift import Drift
+from app.core.gates import GateMetrics
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 

@@ -20,9 +20,9 @@ from typing import Callable, Iterable
 from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
-from .reuse import copied_row, reuse_key
-from .store import LEASE_SECONDS, RunBusy, RunStatus, Store, StoreUnavailable
-from .targets import LocalTarget, Target, TargetResult
+from app.core.reuse import copied_row, reuse_key
+from app.core.store import LEASE_SECONDS, RunBusy, RunStatus, Store, StoreUnavailable
+from app.targets.kinds import LocalTarget, Target, TargetResult
 
 ProgressFn = Callable[[int, int, "float | None"], None]
 log = logging.getLogger("semif.workbench")
@@ -224,7 +224,7 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
 
 def batch_results(target: Target, requests: list[DecisionRequest]) -> list[TargetResult]:
     """A batch target's results for all requests; when the whole batch fails, each row carries the error."""
-    from .targets import TargetError
+    from app.targets.kinds import TargetError
 
     if not requests:
         return []

@@ -11,8 +11,8 @@ from deploy.config import DeployConfig
 from deploy.executor import Executor
 from deploy.plan import Package, Step
 
-from .settings import WorkbenchSettings
-from .store import Store
+from app.core.settings import WorkbenchSettings
+from app.core.store import Store
 
 
 def record_planned(store: Store, cfg: DeployConfig, plan: list[dict[str, Any]], who: str | None = None) -> None:

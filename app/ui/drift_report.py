@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 import json
 
-from . import charts
-from .drift import FLIP_KINDS, Drift, pair_frame
+from app.ui import charts
+from app.core.drift import FLIP_KINDS, Drift, pair_frame
 
 
 def figures(drift: Drift) -> list:

@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from .inputs import InputError, is_empty_state, read_records
+from app.core.inputs import InputError, is_empty_state, read_records
 
 RESERVED = {"state", "label", "id", "split"}
 
@@ -76,7 +76,7 @@ def evenly_spaced(rows: list, limit: int | None) -> list:
 
 def scored_cases(store, set_id: int, limit: int | None = None) -> list:
     """A stored set's rows outside its train split (those are never scored), as cases to check."""
-    from .runner import Case
+    from app.core.runner import Case
 
     rows = [r for r in store.labeled_rows(set_id) if r.get("split") != "train"]
     return [Case(r["row_key"], r["state"], r["label"]) for r in evenly_spaced(rows, limit)]
@@ -86,7 +86,7 @@ def set_support(rows: list[dict], option_ids: list[str]) -> dict:
     """What a labeled set can support, said before anything is scored: the rows that will be scored
     (the train split never is), per option, and whether that reaches a recommended gate (50 rows)
     and fitted offsets (5 of every option). `messages` says it in words, most limiting first."""
-    from .calibration import MIN_ROWS_PER_OPTION, PROVISIONAL, SMALL
+    from app.core.calibration import MIN_ROWS_PER_OPTION, PROVISIONAL, SMALL
 
     scored = [r for r in rows if r.get("split") != "train"] if any(r.get("split") == "train" for r in rows) else rows
     per_option = {o: sum(1 for r in scored if r.get("label") == o) for o in option_ids}

@@ -7,12 +7,12 @@ import streamlit as st
 
 from adapter.templates import list_templates
 
-from .engines import EnginePool
-from .safe_text import md
-from .target_registry import target_specs  # noqa: F401  (re-exported for pages)
-from .settings import WorkbenchSettings
-from .store import StaleEdit, Store, StoreUnavailable
-from .targets import LocalTarget, Target, build_target
+from app.core.engines import EnginePool
+from app.ui.safe_text import md
+from app.targets.registry import target_specs  # noqa: F401  (re-exported for pages)
+from app.core.settings import WorkbenchSettings
+from app.core.store import StaleEdit, Store, StoreUnavailable
+from app.targets.kinds import LocalTarget, Target, build_target
 
 
 @st.cache_resource(show_spinner=False)
@@ -47,7 +47,7 @@ def load_models(targets: list[Target]) -> None:
 
 def chosen_targets(db: Store, names: list[str]) -> list[Target] | None:
     """The named targets, their local models loaded (with a status line); None after showing why not."""
-    from .targets import TargetError
+    from app.targets.kinds import TargetError
 
     specs = {s["name"]: s for s in target_specs(db)}
     try:

@@ -6,11 +6,11 @@ import streamlit as st
 
 from adapter.calibrated import CalibratedPolicy
 
-from .drift import FLIP_KINDS, SHIFT_THRESHOLD, compare, pair_frame
-from .drift_report import figures, html_report, json_text
-from .gates import Gate
-from .safe_text import md
-from .store import Store
+from app.core.drift import FLIP_KINDS, SHIFT_THRESHOLD, compare, pair_frame
+from app.ui.drift_report import figures, html_report, json_text
+from app.core.gates import Gate
+from app.ui.safe_text import md
+from app.core.store import Store
 
 KIND_HELP = {"fixed": "wrong in A, right in B", "broken": "right in A, wrong in B",
              "changed-wrong": "wrong in both, differently", "changed": "top option changed, no label"}

@@ -6,7 +6,7 @@ import io
 import json
 from typing import Any
 
-from .runner import Case
+from app.core.runner import Case
 
 MAX_FIELD = 16 * 1024 * 1024  # characters in one CSV cell
 

@@ -27,7 +27,7 @@ import httpx
 from adapter.prompt import LETTERS, letters_messages
 from adapter.schema import DecisionRequest, DecisionResult, ProbabilityStatus, RequestError
 
-from .settings import WorkbenchSettings
+from app.core.settings import WorkbenchSettings
 
 TargetKind = Literal["local", "semif", "systemone", "sagemaker", "sagemaker-batch", "chat"]
 KINDS: dict[str, str] = {
@@ -119,7 +119,7 @@ class LocalTarget(Target):
         self.engine()
 
     def numerics(self) -> dict | None:
-        from .reuse import numerics
+        from app.core.reuse import numerics
 
         return numerics(self.engine().info.public())
 
@@ -245,7 +245,7 @@ class SemIfTarget(KeyedTarget):
     def numerics(self) -> dict | None:
         """From the adapter's /info (asked once per target object); None when it cannot be reached -
         the call that follows then reports why."""
-        from .reuse import numerics
+        from app.core.reuse import numerics
 
         if self._numerics is None:
             try:
@@ -457,7 +457,7 @@ def build_target(spec: dict, engine_provider: Callable | None = None, secrets: d
         if kind == "systemone":
             return SystemOneTarget(name, cfg, secrets)
         if kind == "sagemaker-batch":
-            from .batch_target import BatchTransformTarget
+            from app.targets.batch import BatchTransformTarget
 
             return BatchTransformTarget(name, cfg)
     except KeyError as exc:

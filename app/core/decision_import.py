@@ -18,9 +18,9 @@ from typing import Any, Iterable
 from adapter.decision_log import MARKER
 from adapter.templates import request_for
 
-from .inputs import InputError
-from .runner import Case, Job, ProgressFn, score_into_runs
-from .store import Store
+from app.core.inputs import InputError
+from app.core.runner import Case, Job, ProgressFn, score_into_runs
+from app.core.store import Store
 
 PRODUCTION = "production"
 REPLAY = "replay"

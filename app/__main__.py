@@ -19,7 +19,7 @@ EXIT_STORE = 5  # the workbench database cannot be written (read-only, disk full
 from app.core.settings import WorkbenchSettings  # noqa: E402
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     argv = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
             "--server.address", args.host, "--server.port", str(args.port), "--server.headless", "true",
             "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
@@ -30,7 +30,7 @@ def cmd_run(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["deploy"]:  # its own parser, shared with `python -m deploy`
         from app.core.deploy_records import deploy_cli
@@ -44,13 +44,10 @@ def main(argv=None) -> int:
     run.add_argument("--host", default=settings.host)
     run.add_argument("--port", type=int, default=settings.port)
     run.set_defaults(fn=cmd_run)
-    from app.cli.commands import add_bench_parser, add_check_parser, add_import_parser, add_parser, add_robustness_parser
+    from app.cli import bench, calibrate, check, import_log, robustness
 
-    add_parser(sub)
-    add_bench_parser(sub)
-    add_robustness_parser(sub)
-    add_import_parser(sub)
-    add_check_parser(sub)
+    for command in (calibrate, bench, robustness, import_log, check):
+        command.add_parser(sub)
     sub.add_parser("deploy", help="deploy's CLI recorded in the workbench (python -m app deploy --help)")
     args = ap.parse_args(argv)
     from app.core.store import StoreUnavailable

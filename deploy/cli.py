@@ -25,9 +25,8 @@ from typing import Any, Callable
 from .audit_file import AuditFile, Ledger
 from .config import COMPUTES, SERVINGS, DeployConfig, FormErrors, config_from_form
 from .executor import DeployError, Event, Executor
-from .package import build_package
-from .plan import Package, Step, deployment_plan
-from .validate import validate_plan
+from .plan import Package, Step
+from .prepare import prepare
 
 FORM_FLAGS = ["region", "bucket", "role_arn", "serving", "compute", "codebuild_role_arn", "account_id", "instance_type",
               "instance_count", "image_uri", "ctx_size", "startup_timeout", "download_timeout", "provision_timeout",
@@ -56,16 +55,14 @@ def work_dir(args: argparse.Namespace) -> Path:
 def checked_plan(cfg: DeployConfig, args: argparse.Namespace) -> tuple[Package, list[Step]]:
     """Package first (local), then the plan with the real checksums; exit 2 when invalid."""
     try:
-        pkg = build_package(cfg, work_dir(args))
-        steps = deployment_plan(cfg, pkg)
+        prepared = prepare(cfg, work_dir(args))
     except (ValueError, FileNotFoundError) as exc:
         print(f"cannot plan: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    errors = validate_plan(steps, cfg.region, allow_account_placeholder=True)
-    if errors:
-        print("the plan is invalid:\n  " + "\n  ".join(errors), file=sys.stderr)
+    if prepared.errors:
+        print("the plan is invalid:\n  " + "\n  ".join(prepared.errors), file=sys.stderr)
         raise SystemExit(2)
-    return pkg, steps
+    return prepared.pkg, prepared.steps
 
 
 def printable(cfg: DeployConfig, steps: list[Step]) -> dict[str, Any]:
@@ -136,7 +133,9 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 
 def cmd_transform(args: argparse.Namespace) -> int:
+    from .package import build_package
     from .transform import prepare_transform, transform_plan
+    from .validate import validate_plan
 
     cfg = config_from(args)
     try:

@@ -241,7 +241,7 @@ def two_model_runs(store, smollm2, qwen05, n_rows: int = 12, set_name: str = "ti
     from adapter.templates import load_template
     from app.core import evaluation
     from app.core.labeled import import_file
-    from app.targets.kinds import LocalTarget
+    from app.targets.local import LocalTarget
 
     policy = load_template(set_name)
     store.save_policy(policy)

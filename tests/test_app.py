@@ -48,7 +48,7 @@ def test_first_start_teaches_then_runs_and_saves(db):
     assert at.text_area(key="pg_state").value.startswith("I reset my password")  # the state behind the result
     at.text_area(key="pg_state").input("").run()
     at.button(key="pg_run").click().run()
-    assert "State** is empty" in at.error[0].value and len(db.list_runs()) == 1  # validated, nothing run
+    assert "**State**" in at.error[0].value and "is empty" in at.error[0].value and len(db.list_runs()) == 1  # validated, nothing run
     at.text_area(key="pg_state").input("After I reset my password the site says my account is locked.").run()
     at.button(key="pg_run").click().run()
     assert not at.exception
@@ -144,6 +144,24 @@ def test_policy_from_template_and_delete(db):
     assert db.list_policies() == []
 
 
+def test_add_template_after_a_delete_adds_a_copy_under_a_free_id(db):
+    """Two policies saved, one of them refund-check-3: the old page named the copy after the number of
+    policies (refund-check-3) and the save was refused or overwrote it. Now a free id is taken."""
+    from app.core.policies import templates
+
+    tpl = templates()["refund-check"]
+    db.save_policy(dict(tpl), expected_version=0)
+    db.save_policy({**tpl, "id": "refund-check-3", "name": "Mine", "question": "My own refund question?"},
+                   expected_version=0)
+    at = app("policies")
+    at.selectbox(key="pol_tpl").select("refund-check").run()
+    at.button(key="pol_add_tpl").click().run()
+    assert not at.exception and not at.error
+    assert {p["id"] for p in db.list_policies()} == {"refund-check", "refund-check-2", "refund-check-3"}
+    assert db.get_policy("refund-check-3")["question"] == "My own refund question?"
+    assert at.selectbox(key="pol_pick").value == "refund-check-2"  # the new copy is opened
+
+
 def test_compare_with_uploaded_csv_labels_and_the_new_comparison_selected(db):
     at = app()
     at.button(key="pg_seed").click().run()
@@ -233,10 +251,10 @@ def test_targets_page_add_validate_and_test_connection(db, adapter_server):
     oks = [s.value for s in at.success]
     assert any("is up" in v for v in oks) and any("loaded SmolLM2" in v for v in oks)  # both results stay
     at.selectbox(key="tg_kind").select("local").run()
-    assert "tg_model_1" not in [w.key for w in at.text_input]  # a shipped model needs no path
+    assert "tg_model_path_1" not in [w.key for w in at.text_input]  # a shipped model needs no path
     at.selectbox(key="tg_model_pick_1").select("your own GGUF file…").run()
     at.text_input(key="tg_name_1").input("mine")
-    at.text_input(key="tg_model_1").input("/nope/model.gguf")
+    at.text_input(key="tg_model_path_1").input("/nope/model.gguf")
     at.button(key="FormSubmitter:tg_form_1-Save target").click().run()
     assert any("existing" in e.value and "gguf file" in e.value for e in at.error) and len(db.list_targets()) == 1
 
@@ -333,9 +351,9 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
     at.radio(key="dep_compute").set_value("cpu").run()  # a plan for other settings is never confirmable
     assert any("press **Plan** again" in w.value for w in at.warning) and "dep_go" not in [b.key for b in at.button]
     at.radio(key="dep_compute").set_value("gpu").run()  # back to what was planned: the plan is valid again
-    first_pkg = Path(at.session_state["dep_pkg"]["model_file"])
+    first_pkg = Path(at.session_state["dep_planned"]["pkg"]["model_file"])
     at.button(key="FormSubmitter:dep_form-Plan").click().run()  # planned again: the unconfirmed package goes
-    assert not first_pkg.exists() and Path(at.session_state["dep_pkg"]["model_file"]).exists()
+    assert not first_pkg.exists() and Path(at.session_state["dep_planned"]["pkg"]["model_file"]).exists()
     assert at.button(key="dep_go").disabled  # not before the acknowledgement
     at.checkbox(key="dep_ack").check().run()
     at.button(key="dep_go").click().run()

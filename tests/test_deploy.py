@@ -258,7 +258,7 @@ def test_no_credentials_is_a_clear_error(monkeypatch, moto_url, tmp_path):
 
 def test_boto3_runtime_through_shim_to_the_adapter(adapter_server, monkeypatch):
     from adapter.templates import load_template, request_for
-    from app.targets.kinds import SageMakerTarget
+    from app.targets.remote import SageMakerTarget
 
     shim = RuntimeShim({"semif-gpu-live": adapter_server.url})
     try:

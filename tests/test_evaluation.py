@@ -207,7 +207,7 @@ def test_object_states_are_scored_as_the_runtime_renders_them(tmp_path, engine):
     from adapter.schema import DecisionRequest
     from adapter.templates import load_template, request_for
     from app.core.labeled import import_file
-    from app.targets.kinds import LocalTarget
+    from app.targets.local import LocalTarget
 
     db = Store(tmp_path / "wb.db")
     policy = load_template("ticket-routing")
@@ -231,7 +231,7 @@ def test_default_variant_resolves_to_what_the_model_reads(engine):
     """'default' on a local target is the policy's readout, else the model's measured default - so the
     Calibrate page can tell 'default' and the readout it stands for apart (and score it once)."""
     from adapter.templates import load_template
-    from app.targets.kinds import LocalTarget
+    from app.targets.local import LocalTarget
 
     target = LocalTarget("local", {}, lambda model: engine)
     policy = {**load_template("ticket-routing"), "readout": "", "debias": ""}

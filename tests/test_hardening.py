@@ -113,7 +113,8 @@ def test_every_route_but_ping_needs_the_key(monkeypatch):
             assert res.status_code == 401 and res.json()["detail"]["message"] == "invalid API key"
         # the workbench's adapter target sends the key named by api_key_env (never stored itself)
         from adapter.schema import DecisionRequest
-        from app.targets.kinds import SemIfTarget, TargetError
+        from app.targets.base import TargetError
+        from app.targets.remote import SemIfTarget
 
         monkeypatch.setenv("SEMIF_KEY_TEST_ADAPTER", KEY)
         keyed = SemIfTarget("keyed", {"url": srv.url, "api_key_env": "SEMIF_KEY_TEST_ADAPTER"})

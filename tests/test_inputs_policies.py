@@ -84,3 +84,22 @@ def test_a_policys_guard_is_validated_saved_and_reaches_the_request(tmp_path):
     saved = store.get_policy("ticket-routing")
     assert saved["guard"] == "erase-and-check"
     assert request_for(saved, "Locked out", "r").guard == "erase-and-check"
+
+
+def test_add_template_never_overwrites_a_policy_after_a_delete(tmp_path):
+    """'Add template' numbered its copy by the number of policies; after a delete that number names an
+    existing policy, which the old page then overwrote. The copy now takes the first free id."""
+    from app.core.store import Store
+    from app.service import policies as service
+
+    db = Store(tmp_path / "wb.db")
+    tpl = service.templates()["refund-check"]
+    db.save_policy(dict(tpl), expected_version=0)
+    mine = {**tpl, "id": "refund-check-3", "name": "My refund rules", "question": "Is this refund allowed under MY rules?"}
+    db.save_policy(mine, expected_version=0)  # two policies: the old rule would name the copy refund-check-3
+    added = service.add_template(db, "refund-check")
+    assert added["id"] == "refund-check-2" and added["question"] == tpl["question"]
+    assert db.get_policy("refund-check-3")["question"] == mine["question"]  # untouched
+    again = service.add_template(db, "refund-check")
+    assert again["id"] == "refund-check-4" and len(db.list_policies()) == 4
+    assert service.duplicate(db, db.get_policy("refund-check-3"))["id"] == "refund-check-3-copy2"

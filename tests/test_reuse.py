@@ -9,7 +9,7 @@ from app.core import evaluation, reuse
 from app.core.labeled import import_file
 from app.core.runner import Case, run_policy
 from app.core.store import Store
-from app.targets.kinds import LocalTarget
+from app.targets.local import LocalTarget
 from tests.conftest import subset_file
 
 

@@ -10,7 +10,7 @@ from app.core import decision_import, evaluation, review
 from app.core.gates import Gate
 from app.core.labeled import content_hash, import_file
 from app.core.store import Store
-from app.targets.kinds import LocalTarget
+from app.targets.local import LocalTarget
 from tests.conftest import ROOT, subset_file
 
 MAIN = str(ROOT / "app" / "main.py")

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from adapter.schema import DecisionResult
 from adapter.systemone import (SystemOneRequest, choice_confidence, respond, score_confidence, to_answer,
                                to_rows)
-from app.targets.kinds import SystemOneTarget
+from app.targets.remote import SystemOneTarget
 from tests.conftest import ServerProcess
 
 J = {"content-type": "application/json"}

@@ -57,12 +57,12 @@ def test_targets_form_refuses_other_variables_and_no_request_carries_them(tmp_pa
     at.run()
     at.switch_page("pages/targets.py").run()
     at.selectbox(key="tg_kind").select("semif").run()
-    assert "SEMIF_KEY_" in at.text_input(key="tg_key_env_0").label  # the form says so before anything is typed
+    assert "SEMIF_KEY_" in at.text_input(key="tg_api_key_env_0").label  # the form says so before anything is typed
 
     # 1. the form refuses the name, says the rule, and saves nothing
     at.text_input(key="tg_name_0").input("evil")
     at.text_input(key="tg_url_0").input(url)
-    at.text_input(key="tg_key_env_0").input("AWS_SECRET_ACCESS_KEY")
+    at.text_input(key="tg_api_key_env_0").input("AWS_SECRET_ACCESS_KEY")
     at.button(key="FormSubmitter:tg_form_0-Save target").click().run()
     assert not at.exception
     refusal = [e.value for e in at.error if "api\\_key\\_env" in e.value or "api_key_env" in e.value]
@@ -85,7 +85,7 @@ def test_targets_form_refuses_other_variables_and_no_request_carries_them(tmp_pa
 
     # 3. the allowed kind of name is sent (the recorder works: its silence above means something)
     at.text_input(key="tg_name_0").input("good")
-    at.text_input(key="tg_key_env_0").input("SEMIF_KEY_RECORDER")
+    at.text_input(key="tg_api_key_env_0").input("SEMIF_KEY_RECORDER")
     at.button(key="FormSubmitter:tg_form_0-Save target").click().run()
     assert [t["name"] for t in db.list_targets()] == ["good", "old"]
     at.button(key="tg_test_good").click().run()

@@ -8,8 +8,11 @@ import pytest
 
 from adapter.models import shipped_path
 from adapter.templates import load_template, request_for
-from app.targets.kinds import (ChatTarget, LocalTarget, SemIfTarget, TargetError, build_target, parse_chat_answer,
-                         validate_target_spec)
+from app.targets.base import TargetError
+from app.targets.chat import ChatTarget, parse_chat_answer
+from app.targets.local import LocalTarget
+from app.targets.registry import build_target, validate_target_spec
+from app.targets.remote import SemIfTarget
 from tests.conftest import ServerProcess, free_port
 
 ROUTING = load_template("ticket-routing")

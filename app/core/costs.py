@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from deploy.pricing import HOURLY_USD, PRICES_AS_OF, PRICES_SOURCE, first_choice
+from deploy.pricing import PRICES_AS_OF, PRICES_SOURCE
 
 PRICE_SOURCE = f"{PRICES_SOURCE}, {PRICES_AS_OF}; a hint, not a quote"
 
@@ -20,24 +20,11 @@ def usd_per_1000(hourly_usd: float, decisions_per_s: float) -> float:
 
 
 def instance_price(target: dict, store) -> tuple[float | None, str]:
-    """(hourly USD, what it is) for a target: a price set on the target, else the instance type of
-    the deployment behind a SageMaker endpoint - for a GPU pool its first choice (priority 1), as
-    the Deploy page prices it."""
-    cfg = target.get("config") or {}
-    if cfg.get("hourly_usd"):
-        return float(cfg["hourly_usd"]), "the target's own hourly price"
-    if target.get("kind") != "sagemaker":
-        return None, ""
-    dep = store.get_deployment(cfg.get("endpoint_name", "")) if store is not None else None
-    dep_cfg = (dep or {}).get("config") or {}
-    if dep_cfg.get("compute") == "gpu":
-        t = first_choice("gpu", None, dep_cfg.get("pools"))
-        if t in HOURLY_USD:
-            return HOURLY_USD[t], f"{t} (its GPU pool's first choice)"
-    itype = dep_cfg.get("instance_type") or cfg.get("instance_type")
-    if itype in HOURLY_USD:
-        return HOURLY_USD[itype], str(itype)
-    return None, ""
+    """(hourly USD, what it is) for a target: its own price, else where its kind takes one from (a
+    SageMaker endpoint: the deployment behind it; a GPU pool's first choice, as Deploy prices it)."""
+    from app.targets.registry import hourly_price
+
+    return hourly_price(target, store.get_deployment if store is not None else None)
 
 
 def with_costs(stats: pd.DataFrame, targets: dict[str, dict], store=None) -> pd.DataFrame:

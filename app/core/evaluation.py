@@ -22,7 +22,7 @@ from adapter.templates import request_for
 from app.core import calibration
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.store import Store, now
-from app.targets.kinds import Target
+from app.targets.base import Target
 
 EXAMPLE_SOURCES = ("policy", "train")
 ExampleSource = Literal["policy", "train"]
@@ -97,7 +97,7 @@ def resolve_variant(variant: Variant, policy: dict, target) -> Variant | None:
     measured defaults (the engine's own rule). None for a remote target (its model decides)."""
     from adapter.templates import request_for
 
-    from app.targets.kinds import LocalTarget
+    from app.targets.local import LocalTarget
 
     if not isinstance(target, LocalTarget):
         return None

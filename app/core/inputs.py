@@ -67,11 +67,20 @@ def read_records(filename: str, data: bytes, problems: list[str], required: str 
     return records
 
 
-def rows_from_upload(filename: str, data: bytes, option_ids: list[str] | None = None) -> list[Case]:
+def rows_from_upload(filename: str, data: bytes, option_ids: list[str] | None = None,
+                     policy_id: str | None = None) -> list[Case]:
     """CSV (header with `state`, optional `id`, `label`) or JSONL ({"state", "id"?, "label"?}). With
-    `option_ids`, a label that is not one of them is refused (it could never be answered right)."""
+    `option_ids`, a label that is not one of them is refused (it could never be answered right).
+    With `policy_id`, a file that names each row's policy (a `policy` column, as data/cases/probe.jsonl
+    does) gives only that policy's rows."""
     problems: list[str] = []
     records = read_records(filename, data, problems)
+    if policy_id is not None and any(str(rec.get("policy") or "").strip() for _, rec in records):
+        named = sorted({str(rec.get("policy") or "").strip() for _, rec in records} - {""})
+        records = [(n, rec) for n, rec in records if str(rec.get("policy") or "").strip() in ("", policy_id)]
+        if not records and not problems:
+            raise InputError([f"column policy: no row is for policy {policy_id!r} (the file's rows are for "
+                              f"{', '.join(named)}): pick one of those policies, or clear the policy column"])
     rows, seen = [], set()
     for n, rec in records:
         state = rec.get("state")

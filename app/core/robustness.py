@@ -34,7 +34,7 @@ from adapter.templates import DATA_DIR, request_for
 from app.core import stats
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.store import Store
-from app.targets.kinds import Target
+from app.targets.base import Target
 
 SEP = "#rb:"
 CHECKS = ("steering", "paraphrase", "rename", "irrelevant-option", "none-of-these", "order", "negation")

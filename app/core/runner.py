@@ -22,9 +22,10 @@ from adapter.templates import request_for
 
 from app.core.reuse import copied_row, reuse_key
 from app.core.store import LEASE_SECONDS, RunBusy, RunStatus, Store, StoreUnavailable
-from app.targets.kinds import LocalTarget, Target, TargetResult
+from app.targets.base import Target, TargetResult
+from app.targets.local import LocalTarget
 
-ProgressFn = Callable[[int, int, "float | None"], None]
+ProgressFn = Callable[[int, int, "float | None"], object]  # the return value is ignored (a page may pass bar.progress)
 log = logging.getLogger("semif.workbench")
 
 
@@ -224,7 +225,7 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
 
 def batch_results(target: Target, requests: list[DecisionRequest]) -> list[TargetResult]:
     """A batch target's results for all requests; when the whole batch fails, each row carries the error."""
-    from app.targets.kinds import TargetError
+    from app.targets.base import TargetError
 
     if not requests:
         return []

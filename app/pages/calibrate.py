@@ -5,26 +5,22 @@ import json
 import pandas as pd
 import streamlit as st
 
-from adapter.calibrated import CalibratedPolicy
+from app.service import evaluate, review, sets as set_service, targets
 from app.ui import charts, resources
-from app.core import evaluation, review
 from app.ui.components import glossary
-from app.core.inputs import InputError
-from app.core.labeled import import_file, shipped_sets
 from app.ui.safe_text import md
-from app.core.store import RunBusy, Store
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def calibration_view(db_path: str, run_id: int, version: tuple, target_acc: float, per_option: bool) -> dict:
-    """calibrate_run, cached per run content (`version` changes with every stored result)."""
-    return evaluation.calibrate_run(Store(db_path), run_id, target_accuracy=target_acc, per_option=per_option)
+    """The calibration of a run, cached per run content (`version` changes with every stored result)."""
+    return evaluate.calibrate(resources.store_at(db_path), run_id, target_accuracy=target_acc, per_option=per_option)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def readout_rows(db_path: str, versions: tuple) -> list[dict]:
-    db = Store(db_path)
-    return evaluation.readout_table(db, [db.get_run(rid) for rid, _ in versions])
+    db = resources.store_at(db_path)
+    return evaluate.readouts(db, [r for r in (db.get_run(rid) for rid, _ in versions) if r is not None])
 
 
 def sets_section(db, policies: dict, for_policy: str) -> None:
@@ -37,11 +33,7 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
     with st.expander("Labeled sets", expanded=not db.list_labeled_sets() or uploading, key="cal_sets_box"):
         c1, c2 = st.columns(2)
         if c1.button("Import the shipped labeled sets", key="cal_ship"):
-            n = 0
-            for pid, path in shipped_sets():
-                if pid in policies:
-                    import_file(db, path.name, path.read_bytes(), policies[pid], source=str(path))
-                    n += 1
+            n = set_service.import_shipped(db, policies)
             st.toast(f"{n} shipped sets available")
             if not n:
                 st.warning("Load the example policies first (Playground page): the shipped sets label their options.")
@@ -51,9 +43,9 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
                                   type=["csv", "jsonl", "tsv"], key="cal_upload")
         if upload is not None and c2.button("Import", key="cal_import"):
             try:
-                sid = import_file(db, upload.name, upload.getvalue(), policies[up_policy])
+                sid = set_service.import_upload(db, upload.name, upload.getvalue(), policies[up_policy])
                 st.success(f"Imported as set #{sid}.")
-            except InputError as exc:
+            except set_service.InputError as exc:
                 st.error("**Upload** rejected, nothing was imported:\n\n"
                          + "\n".join(f"- {md(p)}" for p in exc.problems[:20]))
         sets = db.list_labeled_sets()
@@ -87,40 +79,38 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     if added := review.new_rows(db, sid):
         st.info(f"Set #{sid} is set #{sets[sid]['parent_id']} + {added} reviewed rows: evaluating it scores only "
                 f"those {added} rows - the others are copied from the stored results of the same model and request.")
-    problem = evaluation.label_mismatch(policies[pid], db.labeled_rows(sid))
+    problem = evaluate.label_mismatch(policies[pid], db.labeled_rows(sid))
     if problem:
         st.error(f"**Labeled set**: {md(problem)}")
-    names = [s["name"] for s in resources.target_specs(db)]
+    names = targets.names(db)
     c1, c2 = st.columns(2)
     chosen = c1.multiselect("Targets (several local models side by side)", names, default=names[:1], key="cal_targets")
-    variants = c2.multiselect("Readouts to compare", list(evaluation.VARIANTS), default=["default"], key="cal_variants",
+    variants = c2.multiselect("Readouts to compare", list(evaluate.VARIANTS), default=["default"], key="cal_variants",
                               help="default: the policy's readout, else the model's measured default")
-    examples = st.radio("Few-shot examples", evaluation.EXAMPLE_SOURCES, horizontal=True, key="cal_examples",
+    examples = st.radio("Few-shot examples", evaluate.EXAMPLE_SOURCES, horizontal=True, key="cal_examples",
                         format_func={"policy": "the policy's own", "train": "from the set's train split (never scored)"}.get)
     if st.button("Run evaluation (resumes unfinished runs)", type="primary", key="cal_run", disabled=bool(problem)):
-        made = []
-        for target in resources.chosen_targets(db, chosen) or []:
-            for v, label, same in evaluation.distinct_variants(variants, policies[pid], target):
-                if same:
-                    st.caption(f"{md(label)}: the same readings as {md(same)} - not scored twice")
-                    continue
-                bar = st.progress(0.0, text=f"{label}: starting…")
-                try:
-                    rid, _ = evaluation.find_or_start(db, policy=policies[pid], set_id=sid, target=target,
-                                                      variant=evaluation.VARIANTS[v], examples=examples)
-                    out = evaluation.resume_eval(db, rid, target, lambda d, t, e, label=label, bar=bar: bar.progress(
-                        d / t if t else 1.0, text=f"{label}: {d}/{t} rows" + ("" if e is None else f" · about {e:.0f} s left")))
-                except (RunBusy, ValueError) as exc:
-                    bar.empty()
-                    st.error(f"**{md(label)}**: {md(exc)}")
-                    continue
-                bar.progress(1.0, text=f"{label}: done — scored {out['scored']} ({out['evaluated']} evaluated, "
-                                       f"{out['reused']} copied from stored results), reused {out['skipped']}, "
-                                       f"errors {out['errors']}")
-                made.append(db.get_run(rid))
-        scored = [r for r in evaluation.readout_table(db, made) if r.get("accuracy") is not None]
-        if scored:  # open the most accurate of the runs just made
-            st.session_state["cal_run_pick"] = max(scored, key=lambda r: r["accuracy"])["run"]
+        bars: dict = {}
+
+        def progress_for(label: str):
+            bars[label] = bar = st.progress(0.0, text=f"{label}: starting…")
+            return lambda d, t, e: bar.progress(d / t if t else 1.0, text=f"{label}: {d}/{t} rows"
+                                                + ("" if e is None else f" · about {e:.0f} s left"))
+
+        outcomes = evaluate.evaluate(db, policies[pid], sid, resources.chosen_targets(db, chosen) or [], variants,
+                                     examples=examples, progress_for=progress_for)
+        for o in outcomes:
+            if o.label in bars and o.error:
+                bars[o.label].empty()
+            elif o.label in bars:
+                bars[o.label].progress(1.0, text=o.text())
+            if o.error:
+                st.error(f"**{md(o.label)}**: {md(o.error)}")
+            elif o.same_as:
+                st.caption(md(o.text()))
+        best = evaluate.best_run(db, outcomes)
+        if best is not None:  # open the most accurate of the runs just made
+            st.session_state["cal_run_pick"] = best
     return pid, sid
 
 
@@ -156,14 +146,14 @@ def export_section(db, run_id: int, cal: dict) -> None:
     if manual:
         hand = st.slider("Gate (calibrated confidence)", 0.0, 1.0, float(cal["gate"].threshold or 0.5), 0.005,
                          key="cal_gate")
-    gate = evaluation.decide_gate(cal, hand)
+    exported = evaluate.export(db, run_id, cal, fallback=fallback, hand_gate=hand)
+    gate, config = exported.gate, exported.config
     show = {"recommended": st.success, "hand-set": st.info, "unreachable": st.error}[gate.source]
     show(md(gate.messages[0]) if gate.messages and gate.source != "hand-set" else
          f"Gate set by hand: {gate.threshold:.3f}")
     for note in gate.messages[1:] if gate.source != "hand-set" else gate.messages:
         st.warning(md(note))
-    option_thresholds = {o: g.threshold for o, g in cal["option_gates"].items() if g.reachable}
-    config = evaluation.build_policy(db, run_id, cal, gate=gate, fallback=fallback, option_thresholds=option_thresholds)
+    option_thresholds = config["option_thresholds"]
     at = config["metrics"]["at_gate"]
     m = st.columns(3)
     m[0].metric("Accuracy of decided rows", "n/a" if at["accuracy"] is None else f"{at['accuracy']:.1%}",
@@ -192,11 +182,12 @@ def export_section(db, run_id: int, cal: dict) -> None:
     if option_thresholds:
         st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal["option_gates"].items()]), hide_index=True)
     narrowing(db, run_id, config)
-    if note := evaluation.nothing_decided(at, fallback):
-        st.warning(md(note))
+    nothing = exported.nothing_decided
+    if nothing:
+        st.warning(md(nothing))
     c1, c2 = st.columns(2)
     if c1.button("Save for deployment", type="primary", key="cal_save"):
-        cid = db.save_calibrated(config)
+        cid = evaluate.save(db, exported)
         st.session_state["cal_saved"] = (cid, config["policy_id"], gate.threshold, fallback)
     c2.download_button("Download calibrated policy (JSON)", json.dumps(config, indent=2, ensure_ascii=False).encode(),
                        file_name=f"{config['policy_id']}.policy.json", mime="application/json", key="cal_download")
@@ -216,14 +207,14 @@ def export_section(db, run_id: int, cal: dict) -> None:
 def narrowing(db, run_id: int, config: dict) -> None:
     """For a set version made by the review queue: the accuracy at this gate on the parent version
     and on this one, with how much the 95% interval narrowed."""
-    before_run = review.parent_run(db, run_id)
-    if before_run is None:
+    change = review.narrowing(db, run_id, config)
+    if change is None:
         return
-    before, after = review.interval_change(db, before_run["id"], run_id, CalibratedPolicy.model_validate(config))
-    width = [None if p.rate is None else p.high - p.low for p in (before, after)]
-    change = "" if None in width else f": the interval went from {width[0]:.1%} to {width[1]:.1%} wide"
+    before_run, before, after = change
+    width = [p.high - p.low for p in (before, after) if p.rate is not None and p.high is not None and p.low is not None]
+    narrowed = f": the interval went from {width[0]:.1%} to {width[1]:.1%} wide" if len(width) == 2 else ""
     st.info(f"Accuracy of the decided rows at this gate, set #{before_run['labeled_set_id']} (run #{before_run['id']}): "
-            f"{before.text()} → this set: {after.text()}{change}.")
+            f"{before.text()} → this set: {after.text()}{narrowed}.")
 
 
 def render() -> None:
@@ -242,8 +233,11 @@ def render() -> None:
         st.info("Import a labeled set to start (the shipped ones cover ticket routing, refund check, incident "
                 "priority and content moderation).")
         return
-    pid, sid = evaluate_section(db, policies, sets)
-    runs = [r for r in db.list_runs(kind="eval") if r["labeled_set_id"] == sid and r["policy_id"] == pid]
+    chosen = evaluate_section(db, policies, sets)
+    if chosen is None:
+        return
+    pid, sid = chosen
+    runs = evaluate.runs_of(db, pid, sid)
     if not runs:
         st.caption("No evaluation of this policy on this set yet.")
         return

@@ -1,15 +1,13 @@
-"""Compare: one policy over many states against several targets - answers, accuracy against labels,
-latency (cold apart from warm), cost per 1,000 decisions, agreement."""
+"""Compare: one policy over many states against several targets - answers, accuracy against labels
+(with n and a 95% interval, a confusion matrix per target), latency (cold apart from warm), cost per
+1,000 decisions, agreement, two targets side by side."""
 import pandas as pd
 import streamlit as st
 
-from app.core import analysis, costs
-
+from app.service import decide, targets
 from app.ui import charts, resources
 from app.ui.components import download_frame, glossary, policy_picker
 from app.ui.drift_panel import render_drift, run_label
-from app.core.inputs import InputError, rows_from_text, rows_from_upload
-from app.core.runner import progress_text, run_policy
 from app.ui.safe_text import md
 
 
@@ -18,34 +16,36 @@ def parse_input(pasted: str, upload, policy: dict):
     policy's option ids, as on Calibrate)."""
     try:
         if upload is not None:
-            return rows_from_upload(upload.name, upload.getvalue(), [o["id"] for o in policy["options"]])
-        return rows_from_text(pasted)
-    except InputError as exc:
+            return decide.states_from_upload(policy, upload.name, upload.getvalue())
+        return decide.states_from_text(pasted)
+    except decide.InputError as exc:
         st.error("**Upload** rejected, nothing was run:\n\n" + "\n".join(f"- {md(p)}" for p in exc.problems[:20]))
         return None
 
 
-def comparison_name(runs: list[dict]) -> str:
-    """'Ticket routing · local vs adapter · 24 states · 2026-12-01 09:14'."""
-    first = runs[0]
-    targets = " vs ".join(r["target_name"] for r in runs)
-    return (f"{first['policy'].get('name')} · {targets} · {first['n_rows']} states · "
-            f"{first['created_at'][:19].replace('T', ' ')} · #{first['id']}")
-
-
 def render_results(db, gid: str) -> None:
-    runs = db.runs_in_group(gid)
-    df, stats = analysis.comparison_stats(db, gid)
-    accuracy = analysis.accuracy_by_target(df)
-    if len(accuracy):
+    shown = decide.comparison(db, gid)
+    for d in shown.degenerate:
+        st.warning(f"**{md(d['target'])}** answered **{md(d['option'])}** for {d['share']:.0%} of {d['n']} states: it is "
+                   "not really deciding - check its readout, or use another model.")
+    if len(shown.accuracy):
         st.subheader("Accuracy against the labels")
-        cols = st.columns(min(len(accuracy), 4))
-        for col, (_, row) in zip(cols * 10, accuracy.iterrows()):
-            col.metric(md(row["target"]), f"{row['accuracy']:.1%}", help=f"{row['correct']} of {row['labeled']} labeled rows")
+        cols = st.columns(min(len(shown.accuracy), 4))
+        for col, (_, row) in zip(cols * 10, shown.accuracy.iterrows()):
+            col.metric(md(row["target"]), f"{row['accuracy']:.1%}",
+                       help=f"{row['correct']} of {row['labeled']} labeled rows right, {row['wrong']} wrong; "
+                            f"95% interval {row['ci_low']:.1%}-{row['ci_high']:.1%} (Wilson)")
+            col.caption(f"n = {row['labeled']} · 95% CI {row['ci_low']:.0%}–{row['ci_high']:.0%} · {row['wrong']} wrong")
+        if shown.confusion:
+            with st.expander("Confusion matrix per target (labels × answers)"):
+                cols = st.columns(min(len(shown.confusion), 3))
+                for i, (name, matrix) in enumerate(shown.confusion.items()):
+                    cols[i % len(cols)].plotly_chart(charts.confusion_heatmap(matrix, shown.option_ids, name),
+                                                     key=f"cmp_conf_{i}")
     st.subheader("Latency and cost")
     named = {"p50_ms": "p50 (ms)", "p95_ms": "p95 (ms)", "max_ms": "max (ms)", "iqr_ms": "IQR (ms)",
              "cold_ms": "first call (ms)"}
-    st.dataframe(stats, hide_index=True, key="cmp_latency", column_config={
+    st.dataframe(shown.latency, hide_index=True, key="cmp_latency", column_config={
         "warm_n": st.column_config.NumberColumn("warm calls", format="%d"),
         **{c: st.column_config.NumberColumn(label, format="%.0f") for c, label in named.items()},
         **{c: st.column_config.NumberColumn(c.replace("_vs_first", " vs the first target"), format="%.2fx")
@@ -55,33 +55,33 @@ def render_results(db, gid: str) -> None:
         "cost_note": st.column_config.TextColumn("how the cost was computed", width="large")})
     st.caption("Latency over warm calls; a target's first call on a policy in this workbench process is cold (model "
                "load, connections, the policy's first pass) and shown apart as the first call. Local targets show "
-               f"decisions per second on this machine instead of a price. Prices: {costs.PRICE_SOURCE}.")
-    warm = df[df["cold"].fillna(0).astype(int) == 0]
+               f"decisions per second on this machine instead of a price. Prices: {decide.PRICE_SOURCE}.")
+    warm = shown.results[shown.results["cold"].fillna(0).astype(int) == 0]
     box, ecdf = st.tabs(["Box plot (warm calls)", "ECDF (warm calls)"])
     box.plotly_chart(charts.latency_box(warm), key="cmp_box")
     ecdf.plotly_chart(charts.latency_ecdf(warm), key="cmp_ecdf")
-    agree = analysis.agreement_matrix(df)
+    agree = shown.agreement
     if agree.shape == (2, 2):  # one number: no chart for it
         share = agree.iloc[0, 1]
         st.metric("Same top option", "n/a" if pd.isna(share) else f"{share:.0%} of states",
                   help=f"{md(agree.index[0])} vs {md(agree.columns[1])}, on the states both answered")
     elif len(agree) > 2:
         st.plotly_chart(charts.agreement_heatmap(agree), key="cmp_agree")
-    if len(runs) >= 2:
-        drift_section(db, runs)
+    if len(shown.runs) >= 2:
+        drift_section(db, shown.runs)
     st.subheader("Answers per state")
-    table = analysis.disagreements(df)
+    table = shown.answers
     c1, c2 = st.columns(2)
     only = c1.checkbox(f"Only disagreements ({int(table['disagree'].sum())})", key="cmp_only")
     wrong = c2.checkbox(f"Only wrong answers ({int(table['wrong'].sum())})", key="cmp_wrong",
                         disabled=not table["label"].notna().any(), help="rows where some target's answer is not the label")
-    shown = table[table["disagree"]] if only else table
-    shown = shown[shown["wrong"]] if wrong else shown
-    st.dataframe(shown, hide_index=True, key="cmp_table")
-    errors = df[df["error"].notna()]
+    rows = table[table["disagree"]] if only else table
+    rows = rows[rows["wrong"]] if wrong else rows
+    st.dataframe(rows, hide_index=True, key="cmp_table")
+    errors = shown.results[shown.results["error"].notna()]
     if len(errors):
         st.error(f"{len(errors)} calls failed, e.g. {md(errors['target'].iloc[0])}: {md(errors['error'].iloc[0])}")
-    download_frame(df, f"comparison-{gid}.csv", "Download all results (CSV)", key="cmp_dl")
+    download_frame(shown.results, f"comparison-{shown.file_stem}.csv", "Download all results (CSV)", key="cmp_dl")
     glossary("warm", "p50_vs_first")
 
 
@@ -101,11 +101,11 @@ def drift_section(db, runs: list[dict]) -> None:
 def render() -> None:
     st.title("Compare targets")
     db = resources.store()
-    policies = db.list_policies()
-    if not policies:
+    saved = db.list_policies()
+    if not saved:
         st.info("No policies yet: load the examples on the Playground page or create one on the Policies page.")
         return
-    policy = policy_picker(policies, key="cmp_policy")
+    policy = policy_picker(saved, key="cmp_policy")
     source = st.radio("States", ["paste", "upload"], horizontal=True, key="cmp_source",
                       format_func={"paste": "paste, one per line", "upload": "upload CSV / JSONL"}.get)
     pasted, upload = "", None
@@ -121,7 +121,7 @@ def render() -> None:
                 st.success(f"{len(preview)} states parsed" + (f", {labeled} with a label" if labeled else ""))
                 st.dataframe([{"id": c.key, "state": str(c.state)[:200], "label": c.label} for c in preview[:10]],
                              hide_index=True)
-    names = [s["name"] for s in resources.target_specs(db, single_rows=True)]
+    names = targets.names(db, single_rows=True)
     chosen = st.multiselect("Targets", names, default=names[:1], key="cmp_targets")
     if st.button("Run comparison", type="primary", key="cmp_run"):
         cases = parse_input(pasted, upload, policy)
@@ -130,22 +130,21 @@ def render() -> None:
         elif cases and not chosen:
             st.error("**Targets**: pick at least one target.")
         elif cases:
-            targets = resources.chosen_targets(db, chosen)
-            if targets is None:
+            built = resources.chosen_targets(db, chosen)
+            if built is None:
                 return
-            bar = st.progress(0.0, text=f"0/{len(cases) * len(targets)} calls")
-            group, _ = run_policy(db, policy, cases, targets, kind="compare",
-                                  progress=lambda d, t, e: bar.progress(d / t, text=progress_text(d, t, e)))
+            bar = st.progress(0.0, text=f"0/{len(cases) * len(built)} calls")
+            group = decide.compare(db, policy, cases, built,
+                                   progress=lambda d, t, e: bar.progress(d / t, text=decide.progress_text(d, t, e)))
             st.session_state["cmp_open"] = group  # show the comparison just made
-    groups: dict[str, list[dict]] = {}
-    for r in db.list_runs(kind="compare"):
-        groups.setdefault(r["group_id"], []).insert(0, r)
+    groups = decide.comparisons(db)
     if not groups:
         st.caption("No comparisons yet: paste a few states, pick targets and run.")
         return
     if st.session_state.get("cmp_open") not in groups:
         st.session_state["cmp_open"] = next(iter(groups))
-    gid = st.selectbox("Comparison", list(groups), key="cmp_open", format_func=lambda g: comparison_name(groups[g]))
+    gid = st.selectbox("Comparison", list(groups), key="cmp_open",
+                       format_func=lambda g: decide.comparison_name(groups[g]))
     render_results(db, gid)
 
 

@@ -1,15 +1,12 @@
-"""History: every run, opened, deleted, or compared with another (flips, shifts, McNemar - app/drift.py);
+"""History: every run, opened, deleted, or compared with another (flips, shifts, McNemar - app/core/drift.py);
 failed attempts apart; an imported decision log (production traffic) replayed on a target."""
 import pandas as pd
 import streamlit as st
 
-from app.core import decision_import
-
+from app.service import decide, production, targets
 from app.ui import resources
 from app.ui.components import download_frame, show_group_results
 from app.ui.drift_panel import render_drift
-from app.core.inputs import InputError
-from app.core.runner import progress_text
 from app.ui.safe_text import md
 
 
@@ -114,15 +111,14 @@ def production_section(db, run: dict) -> None:
                                     "these rows can be reviewed, not replayed)"))
     if not info.get("with_state"):
         return
-    names = [s["name"] for s in resources.target_specs(db)]
     c1, c2 = st.columns(2)
-    name = c1.selectbox("Replay the logged states on", names, key="hist_replay_target")
+    name = c1.selectbox("Replay the logged states on", targets.names(db, single_rows=True), key="hist_replay_target")
     if c2.button("Replay", key="hist_replay"):
-        targets = resources.chosen_targets(db, [name])
-        if targets:
+        chosen = resources.chosen_targets(db, [name])
+        if chosen:
             bar = st.progress(0.0, text="replaying…")
-            new = decision_import.replay(db, run["id"], targets[0],
-                                         lambda d, t, e: bar.progress(d / t if t else 1.0, text=progress_text(d, t, e)))
+            new = production.replay(db, run["id"], chosen[0],
+                                    lambda d, t, e: bar.progress(d / t if t else 1.0, text=decide.progress_text(d, t, e)))
             st.session_state["hist_open_next"], st.session_state["hist_cmp_for"] = new, new
             st.session_state["hist_cmp"] = run["id"]  # opened against the production run it replays
             st.rerun()
@@ -130,8 +126,6 @@ def production_section(db, run: dict) -> None:
 
 def import_section(db) -> None:
     """The adapter's decision log (a file, or CloudWatch Logs) as a production run."""
-    from app.core.settings import WorkbenchSettings
-
     with st.expander("Import a decision log (production traffic)", key="hist_log_box"):
         policies = {p["id"]: p for p in db.list_policies()}
         if not policies:
@@ -142,36 +136,29 @@ def import_section(db) -> None:
         source = st.radio("From", ["file", "cloudwatch"], horizontal=True, key="hist_log_from",
                           format_func={"file": "a log file", "cloudwatch": "CloudWatch Logs"}.get)
         parsed, name = None, ""
-        if source == "file":
-            up = st.file_uploader("The adapter's SM_SEMIF_DECISION_LOG file, or its saved stdout",
-                                  type=["jsonl", "log", "txt", "json"], key="hist_log_up")
-            if up is not None and st.button("Import", key="hist_log_import"):
-                parsed, name = decision_import.parse_text(up.getvalue()), up.name
-        else:
-            group = st.text_input("Log group", placeholder="/aws/sagemaker/Endpoints/<endpoint name>", key="hist_log_group")
-            if st.button("Import from CloudWatch", key="hist_log_cw", disabled=not group.strip()):
-                settings = WorkbenchSettings.from_env()
-                try:
-                    lines = decision_import.fetch_cloudwatch(group.strip(), region=settings.region,
-                                                             endpoint_url=settings.aws_endpoint_url)
-                    parsed, name = decision_import.parse_lines(lines), f"cloudwatch:{group.strip()}"
-                except InputError as exc:
-                    st.error("**Log group**: " + md("; ".join(exc.problems)))
-        if parsed is None:
-            return
-        for problem in parsed.problems[:5]:
-            st.warning(md(problem))
-        if not parsed.records:
-            st.error(f"No decision lines in {md(name)} ({parsed.skipped} other lines): was the adapter started with "
-                     "SM_SEMIF_DECISION_LOG?")
-            return
         try:
-            new, summary = decision_import.import_records(db, parsed.records, policies[pid], source=name)
-        except InputError as exc:
-            st.error("**Decided with policy**: " + md("; ".join(exc.problems)))
+            if source == "file":
+                up = st.file_uploader("The adapter's SM_SEMIF_DECISION_LOG file, or its saved stdout",
+                                      type=["jsonl", "log", "txt", "json"], key="hist_log_up")
+                if up is not None and st.button("Import", key="hist_log_import"):
+                    parsed, name = production.read_file(up.getvalue()), up.name
+            else:
+                group = st.text_input("Log group", placeholder="/aws/sagemaker/Endpoints/<endpoint name>",
+                                      key="hist_log_group")
+                if st.button("Import from CloudWatch", key="hist_log_cw", disabled=not group.strip()):
+                    parsed, name = production.read_cloudwatch(group.strip()), f"cloudwatch:{group.strip()}"
+            if parsed is None:
+                return
+            imported = production.import_log(db, parsed, policies[pid], source=name)
+        except decide.InputError as exc:
+            st.error(f"**{'Log group' if source == 'cloudwatch' and parsed is None else 'Decision log'}**: "
+                     + md("; ".join(exc.problems)))
             return
-        st.session_state["hist_open"] = new
-        st.success(f"Imported as run #{new}: {summary['decisions']} decisions ({summary['with_state']} with a state).")
+        for problem in imported.warnings[:5]:
+            st.warning(md(problem))
+        st.session_state["hist_open"] = imported.run_id
+        st.success(f"Imported as run #{imported.run_id}: {imported.summary['decisions']} decisions "
+                   f"({imported.summary['with_state']} with a state).")
 
 
 if __name__ == "__main__":

@@ -3,23 +3,23 @@ import json
 
 import streamlit as st
 
+from app.service import decide, policies, targets
 from app.ui import resources
 from app.ui.components import glossary, policy_picker, show_group_results
-from app.core.inputs import InputError, is_empty_state, state_from_file
-from app.core.runner import Case, run_policy
 from app.ui.safe_text import md
 
 FIRST_STATE = "I reset my password an hour ago and now I cannot log in at all. The login page says my account is locked."
+POLICY_DEFAULT = "policy default"
 
 
 def run(db, policy: dict, state: object, names: list[str], overrides: dict) -> None:
     """Score the state on the chosen targets (models load first, with a status line) and remember
     the run and the state that produced it."""
-    targets = resources.chosen_targets(db, names)
-    if targets is None:
+    chosen = resources.chosen_targets(db, names)
+    if chosen is None:
         return
     bar = st.progress(0.0, text="asking the targets…")
-    group, _ = run_policy(db, policy, [Case("playground", state)], targets, kind="playground", overrides=overrides,
+    group = decide.decide(db, policy, state, chosen, overrides=overrides,
                           progress=lambda d, t, e: bar.progress(d / t, text=f"{d}/{t} targets answered"))
     bar.empty()
     st.session_state["pg_group"] = group
@@ -32,7 +32,7 @@ def welcome(db) -> None:
             "refund check, agent next action, content moderation) and the workbench runs a first decision on the "
             "shipped local model - no AWS account needed.")
     if st.button("Load the examples and run a first decision", type="primary", key="pg_seed"):
-        resources.seed_templates(db)
+        policies.seed_templates(db)
         run(db, db.get_policy("ticket-routing"), FIRST_STATE, ["local"], {})
         st.session_state["pg_state"] = FIRST_STATE
         st.rerun()
@@ -42,11 +42,11 @@ def welcome(db) -> None:
 def render() -> None:
     st.title("Playground")
     db = resources.store()
-    policies = db.list_policies()
-    if not policies:
+    saved = db.list_policies()
+    if not saved:
         welcome(db)
         return
-    policy = policy_picker(policies, key="pg_policy")
+    policy = policy_picker(saved, key="pg_policy")
     with st.expander(f"**{md(policy['question'])}** — {len(policy['options'])} options", expanded=False):
         st.dataframe(policy["options"], hide_index=True)
     if "pg_state" not in st.session_state and st.session_state.get("pg_last_state"):
@@ -55,31 +55,28 @@ def render() -> None:
                          placeholder="Paste the text the model should decide on…")
     upload = st.file_uploader("…or upload a text / JSON file as the state", type=["txt", "md", "json", "log"],
                               key="pg_upload")
-    names = [s["name"] for s in resources.target_specs(db, single_rows=True)]
+    names = targets.names(db, single_rows=True)
     chosen = st.multiselect("Targets", names, default=names[:1], key="pg_targets",
                             help="Several local models are built in; add adapters, SageMaker endpoints or chat servers "
                                  "on the Targets page.")
     c1, c2, c3 = st.columns(3)
-    readout = c1.selectbox("Readout", ["policy default", "letters", "option-words"], key="pg_readout",
+    readout = c1.selectbox("Readout", [POLICY_DEFAULT, *decide.READOUT_CHOICES], key="pg_readout",
                            help="letters: A/B/C through the chat template; option-words: reads the option ids.")
-    debias = c2.selectbox("Position-bias correction", ["policy default", "none", "content-free"], key="pg_debias",
+    debias = c2.selectbox("Position-bias correction", [POLICY_DEFAULT, *decide.DEBIAS_CHOICES], key="pg_debias",
                           help="content-free: divide out what the model answers with no state at all (one extra "
                                "pass per policy, cached). Permutation averaging costs one pass per option order.")
     permute = c3.checkbox("Average over option orders", key="pg_permute")
     if st.button("Run", type="primary", key="pg_run"):
         try:  # an uploaded .json file is an object state (rendered as the adapter renders it)
-            text = state_from_file(upload.name, upload.getvalue()) if upload is not None else state
-        except InputError as exc:
-            st.error(f"**State file**: {md(exc.problems[0])}")
+            text = decide.state_from(upload.name if upload else None, upload.getvalue() if upload else None, state)
+        except decide.InputError as exc:
+            st.error(f"**State**: {md(exc.problems[0])}")
             return
-        if is_empty_state(text):
-            st.error("**State** is empty: paste a ticket or log, or upload a file.")
-        elif not chosen:
+        if not chosen:
             st.error("**Targets**: pick at least one target.")
         else:
-            overrides = ({"permute": permute} | ({} if readout == "policy default" else {"readout": readout})
-                         | ({} if debias == "policy default" else {"debias": debias}))
-            run(db, policy, text, chosen, overrides)
+            run(db, policy, text, chosen, decide.overrides(None if readout == POLICY_DEFAULT else readout,
+                                                           None if debias == POLICY_DEFAULT else debias, permute))
     if st.session_state.get("pg_group"):
         show_group_results(db, st.session_state["pg_group"], key="pg")
         glossary("label mass", "warm", "letters", "option-words", "content-free", "permutation")

@@ -4,24 +4,26 @@ The Form and the JSON tab are two views of the saved version this session loaded
 editor_view): every widget key carries that version, so after this session's save both are rebuilt
 from what was saved, while another session's save leaves the draft here on screen - and a save from
 it is refused ("Not saved", with the reason) instead of overwriting the newer version or being lost."""
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
+from app.service import policies as policy_service
 from app.ui import resources
-from app.core.policies import VIEW_KEY, editor_view, kept_deleted, parse_policy_json, policy_json, templates, validate_policy
+from app.ui.policy_editor import VIEW_KEY, editor_view, kept_deleted
 from app.ui.safe_text import md
-from app.core.store import StaleEdit
 
 NEW = "__new__"
-EMPTY = {"id": "", "name": "", "question": "", "options": [{"id": "", "description": ""}] * 2, "examples": [],
+EMPTY: dict[str, Any] = {"id": "", "name": "", "question": "", "options": [{"id": "", "description": ""}] * 2, "examples": [],
          "notes": "", "readout": "", "debias": "", "version": 0}
 
 
 def save(db, clean: dict, version: int, errors_key: str) -> None:
     """Save against the version the view was built on (0: a new policy); a stale view is refused."""
     try:
-        saved = db.save_policy(clean, expected_version=version)
-    except StaleEdit as exc:
+        saved = policy_service.save(db, clean, version)
+    except policy_service.StaleEdit as exc:
         st.session_state[errors_key] = {"version": str(exc)}
         return
     st.session_state[errors_key] = {}
@@ -31,18 +33,14 @@ def save(db, clean: dict, version: int, errors_key: str) -> None:
     st.rerun()
 
 
-def template_sidebar(db, policies: dict) -> None:
-    tpl = templates()
+def template_sidebar(db) -> None:
+    tpl = policy_service.templates()
     with st.expander("Start from a template"):
         tid = st.selectbox("Template", list(tpl), format_func=lambda i: tpl[i]["name"], key="pol_tpl")
         if st.button("Add template", key="pol_add_tpl"):
-            new = dict(tpl[tid])
-            if new["id"] in policies:
-                new["id"] = f"{new['id']}-{len(policies) + 1}"
-                new["name"] = f"{new['name']} ({len(policies) + 1})"
-            try:
-                db.save_policy(new, expected_version=0)
-            except StaleEdit as exc:
+            try:  # under its own id when free, else a numbered copy - never over an existing policy
+                new = policy_service.add_template(db, tid)
+            except policy_service.StaleEdit as exc:
                 st.error(md(exc))
                 return
             st.session_state["pol_next"] = new["id"]
@@ -53,7 +51,7 @@ def render() -> None:
     st.title("Policies")
     db = resources.store()
     policies = {p["id"]: p for p in db.list_policies()}
-    template_sidebar(db, policies)
+    template_sidebar(db)
     if st.session_state.get("pol_saved"):
         st.toast(f"Saved {md(st.session_state.pop('pol_saved'))}")
     if "pol_next" in st.session_state:  # a selection requested by a button on the previous run
@@ -62,11 +60,12 @@ def render() -> None:
     ids = [NEW, *policies, *([deleted] if deleted else [])]
     if st.session_state.get("pol_pick") not in ids:
         st.session_state["pol_pick"] = ids[1] if len(ids) > 1 else NEW
-    shown = st.session_state.get(VIEW_KEY)
+    shown: tuple[str, dict[str, Any]] = st.session_state.get(VIEW_KEY) or ("", {})
     pick = st.selectbox("Policy", ids, key="pol_pick", format_func=lambda i: "+ New policy" if i == NEW else (
-        policies[i]["name"] if i in policies else f"{shown[1]['name']} (deleted)"))
+        policies[i]["name"] if i in policies else f"{shown[1].get('name')} (deleted)"))
     current, stale = editor_view(st.session_state, None if pick == NEW else pick, policies.get(pick))
     current = current or EMPTY
+    pick = str(pick)
     version = current.get("version") or 0
     view = f"{pick}_v{version}"  # widgets of the version this view loaded; this session's save makes fresh ones
     errors_key = f"pol_errors_{pick}"
@@ -127,9 +126,10 @@ def render() -> None:
                     "options": options.astype(object).fillna("").to_dict("records"),
                     "examples": examples.astype(object).fillna("").to_dict("records"),
                     "readout": readout, "debias": debias, "guard": guard, "notes": notes}
-            clean, errs = validate_policy(data)
+            clean, errs = policy_service.validate_policy(data)
             if clean and pick == NEW and clean["id"] in policies:
-                clean, errs = None, {"name": f"a policy with id {clean['id']!r} exists: choose another name"}
+                errs = {"name": f"a policy with id {clean['id']!r} exists: choose another name"}
+                clean = None
             if clean:
                 save(db, clean, version if pick != NEW else 0, errors_key)  # reruns unless the edit is stale
             else:
@@ -137,13 +137,14 @@ def render() -> None:
             st.rerun()
 
     with json_tab:
-        text = st.text_area("Policy as JSON (the same saved policy as the form)", policy_json(current) if pick != NEW else "",
+        text = st.text_area("Policy as JSON (the same saved policy as the form)", policy_service.policy_json(current) if pick != NEW else "",
                             height=380, key=f"pol_json_{view}")
         field_error("json")
         if st.button("Apply JSON", key=f"pol_apply_{view}"):
-            clean, errs = parse_policy_json(text)
+            clean, errs = policy_service.parse_policy_json(text)
             if clean and pick != NEW and clean["id"] != pick and clean["id"] in policies:
-                clean, errs = None, {"json": f"id {clean['id']!r} belongs to another policy: keep {pick!r} or pick a new id"}
+                errs = {"json": f"id {clean['id']!r} belongs to another policy: keep {pick!r} or pick a new id"}
+                clean = None
             if clean:
                 save(db, clean, version if clean["id"] == pick else 0, errors_key)  # reruns unless stale
             else:
@@ -153,13 +154,9 @@ def render() -> None:
     if pick != NEW:
         c1, c2 = st.columns(2)
         if c1.button("Duplicate", key="pol_dup"):
-            n = 2
-            while f"{pick}-copy{n}" in policies:
-                n += 1
-            copy = {**current, "id": f"{pick}-copy{n}", "name": f"{current['name']} (copy {n})"}
             try:
-                db.save_policy(copy, expected_version=0)
-            except StaleEdit as exc:
+                copy = policy_service.duplicate(db, current)
+            except policy_service.StaleEdit as exc:
                 st.error(md(exc))
                 return
             st.session_state["pol_next"] = copy["id"]
@@ -167,7 +164,7 @@ def render() -> None:
         with c2.popover("Delete"):
             st.write(f"Delete **{md(current['name'])}**? Runs that used it keep their own copy.")
             if st.button("Delete policy", type="primary", key="pol_delete"):
-                db.delete_policy(pick)
+                policy_service.delete(db, pick)
                 st.session_state.pop(VIEW_KEY, None)
                 st.session_state["pol_next"] = None
                 st.rerun()

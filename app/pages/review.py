@@ -1,14 +1,13 @@
 """Review queue: label the rows that need a person - target disagreements first, then the rows a gate
 sent to the fallback, nearest the gate first - from the keyboard (1-9 pick an option, S skips, U undoes);
-the labels become a new version of a labeled set (app/review.py)."""
+the labels become a new version of a labeled set (app/core/review.py)."""
 import getpass
 import json
 
 import streamlit as st
 
+from app.service import review
 from app.ui import resources
-
-from app.core import review
 from app.ui.drift_panel import gate_choice
 from app.ui.safe_text import md
 
@@ -38,26 +37,24 @@ def render() -> None:
                                                   for s in sets if s["id"] == i))
     gate = gate_choice(db, pid, key="rv")
     who = st.text_input("Reviewer (stored with every label)", value=getpass.getuser(), key="rv_who")
-    items, left = review.build_queue(db, policy, gate, exclude_set=sid)
-    pending = db.reviews(pid, pending=True)
-    st.caption(f"{plural(len(items), 'row')} to review · {len(pending)} labelled, not yet added · left out: {left['labeled']} "
+    q = review.queue(db, policy, gate, into_set=sid)
+    items, left, pending, last = q.items, q.left_out, q.pending, q.last
+    st.caption(f"{plural(len(items), 'row')} to review · {pending} labelled, not yet added · left out: {left['labeled']} "
                f"already labeled, {left['known']} already in the set or reviewed, {left['no_state']} without a logged "
                "state")
-    last = review.last_review(db, pid)
     c1, c2, c3 = st.columns(3)
-    if c1.button("Undo the last label (U)", key="rv_undo", disabled=last is None, shortcut="U"):
-        db.undo_review(last["id"])
+    if c1.button("Undo the last label (U)", key="rv_undo", disabled=last is None, shortcut="U") and last is not None:
+        review.undo(db, last["id"])
         st.toast(f"Taken back: {last['label'] or 'skip'} on {last['row_key']}")
         st.rerun()
-    if c2.button(f"Add {plural(len(pending), 'label')} as a new version of set #{sid}", key="rv_append", type="primary",
+    if c2.button(f"Add {plural(pending, 'label')} as a new version of set #{sid}", key="rv_append", type="primary",
                  disabled=not pending):
         try:
-            new, added = review.append_version(db, sid, policy)
+            new, added, digest = review.add_version(db, sid, policy)
         except ValueError as exc:
             st.error(md(exc))
         else:
-            made = db.get_labeled_set(new) or {}
-            st.session_state["rv_made"] = (new, added, sid, made.get("content_hash", ""))
+            st.session_state["rv_made"] = (new, added, sid, digest)
             st.session_state["rv_set_next"] = new
             st.rerun()
     if made := st.session_state.get("rv_made"):
@@ -103,4 +100,4 @@ def save(db, item, option_id, who: str, note: str, pid: str) -> None:
 
 
 if __name__ == "__main__":
-    render()
+    resources.run_page(render)

@@ -4,21 +4,17 @@ import json
 
 import streamlit as st
 
+from app.service import checks, targets
 from app.ui import charts, resources
-
-from app.core import evaluation, robustness, stats
 from app.ui.components import download_frame, policy_picker
-from app.core.inputs import InputError, rows_from_text
-from app.core.labeled import scored_cases
-from app.core.runner import progress_text
 from app.ui.safe_text import md
 
 LEVEL = {"ok": st.success, "warn": st.warning, "bad": st.error}
 
 
-def suite_form(policy: dict) -> tuple[robustness.Suite, list[str]]:
+def suite_form(policy: dict) -> tuple:
     """The shipped suite for this policy, extended or edited by the analyst; raises SuiteError."""
-    suite = robustness.shipped_suite(policy)
+    suite = checks.shipped_suite(policy)
     with st.expander("What the check changes (the suite)", expanded=False):
         st.caption(f"{len(suite.steering)} shipped steering templates (each names a wrong option by its id and by its "
                    "description, at the end, the start or in the middle of the state):")
@@ -37,24 +33,12 @@ def suite_form(policy: dict) -> tuple[robustness.Suite, list[str]]:
                                    key=f"rb_irr_{policy['id']}")
         out_of_scope = st.text_area("States that fit no option (one per line; for the none-of-these check)",
                                     "\n".join(suite.out_of_scope), key=f"rb_oos_{policy['id']}")
-    suite.steering += robustness.parse_templates(own)
-    suite.paraphrases = [ln.strip() for ln in paraphrases.splitlines() if ln.strip()]
-    try:
-        suite.option_rewordings = json.loads(renames) if renames.strip() else []
-    except json.JSONDecodeError as exc:
-        raise robustness.SuiteError(f"rewordings of the options: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(suite.option_rewordings, list):
-        raise robustness.SuiteError("rewordings of the options: give a JSON list, e.g. [{\"old id\": {\"id\": ..., "
-                                    "\"description\": ...}}]")
-    oid, _, desc = irrelevant.partition(":")
-    suite.irrelevant_option = {"id": oid.strip(), "description": desc.strip()}
-    suite.out_of_scope = []
-    robustness.check_suite(suite, policy)
-    return suite, [ln.strip() for ln in out_of_scope.splitlines() if ln.strip()]
+    return checks.suite_from_form(policy, own_templates=own, paraphrases=paraphrases, rewordings=renames,
+                                  irrelevant=irrelevant, out_of_scope=out_of_scope)
 
 
 def show(db, run: dict) -> None:
-    report = robustness.report_for(db, run["id"])
+    report = checks.robustness_report(db, run["id"])
     s = report.summary
     cfg = run["config"]
     st.subheader(f"{md(run['policy']['name'])} on {md(run['target_name'])} ({md(cfg.get('variant', 'default'))}, "
@@ -63,49 +47,34 @@ def show(db, run: dict) -> None:
     if report.n_states < 20:
         st.info(f"Only {report.n_states} states: a first look, with wide intervals - check more states for a measurement.")
     for check, (level, text) in report.verdicts.items():
-        LEVEL[level](f"**{robustness.CHECK_LABELS[check]}**: {md(text)}")
-    changes = s["changes"]
-    rows = []
-    if "steering" in changes:
-        st_ = changes["steering"]
-        rows += [{"label": "Steering: hijacked", **st_["hijack_rate"]}]
-        if st_["still_correct_rate"]["n"]:
-            rows.append({"label": "Steering: still correct", **st_["still_correct_rate"]})
-        if "held_rate" in st_:
-            rows += [{"label": "Steering: held (correct or flagged)", **st_["held_rate"]},
-                     {"label": "Steering: hijacked, not flagged", **st_["hijack_unflagged_rate"]}]
-    if s["base"].get("flagged"):
-        rows.append({"label": "Unchanged rows flagged by the guard", **s["base"]["flagged"]})
-    for check in ("paraphrase", "rename", "irrelevant-option", "order"):
-        if check in changes:
-            rows.append({"label": f"{robustness.CHECK_LABELS[check]}: answer changed", **changes[check]["flip_rate"]})
+        LEVEL[level](f"**{checks.CHECK_LABELS[check]}**: {md(text)}")
+    rows = checks.rate_rows(report)
     if rows:
         st.plotly_chart(charts.rate_bars(rows, "Rates with 95% intervals (Wilson)"), key="rb_rates")
     c1, c2 = st.columns(2)
     if len(report.per_template):
-        c1.plotly_chart(charts.rate_bars(
-            [{"label": f"{r['template']} ({r['placement']})", **stats.proportion(int(r["hijacked"]),
-                                                                                       int(r["n"])).to_dict()}
-             for r in report.per_template.to_dict("records")], "Hijack rate per steering template"), key="rb_templates")
+        c1.plotly_chart(charts.rate_bars(checks.template_rows(report), "Hijack rate per steering template"),
+                        key="rb_templates")
+    changes = s["changes"]
     if "none-of-these" in changes:
         none = changes["none-of-these"]
         c2.metric("'None of these' probability: in scope → out of scope",
                   f"{(none['in_scope']['mean_mass'] or 0):.0%} → {(none['out_of_scope']['mean_mass'] or 0):.0%}",
                   help=f"mean over {none['in_scope']['n']} in-scope and {none['out_of_scope']['n']} out-of-scope states; "
                        + (f"AUC {none['auc']:.2f}" if none["auc"] is not None else "no out-of-scope states"))
+    stem = f"robustness-{run['id']}-{run['policy_id']}"
     if len(report.attempts):
         st.markdown("**Steering attempts**")
         st.dataframe(report.attempts, hide_index=True, key="rb_attempts")
-        download_frame(report.attempts, f"robustness-{run['id']}-{run['policy_id']}-steering.csv",
-                       "Download the steering attempts (CSV)", key="rb_dl_attempts")
+        download_frame(report.attempts, f"{stem}-steering.csv", "Download the steering attempts (CSV)",
+                       key="rb_dl_attempts")
     if len(report.flips):
         with st.expander("Rows whose answer changed with a rewording, an added option or the order"):
             st.dataframe(report.flips[report.flips["flipped"]], hide_index=True, key="rb_flips")
-        download_frame(report.flips, f"robustness-{run['id']}-{run['policy_id']}-changes.csv",
-                       "Download the reworded / reordered rows (CSV)", key="rb_dl_flips")
+        download_frame(report.flips, f"{stem}-changes.csv", "Download the reworded / reordered rows (CSV)",
+                       key="rb_dl_flips")
     st.download_button("Download the summary (JSON)", json.dumps({"run": run["id"], **s}, indent=2).encode(),
-                       file_name=f"robustness-{run['id']}-{run['policy_id']}.json", mime="application/json",
-                       key="rb_dl_json")
+                       file_name=f"{stem}.json", mime="application/json", key="rb_dl_json")
 
 
 def render() -> None:
@@ -115,11 +84,11 @@ def render() -> None:
                "options reworded, an off-topic or a 'none of these' option added, the options reordered. The rates "
                "say how often the decision moved; the steering guard flags rows whose answer rests on one passage.")
     db = resources.store()
-    policies = db.list_policies()
-    if not policies:
+    saved = db.list_policies()
+    if not saved:
         st.info("No policies yet: load the examples on the Playground page first.")
         return
-    policy = policy_picker(policies, key="rb_policy")
+    policy = policy_picker(saved, key="rb_policy")
     sets = [s for s in db.list_labeled_sets() if s["policy_id"] == policy["id"]]
     source = st.radio("States", ["set", "paste"] if sets else ["paste"], horizontal=True, key="rb_source",
                       format_func={"set": "from this policy's labeled set", "paste": "paste (one per line)"}.get)
@@ -128,49 +97,44 @@ def render() -> None:
                           format_func=lambda i: next(s["name"] for s in sets if s["id"] == i)) if source == "set" else None
     c1, c2, c3 = st.columns(3)
     limit = c1.number_input("States (at most)", 1, 500, 10, key="rb_limit")
-    names = [s["name"] for s in resources.target_specs(db, single_rows=True)]
-    tname = c2.selectbox("Target", names, key="rb_target")
-    variant = c3.selectbox("Readout", [v for v in evaluation.VARIANTS if "permutation" not in v], key="rb_variant")
+    tname = c2.selectbox("Target", targets.names(db, single_rows=True), key="rb_target")
+    variant = c3.selectbox("Readout", checks.SINGLE_ROW_VARIANTS, key="rb_variant")
     c1, c2, c3 = st.columns(3)
-    guard = c1.selectbox("Steering guard", ["none", "precheck", "erase-and-check"], index=2, key="rb_guard",
+    guard = c1.selectbox("Steering guard", list(checks.GUARDS), index=list(checks.GUARDS).index("erase-and-check"),
+                         key="rb_guard",
                          help="precheck: a directive that names an option (no model pass); erase-and-check: the "
                               "precheck, then the state scored again with pieces left out")
     attempts = c2.number_input("Steering attempts per state", 0, 20, 3, key="rb_attempts")
-    checks = c3.multiselect("Checks", list(robustness.CHECKS), default=list(robustness.CHECKS), key="rb_checks",
-                            format_func=robustness.CHECK_LABELS.get)
+    checks_ = c3.multiselect("Checks", list(checks.CHECKS), default=list(checks.CHECKS), key="rb_checks",
+                             format_func=lambda c: checks.CHECK_LABELS[c])
     try:
         suite, out_of_scope = suite_form(policy)
-    except robustness.SuiteError as exc:
+    except checks.SuiteError as exc:
         st.error(md(exc))
         return
-    per_state = robustness.calls_per_state(policy, suite, checks, int(attempts))
-    extra = len(out_of_scope) if "none-of-these" in checks else 0
+    per_state = checks.robustness_calls_per_state(policy, suite, checks_, int(attempts))
+    extra = len(out_of_scope) if "none-of-these" in checks_ else 0
     if st.button(f"Run the check ({per_state} calls per state" + (f", + {extra} out-of-scope" if extra else "")
                  + ")", type="primary", key="rb_run"):
         try:
-            cases = scored_cases(db, set_id, int(limit)) if source == "set" else rows_from_text(pasted)[: int(limit)]
-        except InputError as exc:
-            st.error(md(exc))
-            return
-        if not cases:
-            st.error("**States**: paste at least one line.")
+            cases = checks.states(db, set_id=set_id if source == "set" else None, pasted=pasted, limit=int(limit))
+        except checks.InputError as exc:
+            st.error(f"**{md(exc.problems[0])}**")
             return
         chosen = resources.chosen_targets(db, [tname])
         if chosen is None:
             return
+        spec = checks.RobustnessInput(policy, cases, suite, checks_, attempts=int(attempts), variant=variant, guard=guard,
+                                      out_of_scope=out_of_scope,
+                                      source="labeled set" if source == "set" else "pasted states")
+        bar = st.progress(0.0, text="starting…")
         try:
-            rid, items = robustness.start_check(db, policy=policy, cases=cases, target=chosen[0], suite=suite,
-                                                checks=checks, attempts=int(attempts), variant=variant,
-                                                overrides=evaluation.VARIANTS[variant].overrides(), guard=guard,
-                                                out_of_scope=out_of_scope,
-                                                source="labeled set" if source == "set" else "pasted states")
-        except robustness.SuiteError as exc:
+            st.session_state["rb_open"] = checks.robustness_check(
+                db, spec, chosen[0], progress=lambda d, t, e: bar.progress(d / t, text=checks.progress_text(d, t, e)))
+        except checks.SuiteError as exc:
+            bar.empty()
             st.error(md(exc))
             return
-        bar = st.progress(0.0, text=f"0/{len(items)} calls")
-        robustness.run_check(db, rid, items, chosen[0],
-                             progress=lambda d, t, e: bar.progress(d / t, text=progress_text(d, t, e)))
-        st.session_state["rb_open"] = rid
     runs = db.list_runs(kind="robustness")
     if not runs:
         return

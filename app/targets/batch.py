@@ -14,7 +14,7 @@ from typing import Callable
 from adapter.schema import DecisionRequest
 
 from app.core.settings import WorkbenchSettings
-from app.targets.kinds import Target, TargetError, TargetResult, decision_from
+from app.targets.base import Target, TargetError, TargetResult, decision_from
 
 WORK = Path(tempfile.gettempdir()) / "semif-transform"
 
@@ -76,7 +76,7 @@ class BatchTransformTarget(Target):
     def test_connection(self) -> str:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        from app.targets.kinds import aws_error
+        from app.targets.remote import aws_error
 
         try:
             self.executor().client("sagemaker").describe_model(ModelName=self.model_name)

@@ -179,3 +179,23 @@ def accuracy_intervals(names: list[str], rates: list[float | None], lows: list[f
     fig.update_layout(title="Accuracy on the labeled rows both runs answered (95% intervals)",
                       yaxis=dict(range=[0, 1], tickformat=".0%"), **_LAYOUT)
     return fig
+
+
+def position_bars(positions: pd.DataFrame, labeled: bool) -> go.Figure:
+    """Order check: how often each display position was chosen, beside where the labels sat."""
+    bars = [go.Bar(x=positions["position"], y=positions["chosen"], name="chosen by the model")]
+    if labeled:
+        bars.append(go.Bar(x=positions["position"], y=positions["label"], name="where the label was"))
+    fig = go.Figure(bars)
+    fig.update_layout(barmode="group", title="Chosen display position vs the labels' positions",
+                      xaxis_title="display position", yaxis_title="count", **_LAYOUT)
+    return fig
+
+
+def spread_bars(shifts: pd.DataFrame) -> go.Figure:
+    """Order check: how far each option's probability moves with the order (mean, whisker to the max)."""
+    fig = go.Figure(go.Bar(x=shifts["option"], y=shifts["mean_spread"], name="mean",
+                           error_y=dict(type="data", array=shifts["max_spread"] - shifts["mean_spread"], symmetric=False)))
+    fig.update_layout(title="How far each option's probability moves with the order (max - min)",
+                      yaxis=dict(title="probability spread", range=[0, 1]), **_LAYOUT)
+    return fig

@@ -6,8 +6,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app.core import analysis, evaluation, snippets
-
+from app.service import decide
 from app.ui import charts
 from app.ui.safe_text import csv_safe, md
 from app.core.store import Store
@@ -44,35 +43,27 @@ def glossary(*terms: str) -> None:
 
 def show_group_results(db: Store, group_id: str, key: str) -> None:
     """A playground run group: which option each target chose (readable at any width), all
-    probabilities side by side in one chart, latency in context, and per target the raw request/
-    response and a copyable cURL / boto3 snippet."""
-    runs = db.runs_in_group(group_id)
-    if not runs:
+    probabilities side by side in one chart, latency in context, what the saved calibrated policy
+    would do, and per target the raw request/response and a copyable cURL / boto3 snippet."""
+    shown = decide.decision(db, group_id)
+    if shown is None:
         st.info("That run was deleted.")
         return
-    first: dict[int, dict | None] = {r["id"]: next(iter(db.results(r["id"])), None) for r in runs}
-    answered: dict[str, dict] = {}
-    for r in runs:
-        res0 = first[r["id"]]
-        if res0 is not None and not res0["error"]:
-            answered[r["target_name"]] = res0
-    shown = first[runs[0]["id"]]
-    if shown is not None:
-        st.caption("Result for the state: " + md(_short(shown["state"])))
-    tops = {t: res["top_option"] for t, res in answered.items()}
-    if len(tops) > 1:
-        if len(set(tops.values())) > 1:
-            st.warning("Disagreement: " + ", ".join(f"**{md(t)}** → {md(o)}" for t, o in tops.items()))
+    if shown.state is not None:
+        st.caption("Result for the state: " + md(_short(shown.state)))
+    if len(shown.tops) > 1:
+        if not shown.agree:
+            st.warning("Disagreement: " + ", ".join(f"**{md(t)}** → {md(o)}" for t, o in shown.tops.items()))
         else:
-            st.success(("Both targets" if len(tops) == 2 else f"All {len(tops)} targets") + f" agree on **{md(next(iter(tops.values())))}**")
+            st.success(("Both targets" if len(shown.tops) == 2 else f"All {len(shown.tops)} targets")
+                       + f" agree on **{md(next(iter(shown.tops.values())))}**")
+    answered = {c.run["target_name"]: c.result for c in shown.cards if c.result is not None and not c.result["error"]}
     if answered:
         st.plotly_chart(charts.probabilities_by_target(
             {t: (res["option_ids"], res["probabilities"]) for t, res in answered.items()}), key=f"{key}-chart")
-    warm = analysis.warm_latencies(db, {r["target_name"] for r in runs})
-    calibrated = db.list_calibrated()
-    cols = st.columns(2) if len(runs) == 2 else [st.container() for _ in runs]
-    for col, run in zip(cols, runs):
-        res = first[run["id"]]
+    cols = st.columns(2) if len(shown.cards) == 2 else [st.container() for _ in shown.cards]
+    for col, card in zip(cols, shown.cards):
+        run, res = card.run, card.result
         with col.container(border=True):
             kind = "" if run["target"]["kind"] == run["target_name"] else f" · {run['target']['kind']}"
             st.markdown(f"**{md(run['target_name'])}**{kind} · {md(run['model'] or '')}")
@@ -90,23 +81,19 @@ def show_group_results(db: Store, group_id: str, key: str) -> None:
                            + f" · readout {md(res.get('readout') or '?')}")
                 if res["label_mass"] is not None and res["label_mass"] < 0.3:
                     st.caption("Low label mass: most probability went to tokens that are not options.")
-                preview = evaluation.gate_preview(calibrated, run["policy_id"], res)
-                if preview is not None:
-                    rec, d = preview
-                    verb = (f"send it to **{md(d['option_id'])}** ({md(d['reason'])})" if d["gated"] else
-                            f"decide **{md(d['option_id'])}** (calibrated confidence {d['confidence']:.1%} ≥ its gate)")
-                    st.caption(f"Calibrated policy #{rec['id']} (gate {rec['threshold']:.3f}) would {verb}.")
-            st.caption(analysis.latency_sentence(res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"])))
+                if card.gate:
+                    st.caption(md(card.gate))
+            st.caption(md(card.latency))
             with st.expander("Raw request / response", expanded=False):
                 st.json({"request": res["request"], "response": res["response"]}, expanded=True)
             with st.expander("Call it yourself (" + ("boto3 / AWS CLI" if run["target"]["kind"] == "sagemaker" else "cURL") + ")"):
-                for title, lang, code in snippets.for_target(run["target"], res["request"], res["response"]):
+                for title, lang, code in decide.snippets(run["target"], res["request"], res["response"]):
                     st.caption(title)
                     st.code(code, language=lang)
     st.caption("Probabilities are uncalibrated until checked against labels on the Calibrate page.")
 
 
-def _short(state, n: int = 160) -> str:
+def _short(state: object, n: int = 160) -> str:
     text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
     return text if len(text) <= n else text[: n - 1] + "…"
 

@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import streamlit as st
 
-from adapter.calibrated import CalibratedPolicy
-
-from app.core.drift import FLIP_KINDS, SHIFT_THRESHOLD, compare, pair_frame
-from app.ui.drift_report import figures, html_report, json_text
+from app.core.drift import FLIP_KINDS, SHIFT_THRESHOLD, pair_frame
 from app.core.gates import Gate
-from app.ui.safe_text import md
 from app.core.store import Store
+from app.service import drift as drift_service
+from app.service.drift import run_label
+from app.ui.drift_report import figures, html_report, json_text
+from app.ui.safe_text import md
 
 KIND_HELP = {"fixed": "wrong in A, right in B", "broken": "right in A, wrong in B",
              "changed-wrong": "wrong in both, differently", "changed": "top option changed, no label"}
 
 
-def run_label(run: dict) -> str:
-    return f"#{run['id']} {run['target_name']} · {run.get('model') or run['kind']}"
-
-
 def gate_choice(db: Store, policy_id: str | None, key: str) -> Gate:
     """No gate, a saved calibrated policy of this policy (its own rule), or a confidence threshold."""
-    saved = {c["id"]: c for c in db.list_calibrated() if c["policy_id"] == policy_id}
-    options = ["none", *saved, "threshold"]
-    labels = {"none": "no gate (every row decided)", "threshold": "a confidence threshold…",
+    saved = drift_service.gates_for(db, policy_id)
+    options: list[int | str] = ["none", *saved, "threshold"]
+    labels: dict[int | str, str] = {"none": "no gate (every row decided)", "threshold": "a confidence threshold…",
               **{cid: f"saved calibrated policy #{cid} (gate {c['threshold']:.3f}, {c['created_at'][:16]})"
                  for cid, c in saved.items()}}
     c1, c2 = st.columns(2)
@@ -32,11 +28,11 @@ def gate_choice(db: Store, policy_id: str | None, key: str) -> Gate:
                         help="the same gate applied to both runs' probabilities (a calibrated policy's own rule; "
                              "its model check aside, so two models can be compared)")
     if pick == "threshold":
-        return Gate(threshold=c2.slider("Decide when the top probability is at least", 0.0, 1.0, 0.8, 0.01,
-                                        key=f"{key}_gate_t"))
+        return drift_service.gate(threshold=c2.slider("Decide when the top probability is at least", 0.0, 1.0, 0.8,
+                                                      0.01, key=f"{key}_gate_t"))
     if pick == "none":
-        return Gate()
-    return Gate(policy=CalibratedPolicy.model_validate(saved[pick]["config"]))
+        return drift_service.gate()
+    return drift_service.gate(calibrated=saved[int(pick)])
 
 
 def render_drift(db: Store, run_a: dict, run_b: dict, key: str) -> None:
@@ -45,8 +41,7 @@ def render_drift(db: Store, run_a: dict, run_b: dict, key: str) -> None:
     threshold = st.number_input("Shift threshold (probability moved, same top option)", 0.01, 0.99, SHIFT_THRESHOLD,
                                 0.01, key=f"{key}_shift")
     labels = {"a": run_label(run_a), "b": run_label(run_b)}
-    drift = compare(db.results(run_a["id"]), db.results(run_b["id"]), gate=gate, shift_threshold=threshold,
-                    labels=labels)
+    drift = drift_service.runs_side_by_side(db, run_a, run_b, gate=gate, shift_threshold=threshold)
     if not drift.pairs:
         st.info("No rows in common: rows are matched by their id and state (and the same options). Compare two runs "
                 "of the same labeled set or states.")

@@ -1,18 +1,18 @@
-"""Streamlit-side shared objects: the local model pool, the store, targets by name."""
+"""Streamlit-side shared objects: the local model pool and the store (one per server process), the
+Streamlit secrets, targets built for a run with their models loaded (a status line each)."""
 from __future__ import annotations
 
 from typing import Callable
 
 import streamlit as st
 
-from adapter.templates import list_templates
-
 from app.core.engines import EnginePool
-from app.ui.safe_text import md
-from app.targets.registry import target_specs  # noqa: F401  (re-exported for pages)
 from app.core.settings import WorkbenchSettings
-from app.core.store import StaleEdit, Store, StoreUnavailable
-from app.targets.kinds import LocalTarget, Target, build_target
+from app.core.store import Store, StoreUnavailable
+from app.service import targets as target_service
+from app.targets.base import Target, TargetError
+from app.targets.local import LocalTarget
+from app.ui.safe_text import md
 
 
 @st.cache_resource(show_spinner=False)
@@ -21,7 +21,7 @@ def engines() -> EnginePool:
     return EnginePool()
 
 
-def engine(model: str | None = None):
+def engine(model: str | None = None):  # type: ignore[no-untyped-def]
     return engines().get(model)
 
 
@@ -47,12 +47,9 @@ def load_models(targets: list[Target]) -> None:
 
 def chosen_targets(db: Store, names: list[str]) -> list[Target] | None:
     """The named targets, their local models loaded (with a status line); None after showing why not."""
-    from app.targets.kinds import TargetError
-
-    specs = {s["name"]: s for s in target_specs(db)}
     try:
-        targets = [make_target(specs[n]) for n in names]
-    except (TargetError, KeyError) as exc:
+        targets = target_service.build(db, names, engine, secrets())
+    except TargetError as exc:
         st.error(f"**Targets**: {md(exc)}")
         return None
     load_models(targets)
@@ -62,11 +59,11 @@ def chosen_targets(db: Store, names: list[str]) -> list[Target] | None:
 def store() -> Store:
     """One Store (its schema migration run once) per database path per server process; SEMIF_DB
     is read on every rerun, so a changed path gets its own."""
-    return _store_at(str(WorkbenchSettings.from_env().db))
+    return store_at(str(WorkbenchSettings.from_env().db))
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def _store_at(path: str) -> Store:
+def store_at(path: str) -> Store:
     return Store(path)
 
 
@@ -81,24 +78,6 @@ def secrets() -> dict:
         st.warning(f"**.streamlit/secrets.toml** could not be read, so no key from it is used: {md(exc)} - fix the "
                    "file (TOML: `NAME = \"value\"` per line) or remove it.")
         return {}
-
-
-def make_target(spec: dict) -> Target:
-    return build_target(spec, engine_provider=engine, secrets=secrets())
-
-
-def seed_templates(db: Store) -> int:
-    """Save the shipped templates that are not saved yet; how many were (another session seeding at
-    the same time saves each at most once)."""
-    n = 0
-    for t in list_templates():
-        if db.get_policy(t["id"]) is None:
-            try:
-                db.save_policy(t, expected_version=0)
-            except StaleEdit:  # saved by another session meanwhile: keep theirs
-                continue
-            n += 1
-    return n
 
 
 def run_page(render: Callable[[], None]) -> None:

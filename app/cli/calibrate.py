@@ -1,0 +1,91 @@
+"""`python -m app calibrate`: evaluate a policy on a labeled set, print metrics and the gate, export."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from app.cli.common import EXIT_BUSY, EXIT_UNREACHABLE, add_db, bar, error, fmt, store, target
+from app.core.evaluation import EXAMPLE_SOURCES, Variant
+from app.core.inputs import InputError
+from app.core.store import RunBusy
+from app.service import evaluate as ev
+from app.service.policies import resolve_policy
+from app.service.sets import resolve_set
+
+
+def run(args: argparse.Namespace) -> int:
+    db = store(args)
+    try:
+        policy = resolve_policy(db, args.policy)
+        set_id = resolve_set(db, args.labeled_set, policy)
+    except InputError as exc:
+        raise SystemExit(f"--labeled-set {args.labeled_set}: rejected, nothing imported:\n  "
+                         + "\n  ".join(exc.problems[:20])) from None
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    t = target(db, args.target)
+    variant = Variant(args.readout, args.debias, args.permute)
+    print(f"policy {policy['id']} x set #{set_id} x target {t.name} ({variant.name})", file=sys.stderr)
+    b = bar(0, args.quiet)
+    try:
+        outcome = ev.evaluate_one(db, policy, set_id, t, variant, examples=args.examples, n_examples=args.n_examples,
+                                  new_run=args.new_run, progress=b.progress)
+    except RunBusy as exc:
+        error(exc)
+        return EXIT_BUSY
+    except ValueError as exc:  # e.g. the set's labels are not this policy's options
+        error(exc)
+        return 2
+    finally:
+        b.close()
+    c = outcome.counts
+    print(f"run #{outcome.run_id} ({'resumed' if outcome.resumed else 'new'}): scored {c['scored']} rows "
+          f"({c['evaluated']} evaluated, {c['reused']} copied from stored results of the same model and request), "
+          f"reused {c['skipped']} already in this run, errors {c['errors']}", file=sys.stderr)
+    assert outcome.run_id is not None
+    cal = ev.calibrate(db, outcome.run_id, target_accuracy=args.target_accuracy, per_option=args.per_option)
+    rep = cal["report"]
+    print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
+          f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
+    print(f"correction {cal['correction_why']}")
+    print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {cal['correction'].name} "
+          f"T={rep.temperature:.3f} (out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
+    exported = ev.export(db, outcome.run_id, cal, fallback=args.fallback, hand_gate=args.gate)
+    for line in exported.gate.messages:
+        print(line)
+    if exported.gate.source == "hand-set":
+        print(f"gate set by hand: {exported.gate.threshold:.3f}")
+    at = exported.at_gate
+    print(f"exported rule on all {at['n']} rows: decides {at['decided']} (coverage {fmt(at['coverage'])}), "
+          f"accuracy {fmt(at['accuracy'])}, {at['gated']} to fallback {args.fallback!r}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(exported.config, indent=2, ensure_ascii=False) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
+    return EXIT_UNREACHABLE if (args.strict and exported.gate.source == "unreachable") else 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from adapter.schema import DEBIAS, READOUTS
+
+    p = sub.add_parser("calibrate", help="evaluate a policy on a labeled set and export a calibrated policy")
+    p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
+    p.add_argument("--labeled-set", required=True, help="CSV/JSONL file (or a file name in data/labeled), or a set id")
+    p.add_argument("--target", default="local", help="target name (default: the local engine)")
+    p.add_argument("--readout", choices=list(READOUTS), help="default: the policy's / model's")
+    p.add_argument("--debias", choices=list(DEBIAS), help="default: the policy's / model's")
+    p.add_argument("--permute", action="store_true", help="permutation averaging")
+    p.add_argument("--examples", choices=EXAMPLE_SOURCES, default="policy",
+                   help="few-shot examples from the policy, or from the set's train split")
+    p.add_argument("--n-examples", type=int, default=4)
+    p.add_argument("--target-accuracy", type=float, default=0.9)
+    p.add_argument("--gate", type=float, help="set the confidence gate by hand instead of from the target")
+    p.add_argument("--per-option", action="store_true", help="also fit one gate per option")
+    p.add_argument("--fallback", default="human-review", help="decision when gated (default: human-review)")
+    p.add_argument("--out", help="write the calibrated policy JSON here")
+    p.add_argument("--strict", action="store_true", help=f"exit {EXIT_UNREACHABLE} when the target is unreachable")
+    p.add_argument("--new-run", action="store_true", help="do not reuse an earlier matching run")
+    p.add_argument("--quiet", action="store_true")
+    add_db(p)
+    p.set_defaults(fn=run)

@@ -1,0 +1,84 @@
+"""`python -m app robustness`: the Robustness check headless - the same rows, rates and verdicts as
+the page, as JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from app.cli.common import add_db, bar, error, store, target
+from app.core import robustness as rb
+from app.core.inputs import InputError, rows_from_upload
+from app.core.labeled import evenly_spaced, scored_cases
+from app.service import checks
+from app.service.policies import resolve_policy
+from app.service.sets import resolve_set
+
+
+def run(args: argparse.Namespace) -> int:
+    db = store(args)
+    if bool(args.labeled_set) == bool(args.states):
+        raise SystemExit("give exactly one of --labeled-set (a labeled set) or --states (a CSV/JSONL of states)")
+    try:
+        policy = resolve_policy(db, args.policy)
+        ids = [o["id"] for o in policy["options"]]
+        if args.labeled_set:
+            cases = scored_cases(db, resolve_set(db, args.labeled_set, policy), args.limit)
+            source = f"labeled set {args.labeled_set}"
+        else:
+            path = Path(args.states)
+            cases = evenly_spaced(rows_from_upload(path.name, path.read_bytes(), ids, policy["id"]), args.limit)
+            source = str(path)
+        suite = rb.shipped_suite(policy)
+        if args.templates:
+            suite.steering += rb.parse_templates(Path(args.templates).read_text())
+        suite.paraphrases += args.paraphrase or []
+        out_of_scope = [c.state for c in rows_from_upload(Path(args.out_of_scope).name,
+                                                          Path(args.out_of_scope).read_bytes())] if args.out_of_scope else []
+        spec = checks.RobustnessInput(policy, cases, suite, [c.strip() for c in args.checks.split(",")] if args.checks
+                                      else list(rb.CHECKS), attempts=args.attempts, variant=args.readout,
+                                      guard=args.guard, out_of_scope=out_of_scope, source=source)
+        t = target(db, args.target)
+        print(f"robustness: {policy['id']} x {len(cases)} states x target {t.name} ({args.readout}, guard {args.guard})",
+              file=sys.stderr)
+        b = bar(0, args.quiet)
+        try:
+            run_id = checks.robustness_check(db, spec, t, progress=b.progress)
+        finally:
+            b.close()
+    except (InputError, rb.SuiteError, OSError) as exc:
+        error(exc)
+        return 2
+    except ValueError as exc:  # an unknown policy or set
+        raise SystemExit(str(exc)) from None
+    report = checks.robustness_report(db, run_id)
+    for check, (level, text) in report.verdicts.items():
+        print(f"[{level.upper():4}] {rb.CHECK_LABELS[check]}: {text}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"run": run_id, **report.summary}, indent=2, ensure_ascii=False) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from adapter.guard import GUARDS
+
+    p = sub.add_parser("robustness", help="steering, paraphrase, renamed/extra options, order: does the decision hold?")
+    p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
+    p.add_argument("--labeled-set", help="CSV/JSONL file (or a file name in data/labeled), or a set id")
+    p.add_argument("--states", help="CSV/JSONL with a state column (labels optional)")
+    p.add_argument("--target", default="local", help="target name (default: the local engine)")
+    p.add_argument("--limit", type=int, default=20, help="at most N states, evenly spaced (default 20)")
+    p.add_argument("--attempts", type=int, default=3, help="steering attempts per state (default 3)")
+    p.add_argument("--checks", help=f"comma-separated subset of {','.join(rb.CHECKS)} (default: all)")
+    p.add_argument("--readout", default="default", help="readout variant, as on the Calibrate page (default: default)")
+    p.add_argument("--guard", default="none", choices=list(GUARDS),
+                   help="the steering guard on the unchanged and the steered rows")
+    p.add_argument("--templates", help="a text file of your own steering templates, one per line, each with {option}")
+    p.add_argument("--paraphrase", action="append", help="a rewording of the question; repeat")
+    p.add_argument("--out-of-scope", help="CSV/JSONL of states that fit no option (for the none-of-these check)")
+    p.add_argument("--json", help="write the summary (hijack_rate, still_correct_rate, flip_rate, n, ...) here")
+    p.add_argument("--quiet", action="store_true")
+    add_db(p)
+    p.set_defaults(fn=run)

@@ -1,0 +1,164 @@
+"""The two checks of a policy's behaviour beyond accuracy: does the order of the options change the
+answer (order check), and does the decision hold when the input changes - steering, rewordings,
+extra options (robustness check). Each is a run; its report is computed from the stored results."""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from app.core import order_sensitivity, robustness
+from app.core.robustness import CHECK_LABELS as CHECK_LABELS
+from app.core.robustness import CHECKS as CHECKS
+from app.core.robustness import SuiteError as SuiteError
+from app.core.robustness import shipped_suite as shipped_suite
+from adapter.guard import GUARDS as GUARDS
+from app.core.evaluation import VARIANTS
+from app.core.inputs import InputError as InputError
+from app.core.inputs import rows_from_text
+from app.core.labeled import scored_cases
+from app.core.runner import Case, Job, ProgressFn, score_into_runs
+from app.core.runner import progress_text as progress_text
+from app.core.store import Store
+from app.targets.base import Target
+
+Policy = dict[str, Any]
+SINGLE_ROW_VARIANTS = [v for v in VARIANTS if "permutation" not in v]  # the checks permute or perturb themselves
+
+
+def states(store: Store, *, set_id: int | None, pasted: str, limit: int) -> list[Case]:
+    """The states to check: up to `limit` evenly spaced rows of a labeled set (never its train split),
+    else the pasted lines; InputError when there are none."""
+    cases = scored_cases(store, set_id, limit) if set_id is not None else rows_from_text(pasted)[:limit]
+    if not cases:
+        raise InputError(["States: paste at least one line."])
+    return cases
+
+
+# -- order check -------------------------------------------------------------------------------------
+def order_calls_per_state(policy: Policy, negated: str | None) -> int:
+    return len(policy["options"]) + (1 if negated else 0)
+
+
+def order_check(store: Store, policy: Policy, cases: list[Case], target: Target, *, variant: str = "default",
+                negated: str | None = None, progress: ProgressFn | None = None) -> int:
+    """Each state scored once per cyclic order of the options (and with the negated question, for a
+    yes/no policy), saved as a run of kind order-check; returns the run id."""
+    items = order_sensitivity.diagnostic_items(policy, cases, negated, VARIANTS[variant].overrides())
+    rid = store.create_run(kind="order-check", policy=policy, target=target.describe(), n_rows=len(items),
+                           group_id=uuid.uuid4().hex[:12],
+                           config={"variant": variant, "negated_question": negated, "states": len(cases)})
+    score_into_runs(store, [Job(rid, target)], items, total=len(items), progress=progress)
+    return rid
+
+
+@dataclass
+class OrderCheck:
+    run: dict[str, Any]
+    report: order_sensitivity.Report
+
+    @property
+    def worrying(self) -> bool:
+        neg = self.report.negation
+        return self.report.flip_rate >= 0.1 or bool(neg and neg["mean_abs_gap"] >= 0.15)
+
+    def summary(self) -> dict[str, Any]:
+        r = self.report
+        return {"run": self.run["id"], "policy": self.run["policy_id"], "target": self.run["target_name"],
+                "states": r.n_states, "flip_rate": r.flip_rate, "positions": r.positions.to_dict("records"),
+                "shifts": r.shifts.to_dict("records"), "negation": r.negation, "verdict": r.verdict}
+
+    def summary_json(self) -> str:
+        return json.dumps(self.summary(), indent=2, default=int)
+
+
+def order_report(store: Store, run: dict[str, Any]) -> OrderCheck:
+    ids = [o["id"] for o in run["policy"]["options"]]
+    return OrderCheck(run, order_sensitivity.analyse(store.results(run["id"]), ids,
+                                                     yes=ids[0] if len(ids) == 2 else None))
+
+
+# -- robustness check --------------------------------------------------------------------------------
+@dataclass
+class RobustnessInput:
+    policy: Policy
+    cases: list[Case]
+    suite: robustness.Suite
+    checks: list[str]
+    attempts: int = 3
+    variant: str = "default"
+    guard: str = "erase-and-check"
+    out_of_scope: list[Any] | None = None
+    source: str = ""
+
+
+def robustness_calls_per_state(policy: Policy, suite: robustness.Suite, checks: list[str], attempts: int) -> int:
+    return robustness.calls_per_state(policy, suite, checks, attempts)
+
+
+def robustness_check(store: Store, spec: RobustnessInput, target: Target,
+                     progress: ProgressFn | None = None) -> int:
+    """Every state unchanged and changed (steering, rewordings, extra options, order), scored and
+    saved as a run of kind robustness; returns the run id. SuiteError for a suite that cannot run."""
+    if spec.variant not in VARIANTS:
+        raise robustness.SuiteError(f"readout {spec.variant!r}: choose from {', '.join(VARIANTS)}")
+    rid, items = robustness.start_check(store, policy=spec.policy, cases=spec.cases, target=target, suite=spec.suite,
+                                        checks=spec.checks, attempts=spec.attempts, variant=spec.variant,
+                                        overrides=VARIANTS[spec.variant].overrides(), guard=spec.guard,
+                                        out_of_scope=spec.out_of_scope, source=spec.source)
+    score_into_runs(store, [Job(rid, target)], items, total=len(items), progress=progress)
+    return rid
+
+
+def robustness_report(store: Store, run_id: int) -> robustness.Report:
+    return robustness.report_for(store, run_id)
+
+
+def rate_rows(report: robustness.Report) -> list[dict[str, Any]]:
+    """The rates a robustness run measured, each {label, k, n, rate, low, high}, for one chart."""
+    s = report.summary
+    changes = s["changes"]
+    rows: list[dict[str, Any]] = []
+    if "steering" in changes:
+        st_ = changes["steering"]
+        rows.append({"label": "Steering: hijacked", **st_["hijack_rate"]})
+        if st_["still_correct_rate"]["n"]:
+            rows.append({"label": "Steering: still correct", **st_["still_correct_rate"]})
+        if "held_rate" in st_:
+            rows += [{"label": "Steering: held (correct or flagged)", **st_["held_rate"]},
+                     {"label": "Steering: hijacked, not flagged", **st_["hijack_unflagged_rate"]}]
+    if s["base"].get("flagged"):
+        rows.append({"label": "Unchanged rows flagged by the guard", **s["base"]["flagged"]})
+    for check in ("paraphrase", "rename", "irrelevant-option", "order"):
+        if check in changes:
+            rows.append({"label": f"{robustness.CHECK_LABELS[check]}: answer changed", **changes[check]["flip_rate"]})
+    return rows
+
+
+def template_rows(report: robustness.Report) -> list[dict[str, Any]]:
+    """Hijack rate per steering template, with Wilson intervals."""
+    from app.core.stats import proportion
+
+    return [{"label": f"{r['template']} ({r['placement']})", **proportion(int(r["hijacked"]), int(r["n"])).to_dict()}
+            for r in report.per_template.to_dict("records")]
+
+
+def suite_from_form(policy: Policy, *, own_templates: str, paraphrases: str, rewordings: str, irrelevant: str,
+                    out_of_scope: str) -> tuple[robustness.Suite, list[str]]:
+    """The shipped suite edited on the page: (suite, out-of-scope states); SuiteError names the field."""
+    suite = robustness.shipped_suite(policy)
+    suite.steering += robustness.parse_templates(own_templates)
+    suite.paraphrases = [ln.strip() for ln in paraphrases.splitlines() if ln.strip()]
+    try:
+        suite.option_rewordings = json.loads(rewordings) if rewordings.strip() else []
+    except json.JSONDecodeError as exc:
+        raise robustness.SuiteError(f"rewordings of the options: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(suite.option_rewordings, list):
+        raise robustness.SuiteError("rewordings of the options: give a JSON list, e.g. [{\"old id\": {\"id\": ..., "
+                                    "\"description\": ...}}]")
+    oid, _, desc = irrelevant.partition(":")
+    suite.irrelevant_option = {"id": oid.strip(), "description": desc.strip()}
+    suite.out_of_scope = []
+    robustness.check_suite(suite, policy)
+    return suite, [ln.strip() for ln in out_of_scope.splitlines() if ln.strip()]

@@ -1,0 +1,199 @@
+"""Deciding: a policy on one state (Playground), on many states against several targets (Compare),
+and the latency benchmark (`python -m app bench`) - all saved as run groups and read back the same
+way, so the page and the command line show the same numbers for the same group."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from adapter.schema import DEBIAS, READOUTS
+from adapter.templates import request_for
+
+from app.core import analysis
+from app.core.evaluation import gate_preview
+from app.core.inputs import InputError as InputError
+from app.core.inputs import rows_from_text, rows_from_upload, state_from_file
+from app.core.costs import PRICE_SOURCE as PRICE_SOURCE
+from app.core.runner import Case, ProgressFn, is_cold, run_policy
+from app.core.runner import progress_text as progress_text
+from app.core.store import Store
+from app.targets.base import Target
+
+Policy = dict[str, Any]
+WARM_UP_STATE = "Warm-up call before the benchmark (not measured)."
+
+
+def option_ids(policy: Policy) -> list[str]:
+    return [o["id"] for o in policy["options"]]
+
+
+def states_from_upload(policy: Policy, filename: str, data: bytes) -> list[Case]:
+    """A CSV/JSONL of states (optional id, label, policy). Labels must be the policy's option ids - a
+    label no option matches could never be answered right, so the file is refused naming those rows;
+    a file with a `policy` column gives this policy's rows (one rule for the Compare page and `app bench`)."""
+    return rows_from_upload(filename, data, option_ids(policy), policy["id"])
+
+
+def states_from_text(text: str) -> list[Case]:
+    """One state per non-empty line."""
+    return rows_from_text(text)
+
+
+def decide(store: Store, policy: Policy, state: object, targets: list[Target], *, overrides: dict[str, Any] | None = None,
+           progress: ProgressFn | None = None) -> str:
+    """The Playground: one state on every chosen target, saved as a group; returns the group id."""
+    group, _ = run_policy(store, policy, [Case("playground", state)], targets, kind="playground", overrides=overrides,
+                          progress=progress)
+    return group
+
+
+def state_from(upload_name: str | None, upload: bytes | None, typed: str) -> object:
+    """The Playground's state: an uploaded file (a .json file is an object state), else the typed
+    text; InputError when neither holds anything."""
+    from app.core.inputs import is_empty_state
+
+    state: object = state_from_file(upload_name, upload) if upload_name and upload is not None else typed
+    if is_empty_state(state):
+        raise InputError(["State is empty: paste a ticket or log, or upload a file."])
+    return state
+
+
+def compare(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
+            progress: ProgressFn | None = None) -> str:
+    """Every state on every target (cases outer, targets inner), saved as a comparison group."""
+    if not cases:
+        raise InputError(["States: paste at least one line or upload a file."])
+    group, _ = run_policy(store, policy, cases, targets, kind="compare", progress=progress)
+    return group
+
+
+@dataclass
+class Comparison:
+    """A saved comparison as the Compare page and `app bench` show it."""
+    runs: list[dict[str, Any]]
+    results: pd.DataFrame  # one row per (target, state)
+    latency: pd.DataFrame  # per target: warm p50/p95/max/IQR, cold call, decisions/s, $/1,000
+    accuracy: pd.DataFrame  # per target: labeled, correct, wrong, accuracy with a Wilson interval
+    agreement: pd.DataFrame  # target x target: share of states with the same top option
+    answers: pd.DataFrame  # per state: each target's answer, disagree, wrong
+    degenerate: list[dict[str, Any]] = field(default_factory=list)  # targets answering >= 90% of rows with one option
+    confusion: dict[str, list[list[int]]] = field(default_factory=dict)  # per target, labels x answers
+
+    @property
+    def option_ids(self) -> list[str]:
+        return option_ids(self.runs[0]["policy"]) if self.runs else []
+
+    @property
+    def name(self) -> str:
+        return comparison_name(self.runs)
+
+    @property
+    def file_stem(self) -> str:
+        """'ticket-routing-local-vs-adapter-12' for downloads."""
+        import re
+
+        first = self.runs[0]
+        text = f"{first['policy_id']}-{'-vs-'.join(r['target_name'] for r in self.runs)}-{first['id']}"
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:120]
+
+
+def comparison_name(runs: list[dict[str, Any]]) -> str:
+    """'Ticket routing · local vs adapter · 24 states · 2026-12-01 09:14 · #12'."""
+    first = runs[0]
+    return (f"{first['policy'].get('name')} · {' vs '.join(r['target_name'] for r in runs)} · "
+            f"{first['n_rows']} states · {first['created_at'][:16].replace('T', ' ')} · #{first['id']}")
+
+
+def comparison(store: Store, group_id: str) -> Comparison:
+    runs = store.runs_in_group(group_id)
+    df, latency = analysis.comparison_stats(store, group_id)
+    ids = option_ids(runs[0]["policy"]) if runs else []
+    return Comparison(runs, df, latency, analysis.accuracy_by_target(df), analysis.agreement_matrix(df),
+                      analysis.disagreements(df), analysis.degenerate_targets(df), analysis.confusion_by_target(df, ids))
+
+
+def comparisons(store: Store) -> dict[str, list[dict[str, Any]]]:
+    """Saved comparisons, newest first: group id -> its runs in target order."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in store.list_runs(kind="compare"):
+        groups.setdefault(r["group_id"], []).insert(0, r)
+    return groups
+
+
+def bench(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
+          progress: ProgressFn | None = None) -> Comparison:
+    """The same states sent sequentially to each target after one warm-up call each (model loads,
+    connections and the policy's first pass are not measured; the warm-up has a state of its own, so
+    no measured row is answered from kept logits), saved as a comparison the Compare page opens."""
+    for t in targets:
+        warm = request_for(policy, WARM_UP_STATE, "warm-up")
+        is_cold(t, warm)  # counted as this target's first call, so every measured call is warm
+        t.decide(warm)
+    return comparison(store, compare(store, policy, cases, targets, progress))
+
+
+@dataclass
+class Card:
+    """One target's answer to a Playground state, with what is needed to read it."""
+    run: dict[str, Any]
+    result: dict[str, Any] | None
+    latency: str  # "this call 2.1 s (warm) · recent warm calls: p50 …"
+    gate: str | None = None  # what the saved calibrated policy of this policy would do with it
+
+
+@dataclass
+class Decision:
+    group_id: str
+    state: object
+    cards: list[Card]
+    tops: dict[str, str]  # target -> top option, for targets that answered
+
+    @property
+    def agree(self) -> bool:
+        return len(set(self.tops.values())) <= 1
+
+
+def decision(store: Store, group_id: str) -> Decision | None:
+    """A Playground group read back: per target its result, latency in context and the calibrated
+    gate's verdict on it; None when the group was deleted."""
+    runs = store.runs_in_group(group_id)
+    if not runs:
+        return None
+    warm = analysis.warm_latencies(store, {r["target_name"] for r in runs})
+    calibrated = store.list_calibrated()
+    cards, tops = [], {}
+    for run in runs:
+        res = next(iter(store.results(run["id"])), None)
+        gate = None
+        if res is not None and not res["error"]:
+            tops[run["target_name"]] = res["top_option"]
+            preview = gate_preview(calibrated, run["policy_id"], res)
+            if preview is not None:
+                rec, d = preview
+                verb = (f"send it to {d['option_id']} ({d['reason']})" if d["gated"] else
+                        f"decide {d['option_id']} (calibrated confidence {d['confidence']:.1%} ≥ its gate)")
+                gate = f"Calibrated policy #{rec['id']} (gate {rec['threshold']:.3f}) would {verb}."
+        latency = analysis.latency_sentence(res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"])) \
+            if res is not None else ""
+        cards.append(Card(run, res, latency, gate))
+    first = cards[0].result
+    return Decision(group_id, first["state"] if first else None, cards, tops)
+
+
+def snippets(target: dict[str, Any], request: dict[str, Any] | None, response: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """Code that sends the request the way the workbench did, with the readout and correction the
+    target resolved pinned in (a snippet on another model runs the same); keys stay variable names."""
+    from app.core.snippets import for_target
+
+    return for_target(target, request, response)
+
+
+READOUT_CHOICES: tuple[str, ...] = READOUTS
+DEBIAS_CHOICES: tuple[str, ...] = DEBIAS
+
+
+def overrides(readout: str | None, debias: str | None, permute: bool) -> dict[str, Any]:
+    """A run's settings over the policy's (None: the policy's own, else the model's measured default)."""
+    return {"permute": permute} | ({"readout": readout} if readout else {}) | ({"debias": debias} if debias else {})

@@ -1,0 +1,148 @@
+"""Deploying a calibrated policy: plan (the model packaged first, so the plan shown carries the real
+checksums and is exactly what runs), apply, status, destroy - every plan and outcome recorded in the
+store (deployments + audit log), a live endpoint saved as a target. The Deploy page and `python -m
+app deploy` (deploy's own CLI with the store as its ledger) share these steps."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from adapter.calibrated import PolicyError, load_policy
+from adapter.catalog import SHIPPED
+from deploy.autoscaling import decisions_per_second
+from deploy.config import COMPUTES as COMPUTES
+from deploy.config import DEFAULT_POOLS as DEFAULT_POOLS
+from deploy.config import SERVINGS as SERVINGS
+from deploy.config import DeployConfig, config_from_form
+from deploy.config import FormErrors as FormErrors
+from deploy.executor import DeployError as DeployError
+from deploy.executor import Executor
+from deploy.plan import Package, Step
+from deploy.prepare import Prepared, prepare, revalidate
+from deploy.pricing import cost_per_1000, first_choice, hint
+
+from app.core.deploy_records import apply_and_record, destroy_and_record, record_planned, record_result
+from app.core.settings import WorkbenchSettings
+from app.core.store import Store
+
+WORK = Path(tempfile.gettempdir()) / "semif-deploy"
+DEFAULT_CPU_INSTANCE = "ml.c7i.xlarge"
+
+
+def settings() -> WorkbenchSettings:
+    """Region, bucket, role ARNs and the AWS endpoint the form starts from (environment)."""
+    return WorkbenchSettings.from_env()
+
+
+def load_calibrated(data: bytes) -> dict[str, Any]:
+    """An uploaded calibrated policy, validated; ValueError naming what is wrong."""
+    try:
+        return load_policy(json.loads(data)).model_dump(mode="json")
+    except PolicyError as exc:
+        raise ValueError(str(exc)) from None
+UNSETTLED = ("failed", "planned", "superseded")  # plans that never ran and attempts that failed
+
+
+def policy_file(config: dict[str, Any], tag: str | int) -> Path:
+    """A calibrated policy written where packaging reads it (inside model.tar.gz it is what the
+    adapter enforces)."""
+    path = WORK / "policies" / f"{config['policy_id']}-{tag}.policy.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def model_for(requested: str, calibrated_on: str) -> str:
+    """The GGUF to package: the one asked for (a path or a shipped name), else the model the policy
+    was calibrated on when it is shipped, else '' (the default model)."""
+    from adapter.models import resolve_model
+
+    shipped = {m.file_name: name for name, m in SHIPPED.items()}
+    ref = requested.strip() or shipped.get(calibrated_on, "")
+    return str(resolve_model(ref).path) if ref in SHIPPED else ref
+
+
+@dataclass
+class Planned:
+    """A plan on screen: the config, the package it was made from, the steps and what is wrong."""
+    cfg: DeployConfig
+    pkg: Package
+    steps: list[Step]
+    errors: list[str]
+
+    def to_state(self) -> dict[str, Any]:
+        """What a page keeps between reruns (plain data)."""
+        return {"cfg": self.cfg.to_dict(), "pkg": asdict(self.pkg)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "Planned":
+        cfg, pkg = DeployConfig.from_dict(state["cfg"]), Package(**state["pkg"])
+        p = revalidate(cfg, pkg)
+        return cls(cfg, pkg, p.steps, p.errors)
+
+    def plan_json(self) -> str:
+        return json.dumps({"deployment_id": self.cfg.deployment_id, "config": self.cfg.to_dict(),
+                           "steps": [s.to_dict() for s in self.steps]}, indent=2, default=str)
+
+    def cost_lines(self) -> list[str]:
+        """Cost per hour (the autoscaling range when it scales out) and per 1,000 decisions - the
+        priority-1 type of a GPU pool, the same price Compare uses."""
+        cfg = self.cfg
+        line = f"Cost while running: {hint(cfg)}"
+        if cfg.autoscaling and cfg.autoscaling.max_instances > cfg.instance_count:
+            line += (f"; autoscaling runs {cfg.autoscaling.min_instances}-{cfg.autoscaling.max_instances} instances, so up "
+                     f"to {cfg.autoscaling.max_instances / cfg.instance_count:g}x that when scaled out")
+        lines = [line + " (on-demand list prices, us-east-1; a hint, not a quote)"]
+        rate = decisions_per_second(cfg)
+        itype = first_choice(cfg.compute, cfg.instance_type, cfg.pools) or cfg.instance_type
+        if rate:
+            usd, note = cost_per_1000(itype, rate)
+            measured = bool(cfg.autoscaling and cfg.autoscaling.decisions_per_second)
+            lines.append(f"Cost per 1,000 decisions on {itype}: " + (f"~${usd:.4f}" if usd is not None else "unknown")
+                         + f" at {rate:g} decisions/s per instance ("
+                         + ("your measurement" if measured else "the instance family's default; measure yours with "
+                            "`python -m app bench` and enter it above") + f"); {note}")
+        return lines
+
+
+def plan(store: Store, form: dict[str, Any], *, replaces: dict[str, Any] | None = None,
+         work: Path = WORK) -> Planned:
+    """Validate the form (deploy.config.FormErrors names each field), package, plan, validate, and
+    record the plan; a plan it replaces before it ran is recorded as superseded and its package (hundreds
+    of MB) deleted. ValueError / OSError when the model cannot be packaged."""
+    cfg = config_from_form(form)
+    prepared: Prepared = prepare(cfg, work)
+    if replaces:
+        old = Planned.from_state(replaces) if replaces.get("pkg") else None
+        if old and Path(old.pkg.model_file).parent != Path(prepared.pkg.model_file).parent:
+            shutil.rmtree(Path(old.pkg.model_file).parent, ignore_errors=True)
+        old_id = replaces["cfg"]["deployment_id"]
+        if old_id != cfg.deployment_id:
+            record_result(store, old_id, "plan", "superseded", f"replaced by the plan {cfg.deployment_id}")
+    record_planned(store, cfg, [s.to_dict() for s in prepared.steps])
+    return Planned(cfg, prepared.pkg, prepared.steps, prepared.errors)
+
+
+def executor(region: str, *, endpoint_url: str | None, poll: float,
+             on_event: Callable[[dict[str, Any]], None] | None = None) -> Executor:
+    return Executor(region, endpoint_url=endpoint_url, poll_seconds=poll, on_event=on_event)
+
+
+def apply(store: Store, planned: Planned, ex: Executor, *, runtime_url: str | None = None) -> dict[str, Any]:
+    """Run exactly the plan shown; the outcome (or the failure, re-raised as DeployError) is recorded
+    and a live endpoint becomes a target."""
+    return apply_and_record(store, planned.cfg, ex, steps=planned.steps, pkg=planned.pkg, runtime_url=runtime_url)
+
+
+def destroy(store: Store, endpoint: str, ex: Executor) -> list[dict[str, Any]]:
+    return destroy_and_record(store, endpoint, ex)
+
+
+def deployments(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(deployments that ran, plans never run and failed attempts)."""
+    deps = store.list_deployments()
+    return [d for d in deps if d["status"] not in UNSETTLED], [d for d in deps if d["status"] in UNSETTLED]

@@ -1,0 +1,40 @@
+"""Two runs side by side (History "compare with", Compare's two targets): flips and shifts, the paired
+test, intervals, the gate's coverage, and the self-contained report - the numbers from app/core/drift.py."""
+from __future__ import annotations
+
+from typing import Any
+
+from adapter.calibrated import CalibratedPolicy
+
+from app.core.drift import SHIFT_THRESHOLD, Drift, compare
+from app.core.gates import Gate
+from app.core.store import Store
+
+
+def run_label(run: dict[str, Any]) -> str:
+    return f"#{run['id']} {run['target_name']} · {run.get('model') or run['kind']}"
+
+
+def gates_for(store: Store, policy_id: str | None) -> dict[int, dict[str, Any]]:
+    """The saved calibrated policies of a policy, whose own rule can be the gate of a comparison."""
+    return {c["id"]: c for c in store.list_calibrated() if c["policy_id"] == policy_id}
+
+
+def gate(*, calibrated: dict[str, Any] | None = None, threshold: float | None = None) -> Gate:
+    """No gate, a confidence threshold, or a saved calibrated policy's own rule (its model check
+    aside, so two models can be compared)."""
+    if calibrated is not None:
+        return Gate(policy=CalibratedPolicy.model_validate(calibrated["config"]))
+    return Gate(threshold=threshold)
+
+
+def runs_side_by_side(store: Store, run_a: dict[str, Any], run_b: dict[str, Any], *, gate: Gate = Gate(),
+                      shift_threshold: float = SHIFT_THRESHOLD) -> Drift:
+    """Run A (the baseline) against run B: rows paired by id and state."""
+    return compare(store.results(run_a["id"]), store.results(run_b["id"]), gate=gate, shift_threshold=shift_threshold,
+                   labels={"a": run_label(run_a), "b": run_label(run_b)})
+
+
+def comparable(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Other runs of the same policy (candidates for "compare with")."""
+    return [r for r in store.list_runs() if r["id"] != run["id"] and r["policy_id"] == run["policy_id"]]

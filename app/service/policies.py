@@ -1,0 +1,96 @@
+"""Policies: find one by id, template or file; add the shipped templates; add a template or a copy
+under an id nobody uses (a copy never overwrites a policy - the store refuses a second id 0 save)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from app.core.policies import parse_policy_json, policy_json, templates, validate_policy
+from app.core.store import StaleEdit, Store
+
+Policy = dict[str, Any]
+
+
+class PolicyNotFound(ValueError):
+    """A --policy reference that is no saved policy, template or readable policy file."""
+
+
+def resolve_policy(store: Store, ref: str) -> Policy:
+    """A policy id in the store, a shipped template id, or a JSON file - validated; a template or
+    file policy not yet in the store is saved (runs keep their own copy either way)."""
+    found = store.get_policy(ref) or templates().get(ref)
+    if found is None and Path(ref).is_file():
+        try:
+            found = json.loads(Path(ref).read_text())
+        except (OSError, ValueError) as exc:
+            raise PolicyNotFound(f"--policy {ref!r}: not readable JSON ({exc})") from None
+    if found is None:
+        raise PolicyNotFound(f"--policy {ref!r}: not a saved policy, a template ({', '.join(templates())}) or a "
+                             "JSON file")
+    clean, errs = validate_policy(found)
+    if errs or clean is None:
+        raise PolicyNotFound(f"--policy {ref!r} is invalid: " + "; ".join(f"{k}: {v}" for k, v in errs.items()))
+    if store.get_policy(clean["id"]) is None:
+        try:
+            store.save_policy(clean, expected_version=0)
+        except StaleEdit:  # saved by someone else meanwhile: runs keep their own copy of the policy
+            pass
+    return clean
+
+
+def seed_templates(store: Store) -> int:
+    """Save the shipped templates that are not saved yet; how many were (another session seeding at
+    the same time saves each at most once)."""
+    n = 0
+    for t in templates().values():
+        if store.get_policy(t["id"]) is None:
+            try:
+                store.save_policy(t, expected_version=0)
+            except StaleEdit:  # saved by another session meanwhile: keep theirs
+                continue
+            n += 1
+    return n
+
+
+def free_id(store: Store, base: str, suffix: str) -> tuple[str, int]:
+    """(`<base>-<suffix><n>`, n) for the first n >= 2 that no policy has - counted from the store,
+    not from the number of policies (after a delete, that count names an existing id)."""
+    n = 2
+    while store.get_policy(f"{base}-{suffix}{n}") is not None:
+        n += 1
+    return f"{base}-{suffix}{n}", n
+
+
+def add_copy(store: Store, policy: Policy, *, suffix: str, label: str) -> Policy:
+    """Save `policy` under a new free id (named '<name> (<label> n)'); StaleEdit if another session
+    took that id in the same instant (the store inserts only when the id is new)."""
+    new_id, n = free_id(store, policy["id"][:56], suffix)  # ids are at most 64 characters
+    copy = {**policy, "id": new_id, "name": f"{policy['name']} ({label} {n})", "version": 0}
+    return store.save_policy(copy, expected_version=0)
+
+
+def add_template(store: Store, template_id: str) -> Policy:
+    """The shipped template as a policy: under its own id when free, else as a numbered copy."""
+    tpl = templates()[template_id]
+    if store.get_policy(tpl["id"]) is None:
+        return store.save_policy(dict(tpl), expected_version=0)
+    return add_copy(store, tpl, suffix="", label="template")
+
+
+def duplicate(store: Store, policy: Policy) -> Policy:
+    return add_copy(store, policy, suffix="copy", label="copy")
+
+
+def save(store: Store, clean: Policy, expected_version: int) -> Policy:
+    """Save a validated policy against the version the editor was built on (0: new); StaleEdit when
+    another session saved or deleted it meanwhile - nothing is saved then."""
+    return store.save_policy(clean, expected_version=expected_version)
+
+
+def delete(store: Store, policy_id: str) -> None:
+    store.delete_policy(policy_id)
+
+
+__all__ = ["PolicyNotFound", "StaleEdit", "add_copy", "add_template", "delete", "duplicate", "parse_policy_json",
+           "policy_json", "resolve_policy", "save", "seed_templates", "templates", "validate_policy"]

@@ -1,0 +1,59 @@
+"""The review queue: the rows that need a person's label (disagreements first, then gated rows
+nearest the gate), a label or skip stored with who and when, undo, and the labels appended to a
+labeled set as a new version (the parent never changes) - the rules are in app/core/review.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from adapter.calibrated import CalibratedPolicy
+
+from app.core import review
+from app.core.gates import Gate
+from app.core.stats import Proportion
+from app.core.store import Store
+
+Item = review.Item
+
+
+@dataclass
+class Queue:
+    items: list[review.Item]
+    left_out: dict[str, int]  # labeled, known, no_state, other_options
+    pending: int  # labels given, not yet added to a set version
+    last: dict[str, Any] | None  # the newest label or skip that can still be taken back
+
+
+def queue(store: Store, policy: dict[str, Any], gate: Gate, *, into_set: int | None) -> Queue:
+    items, left = review.build_queue(store, policy, gate, exclude_set=into_set)
+    return Queue(items, left, len(store.reviews(policy["id"], pending=True)), review.last_review(store, policy["id"]))
+
+
+def label(store: Store, item: review.Item, option_id: str | None, *, who: str, note: str = "",
+          policy_id: str) -> int:
+    """A label (None: a skip); ValueError for an option the row does not have or no reviewer."""
+    return review.label(store, item, option_id, who=who, note=note, policy_id=policy_id)
+
+
+def undo(store: Store, review_id: int) -> None:
+    store.undo_review(review_id)
+
+
+def add_version(store: Store, base_set_id: int, policy: dict[str, Any]) -> tuple[int, int, str]:
+    """(new set id, rows added, its content hash); ValueError when nothing is pending."""
+    new, added = review.append_version(store, base_set_id, policy)
+    return new, added, (store.get_labeled_set(new) or {}).get("content_hash", "")
+
+
+def new_rows(store: Store, set_id: int) -> int:
+    return review.new_rows(store, set_id)
+
+
+def narrowing(store: Store, run_id: int, config: dict[str, Any]) -> tuple[dict[str, Any], Proportion, Proportion] | None:
+    """For a set version made by the review queue: (the parent version's run, accuracy of the decided
+    rows at this gate there, here); None when the set has no evaluated parent."""
+    before_run = review.parent_run(store, run_id)
+    if before_run is None:
+        return None
+    before, after = review.interval_change(store, before_run["id"], run_id, CalibratedPolicy.model_validate(config))
+    return before_run, before, after

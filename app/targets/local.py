@@ -1,0 +1,40 @@
+"""The engine in-process: models come from the workbench's EnginePool (loaded once, shared)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from adapter.schema import RequestError
+
+from app.targets.base import Target, TargetError
+
+class LocalTarget(Target):
+    def __init__(self, name: str, config: dict, engine_provider: Callable[[str | None], Any]):
+        super().__init__(name, "local", config)
+        self._provider = engine_provider
+
+    def prepare(self) -> None:
+        self.engine()
+
+    def numerics(self) -> dict | None:
+        from app.core.reuse import numerics
+
+        return numerics(self.engine().info.public())
+
+    def engine(self):
+        try:
+            return self._provider(self.config.get("model") or None)
+        except Exception as exc:
+            raise TargetError(f"the local model could not be loaded: {exc}") from None
+
+    def _one(self, req):
+        try:
+            result = self.engine().score(req)
+        except RequestError as exc:
+            raise TargetError(f"{'.'.join(map(str, exc.loc))}: {exc.msg}") from None
+        return req.model_dump(exclude_none=True), result.public(), result
+
+    def test_connection(self) -> str:
+        info = self.engine().info
+        return f"loaded {info.file} ({info.quantization}, {info.n_threads} threads, default readout {info.default_readout})"
+
+

@@ -56,21 +56,119 @@ def test_diff_runs_reports_changes_and_shifts():
 
 
 def test_latency_and_agreement_figures():
+    """Every trace's plotted values against the rows of frame() (latencies in s -> ms)."""
     df = frame()
     box = charts.latency_box(df)
     assert [t.name for t in box.data] == ["local", "gpu"]
+    assert list(box.data[0].y) == pytest.approx([100, 200, 300, 400])
     assert list(box.data[1].y) == pytest.approx([1000, 1000, 2000])  # the failed call is not a latency
     ecdf = charts.latency_ecdf(df)
+    assert [t.name for t in ecdf.data] == ["local", "gpu"]
+    assert list(ecdf.data[0].x) == pytest.approx([100, 200, 300, 400])
     assert list(ecdf.data[0].y) == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert list(ecdf.data[1].x) == pytest.approx([1000, 1000, 2000])
+    assert list(ecdf.data[1].y) == pytest.approx([1 / 3, 2 / 3, 1.0])
     heat = charts.agreement_heatmap(analysis.agreement_matrix(df))
-    assert np.asarray(heat.data[0].z)[0, 1] == pytest.approx(2 / 3)
+    # local vs gpu: r0 a/a, r1 b/a, r2 a/a agree on 2 of the 3 rows both answered
+    assert list(heat.data[0].x) == list(heat.data[0].y) == ["local", "gpu"]
+    assert np.allclose(np.asarray(heat.data[0].z), [[1.0, 2 / 3], [2 / 3, 1.0]])
+    assert [list(r) for r in heat.data[0].text] == [["100%", "67%"], ["67%", "100%"]]
 
 
 def test_shift_bars_marks_changed_rows():
     d = pd.DataFrame([{"row_key": "x", "state": "s", "baseline_top": "a", "top": "b", "changed": True,
-                       "max_shift": 0.5, "shift_option": "a", "shift": -0.5}])
+                       "max_shift": 0.5, "shift_option": "a", "shift": -0.5},
+                      {"row_key": "y", "state": "t", "baseline_top": "b", "top": "b", "changed": False,
+                       "max_shift": 0.1, "shift_option": "b", "shift": 0.1}])
     fig = charts.shift_bars(d)
-    assert list(fig.data[0].y) == [-0.5] and fig.data[0].marker.color[0] == "#d62728"
+    bar = fig.data[0]
+    assert list(bar.x) == ["x", "y"] and list(bar.y) == [-0.5, 0.1]
+    assert list(bar.marker.color) == ["#d62728", "#7f7f7f"]  # red: the top option changed
+    assert np.asarray(bar.customdata).tolist() == [["a", "a", "b"], ["b", "b", "b"]]
+    assert len(charts.shift_bars(d.iloc[:0]).data[0].x) == 0  # no rows, no bars (and no error)
+
+
+def test_probabilities_by_target_follows_the_first_targets_order():
+    fig = charts.probabilities_by_target({"local": (["a", "b", "c"], [0.2, 0.7, 0.1]),
+                                          "gpu": (["c", "a", "b"], [0.5, 0.3, 0.2]),
+                                          "partial": (["b"], [1.0])})
+    assert [t.name for t in fig.data] == ["local", "gpu", "partial"]
+    assert all(list(t.y) == ["a", "b", "c"] and t.orientation == "h" for t in fig.data)
+    assert list(fig.data[0].x) == [0.2, 0.7, 0.1]
+    assert list(fig.data[1].x) == [0.3, 0.2, 0.5]  # gpu's own order mapped onto local's: c=.5 at the bottom
+    assert list(fig.data[2].x) == [0.0, 1.0, 0.0]  # an option a target did not return is 0
+    assert list(fig.data[1].text) == ["30%", "20%", "50%"]
+    assert tuple(fig.layout.xaxis.range) == (0, 1)
+    assert charts.probabilities_by_target({}).data == ()
+
+
+def test_reliability_diagram_plots_each_bin():
+    before = [{"confidence": 0.3, "accuracy": 0.2, "count": 4}, {"confidence": 0.8, "accuracy": 0.9, "count": 16}]
+    after = [{"confidence": 0.5, "accuracy": 0.5, "count": 20}]
+    fig = charts.reliability_diagram(before)
+    assert [t.name for t in fig.data] == ["perfectly calibrated", "raw"]
+    assert list(fig.data[1].x) == [0.3, 0.8] and list(fig.data[1].y) == [0.2, 0.9]
+    # marker area follows the count: 6 + 24 * sqrt(count / max) = 6 + 24 * 0.5, 6 + 24
+    assert list(fig.data[1].marker.size) == pytest.approx([18.0, 30.0])
+    assert list(fig.data[1].customdata) == [4, 16]
+    both = charts.reliability_diagram(before, after, after_label="fitted")
+    assert [t.name for t in both.data] == ["perfectly calibrated", "raw", "fitted"]
+    assert list(both.data[2].x) == [0.5] and list(both.data[2].marker.size) == pytest.approx([30.0])
+
+
+def test_confusion_heatmap_is_the_matrix():
+    fig = charts.confusion_heatmap([[5, 1], [2, 7]], ["yes", "no"])
+    assert np.asarray(fig.data[0].z).tolist() == [[5, 1], [2, 7]]
+    assert list(fig.data[0].x) == list(fig.data[0].y) == ["yes", "no"]
+
+
+def test_coverage_curve_marks_the_gate_at_the_share_of_rows_it_decides():
+    curve = {"coverage": [0.25, 0.5, 0.75, 1.0], "accuracy": [1.0, 1.0, 0.67, 0.5], "threshold": [0.9, 0.7, 0.5, 0.3]}
+    fig = charts.coverage_curve(curve, gate=0.6, target=0.9)
+    assert list(fig.data[0].x) == curve["coverage"] and list(fig.data[0].y) == curve["accuracy"]
+    assert list(fig.data[0].customdata) == curve["threshold"]
+    lines = {(s.x0, s.x1, s.y0, s.y1) for s in fig.layout.shapes}
+    # 2 of the 4 thresholds are >= 0.6: the gate line sits at 50% coverage; the target line at 90%
+    assert any(x0 == x1 == 0.5 for x0, x1, _, _ in lines) and any(y0 == y1 == 0.9 for _, _, y0, y1 in lines)
+    assert len(charts.coverage_curve(curve, gate=None).layout.shapes) == 0
+
+
+def test_rate_bars_intervals_and_rows_without_a_rate_left_out():
+    rows = [{"label": "steering", "rate": 0.2, "low": 0.1, "high": 0.4, "n": 10},
+            {"label": "paraphrase", "rate": None, "low": None, "high": None, "n": 0},
+            {"label": "order", "rate": 0.5, "low": 0.3, "high": 0.6, "n": 20}]
+    fig = charts.rate_bars(rows, "Rates", worry=0.1)
+    bar = fig.data[0]
+    assert list(bar.y) == ["steering (n=10)", "order (n=20)"] and list(bar.x) == [0.2, 0.5]
+    assert list(bar.error_x.array) == pytest.approx([0.2, 0.1]) and list(bar.error_x.arrayminus) == pytest.approx([0.1, 0.2])
+    assert list(bar.text) == ["20%", "50%"]
+    assert [s.x0 for s in fig.layout.shapes] == [0.1]
+
+
+def test_flip_bars_stack_the_counts_per_class_and_leave_empty_kinds_out():
+    fig = charts.flip_bars({"yes": {"fixed": 2, "broken": 1, "same": 9}, "no": {"broken": 3, "shift": 0}})
+    assert [t.name for t in fig.data] == ["fixed", "broken"]
+    assert [list(t.x) for t in fig.data] == [["yes", "no"], ["yes", "no"]]
+    assert [list(t.y) for t in fig.data] == [[2, 0], [1, 3]]
+    assert [t.marker.color for t in fig.data] == [charts.DRIFT_COLORS["fixed"], charts.DRIFT_COLORS["broken"]]
+
+
+def test_drift_scatter_one_trace_per_kind_with_the_rows_values():
+    pairs = pd.DataFrame([{"row_key": "r1", "kind": "broken", "a_p": 0.8, "a_top_in_b": 0.3, "a_top": "a", "b_top": "b"},
+                          {"row_key": "r2", "kind": "same", "a_p": 0.6, "a_top_in_b": 0.62, "a_top": "b", "b_top": "b"},
+                          {"row_key": "r3", "kind": "broken", "a_p": 0.9, "a_top_in_b": 0.1, "a_top": "a", "b_top": "c"}])
+    fig = charts.drift_scatter(pairs, 0.1)
+    assert [t.name for t in fig.data] == ["unchanged", "broken", "same"]
+    assert list(fig.data[1].x) == [0.8, 0.9] and list(fig.data[1].y) == [0.3, 0.1]
+    assert np.asarray(fig.data[1].customdata).tolist() == [["r1", "a", "b"], ["r3", "a", "c"]]
+    assert list(fig.data[2].x) == [0.6] and list(fig.data[2].y) == [0.62]
+
+
+def test_accuracy_intervals_skip_runs_without_a_rate():
+    fig = charts.accuracy_intervals(["A", "B", "C"], [0.8, None, 0.6], [0.7, None, 0.4], [0.9, None, 0.7])
+    pts = fig.data[0]
+    assert list(pts.x) == ["A", "C"] and list(pts.y) == [0.8, 0.6]
+    assert list(pts.error_y.array) == pytest.approx([0.1, 0.1]) and list(pts.error_y.arrayminus) == pytest.approx([0.1, 0.2])
 
 
 def test_progress_eta_ignores_rows_finished_before_a_resume(monkeypatch):

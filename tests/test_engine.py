@@ -8,27 +8,55 @@ import numpy as np
 import pytest
 
 from adapter.engine import Engine
+from adapter.prompt import rotations
 from adapter.templates import load_template, probe_cases, request_for
 from adapter.schema import DecisionRequest, RequestError, SharedStateRequest
 
 ROUTING = load_template("ticket-routing")
-OBVIOUS = {c["id"]: c for c in probe_cases() if c["id"] in ("route-01", "route-03", "route-09")}
 
 
-@pytest.mark.parametrize("case_id", sorted(OBVIOUS))
-def test_default_readout_routes_obvious_tickets(engine, case_id):
-    case = OBVIOUS[case_id]
-    r = engine.score(request_for(ROUTING, case["state"], case_id))
-    assert r.readout == engine.info.default_readout == "option-words"
-    assert r.top_option == case["label"], r.probabilities
-    assert r.option_ids == [o["id"] for o in ROUTING["options"]]
+ROUTING_PROBES = [c for c in probe_cases() if c["policy"] == "ticket-routing"]
 
 
-def test_locked_account_goes_to_access_not_billing(engine):
-    r = engine.score(request_for(ROUTING, "After I reset my password this morning the site says my account "
-                                          "is locked. I can't get in at all.", "t"))
-    p = dict(zip(r.option_ids, r.probabilities))
-    assert p["access"] > p["billing"]
+def test_default_readout_routes_the_probe_tickets_better_than_chance(engine):
+    """A statistic over every routing probe (not one ticket the fixture model happens to get right):
+    SmolLM2 is near chance on the hard sets, so the claim is only that it beats guessing among 4
+    options, at the 5% level of a one-sided binomial test (measured here: 6 of 9; 5 would still pass)."""
+    from scipy.stats import binomtest
+
+    results = [engine.score(request_for(ROUTING, c["state"], c["id"])) for c in ROUTING_PROBES]
+    for r in results:
+        assert r.readout == engine.info.default_readout == "option-words"
+        assert r.option_ids == [o["id"] for o in ROUTING["options"]]
+    right = sum(r.top_option == c["label"] for r, c in zip(results, ROUTING_PROBES))
+    assert len(ROUTING_PROBES) == 9
+    assert binomtest(right, len(ROUTING_PROBES), 1 / 4, alternative="greater").pvalue < 0.05, right
+
+
+def test_each_probability_stays_with_its_option_whatever_order_they_are_listed_in(engine):
+    """By construction, not by the model's judgement of one ticket: the same state with the options
+    listed in each of the 4 cyclic orders, scored one order at a time, gives each option id a
+    probability per order; permutation averaging evaluates exactly those 4 orders, so - listed in
+    any of them - it must give every option the mean of its 4 single-order probabilities (a result
+    that mixed up positions and ids would hand another option's number over)."""
+    state = "After I reset my password this morning the site says my account is locked. I can't get in at all."
+    ids = [o["id"] for o in ROUTING["options"]]
+    singles = []
+    for k, order in enumerate(rotations(4)):
+        policy = {**ROUTING, "options": [ROUTING["options"][i] for i in order]}
+        r = engine.score(request_for(policy, state, f"order-{k}", debias="none"))
+        assert r.option_ids == [ids[i] for i in order]  # in the order listed
+        assert math.isclose(sum(r.probabilities), 1.0, abs_tol=1e-9)
+        assert r.top_option == r.option_ids[int(np.argmax(r.probabilities))]
+        singles.append(dict(zip(r.option_ids, r.probabilities)))
+    expected = {o: float(np.mean([s[o] for s in singles])) for o in ids}
+    assert len({round(s["access"], 6) for s in singles}) > 1  # the order does move the numbers: not a vacuous check
+    for k in (0, 1, 3):
+        policy = {**ROUTING, "options": [ROUTING["options"][i] for i in rotations(4)[k]]}
+        perm = engine.score(request_for(policy, state, f"perm-{k}", permute=True, debias="none"))
+        got = dict(zip(perm.option_ids, perm.probabilities))
+        # the same numbers, up to the rounding of evaluating the orders as one batch (measured here: identical)
+        assert all(abs(got[o] - expected[o]) < 1e-6 for o in ids), (k, got, expected)
 
 
 def _softmax(x):

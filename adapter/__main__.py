@@ -30,8 +30,6 @@ def _engine(args):
 
 
 def cmd_serve(args) -> int:
-    from dataclasses import replace
-
     from .decision_log import DecisionLogSettings
     from .process import serve
     from .settings import AdapterSettings, SettingsError
@@ -42,12 +40,8 @@ def cmd_serve(args) -> int:
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.port is not None:
-        settings = replace(settings, port=args.port)
-    if args.host:
-        settings = replace(settings, host=args.host)
-    if args.log_level:
-        settings = replace(settings, log_level=args.log_level)
+    flags = {"port": args.port, "host": args.host or None, "log_level": args.log_level or None}
+    settings = settings.model_copy(update={k: v for k, v in flags.items() if v is not None})  # a flag beats its variable
     return serve(settings, lambda: _engine(args))
 
 

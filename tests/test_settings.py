@@ -1,0 +1,98 @@
+"""Settings read from the environment (pydantic-settings): the adapter's, the decision log's, deploy's
+and the workbench's. A mapping given to from_env is the only source; an empty variable is the
+default; a bad value is an error naming the variable, the value and what is expected."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from adapter.decision_log import NAMESPACE, DecisionLogSettings
+from adapter.settings import MIB, AdapterSettings, SettingsError
+from tests.conftest import ROOT
+
+
+def test_adapter_defaults_and_names():
+    s = AdapterSettings.from_env({})
+    assert (s.host, s.port, s.api_key, s.model_aliases, s.max_queue, s.max_body, s.request_timeout) == \
+        ("127.0.0.1", 8080, None, ("jev-latest", "semif-latest"), 16, 6 * MIB, 60.0)
+    s = AdapterSettings.from_env({"SM_SEMIF_HOST": "0.0.0.0", "SAGEMAKER_BIND_TO_PORT": "9000", "SM_SEMIF_API_KEY": "k",
+                                  "SM_SEMIF_MODEL_ALIASES": "a, b,", "SM_SEMIF_MAX_BODY_BYTES": "1024",
+                                  "SM_SEMIF_MAX_DECODED_BYTES": "2048", "SM_SEMIF_POLICY": "p.json",
+                                  "SM_SEMIF_REQUEST_TIMEOUT": "2.5", "SM_SEMIF_MODEL_RELEASE_DATE": "2025-01-31"})
+    assert (s.host, s.port, s.api_key, s.model_aliases, s.max_body, s.max_decoded, s.policy_paths) == \
+        ("0.0.0.0", 9000, "k", ("a", "b"), 1024, 2048, "p.json")
+    assert (s.request_timeout, s.model_release_date) == (2.5, "2025-01-31")
+
+
+def test_an_explicit_mapping_is_the_only_source(monkeypatch):
+    monkeypatch.setenv("SM_SEMIF_MAX_ROWS", "7")
+    monkeypatch.setenv("SM_SEMIF_DECISION_LOG", "stdout")
+    assert AdapterSettings.from_env().max_rows == 7 and AdapterSettings().max_rows == 7  # os.environ by default
+    assert AdapterSettings.from_env({}).max_rows == 256
+    assert AdapterSettings.from_env({"SM_SEMIF_MAX_QUEUE": "3"}).max_rows == 256
+    assert DecisionLogSettings.from_env({}).destination is None
+    assert DecisionLogSettings.from_env().destination == "stdout"
+
+
+def test_empty_is_the_default_but_empty_aliases_are_none():
+    s = AdapterSettings.from_env({"SM_SEMIF_HOST": "", "SAGEMAKER_BIND_TO_PORT": "", "SM_SEMIF_MAX_QUEUE": "",
+                                  "SM_SEMIF_API_KEY": "", "SM_SEMIF_LOG_LEVEL": ""})
+    assert (s.host, s.port, s.max_queue, s.api_key, s.log_level) == ("127.0.0.1", 8080, 16, None, "info")
+    assert AdapterSettings.from_env({"SM_SEMIF_MODEL_ALIASES": ""}).model_aliases == ()
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"SM_SEMIF_MAX_QUEUE": "x"}, "SM_SEMIF_MAX_QUEUE='x' is not a whole number"),
+    ({"SM_SEMIF_MAX_ROWS": "2.5"}, "SM_SEMIF_MAX_ROWS='2.5' is not a whole number"),
+    ({"SM_SEMIF_MAX_COST": "0"}, "SM_SEMIF_MAX_COST='0' must be positive"),
+    ({"SM_SEMIF_BODY_TIMEOUT": "soon"}, "SM_SEMIF_BODY_TIMEOUT='soon' is not a number"),
+    ({"SM_SEMIF_REQUEST_TIMEOUT": "-1"}, "SM_SEMIF_REQUEST_TIMEOUT='-1' must be positive"),
+    ({"SM_SEMIF_SHUTDOWN_GRACE": "nan"}, "SM_SEMIF_SHUTDOWN_GRACE='nan' is not a finite number"),
+    ({"SM_SEMIF_MODEL_RELEASE_DATE": "31/01/2025"}, "SM_SEMIF_MODEL_RELEASE_DATE='31/01/2025' is not a YYYY-MM-DD date"),
+    ({"SAGEMAKER_BIND_TO_PORT": "http"}, "SAGEMAKER_BIND_TO_PORT='http' is not a whole number"),
+    ({"SAGEMAKER_BIND_TO_PORT": "70000"}, "SAGEMAKER_BIND_TO_PORT='70000' is not a port number"),
+])
+def test_a_bad_adapter_value_names_the_variable(env, message):
+    with pytest.raises(SettingsError) as err:
+        AdapterSettings.from_env(env)
+    assert str(err.value).startswith(message)
+
+
+def test_every_bad_value_is_named_at_once():
+    with pytest.raises(SettingsError) as err:
+        AdapterSettings.from_env({"SM_SEMIF_MAX_QUEUE": "x", "SM_SEMIF_MAX_ROWS": "-2"})
+    assert "SM_SEMIF_MAX_QUEUE='x'" in str(err.value) and "SM_SEMIF_MAX_ROWS='-2' must be positive" in str(err.value)
+
+
+def test_settings_are_immutable_and_copied_with_updates():
+    s = AdapterSettings.from_env({"SM_SEMIF_MAX_ROWS": "9"})
+    with pytest.raises(Exception):
+        s.port = 1  # type: ignore[misc]
+    t = s.model_copy(update={"port": 0, "host": "0.0.0.0"})
+    assert (t.port, t.host, t.max_rows, s.port) == (0, "0.0.0.0", 9, 8080)
+
+
+def test_decision_log_settings(tmp_path):
+    d = DecisionLogSettings.from_env({})
+    assert (d.destination, d.log_states, d.namespace) == (None, False, NAMESPACE)
+    d = DecisionLogSettings.from_env({"SM_SEMIF_DECISION_LOG": " stdout ", "SM_SEMIF_LOG_STATES": "Yes",
+                                      "SM_SEMIF_METRICS_NAMESPACE": " "})
+    assert (d.destination, d.log_states, d.namespace) == ("stdout", True, NAMESPACE)
+    assert DecisionLogSettings.from_env({"SM_SEMIF_DECISION_LOG": "off", "SM_SEMIF_LOG_STATES": "0"}).destination is None
+    path = str(tmp_path / "d.jsonl")
+    assert DecisionLogSettings.from_env({"SM_SEMIF_DECISION_LOG": path}).destination == path
+    with pytest.raises(SettingsError, match=r"^SM_SEMIF_LOG_STATES='maybe' is not 1/0"):
+        DecisionLogSettings.from_env({"SM_SEMIF_LOG_STATES": "maybe"})
+    with pytest.raises(SettingsError, match=r"SM_SEMIF_DECISION_LOG=.* folder that does not exist .*create it"):
+        DecisionLogSettings.from_env({"SM_SEMIF_DECISION_LOG": str(tmp_path / "nope" / "d.jsonl")})
+
+
+def test_serve_refuses_a_bad_variable_before_loading_a_model():
+    env = {**__import__("os").environ, "SM_SEMIF_MAX_QUEUE": "many", "SAGEMAKER_BIND_TO_PORT": "abc"}
+    proc = subprocess.run([sys.executable, "-m", "adapter", "serve", "--port", "0"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "SM_SEMIF_MAX_QUEUE='many' is not a whole number" in proc.stderr
+    assert "SAGEMAKER_BIND_TO_PORT='abc' is not a whole number" in proc.stderr

@@ -15,6 +15,8 @@ import sys
 
 from pydantic import ValidationError
 
+from .schema import READOUTS
+
 
 def _engine(args):
     from dataclasses import replace
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(fn=cmd_serve)
     s = common(sub.add_parser("score", help="score rows.jsonl to stdout"))
     s.add_argument("rows", help="JSONL file, or - for stdin")
-    s.add_argument("--readout", choices=["letters", "option-words"], help="override rows without a readout")
+    s.add_argument("--readout", choices=READOUTS, help="override rows without a readout")
     s.add_argument("--permute", action="store_true", help="permutation averaging for every row")
     s.add_argument("--fresh", action="store_true", help="clear the cache before each row (reference path)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")

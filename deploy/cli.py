@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .audit_file import AuditFile, Ledger
-from .config import COMPUTES, SERVINGS, DeployConfig, FormErrors, config_from_form
+from .config import (COMPUTES, DEFAULT_CPU_INSTANCE, DEFAULT_TRANSFORM_INSTANCE, SERVINGS, DeployConfig, FormErrors,
+                     config_from_form)
 from .executor import DeployError, Event, Executor
 from .package import build_package
 from .plan import Package, Step, deployment_plan
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", descr
         return p
 
     def endpoint(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--instance-type", default="ml.c7i.xlarge", help="CPU instance type")
+        p.add_argument("--instance-type", default=DEFAULT_CPU_INSTANCE, help="CPU instance type")
         p.add_argument("--instance-count", type=int, default=1)
         p.add_argument("--pool", action="append", help="GPU pool entry TYPE:PRIORITY (repeat; default g6e>g6>g5>g4dn)")
         p.add_argument("--startup-timeout", type=int, default=600)
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", descr
     p.add_argument("--input", required=True, help="decision rows, one JSON object per line (- = stdin)")
     p.add_argument("--model-name", help="reuse this SageMaker model (default: create one from the package)")
     p.add_argument("--job-name", help="default: semif-tf-<time+random>")
-    p.add_argument("--instance-type", default="ml.c5.xlarge", help="CPU or GPU, e.g. ml.g4dn.xlarge")
+    p.add_argument("--instance-type", default=DEFAULT_TRANSFORM_INSTANCE, help="CPU or GPU, e.g. ml.g4dn.xlarge")
     p.add_argument("--instance-count", type=int, default=1)
     p.add_argument("--parts", type=int, default=0, help="input files (default: one per instance)")
     p.add_argument("--max-concurrent", type=int, default=1, help="MaxConcurrentTransforms")

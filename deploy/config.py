@@ -26,16 +26,33 @@ ACCOUNT_PLACEHOLDER = "<account-id>"  # filled from STS at apply time when not g
 VARIANT_TIMEOUTS = {"provision_timeout": ("VariantInstanceProvisionTimeoutInSeconds", 300, 3600),
                     "startup_timeout": ("ContainerStartupHealthCheckTimeoutInSeconds", 60, 3600),
                     "download_timeout": ("ModelDataDownloadTimeoutInSeconds", 60, 3600)}
-NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
-BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-ROLE_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/\S+$")
+DEFAULT_CPU_INSTANCE = "ml.c7i.xlarge"  # a CPU endpoint's instance type when none is given
+DEFAULT_TRANSFORM_INSTANCE = "ml.c5.xlarge"  # a Batch Transform job's instance type when none is given
+
+# The shapes AWS accepts, for every front end (this module's form, the Deploy page, the target forms):
+# the *_PATTERN strings are for re.fullmatch; the *_RE objects are anchored at both ends (\Z: a
+# trailing newline is refused too), so .match and .fullmatch both check the whole string.
+SAGEMAKER_NAME_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"  # endpoint, endpoint config, model, transform job
+REGION_PATTERN = r"[a-z]{2}(-[a-z]+)+-\d"
+BUCKET_PATTERN = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+ROLE_ARN_PATTERN = r"arn:aws[a-z-]*:iam::\d{12}:role/\S+"
+INSTANCE_TYPE_PATTERN = r"ml\.[a-z0-9]+\.[a-z0-9]+"
+
+
+def _whole(pattern: str) -> re.Pattern[str]:
+    return re.compile(rf"(?:{pattern})\Z")
+
+
+NAME_RE = _whole(SAGEMAKER_NAME_PATTERN)
+REGION_RE = _whole(REGION_PATTERN)
+BUCKET_RE = _whole(BUCKET_PATTERN)
+ROLE_RE = _whole(ROLE_ARN_PATTERN)
+INSTANCE_RE = _whole(INSTANCE_TYPE_PATTERN)
 EXPECTED = {ROLE_RE.pattern: "arn:aws:iam::<12-digit account>:role/<role name>",  # shown with a refused value
             BUCKET_RE.pattern: "3-63 lower-case letters, digits, dots and hyphens, starting and ending with a "
                                "letter or digit (e.g. my-semif-models)",
             REGION_RE.pattern: "a region code such as us-east-1",
             NAME_RE.pattern: "1-63 letters, digits and hyphens"}
-INSTANCE_RE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
 
 
 def dlc_image(region: str, compute: Compute, account: str = DLC_ACCOUNT) -> str:
@@ -68,7 +85,7 @@ class DeployConfig:
     policy_path: str = ""  # optional calibrated policy shipped inside model.tar.gz
     codebuild_role_arn: str = ""  # needed for the semif path (builds the child image)
     account_id: str = ACCOUNT_PLACEHOLDER  # resolved with STS at apply time
-    instance_type: str = "ml.c7i.xlarge"  # CPU
+    instance_type: str = DEFAULT_CPU_INSTANCE  # CPU
     pools: list[tuple[str, int]] = field(default_factory=lambda: list(DEFAULT_POOLS))  # GPU: (type, priority)
     instance_count: int = 1
     inference_ami: str = CUDA13_AMI
@@ -172,7 +189,7 @@ def parse_pools(value: Any) -> list[tuple[str, int]]:
             prio = math.nan
         if not prio.is_integer():
             raise ValueError(f"{item!r}: write TYPE:PRIORITY with an integer priority, e.g. ml.g6.xlarge:1")
-        if not INSTANCE_RE.match(t):
+        if not INSTANCE_RE.fullmatch(t):
             raise ValueError(f"{t!r} is not a SageMaker instance type (ml.FAMILY.SIZE)")
         out.append((t, int(prio)))
     return out
@@ -192,7 +209,7 @@ def config_from_form(form: Mapping[str, Any]) -> DeployConfig:
         v = _text(form, key)
         if not v and required:
             errors[key] = f"{label} is required{why}"
-        elif v and pattern and not pattern.match(v):
+        elif v and pattern and not pattern.fullmatch(v):
             shape = EXPECTED.get(pattern.pattern, "")
             errors[key] = f"{label} {v!r} is not valid" + (f": write it as {shape}" if shape else "")
         return v
@@ -230,7 +247,7 @@ def config_from_form(form: Mapping[str, Any]) -> DeployConfig:
     account = text("account_id", "AWS account id", re.compile(r"^\d{12}$"))
     if account:
         kw["account_id"] = account
-    kw["instance_type"] = text("instance_type", "CPU instance type", INSTANCE_RE) or "ml.c7i.xlarge"
+    kw["instance_type"] = text("instance_type", "CPU instance type", INSTANCE_RE) or DEFAULT_CPU_INSTANCE
     kw["instance_count"] = number("instance_count", "Instance count", 1, 1, 100)
     kw["ctx_size"] = number("ctx_size", "Context size", 8192, 256, 131072)
     for key, (param, lo, hi) in VARIANT_TIMEOUTS.items():

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from .config import NAME_RE, DeployConfig, suffix
+from .config import DEFAULT_TRANSFORM_INSTANCE, NAME_RE, DeployConfig, suffix
 from .plan import Package, Step, build_steps, model_steps, upload_step
 
 CONTENT_TYPE = "application/jsonlines"
@@ -38,7 +38,7 @@ class TransformJob:
     input_prefix: str  # S3 key prefix (no bucket), ends with "/"
     output_prefix: str
     model_name: str = ""  # reuse this SageMaker model; empty: create cfg.model_name from the package
-    instance_type: str = "ml.c5.xlarge"
+    instance_type: str = DEFAULT_TRANSFORM_INSTANCE
     instance_count: int = 1
     max_concurrent_transforms: int = 1  # the adapter serialises calls: more only helps on several workers
     max_payload_mb: int = 1  # the smallest MultiRecord batch; bigger batches risk the 1 h invocation limit
@@ -74,7 +74,7 @@ def prepare_transform(rows: Sequence[Mapping[str, Any]], work_dir: Path, *, name
     default one per instance) and describe the job. Raises ValueError naming bad rows. `settings`
     are TransformJob fields (model_name, instance_type, instance_count, ...)."""
     name = name or f"semif-tf-{suffix()}"
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise ValueError(f"job name {name!r} must be 1-63 letters, digits and hyphens")
     probe = TransformJob(name, [], "", "", **settings)
     problems, seen = [], set()

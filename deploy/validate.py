@@ -56,7 +56,7 @@ def rule_errors(step: Step, region: str | None = None, allowed: frozenset[str] =
     where = f"{step.service}.{step.operation}"
     p = step.params
     for key in ("ModelName", "EndpointConfigName", "EndpointName", "TransformJobName"):
-        if isinstance(p.get(key), str) and not NAME_RE.match(p[key]):
+        if isinstance(p.get(key), str) and not NAME_RE.fullmatch(p[key]):
             errs.append(f"{where}: {key} {p[key]!r} must be 1-63 letters, digits and hyphens")
     for variant in p.get("ProductionVariants", []):
         errs += _variant_errors(where, variant)

@@ -96,3 +96,36 @@ def test_serve_refuses_a_bad_variable_before_loading_a_model():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "SM_SEMIF_MAX_QUEUE='many' is not a whole number" in proc.stderr
     assert "SAGEMAKER_BIND_TO_PORT='abc' is not a whole number" in proc.stderr
+
+
+def test_deploy_patterns_check_the_whole_value():
+    import re
+
+    from deploy.config import (BUCKET_PATTERN, BUCKET_RE, DEFAULT_CPU_INSTANCE, INSTANCE_RE, NAME_RE, REGION_RE,
+                               ROLE_RE, SAGEMAKER_NAME_PATTERN, FormErrors, config_from_form)
+
+    assert NAME_RE.match("semif-gpu-1") and not NAME_RE.match("semif-gpu-1\n") and not NAME_RE.match("-x")
+    assert BUCKET_RE.match("my-models") and not BUCKET_RE.match("my-models\n") and not BUCKET_RE.match("My_Models")
+    assert REGION_RE.match("eu-west-1") and not REGION_RE.match("eu-west-1 ") and INSTANCE_RE.match(DEFAULT_CPU_INSTANCE)
+    assert ROLE_RE.match("arn:aws:iam::123456789012:role/sm") and not ROLE_RE.match("arn:aws:iam::1:role/sm")
+    assert re.fullmatch(SAGEMAKER_NAME_PATTERN, "a" * 63) and not re.fullmatch(SAGEMAKER_NAME_PATTERN, "a" * 64)
+    assert re.fullmatch(BUCKET_PATTERN, "abc") and not re.fullmatch(BUCKET_PATTERN, "ab")
+    from deploy.plan import Step
+    from deploy.validate import rule_errors
+
+    assert rule_errors(Step("sagemaker", "DescribeTransformJob", {"TransformJobName": "tf-1\n"}, "wait"))
+    assert not rule_errors(Step("sagemaker", "DescribeTransformJob", {"TransformJobName": "tf-1"}, "wait"))
+    form = {"region": "us-east-1", "bucket": "my-models", "role_arn": "arn:aws:iam::123456789012:role/sm",
+            "serving": "textgen"}
+    assert config_from_form(form).instance_type == DEFAULT_CPU_INSTANCE
+    with pytest.raises(FormErrors) as err:
+        config_from_form({**form, "bucket": "My_Models"})
+    assert set(err.value.errors) == {"bucket"}
+
+
+def test_readouts_come_from_the_literal():
+    from typing import get_args
+
+    from adapter.schema import DEBIAS, READOUTS, Debias, Readout
+
+    assert READOUTS == get_args(Readout) == ("letters", "option-words") and DEBIAS == get_args(Debias)

@@ -22,6 +22,17 @@ DLC_IMAGES: dict[Compute, str] = {"cpu": "llama-cpp:server-sagemaker-cpu-v1", "g
 DEFAULT_POOLS = [("ml.g6e.xlarge", 1), ("ml.g6.xlarge", 2), ("ml.g5.xlarge", 3), ("ml.g4dn.xlarge", 4)]
 CUDA13_AMI = "al2023-ami-sagemaker-inference-gpu-4-1"
 ACCOUNT_PLACEHOLDER = "<account-id>"  # filled from STS at apply time when not given (see plan.bind_account)
+# What a plan shows where the person has not given the bucket or a role yet (config_from_form(placeholders=True)):
+# a plan may be read without them, but nothing is ever called with them (validate_plan refuses them at apply).
+BUCKET_PLACEHOLDER = "<deploy-bucket>"
+ROLE_PLACEHOLDER = "<sagemaker-role-arn>"
+CODEBUILD_ROLE_PLACEHOLDER = "<codebuild-role-arn>"
+FORM_PLACEHOLDERS = frozenset({BUCKET_PLACEHOLDER, ROLE_PLACEHOLDER, CODEBUILD_ROLE_PLACEHOLDER})
+PLACEHOLDER_HINTS = {ACCOUNT_PLACEHOLDER: "the account id comes from STS at apply",
+                     BUCKET_PLACEHOLDER: "give the S3 bucket: --bucket or SEMIF_DEPLOY_BUCKET",
+                     ROLE_PLACEHOLDER: "give the SageMaker execution role: --role-arn or SEMIF_SAGEMAKER_ROLE_ARN",
+                     CODEBUILD_ROLE_PLACEHOLDER: "give the CodeBuild service role: --codebuild-role-arn or "
+                                                 "SEMIF_CODEBUILD_ROLE_ARN"}
 # DeployConfig field -> (ProductionVariant parameter, min, max): SageMaker's limits, which botocore does not check
 VARIANT_TIMEOUTS = {"provision_timeout": ("VariantInstanceProvisionTimeoutInSeconds", 300, 3600),
                     "startup_timeout": ("ContainerStartupHealthCheckTimeoutInSeconds", 60, 3600),
@@ -195,13 +206,16 @@ def parse_pools(value: Any) -> list[tuple[str, int]]:
     return out
 
 
-def config_from_form(form: Mapping[str, Any]) -> DeployConfig:
+def config_from_form(form: Mapping[str, Any], *, placeholders: bool = False) -> DeployConfig:
     """A DeployConfig from form fields (strings or typed values; empty = default), or FormErrors
     naming each bad field. Fields: region, bucket, role_arn, serving, compute, model_path,
     policy_path, codebuild_role_arn, account_id, instance_type, instance_count, pools, image_uri,
     ctx_size, startup_timeout, download_timeout, provision_timeout, suffix, and for autoscaling
     autoscale_max (0/empty = off), autoscale_min, decisions_per_second, utilisation,
-    scale_in_cooldown, scale_out_cooldown."""
+    scale_in_cooldown, scale_out_cooldown.
+
+    The bucket and the role ARNs are required; with `placeholders=True` (a plan to read, never to
+    run) a missing one becomes BUCKET_PLACEHOLDER, ROLE_PLACEHOLDER or CODEBUILD_ROLE_PLACEHOLDER."""
     errors: dict[str, str] = {}
     kw: dict[str, Any] = {}
 
@@ -235,13 +249,19 @@ def config_from_form(form: Mapping[str, Any]) -> DeployConfig:
         errors["serving"] = f"serving path must be one of {', '.join(SERVINGS)}"
     if compute not in COMPUTES:
         errors["compute"] = f"compute must be one of {', '.join(COMPUTES)}"
+    def required(key: str, label: str, pattern: re.Pattern[str], placeholder: str, needed: bool = True,
+                 why: str = "") -> str:
+        if placeholders and needed and not _text(form, key):
+            return placeholder
+        return text(key, label, pattern, needed, why)
+
     kw["region"] = text("region", "Region", REGION_RE, True)
-    kw["bucket"] = text("bucket", "S3 bucket", BUCKET_RE, True)
-    kw["role_arn"] = text("role_arn", "SageMaker execution role ARN", ROLE_RE, True)
+    kw["bucket"] = required("bucket", "S3 bucket", BUCKET_RE, BUCKET_PLACEHOLDER)
+    kw["role_arn"] = required("role_arn", "SageMaker execution role ARN", ROLE_RE, ROLE_PLACEHOLDER)
     kw["image_uri"] = text("image_uri", "Image URI")
     needs_build = serving == "semif" and not kw["image_uri"]
-    kw["codebuild_role_arn"] = text("codebuild_role_arn", "CodeBuild role ARN", ROLE_RE, needs_build,
-                                    " for the SemIf path (it builds the image)")
+    kw["codebuild_role_arn"] = required("codebuild_role_arn", "CodeBuild role ARN", ROLE_RE, CODEBUILD_ROLE_PLACEHOLDER,
+                                        needs_build, " for the SemIf path (it builds the image)")
     kw["model_path"] = text("model_path", "Model path")
     kw["policy_path"] = text("policy_path", "Policy path")
     account = text("account_id", "AWS account id", re.compile(r"^\d{12}$"))

@@ -4,7 +4,6 @@ plain-language errors for the usual failures. Recording is the caller's, through
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from .autoscaling import DIMENSION, resource_id
 from .config import ACCOUNT_PLACEHOLDER, DeployConfig
 from .package import build_package, sha256_file, upload
 from .plan import Package, Step, bind_account, deployment_plan, placeholders, teardown_plan
+from .settings import DeploySettings
 from .validate import validate_plan
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class Executor:
                  poll_seconds: float = 15, on_event: Event | None = None, work_dir: Path | None = None,
                  timeouts: Timeouts | None = None, recorder: Recorder | None = None):
         self.region = region
-        self.endpoint_url = endpoint_url or os.environ.get("SEMIF_AWS_ENDPOINT_URL") or None
+        self.endpoint_url = endpoint_url or DeploySettings.from_env().aws_endpoint_url
         self.session = session or boto3.session.Session(region_name=region)
         self.poll = poll_seconds
         self.on_event: Event = on_event or (lambda e: None)

@@ -129,3 +129,18 @@ def test_readouts_come_from_the_literal():
     from adapter.schema import DEBIAS, READOUTS, Debias, Readout
 
     assert READOUTS == get_args(Readout) == ("letters", "option-words") and DEBIAS == get_args(Debias)
+
+
+def test_deploy_settings(monkeypatch):
+    from deploy.settings import DeploySettings
+
+    monkeypatch.setenv("SEMIF_SAGEMAKER_ROLE_ARN", "arn:aws:iam::123456789012:role/from-os")
+    d = DeploySettings.from_env({})
+    assert (d.region, d.aws_endpoint_url, d.deploy_bucket, d.sagemaker_role_arn, d.codebuild_role_arn, d.audit_log) == \
+        ("us-east-1", None, "", "", "", "var/deploy-audit.jsonl")  # no made-up bucket or role
+    d = DeploySettings.from_env({"AWS_DEFAULT_REGION": "eu-west-1", "SEMIF_AWS_ENDPOINT_URL": "http://127.0.0.1:5000",
+                                 "SEMIF_DEPLOY_BUCKET": "b-1", "SEMIF_CODEBUILD_ROLE_ARN": "cb",
+                                 "SEMIF_DEPLOY_AUDIT_LOG": "/tmp/a.jsonl", "AWS_DEFAULT_REGION_X": "ignored"})
+    assert (d.region, d.aws_endpoint_url, d.deploy_bucket, d.codebuild_role_arn, d.audit_log) == \
+        ("eu-west-1", "http://127.0.0.1:5000", "b-1", "cb", "/tmp/a.jsonl")
+    assert DeploySettings.from_env().sagemaker_role_arn.endswith("/from-os")

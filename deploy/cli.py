@@ -19,7 +19,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from .audit_file import AuditFile, Ledger
 from adapter.settings import SettingsError
@@ -30,6 +30,7 @@ from .executor import DeployError, Event, Executor
 from .package import build_package
 from .plan import Package, Step, deployment_plan, placeholders
 from .settings import DeploySettings
+from .transform import TransformSite, site_from_form
 from .validate import validate_plan
 
 FORM_FLAGS = ["region", "bucket", "role_arn", "serving", "compute", "codebuild_role_arn", "account_id", "instance_type",
@@ -45,11 +46,9 @@ def flag(key: str) -> str:
     return "--" + FLAG_OF.get(key, key).replace("_", "-")
 
 
-def config_from(args: argparse.Namespace, *, unfilled: bool = False) -> DeployConfig:
-    """The same checks as the Deploy page (deploy.config.config_from_form); exit 2 naming each flag.
-    The bucket and the role ARNs come from their flag, else their variable (deploy/settings.py), and
-    have no made-up default: without them a plan that is only printed (`unfilled`) shows a
-    placeholder, and anything that would call AWS stops here, naming the flag and the variable."""
+def form_from(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """The deployment form from the flags, and which variable each value not given as a flag came
+    from: the bucket and the role ARNs fall back to theirs (deploy/settings.py), never to a made-up one."""
     settings: DeploySettings = args.settings
     form: dict[str, Any] = {k: getattr(args, k, None) for k in FORM_FLAGS}
     from_env: dict[str, str] = {}
@@ -60,19 +59,41 @@ def config_from(args: argparse.Namespace, *, unfilled: bool = False) -> DeployCo
             form[key], from_env[key] = value, env
     form.update(model_path=getattr(args, "model", None), policy_path=getattr(args, "policy", None),
                 pools=getattr(args, "pool", None))
+    return form, from_env
+
+
+def refuse(exc: FormErrors, form: dict[str, Any], from_env: dict[str, str]) -> NoReturn:
+    """Exit 2 naming each bad flag, and the variable a missing or bad value is (or can be) set by."""
+    lines = []
+    for key, problem in exc.errors.items():
+        var = from_env.get(key)
+        if var and form.get(key):
+            problem += f" (from {var}: fix it, or give {flag(key)})"
+        elif var:
+            problem += f": give {flag(key)} or set {var}"
+        lines.append(f"{flag(key)}: {problem}")
+    print("invalid options:\n  " + "\n  ".join(lines), file=sys.stderr)
+    raise SystemExit(2)
+
+
+def config_from(args: argparse.Namespace, *, unfilled: bool = False) -> DeployConfig:
+    """The same checks as the Deploy page (deploy.config.config_from_form); exit 2 naming each flag.
+    Without the bucket or a role a plan that is only printed (`unfilled`) shows a placeholder, and
+    anything that would call AWS stops here, naming the flag and the variable."""
+    form, from_env = form_from(args)
     try:
         return config_from_form(form, placeholders=unfilled)
     except FormErrors as exc:
-        lines = []
-        for key, problem in exc.errors.items():
-            var = from_env.get(key)
-            if var and form.get(key):
-                problem += f" (from {var}: fix it, or give {flag(key)})"
-            elif var:
-                problem += f": give {flag(key)} or set {var}"
-            lines.append(f"{flag(key)}: {problem}")
-        print("invalid options:\n  " + "\n  ".join(lines), file=sys.stderr)
-        raise SystemExit(2) from None
+        refuse(exc, form, from_env)
+
+
+def site_from(args: argparse.Namespace, *, unfilled: bool = False) -> TransformSite:
+    """Region and bucket for a transform that reuses a model (no role needed); exit 2 naming each flag."""
+    form, from_env = form_from(args)
+    try:
+        return site_from_form(form, placeholders=unfilled)
+    except FormErrors as exc:
+        refuse(exc, form, from_env)
 
 
 def unfilled_notes(steps: list[Step]) -> list[str]:
@@ -176,23 +197,30 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 def cmd_transform(args: argparse.Namespace) -> int:
     from .transform import prepare_transform, transform_plan
 
-    cfg = config_from(args, unfilled=args.dry_run or bool(args.model_name))  # a reused model has its role
+    where: DeployConfig | TransformSite
+    if args.model_name:  # the model has its role and image: the job needs only the region and the bucket
+        where = site_from(args, unfilled=args.dry_run)
+    else:
+        where = config_from(args, unfilled=args.dry_run)
     try:
         text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text(encoding="utf-8")
         rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        job = prepare_transform(rows, work_dir(args) / "transform", name=args.job_name or "", prefix=cfg.prefix,
+        job = prepare_transform(rows, work_dir(args) / "transform", name=args.job_name or "", prefix=where.prefix,
                                 n_parts=args.parts, model_name=args.model_name or "", instance_type=args.instance_type,
                                 instance_count=args.instance_count, max_concurrent_transforms=args.max_concurrent,
                                 max_payload_mb=args.max_payload_mb, batch_strategy=args.batch_strategy)
-        pkg = None if args.model_name else build_package(cfg, work_dir(args))
-        steps = transform_plan(cfg, job, pkg)
+        pkg = build_package(where, work_dir(args)) if isinstance(where, DeployConfig) else None
+        steps = transform_plan(where, job, pkg)
     except (ValueError, OSError) as exc:  # json.JSONDecodeError is a ValueError
         print(f"cannot plan the transform: {exc}", file=sys.stderr)
         return 2
-    errors = validate_plan(steps, cfg.region, allow_account_placeholder=True, allow_form_placeholders=args.dry_run)
-    plan = {"job": job.name, "model": job.model_name or cfg.model_name, "rows": sum(len(p.ids) for p in job.parts),
-            "calls": [{"n": i, "call": f"{s.service}.{s.operation}", "why": s.description, "params": s.params}
-                      for i, s in enumerate(steps, 1)]}
+    errors = validate_plan(steps, where.region, allow_account_placeholder=True, allow_form_placeholders=args.dry_run)
+    model = job.model_name or (where.model_name if isinstance(where, DeployConfig) else "")
+    plan: dict[str, Any] = {"job": job.name, "model": model, "rows": sum(len(p.ids) for p in job.parts),
+                            "calls": [{"n": i, "call": f"{s.service}.{s.operation}", "why": s.description,
+                                       "params": s.params} for i, s in enumerate(steps, 1)]}
+    if unfilled_notes(steps):
+        plan["unfilled"] = unfilled_notes(steps)
     if errors:
         print("the plan is invalid:\n  " + "\n  ".join(errors), file=sys.stderr)
         return 2
@@ -201,7 +229,7 @@ def cmd_transform(args: argparse.Namespace) -> int:
         return 0
     print(json.dumps(plan, indent=2), file=sys.stderr)
     try:
-        results = executor(args).run_transform(cfg, job, steps)
+        results = executor(args).run_transform(where, job, steps)
     except DeployError as exc:
         print(f"transform failed: {exc}", file=sys.stderr)
         return 1

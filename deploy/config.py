@@ -37,6 +37,7 @@ PLACEHOLDER_HINTS = {ACCOUNT_PLACEHOLDER: "the account id comes from STS at appl
 VARIANT_TIMEOUTS = {"provision_timeout": ("VariantInstanceProvisionTimeoutInSeconds", 300, 3600),
                     "startup_timeout": ("ContainerStartupHealthCheckTimeoutInSeconds", 60, 3600),
                     "download_timeout": ("ModelDataDownloadTimeoutInSeconds", 60, 3600)}
+DEFAULT_PREFIX = "models/semif"  # S3 key prefix of packages and transform inputs/outputs
 DEFAULT_CPU_INSTANCE = "ml.c7i.xlarge"  # a CPU endpoint's instance type when none is given
 DEFAULT_TRANSFORM_INSTANCE = "ml.c5.xlarge"  # a Batch Transform job's instance type when none is given
 
@@ -107,7 +108,7 @@ class DeployConfig:
     threads: int = 0
     gpu_layers: int = 999
     extra_env: dict[str, str] = field(default_factory=dict)
-    prefix: str = "models/semif"
+    prefix: str = DEFAULT_PREFIX
     name_suffix: str = field(default_factory=suffix)
     repository: str = "semif-adapter"
     project: str = "semif-adapter-build"
@@ -173,9 +174,20 @@ class FormErrors(ValueError):
         self.errors = errors
 
 
-def _text(form: Mapping[str, Any], key: str) -> str:
+def form_text(form: Mapping[str, Any], key: str) -> str:
     v = form.get(key)
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v).strip()
+
+
+def text_problem(value: str, label: str, pattern: re.Pattern[str] | None = None, required: bool = False,
+                 why: str = "") -> str | None:
+    """What is wrong with a form's text value (None: nothing): missing when required, or not the shape."""
+    if not value and required:
+        return f"{label} is required{why}"
+    if value and pattern and not pattern.fullmatch(value):
+        shape = EXPECTED.get(pattern.pattern, "")
+        return f"{label} {value!r} is not valid" + (f": write it as {shape}" if shape else "")
+    return None
 
 
 def parse_pools(value: Any) -> list[tuple[str, int]]:
@@ -220,16 +232,14 @@ def config_from_form(form: Mapping[str, Any], *, placeholders: bool = False) -> 
     kw: dict[str, Any] = {}
 
     def text(key: str, label: str, pattern: re.Pattern[str] | None = None, required: bool = False, why: str = "") -> str:
-        v = _text(form, key)
-        if not v and required:
-            errors[key] = f"{label} is required{why}"
-        elif v and pattern and not pattern.fullmatch(v):
-            shape = EXPECTED.get(pattern.pattern, "")
-            errors[key] = f"{label} {v!r} is not valid" + (f": write it as {shape}" if shape else "")
+        v = form_text(form, key)
+        problem = text_problem(v, label, pattern, required, why)
+        if problem:
+            errors[key] = problem
         return v
 
     def number(key: str, label: str, default: float, lo: float, hi: float, integer: bool = True) -> Any:
-        raw = _text(form, key)
+        raw = form_text(form, key)
         if not raw:
             return default
         try:
@@ -243,15 +253,15 @@ def config_from_form(form: Mapping[str, Any], *, placeholders: bool = False) -> 
             errors[key] = f"{label} must be between {lo:g} and {hi:g}"
         return int(v) if integer and v.is_integer() else v
 
-    serving = _text(form, "serving") or "semif"
-    compute = _text(form, "compute") or "cpu"
+    serving = form_text(form, "serving") or "semif"
+    compute = form_text(form, "compute") or "cpu"
     if serving not in SERVINGS:
         errors["serving"] = f"serving path must be one of {', '.join(SERVINGS)}"
     if compute not in COMPUTES:
         errors["compute"] = f"compute must be one of {', '.join(COMPUTES)}"
     def required(key: str, label: str, pattern: re.Pattern[str], placeholder: str, needed: bool = True,
                  why: str = "") -> str:
-        if placeholders and needed and not _text(form, key):
+        if placeholders and needed and not form_text(form, key):
             return placeholder
         return text(key, label, pattern, needed, why)
 

@@ -23,7 +23,7 @@ from .settings import DeploySettings
 from .validate import validate_plan
 
 if TYPE_CHECKING:
-    from .transform import TransformJob
+    from .transform import TransformJob, TransformSite
 
 Event = Callable[[dict[str, Any]], None]
 Check = Callable[[], tuple[bool, str]]  # (finished, what to show); raises DeployError on a failure
@@ -368,14 +368,17 @@ class Executor:
                               json.dumps({"model_sha256": outcome["model_sha256"], "image": image, "steps": done}))
         return outcome
 
-    def run_transform(self, cfg: DeployConfig, job: TransformJob, steps: list[Step] | None = None,
+    def run_transform(self, where: DeployConfig | TransformSite, job: TransformJob, steps: list[Step] | None = None,
                       pkg: Package | None = None) -> list[dict[str, Any]]:
-        """Run a Batch Transform plan (default: transform_plan(cfg, job, pkg)) and return one result or
-        error object per input row, in input order, each carrying its row's id."""
+        """Run a Batch Transform plan (default: transform_plan(where, job, pkg)) and return one result or
+        error object per input row, in input order, each carrying its row's id. `where`: a TransformSite
+        for a job that reuses a model (no role needed), the DeployConfig when the plan creates it."""
         from .transform import collect_results, transform_plan
 
-        steps = self.checked(self._filled(cfg, steps if steps is not None else transform_plan(cfg, job, pkg)),
-                             cfg.region)
+        steps = steps if steps is not None else transform_plan(where, job, pkg)
+        if isinstance(where, DeployConfig):  # a plan that builds the image names the account: from STS if unknown
+            steps = self._filled(where, steps)
+        steps = self.checked(steps, where.region)
         state = RunState()
         self.run_steps(steps, state)
         return collect_results(job, steps, state.outputs)

@@ -144,3 +144,39 @@ def test_deploy_settings(monkeypatch):
     assert (d.region, d.aws_endpoint_url, d.deploy_bucket, d.codebuild_role_arn, d.audit_log) == \
         ("eu-west-1", "http://127.0.0.1:5000", "b-1", "cb", "/tmp/a.jsonl")
     assert DeploySettings.from_env().sagemaker_role_arn.endswith("/from-os")
+
+
+def test_workbench_settings(monkeypatch, tmp_path):
+    from app.core.settings import DEFAULT_DB, WorkbenchSettings
+
+    monkeypatch.setenv("SEMIF_PORT", "9999")
+    w = WorkbenchSettings.from_env({})
+    assert (w.db, w.host, w.port, w.max_loaded_models, w.aws_endpoint_url, w.aws_runtime_url, w.deploy_poll) == \
+        (DEFAULT_DB, "127.0.0.1", 8501, 2, None, None, 15.0)  # the mapping only: SEMIF_PORT from os.environ unseen
+    assert (w.region, w.deploy_bucket, w.sagemaker_role_arn, w.codebuild_role_arn) == ("us-east-1", "", "", "")
+    assert WorkbenchSettings.from_env().port == 9999
+    w = WorkbenchSettings.from_env({"SEMIF_DB": str(tmp_path / "w.db"), "SEMIF_HOST": "0.0.0.0", "SEMIF_PORT": "8600",
+                                    "SEMIF_MAX_LOADED_MODELS": "3", "SEMIF_AWS_ENDPOINT_URL": "http://127.0.0.1:5000",
+                                    "SEMIF_DEPLOY_POLL": "0.5", "AWS_DEFAULT_REGION": "eu-west-1",
+                                    "SEMIF_DEPLOY_BUCKET": "b-1", "SEMIF_SAGEMAKER_ROLE_ARN": "sm",
+                                    "SEMIF_CODEBUILD_ROLE_ARN": "cb"})
+    assert (w.db, w.host, w.port, w.max_loaded_models, w.deploy_poll) == (tmp_path / "w.db", "0.0.0.0", 8600, 3, 0.5)
+    assert w.aws_runtime_url == w.aws_endpoint_url == "http://127.0.0.1:5000"  # the runtime defaults to the endpoint
+    assert (w.region, w.deploy_bucket, w.sagemaker_role_arn, w.codebuild_role_arn) == ("eu-west-1", "b-1", "sm", "cb")
+    w = WorkbenchSettings.from_env({"SEMIF_AWS_ENDPOINT_URL": "http://e", "SEMIF_AWS_RUNTIME_URL": "http://r"})
+    assert (w.aws_endpoint_url, w.aws_runtime_url) == ("http://e", "http://r")
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"SEMIF_PORT": "abc"}, "SEMIF_PORT='abc' is not a whole number"),
+    ({"SEMIF_PORT": "123456"}, "SEMIF_PORT='123456' is not a port number"),
+    ({"SEMIF_MAX_LOADED_MODELS": "0"}, "SEMIF_MAX_LOADED_MODELS='0' must be positive"),
+    ({"SEMIF_MAX_LOADED_MODELS": "two"}, "SEMIF_MAX_LOADED_MODELS='two' is not a whole number"),
+    ({"SEMIF_DEPLOY_POLL": "often"}, "SEMIF_DEPLOY_POLL='often' is not a number"),
+])
+def test_a_bad_workbench_value_names_the_variable(env, message):
+    from app.core.settings import WorkbenchSettings
+
+    with pytest.raises(SettingsError) as err:
+        WorkbenchSettings.from_env(env)
+    assert str(err.value).startswith(message)

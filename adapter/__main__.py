@@ -15,6 +15,8 @@ import sys
 
 from pydantic import ValidationError
 
+from .schema import READOUTS
+
 
 def _engine(args):
     from dataclasses import replace
@@ -30,8 +32,6 @@ def _engine(args):
 
 
 def cmd_serve(args) -> int:
-    from dataclasses import replace
-
     from .decision_log import DecisionLogSettings
     from .process import serve
     from .settings import AdapterSettings, SettingsError
@@ -42,12 +42,8 @@ def cmd_serve(args) -> int:
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.port is not None:
-        settings = replace(settings, port=args.port)
-    if args.host:
-        settings = replace(settings, host=args.host)
-    if args.log_level:
-        settings = replace(settings, log_level=args.log_level)
+    flags = {"port": args.port, "host": args.host or None, "log_level": args.log_level or None}
+    settings = settings.model_copy(update={k: v for k, v in flags.items() if v is not None})  # a flag beats its variable
     return serve(settings, lambda: _engine(args))
 
 
@@ -164,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(fn=cmd_serve)
     s = common(sub.add_parser("score", help="score rows.jsonl to stdout"))
     s.add_argument("rows", help="JSONL file, or - for stdin")
-    s.add_argument("--readout", choices=["letters", "option-words"], help="override rows without a readout")
+    s.add_argument("--readout", choices=READOUTS, help="override rows without a readout")
     s.add_argument("--permute", action="store_true", help="permutation averaging for every row")
     s.add_argument("--fresh", action="store_true", help="clear the cache before each row (reference path)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -22,18 +22,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import sys
 import threading
 import time
 import uuid
 from contextvars import ContextVar
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, Mapping, Sequence
+from typing import IO, Annotated, Any, Sequence
 
-from .settings import SettingsError
+from pydantic import BeforeValidator, Field
+from pydantic_core import PydanticCustomError, PydanticUseDefault
+
+from .settings import EnvSettings
 
 log = logging.getLogger("semif.adapter")
 
@@ -46,28 +47,46 @@ REQUEST_ID_HEADERS = (b"x-amzn-sagemaker-inference-id", b"x-amzn-requestid", b"x
 _collector: ContextVar[list | None] = ContextVar("semif_decisions", default=None)
 
 
-@dataclass(frozen=True)
-class DecisionLogSettings:
-    destination: str | None = None  # None: off; "stdout"; else a file path
-    log_states: bool = False
-    namespace: str = NAMESPACE
+FLAG_WORDS = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False, "off": False, "no": False}
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "DecisionLogSettings":
-        env = os.environ if env is None else env
-        dest = (env.get("SM_SEMIF_DECISION_LOG") or "").strip() or None
-        raw = (env.get("SM_SEMIF_LOG_STATES") or "").strip().lower()
-        if raw not in ("", "0", "1", "true", "false", "on", "off", "yes", "no"):
-            raise SettingsError(f"SM_SEMIF_LOG_STATES={raw!r} is not 1/0: set 1 to log states, leave unset not to")
-        if dest and dest.lower() not in ("stdout", "off"):
-            parent = Path(dest).expanduser().parent
-            if not parent.is_dir():
-                raise SettingsError(f"SM_SEMIF_DECISION_LOG={dest!r}: folder {parent} does not exist; "
-                                    "create it, or use SM_SEMIF_DECISION_LOG=stdout")
-        if dest and dest.lower() == "off":
-            dest = None
-        return cls(destination=dest, log_states=raw in ("1", "true", "on", "yes"),
-                   namespace=(env.get("SM_SEMIF_METRICS_NAMESPACE") or "").strip() or NAMESPACE)
+
+def _destination(raw: Any) -> Any:
+    """None (off), "stdout", or a file path whose folder exists."""
+    if not isinstance(raw, str):
+        return raw
+    dest = raw.strip()
+    if not dest or dest.lower() == "off":
+        return None
+    if dest.lower() != "stdout":
+        parent = Path(dest).expanduser().parent
+        if not parent.is_dir():
+            raise PydanticCustomError("folder", "names a folder that does not exist ({parent}): create it, or use "
+                                      "SM_SEMIF_DECISION_LOG=stdout", {"parent": str(parent)})
+    return dest
+
+
+def _flag(raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    word = raw.strip().lower()
+    if word == "":
+        raise PydanticUseDefault()
+    if word not in FLAG_WORDS:
+        raise PydanticCustomError("flag", "is not 1/0: set 1 to log states, leave unset not to")
+    return FLAG_WORDS[word]
+
+
+def _namespace(raw: Any) -> Any:
+    if isinstance(raw, str) and not raw.strip():
+        raise PydanticUseDefault()
+    return raw.strip() if isinstance(raw, str) else raw
+
+
+class DecisionLogSettings(EnvSettings):
+    # None: off; "stdout"; else a file path (appended)
+    destination: Annotated[str | None, BeforeValidator(_destination)] = Field(None, validation_alias="SM_SEMIF_DECISION_LOG")
+    log_states: Annotated[bool, BeforeValidator(_flag)] = Field(False, validation_alias="SM_SEMIF_LOG_STATES")
+    namespace: Annotated[str, BeforeValidator(_namespace)] = Field(NAMESPACE, validation_alias="SM_SEMIF_METRICS_NAMESPACE")
 
 
 def collect(rows: Sequence[Any], results: Sequence[dict | None], policies: Sequence[Any]) -> None:

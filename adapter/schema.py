@@ -8,17 +8,17 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from typing import Any, Literal, Sequence, Union
+from typing import Any, Literal, Sequence, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .guard import Guard
 
 MAX_OPTIONS = 26  # letters A..Z
-READOUTS = ("letters", "option-words")
 Readout = Literal["letters", "option-words"]
-DEBIAS = ("none", "content-free")
+READOUTS: tuple[Readout, ...] = get_args(Readout)  # the one list: CLI choices, /info, the policy form
 Debias = Literal["none", "content-free"]
+DEBIAS: tuple[Debias, ...] = get_args(Debias)
 State = Union[str, dict[str, Any], list[Any]]
 
 

@@ -40,7 +40,12 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="start the workbench")
-    settings = WorkbenchSettings.from_env()
+    from adapter.settings import SettingsError
+
+    try:
+        settings, settings_error = WorkbenchSettings.from_env(), None
+    except SettingsError as exc:
+        settings, settings_error = WorkbenchSettings.from_env({}), exc
     run.add_argument("--host", default=settings.host)
     run.add_argument("--port", type=int, default=settings.port)
     run.set_defaults(fn=cmd_run)
@@ -50,10 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         command.add_parser(sub)
     sub.add_parser("deploy", help="deploy's CLI recorded in the workbench (python -m app deploy --help)")
     args = ap.parse_args(argv)
+    if settings_error:  # a bad SEMIF_* value: named, exit 2 (usage), before any work
+        print(f"error: {settings_error}", file=sys.stderr)
+        return 2
     from app.core.store import StoreUnavailable
 
     try:
-        return args.fn(args)
+        return int(args.fn(args))
     except StoreUnavailable as exc:  # one line naming the file and the fix, not a traceback
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_STORE

@@ -10,6 +10,7 @@ from collections import Counter
 
 from adapter.engine import Engine
 from adapter.models import SHIPPED
+from adapter.schema import READOUTS
 from adapter.templates import load_template, probe_cases, request_for
 
 
@@ -22,7 +23,7 @@ def main() -> None:
     print(f"{len(cases)} probe cases; accuracy (correct/total), mean label mass, top-choice spread, s/case")
     for name in args.models:
         engine = Engine(name)
-        for readout in ("letters", "option-words"):
+        for readout in READOUTS:
             for permute in (False, True):
                 ok, mass, tops, t0 = 0, 0.0, Counter(), time.perf_counter()
                 per_policy: Counter = Counter()

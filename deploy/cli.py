@@ -16,17 +16,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from .audit_file import AuditFile, Ledger
-from .config import COMPUTES, SERVINGS, DeployConfig, FormErrors, config_from_form
+from adapter.settings import SettingsError
+
+from .config import (COMPUTES, DEFAULT_CPU_INSTANCE, DEFAULT_TRANSFORM_INSTANCE, FORM_PLACEHOLDERS, PLACEHOLDER_HINTS,
+                     SERVINGS, DeployConfig, FormErrors, config_from_form)
 from .executor import DeployError, Event, Executor
-from .plan import Package, Step
+from .plan import Package, Step, placeholders
 from .prepare import prepare
+from .settings import DeploySettings
+from .transform import TransformSite, site_from_form
 
 FORM_FLAGS = ["region", "bucket", "role_arn", "serving", "compute", "codebuild_role_arn", "account_id", "instance_type",
               "instance_count", "image_uri", "ctx_size", "startup_timeout", "download_timeout", "provision_timeout",
@@ -34,28 +38,77 @@ FORM_FLAGS = ["region", "bucket", "role_arn", "serving", "compute", "codebuild_r
               "scale_out_cooldown"]
 
 
-def config_from(args: argparse.Namespace) -> DeployConfig:
-    """The same checks as the Deploy page (deploy.config.config_from_form); exit 2 naming each flag."""
+FLAG_OF = {"pools": "pool", "model_path": "model", "policy_path": "policy"}  # form field -> flag, where they differ
+
+
+def flag(key: str) -> str:
+    return "--" + FLAG_OF.get(key, key).replace("_", "-")
+
+
+def form_from(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """The deployment form from the flags, and which variable each value not given as a flag came
+    from: the bucket and the role ARNs fall back to theirs (deploy/settings.py), never to a made-up one."""
+    settings: DeploySettings = args.settings
     form: dict[str, Any] = {k: getattr(args, k, None) for k in FORM_FLAGS}
+    from_env: dict[str, str] = {}
+    for key, env, value in (("bucket", "SEMIF_DEPLOY_BUCKET", settings.deploy_bucket),
+                            ("role_arn", "SEMIF_SAGEMAKER_ROLE_ARN", settings.sagemaker_role_arn),
+                            ("codebuild_role_arn", "SEMIF_CODEBUILD_ROLE_ARN", settings.codebuild_role_arn)):
+        if not form.get(key):
+            form[key], from_env[key] = value, env
     form.update(model_path=getattr(args, "model", None), policy_path=getattr(args, "policy", None),
                 pools=getattr(args, "pool", None))
+    return form, from_env
+
+
+def refuse(exc: FormErrors, form: dict[str, Any], from_env: dict[str, str]) -> NoReturn:
+    """Exit 2 naming each bad flag, and the variable a missing or bad value is (or can be) set by."""
+    lines = []
+    for key, problem in exc.errors.items():
+        var = from_env.get(key)
+        if var and form.get(key):
+            problem += f" (from {var}: fix it, or give {flag(key)})"
+        elif var:
+            problem += f": give {flag(key)} or set {var}"
+        lines.append(f"{flag(key)}: {problem}")
+    print("invalid options:\n  " + "\n  ".join(lines), file=sys.stderr)
+    raise SystemExit(2)
+
+
+def config_from(args: argparse.Namespace, *, unfilled: bool = False) -> DeployConfig:
+    """The same checks as the Deploy page (deploy.config.config_from_form); exit 2 naming each flag.
+    Without the bucket or a role a plan that is only printed (`unfilled`) shows a placeholder, and
+    anything that would call AWS stops here, naming the flag and the variable."""
+    form, from_env = form_from(args)
     try:
-        return config_from_form(form)
+        return config_from_form(form, placeholders=unfilled)
     except FormErrors as exc:
-        flag = {"pools": "pool", "model_path": "model", "policy_path": "policy"}
-        print("invalid options:\n  " + "\n  ".join(f"--{flag.get(k, k).replace('_', '-')}: {v}"
-                                                    for k, v in exc.errors.items()), file=sys.stderr)
-        raise SystemExit(2) from None
+        refuse(exc, form, from_env)
+
+
+def site_from(args: argparse.Namespace, *, unfilled: bool = False) -> TransformSite:
+    """Region and bucket for a transform that reuses a model (no role needed); exit 2 naming each flag."""
+    form, from_env = form_from(args)
+    try:
+        return site_from_form(form, placeholders=unfilled)
+    except FormErrors as exc:
+        refuse(exc, form, from_env)
+
+
+def unfilled_notes(steps: list[Step]) -> list[str]:
+    """What a printed plan still needs before it can be applied (its bucket/role placeholders)."""
+    return [f"{p}: {PLACEHOLDER_HINTS[p]}" for p in sorted(placeholders([s.params for s in steps]) & FORM_PLACEHOLDERS)]
 
 
 def work_dir(args: argparse.Namespace) -> Path:
     return Path(args.work_dir or Path(tempfile.gettempdir()) / "semif-deploy")
 
 
-def checked_plan(cfg: DeployConfig, args: argparse.Namespace) -> tuple[Package, list[Step]]:
-    """Package first (local), then the plan with the real checksums; exit 2 when invalid."""
+def checked_plan(cfg: DeployConfig, args: argparse.Namespace, *, unfilled: bool = False) -> tuple[Package, list[Step]]:
+    """Package first (local), then the plan with the real checksums; exit 2 when invalid. `unfilled`:
+    the plan is only printed, and may keep the bucket and role placeholders."""
     try:
-        prepared = prepare(cfg, work_dir(args))
+        prepared = prepare(cfg, work_dir(args), unfilled=unfilled)
     except (ValueError, FileNotFoundError) as exc:
         print(f"cannot plan: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -66,12 +119,18 @@ def checked_plan(cfg: DeployConfig, args: argparse.Namespace) -> tuple[Package, 
 
 
 def printable(cfg: DeployConfig, steps: list[Step]) -> dict[str, Any]:
+    """The plan as printed; `unfilled` lists what it still needs before apply, when anything."""
     from .pricing import hint
 
-    return {"deployment_id": cfg.deployment_id, "endpoint": cfg.endpoint_name, "region": cfg.region,
-            "serving": cfg.serving, "compute": cfg.compute, "account_id": cfg.account_id, "cost_hint": hint(cfg),
-            "calls": [{"n": i, "call": f"{s.service}.{s.operation}", "why": s.description, "params": s.params}
-                      for i, s in enumerate(steps, 1)]}
+    out = {"deployment_id": cfg.deployment_id, "endpoint": cfg.endpoint_name, "region": cfg.region,
+           "serving": cfg.serving, "compute": cfg.compute, "account_id": cfg.account_id, "cost_hint": hint(cfg),
+           "calls": [{"n": i, "call": f"{s.service}.{s.operation}", "why": s.description, "params": s.params}
+                     for i, s in enumerate(steps, 1)]}
+    notes = unfilled_notes(steps)
+    if notes:
+        out["unfilled"] = notes
+        print("note: apply needs what this plan shows as placeholders:\n  " + "\n  ".join(notes), file=sys.stderr)
+    return out
 
 
 def executor(args: argparse.Namespace, on_event: Event | None = None) -> Executor:
@@ -84,14 +143,14 @@ def executor(args: argparse.Namespace, on_event: Event | None = None) -> Executo
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    cfg = config_from(args)
-    print(json.dumps(printable(cfg, checked_plan(cfg, args)[1]), indent=2))
+    cfg = config_from(args, unfilled=True)
+    print(json.dumps(printable(cfg, checked_plan(cfg, args, unfilled=True)[1]), indent=2))
     return 0
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    cfg = config_from(args)
-    pkg, steps = checked_plan(cfg, args)
+    cfg = config_from(args, unfilled=args.dry_run)  # exit 2 before packaging: no bucket or role, nothing runs
+    pkg, steps = checked_plan(cfg, args, unfilled=args.dry_run)
     if args.dry_run:
         print(json.dumps(printable(cfg, steps), indent=2))
         return 0
@@ -137,23 +196,30 @@ def cmd_transform(args: argparse.Namespace) -> int:
     from .transform import prepare_transform, transform_plan
     from .validate import validate_plan
 
-    cfg = config_from(args)
+    where: DeployConfig | TransformSite
+    if args.model_name:  # the model has its role and image: the job needs only the region and the bucket
+        where = site_from(args, unfilled=args.dry_run)
+    else:
+        where = config_from(args, unfilled=args.dry_run)
     try:
         text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text(encoding="utf-8")
         rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        job = prepare_transform(rows, work_dir(args) / "transform", name=args.job_name or "", prefix=cfg.prefix,
+        job = prepare_transform(rows, work_dir(args) / "transform", name=args.job_name or "", prefix=where.prefix,
                                 n_parts=args.parts, model_name=args.model_name or "", instance_type=args.instance_type,
                                 instance_count=args.instance_count, max_concurrent_transforms=args.max_concurrent,
                                 max_payload_mb=args.max_payload_mb, batch_strategy=args.batch_strategy)
-        pkg = None if args.model_name else build_package(cfg, work_dir(args))
-        steps = transform_plan(cfg, job, pkg)
+        pkg = build_package(where, work_dir(args)) if isinstance(where, DeployConfig) else None
+        steps = transform_plan(where, job, pkg)
     except (ValueError, OSError) as exc:  # json.JSONDecodeError is a ValueError
         print(f"cannot plan the transform: {exc}", file=sys.stderr)
         return 2
-    errors = validate_plan(steps, cfg.region, allow_account_placeholder=True)
-    plan = {"job": job.name, "model": job.model_name or cfg.model_name, "rows": sum(len(p.ids) for p in job.parts),
-            "calls": [{"n": i, "call": f"{s.service}.{s.operation}", "why": s.description, "params": s.params}
-                      for i, s in enumerate(steps, 1)]}
+    errors = validate_plan(steps, where.region, allow_account_placeholder=True, allow_form_placeholders=args.dry_run)
+    model = job.model_name or (where.model_name if isinstance(where, DeployConfig) else "")
+    plan: dict[str, Any] = {"job": job.name, "model": model, "rows": sum(len(p.ids) for p in job.parts),
+                            "calls": [{"n": i, "call": f"{s.service}.{s.operation}", "why": s.description,
+                                       "params": s.params} for i, s in enumerate(steps, 1)]}
+    if unfilled_notes(steps):
+        plan["unfilled"] = unfilled_notes(steps)
     if errors:
         print("the plan is invalid:\n  " + "\n  ".join(errors), file=sys.stderr)
         return 2
@@ -162,7 +228,7 @@ def cmd_transform(args: argparse.Namespace) -> int:
         return 0
     print(json.dumps(plan, indent=2), file=sys.stderr)
     try:
-        results = executor(args).run_transform(cfg, job, steps)
+        results = executor(args).run_transform(where, job, steps)
     except DeployError as exc:
         print(f"transform failed: {exc}", file=sys.stderr)
         return 1
@@ -171,7 +237,7 @@ def cmd_transform(args: argparse.Namespace) -> int:
 
 
 def add_audit_file_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--audit-log", default=os.environ.get("SEMIF_DEPLOY_AUDIT_LOG", "var/deploy-audit.jsonl"),
+    p.add_argument("--audit-log", default=DeploySettings.from_env().audit_log,
                    help="JSON-lines audit file (default: SEMIF_DEPLOY_AUDIT_LOG or var/deploy-audit.jsonl)")
 
 
@@ -184,14 +250,19 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", descr
          open_ledger: Callable[[argparse.Namespace], Ledger] = open_audit_file) -> int:
     """The deploy CLI. Where apply/destroy are recorded is the caller's: an audit file by default,
     the workbench's SQLite from `python -m app deploy`."""
+    try:
+        settings = DeploySettings.from_env()
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     ap = argparse.ArgumentParser(prog=prog, description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    env = os.environ.get
 
     def aws(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--region", default=env("AWS_DEFAULT_REGION", "us-east-1"))
-        p.add_argument("--endpoint-url", default=env("SEMIF_AWS_ENDPOINT_URL"), help="another AWS endpoint (tests: a moto server)")
+        p.add_argument("--region", default=settings.region, help="default: AWS_DEFAULT_REGION or us-east-1")
+        p.add_argument("--endpoint-url", default=settings.aws_endpoint_url,
+                       help="another AWS endpoint (default: SEMIF_AWS_ENDPOINT_URL; tests: a moto server)")
         p.add_argument("--poll", type=float, default=15, help="seconds between status polls")
         add_ledger_args(p)
         p.add_argument("--work-dir", help="where packages and transform inputs are written (default: a temp folder)")
@@ -201,9 +272,11 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", descr
         p.add_argument("--serving", "--path", dest="serving", choices=SERVINGS, default="semif",
                        help="textgen = llama.cpp DLC, semif = the SemIf adapter image (--path is the old name)")
         p.add_argument("--compute", choices=COMPUTES, default="cpu")
-        p.add_argument("--bucket", default=env("SEMIF_DEPLOY_BUCKET", "my-semif-models"))
-        p.add_argument("--role-arn", default=env("SEMIF_SAGEMAKER_ROLE_ARN", "arn:aws:iam::123456789012:role/SageMakerExecution"))
-        p.add_argument("--codebuild-role-arn", default=env("SEMIF_CODEBUILD_ROLE_ARN", "arn:aws:iam::123456789012:role/CodeBuildDocker"))
+        p.add_argument("--bucket", help="S3 bucket for the package (default: SEMIF_DEPLOY_BUCKET; required to apply)")
+        p.add_argument("--role-arn", help="SageMaker execution role ARN (default: SEMIF_SAGEMAKER_ROLE_ARN; "
+                                          "required to apply)")
+        p.add_argument("--codebuild-role-arn", help="CodeBuild service role ARN (default: SEMIF_CODEBUILD_ROLE_ARN; "
+                                                    "required to apply --serving semif without --image-uri)")
         p.add_argument("--account-id", help="default: from STS at apply time")
         p.add_argument("--model", help="GGUF to package (default: the shipped model)")
         p.add_argument("--policy", help="calibrated policy JSON to ship inside model.tar.gz")
@@ -213,7 +286,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", descr
         return p
 
     def endpoint(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--instance-type", default="ml.c7i.xlarge", help="CPU instance type")
+        p.add_argument("--instance-type", default=DEFAULT_CPU_INSTANCE, help="CPU instance type")
         p.add_argument("--instance-count", type=int, default=1)
         p.add_argument("--pool", action="append", help="GPU pool entry TYPE:PRIORITY (repeat; default g6e>g6>g5>g4dn)")
         p.add_argument("--startup-timeout", type=int, default=600)
@@ -246,7 +319,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", descr
     p.add_argument("--input", required=True, help="decision rows, one JSON object per line (- = stdin)")
     p.add_argument("--model-name", help="reuse this SageMaker model (default: create one from the package)")
     p.add_argument("--job-name", help="default: semif-tf-<time+random>")
-    p.add_argument("--instance-type", default="ml.c5.xlarge", help="CPU or GPU, e.g. ml.g4dn.xlarge")
+    p.add_argument("--instance-type", default=DEFAULT_TRANSFORM_INSTANCE, help="CPU or GPU, e.g. ml.g4dn.xlarge")
     p.add_argument("--instance-count", type=int, default=1)
     p.add_argument("--parts", type=int, default=0, help="input files (default: one per instance)")
     p.add_argument("--max-concurrent", type=int, default=1, help="MaxConcurrentTransforms")
@@ -255,5 +328,5 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", descr
     p.add_argument("--dry-run", action="store_true", help="print the plan and call nothing")
     p.set_defaults(fn=cmd_transform)
     args = ap.parse_args(argv)
-    args.open_ledger = open_ledger
+    args.open_ledger, args.settings = open_ledger, settings
     return int(args.fn(args))

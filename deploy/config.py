@@ -22,20 +22,49 @@ DLC_IMAGES: dict[Compute, str] = {"cpu": "llama-cpp:server-sagemaker-cpu-v1", "g
 DEFAULT_POOLS = [("ml.g6e.xlarge", 1), ("ml.g6.xlarge", 2), ("ml.g5.xlarge", 3), ("ml.g4dn.xlarge", 4)]
 CUDA13_AMI = "al2023-ami-sagemaker-inference-gpu-4-1"
 ACCOUNT_PLACEHOLDER = "<account-id>"  # filled from STS at apply time when not given (see plan.bind_account)
+# What a plan shows where the person has not given the bucket or a role yet (config_from_form(placeholders=True)):
+# a plan may be read without them, but nothing is ever called with them (validate_plan refuses them at apply).
+BUCKET_PLACEHOLDER = "<deploy-bucket>"
+ROLE_PLACEHOLDER = "<sagemaker-role-arn>"
+CODEBUILD_ROLE_PLACEHOLDER = "<codebuild-role-arn>"
+FORM_PLACEHOLDERS = frozenset({BUCKET_PLACEHOLDER, ROLE_PLACEHOLDER, CODEBUILD_ROLE_PLACEHOLDER})
+PLACEHOLDER_HINTS = {ACCOUNT_PLACEHOLDER: "the account id comes from STS at apply",
+                     BUCKET_PLACEHOLDER: "give the S3 bucket: --bucket or SEMIF_DEPLOY_BUCKET",
+                     ROLE_PLACEHOLDER: "give the SageMaker execution role: --role-arn or SEMIF_SAGEMAKER_ROLE_ARN",
+                     CODEBUILD_ROLE_PLACEHOLDER: "give the CodeBuild service role: --codebuild-role-arn or "
+                                                 "SEMIF_CODEBUILD_ROLE_ARN"}
 # DeployConfig field -> (ProductionVariant parameter, min, max): SageMaker's limits, which botocore does not check
 VARIANT_TIMEOUTS = {"provision_timeout": ("VariantInstanceProvisionTimeoutInSeconds", 300, 3600),
                     "startup_timeout": ("ContainerStartupHealthCheckTimeoutInSeconds", 60, 3600),
                     "download_timeout": ("ModelDataDownloadTimeoutInSeconds", 60, 3600)}
-NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
-BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-ROLE_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/\S+$")
+DEFAULT_PREFIX = "models/semif"  # S3 key prefix of packages and transform inputs/outputs
+DEFAULT_CPU_INSTANCE = "ml.c7i.xlarge"  # a CPU endpoint's instance type when none is given
+DEFAULT_TRANSFORM_INSTANCE = "ml.c5.xlarge"  # a Batch Transform job's instance type when none is given
+
+# The shapes AWS accepts, for every front end (this module's form, the Deploy page, the target forms):
+# the *_PATTERN strings are for re.fullmatch; the *_RE objects are anchored at both ends (\Z: a
+# trailing newline is refused too), so .match and .fullmatch both check the whole string.
+SAGEMAKER_NAME_PATTERN = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"  # endpoint, endpoint config, model, transform job
+REGION_PATTERN = r"[a-z]{2}(-[a-z]+)+-\d"
+BUCKET_PATTERN = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+ROLE_ARN_PATTERN = r"arn:aws[a-z-]*:iam::\d{12}:role/\S+"
+INSTANCE_TYPE_PATTERN = r"ml\.[a-z0-9]+\.[a-z0-9]+"
+
+
+def _whole(pattern: str) -> re.Pattern[str]:
+    return re.compile(rf"(?:{pattern})\Z")
+
+
+NAME_RE = _whole(SAGEMAKER_NAME_PATTERN)
+REGION_RE = _whole(REGION_PATTERN)
+BUCKET_RE = _whole(BUCKET_PATTERN)
+ROLE_RE = _whole(ROLE_ARN_PATTERN)
+INSTANCE_RE = _whole(INSTANCE_TYPE_PATTERN)
 EXPECTED = {ROLE_RE.pattern: "arn:aws:iam::<12-digit account>:role/<role name>",  # shown with a refused value
             BUCKET_RE.pattern: "3-63 lower-case letters, digits, dots and hyphens, starting and ending with a "
                                "letter or digit (e.g. my-semif-models)",
             REGION_RE.pattern: "a region code such as us-east-1",
             NAME_RE.pattern: "1-63 letters, digits and hyphens"}
-INSTANCE_RE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
 
 
 def dlc_image(region: str, compute: Compute, account: str = DLC_ACCOUNT) -> str:
@@ -68,7 +97,7 @@ class DeployConfig:
     policy_path: str = ""  # optional calibrated policy shipped inside model.tar.gz
     codebuild_role_arn: str = ""  # needed for the semif path (builds the child image)
     account_id: str = ACCOUNT_PLACEHOLDER  # resolved with STS at apply time
-    instance_type: str = "ml.c7i.xlarge"  # CPU
+    instance_type: str = DEFAULT_CPU_INSTANCE  # CPU
     pools: list[tuple[str, int]] = field(default_factory=lambda: list(DEFAULT_POOLS))  # GPU: (type, priority)
     instance_count: int = 1
     inference_ami: str = CUDA13_AMI
@@ -79,7 +108,7 @@ class DeployConfig:
     threads: int = 0
     gpu_layers: int = 999
     extra_env: dict[str, str] = field(default_factory=dict)
-    prefix: str = "models/semif"
+    prefix: str = DEFAULT_PREFIX
     name_suffix: str = field(default_factory=suffix)
     repository: str = "semif-adapter"
     project: str = "semif-adapter-build"
@@ -145,9 +174,20 @@ class FormErrors(ValueError):
         self.errors = errors
 
 
-def _text(form: Mapping[str, Any], key: str) -> str:
+def form_text(form: Mapping[str, Any], key: str) -> str:
     v = form.get(key)
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v).strip()
+
+
+def text_problem(value: str, label: str, pattern: re.Pattern[str] | None = None, required: bool = False,
+                 why: str = "") -> str | None:
+    """What is wrong with a form's text value (None: nothing): missing when required, or not the shape."""
+    if not value and required:
+        return f"{label} is required{why}"
+    if value and pattern and not pattern.fullmatch(value):
+        shape = EXPECTED.get(pattern.pattern, "")
+        return f"{label} {value!r} is not valid" + (f": write it as {shape}" if shape else "")
+    return None
 
 
 def parse_pools(value: Any) -> list[tuple[str, int]]:
@@ -172,33 +212,34 @@ def parse_pools(value: Any) -> list[tuple[str, int]]:
             prio = math.nan
         if not prio.is_integer():
             raise ValueError(f"{item!r}: write TYPE:PRIORITY with an integer priority, e.g. ml.g6.xlarge:1")
-        if not INSTANCE_RE.match(t):
+        if not INSTANCE_RE.fullmatch(t):
             raise ValueError(f"{t!r} is not a SageMaker instance type (ml.FAMILY.SIZE)")
         out.append((t, int(prio)))
     return out
 
 
-def config_from_form(form: Mapping[str, Any]) -> DeployConfig:
+def config_from_form(form: Mapping[str, Any], *, placeholders: bool = False) -> DeployConfig:
     """A DeployConfig from form fields (strings or typed values; empty = default), or FormErrors
     naming each bad field. Fields: region, bucket, role_arn, serving, compute, model_path,
     policy_path, codebuild_role_arn, account_id, instance_type, instance_count, pools, image_uri,
     ctx_size, startup_timeout, download_timeout, provision_timeout, suffix, and for autoscaling
     autoscale_max (0/empty = off), autoscale_min, decisions_per_second, utilisation,
-    scale_in_cooldown, scale_out_cooldown."""
+    scale_in_cooldown, scale_out_cooldown.
+
+    The bucket and the role ARNs are required; with `placeholders=True` (a plan to read, never to
+    run) a missing one becomes BUCKET_PLACEHOLDER, ROLE_PLACEHOLDER or CODEBUILD_ROLE_PLACEHOLDER."""
     errors: dict[str, str] = {}
     kw: dict[str, Any] = {}
 
     def text(key: str, label: str, pattern: re.Pattern[str] | None = None, required: bool = False, why: str = "") -> str:
-        v = _text(form, key)
-        if not v and required:
-            errors[key] = f"{label} is required{why}"
-        elif v and pattern and not pattern.match(v):
-            shape = EXPECTED.get(pattern.pattern, "")
-            errors[key] = f"{label} {v!r} is not valid" + (f": write it as {shape}" if shape else "")
+        v = form_text(form, key)
+        problem = text_problem(v, label, pattern, required, why)
+        if problem:
+            errors[key] = problem
         return v
 
     def number(key: str, label: str, default: float, lo: float, hi: float, integer: bool = True) -> Any:
-        raw = _text(form, key)
+        raw = form_text(form, key)
         if not raw:
             return default
         try:
@@ -212,25 +253,31 @@ def config_from_form(form: Mapping[str, Any]) -> DeployConfig:
             errors[key] = f"{label} must be between {lo:g} and {hi:g}"
         return int(v) if integer and v.is_integer() else v
 
-    serving = _text(form, "serving") or "semif"
-    compute = _text(form, "compute") or "cpu"
+    serving = form_text(form, "serving") or "semif"
+    compute = form_text(form, "compute") or "cpu"
     if serving not in SERVINGS:
         errors["serving"] = f"serving path must be one of {', '.join(SERVINGS)}"
     if compute not in COMPUTES:
         errors["compute"] = f"compute must be one of {', '.join(COMPUTES)}"
+    def required(key: str, label: str, pattern: re.Pattern[str], placeholder: str, needed: bool = True,
+                 why: str = "") -> str:
+        if placeholders and needed and not form_text(form, key):
+            return placeholder
+        return text(key, label, pattern, needed, why)
+
     kw["region"] = text("region", "Region", REGION_RE, True)
-    kw["bucket"] = text("bucket", "S3 bucket", BUCKET_RE, True)
-    kw["role_arn"] = text("role_arn", "SageMaker execution role ARN", ROLE_RE, True)
+    kw["bucket"] = required("bucket", "S3 bucket", BUCKET_RE, BUCKET_PLACEHOLDER)
+    kw["role_arn"] = required("role_arn", "SageMaker execution role ARN", ROLE_RE, ROLE_PLACEHOLDER)
     kw["image_uri"] = text("image_uri", "Image URI")
     needs_build = serving == "semif" and not kw["image_uri"]
-    kw["codebuild_role_arn"] = text("codebuild_role_arn", "CodeBuild role ARN", ROLE_RE, needs_build,
-                                    " for the SemIf path (it builds the image)")
+    kw["codebuild_role_arn"] = required("codebuild_role_arn", "CodeBuild role ARN", ROLE_RE, CODEBUILD_ROLE_PLACEHOLDER,
+                                        needs_build, " for the SemIf path (it builds the image)")
     kw["model_path"] = text("model_path", "Model path")
     kw["policy_path"] = text("policy_path", "Policy path")
     account = text("account_id", "AWS account id", re.compile(r"^\d{12}$"))
     if account:
         kw["account_id"] = account
-    kw["instance_type"] = text("instance_type", "CPU instance type", INSTANCE_RE) or "ml.c7i.xlarge"
+    kw["instance_type"] = text("instance_type", "CPU instance type", INSTANCE_RE) or DEFAULT_CPU_INSTANCE
     kw["instance_count"] = number("instance_count", "Instance count", 1, 1, 100)
     kw["ctx_size"] = number("ctx_size", "Context size", 8192, 256, 131072)
     for key, (param, lo, hi) in VARIANT_TIMEOUTS.items():

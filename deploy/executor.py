@@ -4,7 +4,6 @@ plain-language errors for the usual failures. Recording is the caller's, through
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -20,10 +19,11 @@ from .autoscaling import DIMENSION, resource_id
 from .config import ACCOUNT_PLACEHOLDER, DeployConfig
 from .package import build_package, sha256_file, upload
 from .plan import Package, Step, bind_account, deployment_plan, placeholders, teardown_plan
+from .settings import DeploySettings
 from .validate import validate_plan
 
 if TYPE_CHECKING:
-    from .transform import TransformJob
+    from .transform import TransformJob, TransformSite
 
 Event = Callable[[dict[str, Any]], None]
 Check = Callable[[], tuple[bool, str]]  # (finished, what to show); raises DeployError on a failure
@@ -101,7 +101,7 @@ class Executor:
                  poll_seconds: float = 15, on_event: Event | None = None, work_dir: Path | None = None,
                  timeouts: Timeouts | None = None, recorder: Recorder | None = None):
         self.region = region
-        self.endpoint_url = endpoint_url or os.environ.get("SEMIF_AWS_ENDPOINT_URL") or None
+        self.endpoint_url = endpoint_url or DeploySettings.from_env().aws_endpoint_url
         self.session = session or boto3.session.Session(region_name=region)
         self.poll = poll_seconds
         self.on_event: Event = on_event or (lambda e: None)
@@ -368,14 +368,17 @@ class Executor:
                               json.dumps({"model_sha256": outcome["model_sha256"], "image": image, "steps": done}))
         return outcome
 
-    def run_transform(self, cfg: DeployConfig, job: TransformJob, steps: list[Step] | None = None,
+    def run_transform(self, where: DeployConfig | TransformSite, job: TransformJob, steps: list[Step] | None = None,
                       pkg: Package | None = None) -> list[dict[str, Any]]:
-        """Run a Batch Transform plan (default: transform_plan(cfg, job, pkg)) and return one result or
-        error object per input row, in input order, each carrying its row's id."""
+        """Run a Batch Transform plan (default: transform_plan(where, job, pkg)) and return one result or
+        error object per input row, in input order, each carrying its row's id. `where`: a TransformSite
+        for a job that reuses a model (no role needed), the DeployConfig when the plan creates it."""
         from .transform import collect_results, transform_plan
 
-        steps = self.checked(self._filled(cfg, steps if steps is not None else transform_plan(cfg, job, pkg)),
-                             cfg.region)
+        steps = steps if steps is not None else transform_plan(where, job, pkg)
+        if isinstance(where, DeployConfig):  # a plan that builds the image names the account: from STS if unknown
+            steps = self._filled(where, steps)
+        steps = self.checked(steps, where.region)
         state = RunState()
         self.run_steps(steps, state)
         return collect_results(job, steps, state.outputs)

@@ -19,11 +19,13 @@ class Prepared:
     errors: list[str]  # botocore's ParamValidator and our own rules; empty when the plan may run
 
 
-def prepare(cfg: DeployConfig, work_dir: Path) -> Prepared:
-    """ValueError / FileNotFoundError when the model cannot be packaged (the message says why)."""
+def prepare(cfg: DeployConfig, work_dir: Path, *, unfilled: bool = False) -> Prepared:
+    """ValueError / FileNotFoundError when the model cannot be packaged (the message says why).
+    `unfilled`: the plan is only printed, and may keep the bucket and role placeholders."""
     pkg = build_package(cfg, work_dir)
     steps = deployment_plan(cfg, pkg)
-    return Prepared(pkg, steps, validate_plan(steps, cfg.region, allow_account_placeholder=True))
+    return Prepared(pkg, steps, validate_plan(steps, cfg.region, allow_account_placeholder=True,
+                                              allow_form_placeholders=unfilled))
 
 
 def revalidate(cfg: DeployConfig, pkg: Package) -> Prepared:

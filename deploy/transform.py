@@ -4,7 +4,11 @@ read back into one result per row, in input order.
 
 Same shape as a deployment: `prepare_transform` writes the input files locally (deterministic,
 hashed), `transform_plan` is pure and validated offline, `Executor.run_transform` runs it.
-Resume: pass only the rows that have no result yet; results carry their row's id."""
+Resume: pass only the rows that have no result yet; results carry their row's id.
+
+A job that reuses a model needs only a `TransformSite` (region, bucket, prefix): the model already
+has its execution role and image. A full DeployConfig, role ARN included, is needed only to create
+the model from a package."""
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from .config import NAME_RE, DeployConfig, suffix
+from .config import (BUCKET_PLACEHOLDER, BUCKET_RE, DEFAULT_PREFIX, DEFAULT_TRANSFORM_INSTANCE, NAME_RE, REGION_RE,
+                     DeployConfig, FormErrors, form_text, suffix, text_problem)
 from .plan import Package, Step, build_steps, model_steps, upload_step
 
 CONTENT_TYPE = "application/jsonlines"
@@ -21,6 +26,31 @@ MB = 1_000_000  # a record must fit the smaller reading of "MB" ...
 MIB = 1024 * 1024  # ... and the adapter's caps must allow the larger one
 INVOCATION_TIMEOUT = 3600  # ModelClientConfig.InvocationsTimeoutInSeconds maximum
 BatchStrategy = Literal["MultiRecord", "SingleRecord"]
+
+
+@dataclass(frozen=True)
+class TransformSite:
+    """Where a transform job that reuses an existing SageMaker model runs: the region, and the bucket
+    and key prefix its input and output go through."""
+    region: str
+    bucket: str
+    prefix: str = DEFAULT_PREFIX
+
+    def tags(self) -> list[dict[str, str]]:
+        return [{"Key": "created-by", "Value": "semif-workbench"}]
+
+
+def site_from_form(form: Mapping[str, Any], *, placeholders: bool = False) -> TransformSite:
+    """A TransformSite from form fields `region` and `bucket` (the same checks as config_from_form),
+    or FormErrors naming each bad one. `placeholders`: a plan only printed may lack the bucket."""
+    region, bucket = form_text(form, "region"), form_text(form, "bucket")
+    problems = {"region": text_problem(region, "Region", REGION_RE, required=True)}
+    if bucket or not placeholders:
+        problems["bucket"] = text_problem(bucket, "S3 bucket", BUCKET_RE, required=True)
+    errors = {k: v for k, v in problems.items() if v}
+    if errors:
+        raise FormErrors(errors)
+    return TransformSite(region, bucket or BUCKET_PLACEHOLDER)
 
 
 @dataclass(frozen=True)
@@ -37,8 +67,8 @@ class TransformJob:
     parts: list[InputPart]
     input_prefix: str  # S3 key prefix (no bucket), ends with "/"
     output_prefix: str
-    model_name: str = ""  # reuse this SageMaker model; empty: create cfg.model_name from the package
-    instance_type: str = "ml.c5.xlarge"
+    model_name: str = ""  # reuse this SageMaker model; empty: create the DeployConfig's model from the package
+    instance_type: str = DEFAULT_TRANSFORM_INSTANCE
     instance_count: int = 1
     max_concurrent_transforms: int = 1  # the adapter serialises calls: more only helps on several workers
     max_payload_mb: int = 1  # the smallest MultiRecord batch; bigger batches risk the 1 h invocation limit
@@ -68,13 +98,13 @@ def adapter_environment(lines: list[bytes], costs: list[int], max_payload_mb: in
             "SM_SEMIF_REQUEST_TIMEOUT": str(INVOCATION_TIMEOUT)}
 
 
-def prepare_transform(rows: Sequence[Mapping[str, Any]], work_dir: Path, *, name: str = "", prefix: str = "models/semif",
+def prepare_transform(rows: Sequence[Mapping[str, Any]], work_dir: Path, *, name: str = "", prefix: str = DEFAULT_PREFIX,
                       n_parts: int = 0, **settings: Any) -> TransformJob:
     """Write rows as JSON Lines files under work_dir/<name>/ (split into n_parts contiguous files,
     default one per instance) and describe the job. Raises ValueError naming bad rows. `settings`
     are TransformJob fields (model_name, instance_type, instance_count, ...)."""
     name = name or f"semif-tf-{suffix()}"
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise ValueError(f"job name {name!r} must be 1-63 letters, digits and hyphens")
     probe = TransformJob(name, [], "", "", **settings)
     problems, seen = [], set()
@@ -116,16 +146,22 @@ def output_key(job: TransformJob, part: InputPart) -> str:
     return job.output_prefix + part.key[len(job.input_prefix):] + ".out"
 
 
-def transform_plan(cfg: DeployConfig, job: TransformJob, pkg: Package | None = None) -> list[Step]:
-    """Upload the inputs, (create the model,) run the job, wait, read every output back."""
+def transform_plan(where: DeployConfig | TransformSite, job: TransformJob, pkg: Package | None = None) -> list[Step]:
+    """Upload the inputs, (create the model,) run the job, wait, read every output back. `where` is a
+    TransformSite when the job reuses a model (job.model_name), the DeployConfig to create it otherwise."""
     steps: list[Step] = []
-    model = job.model_name or cfg.model_name
-    if not job.model_name:
+    if job.model_name:
+        model = job.model_name
+    else:
+        if not isinstance(where, DeployConfig):
+            raise ValueError("no model name to reuse: give one, or a deployment config (role, image) and the "
+                             "package to create the model from")
         if pkg is None:
             raise ValueError("no model name to reuse: give the package to create the model from")
-        steps += (build_steps(cfg, pkg) if cfg.builds_image else []) + model_steps(cfg, pkg)
+        steps += (build_steps(where, pkg) if where.builds_image else []) + model_steps(where, pkg)
+        model = where.model_name
     n = len(job.parts)
-    steps += [upload_step(cfg.bucket, p.key, p.sha256, p.file, "input", f"upload input {i}/{n} ({len(p.ids)} rows)")
+    steps += [upload_step(where.bucket, p.key, p.sha256, p.file, "input", f"upload input {i}/{n} ({len(p.ids)} rows)")
               for i, p in enumerate(job.parts, 1)]
     params = {
         "TransformJobName": job.name, "ModelName": model, "MaxConcurrentTransforms": job.max_concurrent_transforms,
@@ -133,21 +169,21 @@ def transform_plan(cfg: DeployConfig, job: TransformJob, pkg: Package | None = N
         "ModelClientConfig": {"InvocationsTimeoutInSeconds": INVOCATION_TIMEOUT, "InvocationsMaxRetries": 0},
         "Environment": job.environment,
         "TransformInput": {"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix",
-                                                           "S3Uri": f"s3://{cfg.bucket}/{job.input_prefix}"}},
+                                                           "S3Uri": f"s3://{where.bucket}/{job.input_prefix}"}},
                            "ContentType": CONTENT_TYPE, "SplitType": "Line", "CompressionType": "None"},
-        "TransformOutput": {"S3OutputPath": f"s3://{cfg.bucket}/{job.output_prefix}", "Accept": CONTENT_TYPE,
+        "TransformOutput": {"S3OutputPath": f"s3://{where.bucket}/{job.output_prefix}", "Accept": CONTENT_TYPE,
                             "AssembleWith": "Line"},
         "TransformResources": {"InstanceType": job.instance_type, "InstanceCount": job.instance_count},
-        "Tags": cfg.tags()}
+        "Tags": where.tags()}
     steps += [
         Step("sagemaker", "CreateTransformJob", params,
              f"transform job on {job.instance_count} x {job.instance_type}, {job.batch_strategy} batches of at most "
              f"{job.max_payload_mb} MB, {sum(len(p.ids) for p in job.parts)} rows in {n} files"),
         Step("sagemaker", "DescribeTransformJob", {"TransformJobName": job.name},
              "wait until Completed (boto3 waiter transform_job_completed_or_stopped)", action="wait-transform",
-             extra={"output_bucket": cfg.bucket, "output_prefix": job.output_prefix, "parts": n}),
+             extra={"output_bucket": where.bucket, "output_prefix": job.output_prefix, "parts": n}),
     ]
-    steps += [Step("s3", "GetObject", {"Bucket": cfg.bucket, "Key": output_key(job, p)},
+    steps += [Step("s3", "GetObject", {"Bucket": where.bucket, "Key": output_key(job, p)},
                    f"read results {i}/{n}", action="read-output", extra={"rows": len(p.ids)})
               for i, p in enumerate(job.parts, 1)]
     return steps

@@ -9,7 +9,7 @@ from typing import Any
 import botocore.session
 from botocore.validate import ParamValidator
 
-from .config import ACCOUNT_PLACEHOLDER, NAME_RE, VARIANT_TIMEOUTS
+from .config import ACCOUNT_PLACEHOLDER, FORM_PLACEHOLDERS, NAME_RE, PLACEHOLDER_HINTS, VARIANT_TIMEOUTS
 from .plan import Step, placeholders
 
 _session = botocore.session.get_session()
@@ -56,7 +56,7 @@ def rule_errors(step: Step, region: str | None = None, allowed: frozenset[str] =
     where = f"{step.service}.{step.operation}"
     p = step.params
     for key in ("ModelName", "EndpointConfigName", "EndpointName", "TransformJobName"):
-        if isinstance(p.get(key), str) and not NAME_RE.match(p[key]):
+        if isinstance(p.get(key), str) and not NAME_RE.fullmatch(p[key]):
             errs.append(f"{where}: {key} {p[key]!r} must be 1-63 letters, digits and hyphens")
     for variant in p.get("ProductionVariants", []):
         errs += _variant_errors(where, variant)
@@ -85,15 +85,21 @@ def rule_errors(step: Step, region: str | None = None, allowed: frozenset[str] =
         errs.append(f"{where}: upload of {p.get('Key')} names no local file")
     left = placeholders(p) - allowed
     if left:
-        errs.append(f"{where}: unfilled {', '.join(sorted(left))} (package first; the account id comes from STS at apply)")
+        hints = dict.fromkeys(PLACEHOLDER_HINTS.get(x, "package first") for x in sorted(left))
+        errs.append(f"{where}: unfilled {', '.join(sorted(left))} ({'; '.join(hints)})")
     return errs
 
 
-def validate_plan(steps: list[Step], region: str | None = None, *, allow_account_placeholder: bool = False) -> list[str]:
+def validate_plan(steps: list[Step], region: str | None = None, *, allow_account_placeholder: bool = False,
+                  allow_form_placeholders: bool = False) -> list[str]:
     """All problems, each naming the call and the field; empty when the plan is valid. A plan shown
-    before confirmation may keep `<account-id>` (apply fills it from STS, then validates again)."""
+    before confirmation may keep `<account-id>` (apply fills it from STS, then validates again); a
+    plan only printed (`python -m deploy plan`) may also keep the bucket and role placeholders,
+    which nothing fills: apply refuses them."""
+    allowed = (frozenset({ACCOUNT_PLACEHOLDER}) if allow_account_placeholder else frozenset()) | \
+        (FORM_PLACEHOLDERS if allow_form_placeholders else frozenset())
     errs = []
     for step in steps:
         errs += botocore_errors(step)
-        errs += rule_errors(step, region, frozenset({ACCOUNT_PLACEHOLDER}) if allow_account_placeholder else frozenset())
+        errs += rule_errors(step, region, allowed)
     return errs

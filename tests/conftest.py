@@ -3,19 +3,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Iterator
 
-import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.common import ServerProcess, free_port  # noqa: E402,F401  (shared with the benchmarks; tests import them from here)
+
 # Parallel runs (`make test`: pytest-xdist, one worker per CPU): each worker, and every server it
 # starts, keeps to one CPU. llama.cpp then runs one thread per worker instead of two workers' threads
 # spinning against each other on the same cores (measured here: one process 244 s; two workers with
@@ -81,75 +78,6 @@ def gemma():
     from adapter.engine import Engine
 
     return Engine("gemma3-270m")
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (bound and released)."""
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class ServerProcess:
-    """A server started as a real subprocess on 127.0.0.1:0; its port read from stdout."""
-
-    def __init__(self, args: list[str], env: dict | None = None, ready_path: str | None = "/ping",
-                 port_pattern: str = r"SEMIF_ADAPTER_PORT=(\d+)", timeout: float = 120, replace_env: bool = False):
-        full_env = dict(env or {}) if replace_env else {**os.environ, **(env or {})}
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        deadline = time.time() + timeout
-        self.port = None
-        while time.time() < deadline and self.port is None:
-            line = self.proc.stdout.readline()
-            if not line:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited {self.proc.returncode}:\n{''.join(self.lines)}")
-                continue
-            self.lines.append(line)
-            m = re.search(port_pattern, line)
-            if m:
-                self.port = int(m.group(1))
-        if self.port is None:
-            self.stop()
-            raise RuntimeError("server printed no port:\n" + "".join(self.lines))
-        self.url = f"http://127.0.0.1:{self.port}"
-        import threading
-
-        threading.Thread(target=self._drain, daemon=True).start()
-        if ready_path:
-            self.wait_ready(ready_path, deadline)
-
-    def _drain(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def wait_ready(self, path: str, deadline: float) -> None:
-        while time.time() < deadline:
-            try:
-                if httpx.get(self.url + path, timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError("server died:\n" + "".join(self.lines))
-            time.sleep(0.2)
-        raise RuntimeError(f"{path} never returned 200:\n" + "".join(self.lines))
-
-    def stop(self, sig=signal.SIGTERM, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
 
 
 @pytest.fixture(scope="session")

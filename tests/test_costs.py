@@ -86,11 +86,6 @@ def test_unknown_prices_are_none(tmp_path):
     assert costs.instance_price(target, store) == (None, "")  # a type the price table does not know
 
 
-@pytest.mark.xfail(strict=True, reason="bug in app/core/costs.instance_price: a GPU pool whose first choice has no "
-                                       "price falls through to the deployment's unused CPU instance_type "
-                                       "(ml.c7i.xlarge by default) and prices the GPU endpoint at $0.21/h, while "
-                                       "the Deploy page (deploy.pricing.cost_per_1000 on the first choice) says "
-                                       "the price is unknown")
 def test_a_gpu_pool_whose_first_choice_has_no_price_is_unknown_not_the_cpu_default(tmp_path):
     store = Store(tmp_path / "wb.db")
     pools = [("ml.p4d.24xlarge", 1), ("ml.g5.xlarge", 2)]

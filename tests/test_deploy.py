@@ -225,8 +225,9 @@ def test_cli_plan_apply_status_destroy_against_moto(aws_env, tmp_path):
     bad = subprocess.run([*base, "plan", *shape, "--compute", "gpu", "--pool", "ml.g5.xlarge:1", "--pool", "ml.g6.xlarge:1"],
                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "unique" in bad.stderr
-    applied = subprocess.run([*base, "apply", *shape, *common], cwd=ROOT, capture_output=True, text=True, env=env,
-                             timeout=300)
+    role = ["--role-arn", "arn:aws:iam::123456789012:role/sm"]  # apply has no made-up default for it
+    applied = subprocess.run([*base, "apply", *shape, *common, *role], cwd=ROOT, capture_output=True, text=True,
+                             env=env, timeout=300)
     assert applied.returncode == 0, applied.stderr
     name = "textgen-cpu-cli1"
     status = subprocess.run([*base, "status", name, *common], cwd=ROOT, capture_output=True, text=True, env=env)

@@ -21,6 +21,7 @@ from tests.conftest import ROOT
 
 REGION = "us-east-1"
 BUCKET = "semif-test-models"
+ROLE = "arn:aws:iam::123456789012:role/sm"
 
 
 def cfg(**kw: Any) -> DeployConfig:
@@ -244,7 +245,7 @@ def test_cli_records_the_plan_it_ran(aws_env, tiny_gguf, tmp_path):
     db = tmp_path / "wb.db"
     args = [sys.executable, "-m", "app", "deploy", "apply", "--path", "textgen", "--bucket", BUCKET, "--suffix", "clirec1",
             "--instance-type", "ml.c5.xlarge", "--model", str(tiny_gguf), "--work-dir", str(tmp_path / "w"),
-            "--endpoint-url", aws_env, "--poll", "0.01", "--db", str(db)]
+            "--endpoint-url", aws_env, "--poll", "0.01", "--db", str(db), "--role-arn", ROLE]
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     from app.core.store import Store
@@ -269,8 +270,8 @@ def test_standalone_cli_writes_its_audit_file_and_destroys_what_it_recorded(aws_
     common = ["--endpoint-url", aws_env, "--poll", "0.01", "--audit-log", str(log)]
     done = subprocess.run([sys.executable, "-m", "deploy", "apply", "--serving", "textgen", "--bucket", BUCKET,
                            "--suffix", "alone1", "--instance-type", "ml.c5.xlarge", "--model", str(tiny_gguf),
-                           "--work-dir", str(tmp_path / "w"), *common], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+                           "--work-dir", str(tmp_path / "w"), "--role-arn", ROLE, *common], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(e["action"], e["status"]) for e in entries] == [("plan", "ok"), ("apply", "InService")]
@@ -301,3 +302,72 @@ def test_a_confirm_that_fails_before_any_call_is_recorded(tmp_path, tiny_gguf):
     assert dep["id"] == c.deployment_id and dep["status"] == "failed"
     audit = store.audit_log(dep["id"])
     assert [a["action"] for a in audit] == ["plan", "apply"] and audit[-1]["result"] == "failed" and audit[-1]["what"]
+
+
+def test_apply_without_a_bucket_or_role_is_refused_and_calls_nothing(aws_env, tiny_gguf, tmp_path):
+    """No made-up defaults: `apply` without --role-arn (or SEMIF_SAGEMAKER_ROLE_ARN) and the rest stops
+    before packaging, naming the flag and the variable; no AWS call, nothing recorded."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SEMIF_DEPLOY_BUCKET", "SEMIF_SAGEMAKER_ROLE_ARN", "SEMIF_CODEBUILD_ROLE_ARN")}
+    log, db, work = tmp_path / "audit.jsonl", tmp_path / "wb.db", tmp_path / "w"
+    shape = ["--serving", "semif", "--suffix", "norole1", "--instance-type", "ml.c5.xlarge", "--model", str(tiny_gguf),
+             "--work-dir", str(work), "--endpoint-url", aws_env, "--poll", "0.01"]
+    for cli, ledger in ((["deploy"], ["--audit-log", str(log)]), (["app", "deploy"], ["--db", str(db)])):
+        done = subprocess.run([sys.executable, "-m", *cli, "apply", *shape, *ledger], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert "--role-arn: SageMaker execution role ARN is required: give --role-arn or set SEMIF_SAGEMAKER_ROLE_ARN" \
+            in done.stderr
+        assert "--bucket: S3 bucket is required: give --bucket or set SEMIF_DEPLOY_BUCKET" in done.stderr
+        assert "give --codebuild-role-arn or set SEMIF_CODEBUILD_ROLE_ARN" in done.stderr
+    # the variables count as the flags; a bad value from one is named with it
+    done = subprocess.run([sys.executable, "-m", "deploy", "apply", *shape, "--audit-log", str(log)], cwd=ROOT,
+                          env={**env, "SEMIF_DEPLOY_BUCKET": BUCKET, "SEMIF_SAGEMAKER_ROLE_ARN": "sm-role",
+                               "SEMIF_CODEBUILD_ROLE_ARN": "arn:aws:iam::123456789012:role/cb"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--bucket" not in done.stderr and "--codebuild-role-arn" not in done.stderr
+    assert "'sm-role' is not valid" in done.stderr and "from SEMIF_SAGEMAKER_ROLE_ARN" in done.stderr
+    assert not log.exists() and not db.exists() and not work.exists()  # nothing packaged, nothing recorded
+    sm = boto3.client("sagemaker", region_name=REGION, endpoint_url=aws_env)
+    assert not [m for m in sm.list_models()["Models"] if "norole1" in m["ModelName"]]
+    listed = boto3.client("s3", region_name=REGION, endpoint_url=aws_env).list_objects_v2(Bucket=BUCKET)
+    assert not [o for o in listed.get("Contents", []) if "norole1" in o["Key"]]
+
+
+def test_a_plan_without_bucket_or_roles_shows_placeholders_that_apply_refuses(tiny_gguf, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from deploy.config import BUCKET_PLACEHOLDER, CODEBUILD_ROLE_PLACEHOLDER, ROLE_PLACEHOLDER
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SEMIF_DEPLOY_BUCKET", "SEMIF_SAGEMAKER_ROLE_ARN", "SEMIF_CODEBUILD_ROLE_ARN")}
+    out = subprocess.run([sys.executable, "-m", "deploy", "plan", "--serving", "semif", "--suffix", "ph1", "--model",
+                          str(tiny_gguf), "--work-dir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    params = {c["call"]: c["params"] for c in plan["calls"]}
+    assert params["sagemaker.CreateModel"]["ExecutionRoleArn"] == ROLE_PLACEHOLDER
+    assert params["codebuild.CreateProject"]["serviceRole"] == CODEBUILD_ROLE_PLACEHOLDER
+    assert params["s3.PutObject"]["Bucket"] == BUCKET_PLACEHOLDER
+    assert [u.split(":")[0] for u in plan["unfilled"]] == sorted([BUCKET_PLACEHOLDER, CODEBUILD_ROLE_PLACEHOLDER,
+                                                                  ROLE_PLACEHOLDER])
+    assert "--role-arn or SEMIF_SAGEMAKER_ROLE_ARN" in out.stderr
+    # the same plan handed to the executor is refused before any call (here: no AWS at all)
+    c = config_from_form({"region": REGION, "serving": "textgen", "suffix": "ph2", "account_id": "123456789012"},
+                         placeholders=True)
+    assert (c.bucket, c.role_arn) == (BUCKET_PLACEHOLDER, ROLE_PLACEHOLDER)
+    steps = deployment_plan(c, build_package(c, tmp_path / "w", gguf=tiny_gguf))
+    assert validate_plan(steps, REGION, allow_form_placeholders=True) == []
+    unreachable = Executor(REGION, endpoint_url="http://127.0.0.1:9", poll_seconds=0.01)
+    with pytest.raises(DeployError, match=r"unfilled <deploy-bucket>.*--bucket or SEMIF_DEPLOY_BUCKET"):
+        unreachable.apply(c, steps)
+    with pytest.raises(FormErrors) as err:
+        config_from_form({"region": REGION, "serving": "textgen"})  # the Deploy page: no placeholders, required
+    assert set(err.value.errors) == {"bucket", "role_arn"}

@@ -157,11 +157,6 @@ def test_new_style_writes_work_on_the_migrated_file(migrated):
     assert store.get_run(1)["status"] == "done"  # the old run is not touched by the new writes
 
 
-@pytest.mark.xfail(strict=True, reason="bug in app/core/store.py migration: policies saved before the `version` column "
-                                       "keep version NULL, and no conditional save accepts them - expected_version=0 "
-                                       "(what the Policies page passes for `version or 0`) says 'created meanwhile', "
-                                       "1 says 'saved again (version None)': an old policy can never be edited "
-                                       "from the page")
 def test_a_policy_saved_before_versions_can_be_edited_from_the_version_it_reads_as(migrated):
     _, store = migrated
     old = store.get_policy("refund")

@@ -80,6 +80,28 @@ def test_prepare_and_plan_validate_offline(tmp_path):
         transform_plan(c, own)
 
 
+
+def test_a_job_that_reuses_a_model_needs_no_role(tmp_path):
+    """A transform job on an existing model: region and bucket only (no DeployConfig, no role ARN)."""
+    from deploy.config import BUCKET_PLACEHOLDER, FormErrors
+    from deploy.transform import TransformSite, site_from_form
+
+    job = prepare_transform(rows(3), tmp_path, name="tf-site", model_name="my-model")
+    site = site_from_form({"region": REGION, "bucket": BUCKET})
+    assert site == TransformSite(REGION, BUCKET, "models/semif")
+    steps = transform_plan(site, job)
+    assert validate_plan(steps, REGION) == [] and "role" not in json.dumps([s.params for s in steps]).lower()
+    untagged = [{k: v for k, v in s.params.items() if k != "Tags"} for s in steps]
+    assert untagged == [{k: v for k, v in s.params.items() if k != "Tags"} for s in transform_plan(cfg(), job)]
+    assert next(s for s in steps if s.operation == "CreateTransformJob").params["Tags"] == site.tags()
+    with pytest.raises(ValueError, match="no model name to reuse"):
+        transform_plan(site, prepare_transform(rows(1), tmp_path / "own", name="tf-own"))  # creating one needs a role
+    with pytest.raises(FormErrors) as err:
+        site_from_form({"region": "Mars", "bucket": ""})
+    assert set(err.value.errors) == {"region", "bucket"} and "required" in err.value.errors["bucket"]
+    assert site_from_form({"region": REGION}, placeholders=True).bucket == BUCKET_PLACEHOLDER
+
+
 def test_bad_rows_are_named(tmp_path):
     with pytest.raises(ValueError) as e:
         prepare_transform([{"id": "a"}, {"state": "x"}, {"id": "a"}, {"id": 3}], tmp_path, name="tf-bad")

@@ -1,40 +1,39 @@
 """Every environment variable the workbench reads, in one place with its default (the adapter's
-are in adapter/settings.py; model discovery's in adapter/models.py). `from_env()` is called where a
-page or a CLI starts, so tests and users can point one process at another database or AWS endpoint."""
+are in adapter/settings.py, deploy's in deploy/settings.py - the AWS ones are shared from there;
+model discovery's in adapter/models.py). `from_env()` is called where a page or a CLI starts, so
+tests and users can point one process at another database or AWS endpoint; `from_env(mapping)`
+reads only that mapping. A bad value (SEMIF_PORT=abc) is a SettingsError naming the variable."""
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from adapter.settings import Port, PositiveFloat, PositiveInt
+from deploy.settings import AwsSettings
 
 DEFAULT_DB = Path(__file__).resolve().parents[2] / "data" / "workbench.db"
 
 
-@dataclass(frozen=True)
-class WorkbenchSettings:
-    db: Path = DEFAULT_DB  # SEMIF_DB
-    host: str = "127.0.0.1"  # SEMIF_HOST: `python -m app run`
-    port: int = 8501  # SEMIF_PORT
-    max_loaded_models: int = 2  # SEMIF_MAX_LOADED_MODELS: local models kept in memory
-    aws_endpoint_url: str | None = None  # SEMIF_AWS_ENDPOINT_URL: another AWS endpoint (tests: moto)
-    aws_runtime_url: str | None = None  # SEMIF_AWS_RUNTIME_URL: sagemaker-runtime (tests: a local shim)
-    deploy_poll: float = 15.0  # SEMIF_DEPLOY_POLL: seconds between status polls
-    region: str = "us-east-1"  # AWS_DEFAULT_REGION
-    deploy_bucket: str = ""  # SEMIF_DEPLOY_BUCKET
-    sagemaker_role_arn: str = ""  # SEMIF_SAGEMAKER_ROLE_ARN
-    codebuild_role_arn: str = ""  # SEMIF_CODEBUILD_ROLE_ARN
+class WorkbenchSettings(AwsSettings):
+    # region (AWS_DEFAULT_REGION), aws_endpoint_url (SEMIF_AWS_ENDPOINT_URL: another AWS, tests: moto),
+    # deploy_bucket, sagemaker_role_arn, codebuild_role_arn (SEMIF_DEPLOY_BUCKET, SEMIF_SAGEMAKER_ROLE_ARN,
+    # SEMIF_CODEBUILD_ROLE_ARN: the Deploy page's defaults) come from AwsSettings
+    db: Path = Field(DEFAULT_DB, validation_alias="SEMIF_DB")
+    host: str = Field("127.0.0.1", validation_alias="SEMIF_HOST")  # `python -m app run`
+    port: Port = Field(8501, validation_alias="SEMIF_PORT")
+    max_loaded_models: PositiveInt = Field(2, validation_alias="SEMIF_MAX_LOADED_MODELS")  # local models in memory
+    # sagemaker-runtime (tests: a local shim); default: SEMIF_AWS_ENDPOINT_URL
+    aws_runtime_url: str | None = Field(None, validation_alias="SEMIF_AWS_RUNTIME_URL")
+    deploy_poll: PositiveFloat = Field(15.0, validation_alias="SEMIF_DEPLOY_POLL")  # seconds between status polls
 
+    @model_validator(mode="before")
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "WorkbenchSettings":
-        env = os.environ if env is None else env
-        loaded = env.get("SEMIF_MAX_LOADED_MODELS", "")
-        return cls(db=Path(env.get("SEMIF_DB") or DEFAULT_DB), host=env.get("SEMIF_HOST") or cls.host,
-                   port=int(env.get("SEMIF_PORT") or cls.port),
-                   max_loaded_models=int(loaded) if loaded.isdigit() and int(loaded) > 0 else cls.max_loaded_models,
-                   aws_endpoint_url=env.get("SEMIF_AWS_ENDPOINT_URL") or None,
-                   aws_runtime_url=env.get("SEMIF_AWS_RUNTIME_URL") or env.get("SEMIF_AWS_ENDPOINT_URL") or None,
-                   deploy_poll=float(env.get("SEMIF_DEPLOY_POLL") or cls.deploy_poll),
-                   region=env.get("AWS_DEFAULT_REGION") or cls.region, deploy_bucket=env.get("SEMIF_DEPLOY_BUCKET", ""),
-                   sagemaker_role_arn=env.get("SEMIF_SAGEMAKER_ROLE_ARN", ""),
-                   codebuild_role_arn=env.get("SEMIF_CODEBUILD_ROLE_ARN", ""))
+    def _runtime_defaults_to_the_endpoint(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            runtime = data.get("SEMIF_AWS_RUNTIME_URL") or data.get("aws_runtime_url")
+            endpoint = data.get("SEMIF_AWS_ENDPOINT_URL") or data.get("aws_endpoint_url")
+            if not runtime and endpoint:
+                data = {**data, "SEMIF_AWS_RUNTIME_URL": endpoint}
+        return data

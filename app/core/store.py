@@ -203,6 +203,9 @@ class Store:
                 for col, typ in spec["columns"].items():  # an older file gains new columns in place
                     if col not in have:
                         db.table(name).add_column(col, typ)
+            # a policy saved before versions existed reads as version 1, so an editor's save can name it
+            if db.execute("SELECT 1 FROM policies WHERE version IS NULL LIMIT 1").fetchone():  # no write otherwise
+                db.execute("UPDATE policies SET version = 1 WHERE version IS NULL")
             db.table("results").create_index(["run_id", "row_key"], unique=True, if_not_exists=True)
             db.table("results").create_index(["reuse_key"], if_not_exists=True)
             db.table("runs").create_index(["group_id"], if_not_exists=True)

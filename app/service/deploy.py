@@ -15,6 +15,7 @@ from adapter.calibrated import PolicyError, load_policy
 from adapter.catalog import SHIPPED
 from deploy.autoscaling import decisions_per_second
 from deploy.config import COMPUTES as COMPUTES
+from deploy.config import DEFAULT_CPU_INSTANCE as DEFAULT_CPU_INSTANCE
 from deploy.config import DEFAULT_POOLS as DEFAULT_POOLS
 from deploy.config import SERVINGS as SERVINGS
 from deploy.config import DeployConfig, config_from_form
@@ -30,7 +31,6 @@ from app.core.settings import WorkbenchSettings
 from app.core.store import Store
 
 WORK = Path(tempfile.gettempdir()) / "semif-deploy"
-DEFAULT_CPU_INSTANCE = "ml.c7i.xlarge"
 
 
 def settings() -> WorkbenchSettings:

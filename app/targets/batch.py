@@ -43,19 +43,18 @@ class BatchTransformTarget(Target):
                      ) -> list[TargetResult]:
         """One transform job for all `requests`; a result per request, in order. The latency of each
         is the job's wall time divided by its rows (Batch Transform has no per-row timing)."""
-        from deploy.config import DeployConfig
+        from deploy.config import DEFAULT_TRANSFORM_INSTANCE
         from deploy.executor import DeployError
-        from deploy.transform import prepare_transform
+        from deploy.transform import prepare_transform, site_from_form
 
         bodies = [r.model_dump(exclude_none=True) for r in requests]
-        cfg = DeployConfig(region=self.region, bucket=self.bucket, role_arn=self.config.get("role_arn") or
-                           "arn:aws:iam::000000000000:role/unused-when-the-model-exists", serving="semif")
         t0 = time.perf_counter()
-        try:
-            job = prepare_transform(bodies, WORK, model_name=self.model_name,
-                                    instance_type=self.config.get("instance_type") or "ml.c5.xlarge",
+        try:  # the model exists with its role and image: the job needs only the region and the bucket
+            site = site_from_form({"region": self.region, "bucket": self.bucket})
+            job = prepare_transform(bodies, WORK, model_name=self.model_name, prefix=site.prefix,
+                                    instance_type=self.config.get("instance_type") or DEFAULT_TRANSFORM_INSTANCE,
                                     instance_count=int(self.config.get("instance_count") or 1))
-            lines = self.executor(on_event).run_transform(cfg, job)
+            lines = self.executor(on_event).run_transform(site, job)
         except (DeployError, ValueError) as exc:
             raise TargetError(f"Batch Transform: {exc}") from None
         each = (time.perf_counter() - t0) / max(1, len(requests))

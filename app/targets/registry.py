@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from adapter.catalog import SHIPPED
+from deploy.config import BUCKET_PATTERN, DEFAULT_TRANSFORM_INSTANCE, REGION_PATTERN, SAGEMAKER_NAME_PATTERN
 
 from app.core.engines import model_key
 from app.targets.base import KEY_PREFIX, Target, TargetError, key_env_problem
@@ -23,9 +24,6 @@ Deployments = Callable[[str], "dict | None"]  # endpoint name -> its stored depl
 OWN_GGUF = "your own GGUF file…"
 LOCAL_DEFAULT = {"name": "local", "kind": "local", "config": {"model": ""}}
 NAME_RE = r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}"
-SAGEMAKER_NAME_RE = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"  # endpoint and model names (SageMaker's own rule)
-BUCKET_RE = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
-REGION_RE = r"[a-z]{2}(-[a-z]+)+-\d"
 
 
 @dataclass(frozen=True)
@@ -136,7 +134,7 @@ def _sagemaker(name: str, cfg: Config, ctx: BuildContext) -> Target:
 
 
 def _check_endpoint(cfg: Config) -> dict[str, str]:
-    if not re.fullmatch(SAGEMAKER_NAME_RE, cfg.get("endpoint_name", "")):
+    if not re.fullmatch(SAGEMAKER_NAME_PATTERN, cfg.get("endpoint_name", "")):
         return {"endpoint_name": "SageMaker endpoint names are 1-63 letters, digits and hyphens"}
     return {}
 
@@ -156,10 +154,9 @@ def _sagemaker_price(cfg: Config, deployments: Deployments | None) -> tuple[floa
 
     dep = deployments(cfg.get("endpoint_name", "")) if deployments is not None else None
     dep_cfg = (dep or {}).get("config") or {}
-    if dep_cfg.get("compute") == "gpu":
+    if dep_cfg.get("compute") == "gpu":  # never the unused CPU type of a GPU deployment
         t = first_choice("gpu", None, dep_cfg.get("pools"))
-        if t in HOURLY_USD:
-            return HOURLY_USD[t], f"{t} (its GPU pool's first choice)"
+        return (HOURLY_USD[t], f"{t} (its GPU pool's first choice)") if t in HOURLY_USD else (None, "")
     itype = dep_cfg.get("instance_type") or cfg.get("instance_type")
     if itype in HOURLY_USD:
         return HOURLY_USD[itype], str(itype)
@@ -192,11 +189,11 @@ def _batch(name: str, cfg: Config, ctx: BuildContext) -> Target:
 
 def _check_batch(cfg: Config) -> dict[str, str]:
     errors = {}
-    if not re.fullmatch(SAGEMAKER_NAME_RE, cfg.get("model_name", "")):
+    if not re.fullmatch(SAGEMAKER_NAME_PATTERN, cfg.get("model_name", "")):
         errors["model_name"] = "the SageMaker model to reuse (a deployed SemIf model's name, e.g. semif-cpu-…-model)"
-    if not re.fullmatch(BUCKET_RE, cfg.get("bucket", "")):
+    if not re.fullmatch(BUCKET_PATTERN, cfg.get("bucket", "")):
         errors["bucket"] = "an S3 bucket name for the JSON Lines input and the results"
-    if cfg.get("region") and not re.fullmatch(REGION_RE, cfg["region"]):
+    if cfg.get("region") and not re.fullmatch(REGION_PATTERN, cfg["region"]):
         errors["region"] = "e.g. us-east-1"
     if cfg.get("instance_count") and not str(cfg["instance_count"]).isdigit():
         errors["instance_count"] = "a whole number of instances, e.g. 1"
@@ -222,7 +219,7 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
     Kind("sagemaker-batch", "SageMaker Batch Transform (labeled sets, SemIf model)", _batch,
          fields=(Field("model_name", "SageMaker model to reuse (a deployed SemIf model)"),
                  Field("bucket", "S3 bucket for the JSON Lines input and results"), Field("region", "Region", "us-east-1"),
-                 Field("instance_type", "Instance type", "ml.c5.xlarge"), Field("instance_count", "Instance count", "1")),
+                 Field("instance_type", "Instance type", DEFAULT_TRANSFORM_INSTANCE), Field("instance_count", "Instance count", "1")),
          check=_check_batch, single_rows=False),
     Kind("chat", "OpenAI-compatible chat completions (text generation)", _chat,
          fields=(_url_field(), Field("model", "Model name sent in requests", "default")), check=_check_url, keyed=True,

@@ -83,7 +83,11 @@ def secrets() -> dict:
 def run_page(render: Callable[[], None]) -> None:
     """Each page's entry point: a database that cannot be written (read-only, disk full) is one line
     on the page naming the file and the fix, not a traceback."""
+    from adapter.settings import SettingsError
+
     try:
         render()
     except StoreUnavailable as exc:
         st.error(f"**Not saved**: {md(exc)}")
+    except SettingsError as exc:  # a bad SEMIF_* variable: named, with what it must be
+        st.error(f"**Settings**: {md(exc)} - fix the variable and restart the workbench.")

@@ -710,7 +710,7 @@ def resolve_settings(readout: str | None, debias: str | None, default_readout: s
                      default_debias: str) -> tuple[str, Debias]:
     """(readout, debias) a row is read with: its own, else the model's measured defaults. The default
     debias belongs to the default readout; another readout asked for by name gets none. Pure, so the
-    workbench can tell which stored results a request would reproduce (app/reuse.py)."""
+    workbench can tell which stored results a request would reproduce (app/core/reuse.py)."""
     chosen = readout or default_readout
     if debias:
         return chosen, "content-free" if debias == "content-free" else "none"

@@ -1,5 +1,5 @@
 """The standalone deploy CLI's ledger: a JSON-lines audit file. deploy/ never imports the workbench;
-`python -m app deploy` hands the CLI the workbench's SQLite ledger instead (app/deploy_records.py).
+`python -m app deploy` hands the CLI the workbench's SQLite ledger instead (app/core/deploy_records.py).
 
 A ledger is a Recorder (deploy.executor) that can also find a deployment's resource names again, so
 that `destroy` deletes what `apply` created even when the names were not derived from the endpoint."""

@@ -44,7 +44,7 @@ class DeployError(RuntimeError):
 
 class Recorder(Protocol):
     """Where a deployment's life is written down. deploy/ never imports the workbench: the app's
-    store implements this (app/deploy_records.py: StoreRecorder) and is handed in."""
+    store implements this (app/core/deploy_records.py: StoreRecorder) and is handed in."""
 
     def planned(self, cfg: DeployConfig, steps: list[Step]) -> None:
         """The plan about to run: validated, account filled in, before the first call."""

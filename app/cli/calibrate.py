@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from app.cli.common import EXIT_BUSY, EXIT_UNREACHABLE, add_db, bar, error, fmt, store, target
-from app.core.evaluation import EXAMPLE_SOURCES, Variant
+from app.service.evaluate import EXAMPLE_SOURCES, Variant
 from app.core.inputs import InputError
 from app.core.store import RunBusy
 from app.service import evaluate as ev

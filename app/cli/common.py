@@ -6,7 +6,6 @@ import sys
 from typing import Any
 
 from app.core.engines import EnginePool
-from app.core.runner import ProgressFn
 from app.core.store import Store
 from app.service import targets as target_service
 from app.targets.base import Target
@@ -43,10 +42,6 @@ def bar(total: int, quiet: bool = False) -> Any:
 
     b.progress = progress
     return b
-
-
-def progress_of(b: Any) -> ProgressFn:
-    return b.progress  # type: ignore[no-any-return]
 
 
 def add_db(p: Any) -> None:

@@ -179,7 +179,8 @@ def reusable_for(store: Store, target: Target, items: list[tuple[int, Case, Deci
     cannot name its model)."""
     try:
         ident = target.numerics()
-    except Exception:  # the target's own call reports why it cannot be reached
+    except Exception as exc:  # the target's own call reports why it cannot be reached: every row is scored
+        log.warning("target %s cannot name its model (%s): no stored result is reused", target.name, exc)
         ident = None
     if ident is None:
         return {}

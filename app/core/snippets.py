@@ -11,7 +11,9 @@ def pinned(request: dict | None, response: dict | None) -> dict:
     """The request as it ran: the readout and correction the target resolved (from its response)
     written in, so the snippet on another model or server runs what the workbench ran."""
     body = dict(request or {})
-    if isinstance(response, dict) and response.get("readout") in ("letters", "option-words"):
+    from adapter.schema import READOUTS
+
+    if isinstance(response, dict) and response.get("readout") in READOUTS:
         for key in PINNED:
             if response.get(key) is not None:
                 body[key] = response[key]

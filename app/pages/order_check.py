@@ -3,7 +3,7 @@ import streamlit as st
 
 from app.service import checks, targets
 from app.ui import charts, resources
-from app.ui.components import download_frame, policy_picker
+from app.ui.components import check_setup, download_frame
 from app.ui.safe_text import md
 
 
@@ -37,21 +37,11 @@ def render() -> None:
     st.caption("Decision models prefer positions. Each state is scored once per order of the options (every option "
                "visits every position); the check shows how often that changes the answer and what to do about it.")
     db = resources.store()
-    saved = db.list_policies()
-    if not saved:
-        st.info("No policies yet: load the examples on the Playground page first.")
+    setup = check_setup(db, "oc", default_limit=20, min_limit=2, variants=checks.SINGLE_ROW_VARIANTS,
+                        target_names=targets.names(db, single_rows=True))
+    if setup is None:
         return
-    policy = policy_picker(saved, key="oc_policy")
-    sets = [s for s in db.list_labeled_sets() if s["policy_id"] == policy["id"]]
-    source = st.radio("States", ["set", "paste"] if sets else ["paste"], horizontal=True, key="oc_source",
-                      format_func={"set": "from this policy's labeled set", "paste": "paste (one per line)"}.get)
-    pasted = st.text_area("One state per line", key="oc_paste") if source == "paste" else ""
-    set_id = st.selectbox("Labeled set", [s["id"] for s in sets], key="oc_set",
-                          format_func=lambda i: next(s["name"] for s in sets if s["id"] == i)) if source == "set" else None
-    c1, c2, c3 = st.columns(3)
-    limit = c1.number_input("States (at most)", 2, 500, 20, key="oc_limit")
-    tname = c2.selectbox("Target", targets.names(db, single_rows=True), key="oc_target")
-    variant = c3.selectbox("Readout", checks.SINGLE_ROW_VARIANTS, key="oc_variant")
+    policy = setup.policy
     negated = None
     if len(policy["options"]) == 2:
         first = md(policy["options"][0]["id"])
@@ -60,16 +50,16 @@ def render() -> None:
     if st.button(f"Run the order check ({checks.order_calls_per_state(policy, negated)} calls per state)",
                  type="primary", key="oc_run"):
         try:
-            cases = checks.states(db, set_id=set_id if source == "set" else None, pasted=pasted, limit=int(limit))
+            cases = checks.states(db, set_id=setup.set_id, pasted=setup.pasted, limit=setup.limit)
         except checks.InputError as exc:
             st.error(f"**{md(exc.problems[0])}**")
             return
-        chosen = resources.chosen_targets(db, [tname])
+        chosen = resources.chosen_targets(db, [setup.target])
         if chosen is None:
             return
         bar = st.progress(0.0, text="starting…")
         st.session_state["oc_open"] = checks.order_check(
-            db, policy, cases, chosen[0], variant=variant, negated=negated,
+            db, policy, cases, chosen[0], variant=setup.variant, negated=negated,
             progress=lambda d, t, e: bar.progress(d / t, text=checks.progress_text(d, t, e)))
     runs = db.list_runs(kind="order-check")
     if not runs:

@@ -37,14 +37,19 @@ def template_sidebar(db) -> None:
     tpl = policy_service.templates()
     with st.expander("Start from a template"):
         tid = st.selectbox("Template", list(tpl), format_func=lambda i: tpl[i]["name"], key="pol_tpl")
-        if st.button("Add template", key="pol_add_tpl"):
-            try:  # under its own id when free, else a numbered copy - never over an existing policy
-                new = policy_service.add_template(db, tid)
-            except policy_service.StaleEdit as exc:
-                st.error(md(exc))
-                return
-            st.session_state["pol_next"] = new["id"]
-            st.rerun()
+        if st.button("Add template", key="pol_add_tpl"):  # its own id when free, else a numbered copy
+            add_and_open(lambda: policy_service.add_template(db, tid))
+
+
+def add_and_open(make) -> None:
+    """Save a new policy (a template or a copy, never over an existing one) and open it."""
+    try:
+        new = make()
+    except policy_service.StaleEdit as exc:  # the free id was taken in the same instant by another session
+        st.error(md(exc))
+        return
+    st.session_state["pol_next"] = new["id"]
+    st.rerun()
 
 
 def render() -> None:
@@ -103,15 +108,15 @@ def render() -> None:
                                       num_rows="dynamic", key=f"pol_examples_{view}", hide_index=True, width="stretch")
             field_error("examples")
             c1, c2, c3 = st.columns(3)
-            readouts = ["", "letters", "option-words"]
+            readouts = ["", *policy_service.READOUTS]
             readout = c1.selectbox("Readout", readouts, index=readouts.index(current.get("readout") or ""),
                                    format_func=lambda r: r or "model default", key=f"pol_readout_{view}")
-            debiases = ["", "none", "content-free"]
+            debiases = ["", *policy_service.DEBIAS]
             debias = c2.selectbox("Position-bias correction", debiases,
                                   index=debiases.index(current.get("debias") or ""),
                                   format_func=lambda r: r or "model default", key=f"pol_debias_{view}",
                                   help="content-free divides out the answer the model gives to an empty state")
-            guards = ["", "precheck", "erase-and-check"]
+            guards = ["", *(g for g in policy_service.GUARDS if g != "none")]
             guard = c3.selectbox("Steering guard", guards, index=guards.index(current.get("guard") or ""),
                                  format_func=lambda g: g or "none", key=f"pol_guard_{view}",
                                  help="flags a state that tries to dictate its own decision (see the Robustness page); "
@@ -154,13 +159,7 @@ def render() -> None:
     if pick != NEW:
         c1, c2 = st.columns(2)
         if c1.button("Duplicate", key="pol_dup"):
-            try:
-                copy = policy_service.duplicate(db, current)
-            except policy_service.StaleEdit as exc:
-                st.error(md(exc))
-                return
-            st.session_state["pol_next"] = copy["id"]
-            st.rerun()
+            add_and_open(lambda: policy_service.duplicate(db, current))
         with c2.popover("Delete"):
             st.write(f"Delete **{md(current['name'])}**? Runs that used it keep their own copy.")
             if st.button("Delete policy", type="primary", key="pol_delete"):

@@ -6,7 +6,7 @@ import streamlit as st
 
 from app.service import checks, targets
 from app.ui import charts, resources
-from app.ui.components import download_frame, policy_picker
+from app.ui.components import check_setup, download_frame
 from app.ui.safe_text import md
 
 LEVEL = {"ok": st.success, "warn": st.warning, "bad": st.error}
@@ -84,21 +84,11 @@ def render() -> None:
                "options reworded, an off-topic or a 'none of these' option added, the options reordered. The rates "
                "say how often the decision moved; the steering guard flags rows whose answer rests on one passage.")
     db = resources.store()
-    saved = db.list_policies()
-    if not saved:
-        st.info("No policies yet: load the examples on the Playground page first.")
+    setup = check_setup(db, "rb", default_limit=10, min_limit=1, variants=checks.SINGLE_ROW_VARIANTS,
+                        target_names=targets.names(db, single_rows=True))
+    if setup is None:
         return
-    policy = policy_picker(saved, key="rb_policy")
-    sets = [s for s in db.list_labeled_sets() if s["policy_id"] == policy["id"]]
-    source = st.radio("States", ["set", "paste"] if sets else ["paste"], horizontal=True, key="rb_source",
-                      format_func={"set": "from this policy's labeled set", "paste": "paste (one per line)"}.get)
-    pasted = st.text_area("One state per line", key="rb_paste") if source == "paste" else ""
-    set_id = st.selectbox("Labeled set", [s["id"] for s in sets], key="rb_set",
-                          format_func=lambda i: next(s["name"] for s in sets if s["id"] == i)) if source == "set" else None
-    c1, c2, c3 = st.columns(3)
-    limit = c1.number_input("States (at most)", 1, 500, 10, key="rb_limit")
-    tname = c2.selectbox("Target", targets.names(db, single_rows=True), key="rb_target")
-    variant = c3.selectbox("Readout", checks.SINGLE_ROW_VARIANTS, key="rb_variant")
+    policy = setup.policy
     c1, c2, c3 = st.columns(3)
     guard = c1.selectbox("Steering guard", list(checks.GUARDS), index=list(checks.GUARDS).index("erase-and-check"),
                          key="rb_guard",
@@ -117,16 +107,16 @@ def render() -> None:
     if st.button(f"Run the check ({per_state} calls per state" + (f", + {extra} out-of-scope" if extra else "")
                  + ")", type="primary", key="rb_run"):
         try:
-            cases = checks.states(db, set_id=set_id if source == "set" else None, pasted=pasted, limit=int(limit))
+            cases = checks.states(db, set_id=setup.set_id, pasted=setup.pasted, limit=setup.limit)
         except checks.InputError as exc:
             st.error(f"**{md(exc.problems[0])}**")
             return
-        chosen = resources.chosen_targets(db, [tname])
+        chosen = resources.chosen_targets(db, [setup.target])
         if chosen is None:
             return
-        spec = checks.RobustnessInput(policy, cases, suite, checks_, attempts=int(attempts), variant=variant, guard=guard,
-                                      out_of_scope=out_of_scope,
-                                      source="labeled set" if source == "set" else "pasted states")
+        spec = checks.RobustnessInput(policy, cases, suite, checks_, attempts=int(attempts), variant=setup.variant,
+                                      guard=guard, out_of_scope=out_of_scope,
+                                      source="pasted states" if setup.set_id is None else "labeled set")
         bar = st.progress(0.0, text="starting…")
         try:
             st.session_state["rb_open"] = checks.robustness_check(

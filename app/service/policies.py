@@ -6,6 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from adapter.guard import GUARDS as GUARDS
+from adapter.schema import DEBIAS as DEBIAS
+from adapter.schema import READOUTS as READOUTS
+
 from app.core.policies import parse_policy_json, policy_json, templates, validate_policy
 from app.core.store import StaleEdit, Store
 
@@ -92,5 +96,5 @@ def delete(store: Store, policy_id: str) -> None:
     store.delete_policy(policy_id)
 
 
-__all__ = ["PolicyNotFound", "StaleEdit", "add_copy", "add_template", "delete", "duplicate", "parse_policy_json",
+__all__ = ["DEBIAS", "GUARDS", "READOUTS", "PolicyNotFound", "StaleEdit", "add_copy", "add_template", "delete", "duplicate", "parse_policy_json",
            "policy_json", "resolve_policy", "save", "seed_templates", "templates", "validate_policy"]

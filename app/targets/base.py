@@ -5,6 +5,7 @@ batch.py; registry.py says what each kind needs (form fields, validation, snippe
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -14,6 +15,9 @@ from typing import Any, Callable
 import httpx
 
 from adapter.schema import DecisionRequest, DecisionResult
+
+log = logging.getLogger("semif.workbench")
+
 
 class TargetError(RuntimeError):
     """A target that failed: the message is shown to the analyst as is (no stack trace)."""
@@ -68,7 +72,8 @@ class Target:
         except TargetError as exc:
             return TargetResult(req.id, time.perf_counter() - t0, None, str(exc), req.model_dump(exclude_none=True),
                                 exc.raw)
-        except Exception as exc:  # never let one target take a page or a batch down
+        except Exception as exc:  # never let one target take a page or a batch down; the log keeps the traceback
+            log.exception("target %s (%s) failed on row %s", self.name, self.kind, req.id)
             return TargetResult(req.id, time.perf_counter() - t0, None, f"unexpected {type(exc).__name__}: {exc}",
                                 req.model_dump(exclude_none=True))
 

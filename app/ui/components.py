@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
@@ -119,3 +120,35 @@ def flat_frame(df: pd.DataFrame) -> pd.DataFrame:
 def download_frame(df: pd.DataFrame, filename: str, label: str, key: str) -> None:
     st.download_button(label, csv_safe(flat_frame(df)).to_csv(index=False).encode(), file_name=filename,
                        mime="text/csv", key=key)
+
+
+@dataclass
+class CheckSetup:
+    """What the Order check and the Robustness page both ask first: policy, states, target, readout."""
+    policy: dict
+    set_id: int | None  # a labeled set of the policy, or None: the pasted states
+    pasted: str
+    limit: int
+    target: str
+    variant: str
+
+
+def check_setup(db: Store, key: str, *, default_limit: int, min_limit: int, variants: list[str],
+                target_names: list[str]) -> CheckSetup | None:
+    """The shared top of a check page: None (after saying so) when there is no policy yet."""
+    saved = db.list_policies()
+    if not saved:
+        st.info("No policies yet: load the examples on the Playground page first.")
+        return None
+    policy = policy_picker(saved, key=f"{key}_policy")
+    sets = [s for s in db.list_labeled_sets() if s["policy_id"] == policy["id"]]
+    source = st.radio("States", ["set", "paste"] if sets else ["paste"], horizontal=True, key=f"{key}_source",
+                      format_func={"set": "from this policy's labeled set", "paste": "paste (one per line)"}.get)
+    pasted = st.text_area("One state per line", key=f"{key}_paste") if source == "paste" else ""
+    set_id = st.selectbox("Labeled set", [s["id"] for s in sets], key=f"{key}_set",
+                          format_func=lambda i: next(s["name"] for s in sets if s["id"] == i)) if source == "set" else None
+    c1, c2, c3 = st.columns(3)
+    limit = c1.number_input("States (at most)", min_limit, 500, default_limit, key=f"{key}_limit")
+    target = c2.selectbox("Target", target_names, key=f"{key}_target")
+    variant = c3.selectbox("Readout", variants, key=f"{key}_variant")
+    return CheckSetup(policy, set_id if source == "set" else None, pasted, int(limit), str(target), str(variant))

@@ -5,7 +5,7 @@ A log line is written by adapter/decision_log.py. An imported log becomes one ru
 "production" whose results are the decisions as the adapter made them (probabilities, the gated
 decision, model and prompt hashes), keyed `request_id/row_id`. Rows whose state was logged
 (`SM_SEMIF_LOG_STATES=1`) can be replayed on any target as a "replay" run with the same keys, so
-the drift comparison (app/drift.py) pairs production with the replay row by row; rows without a
+the drift comparison (app/core/drift.py) pairs production with the replay row by row; rows without a
 state can still be reviewed by their probabilities, never re-scored.
 """
 from __future__ import annotations

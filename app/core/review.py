@@ -10,7 +10,7 @@ in the target set and rows already labelled or skipped are left out.
 
 A new version never changes its parent: the parent's rows and content hash stay, so a run made on
 it still reproduces; the new version's hash differs, and evaluating it scores only the new rows
-(the others are stored results of the same model and request, app/reuse.py).
+(the others are stored results of the same model and request, app/core/reuse.py).
 """
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ def is_cold(target: Target, req: DecisionRequest) -> bool:
 
 def result_row(res: TargetResult, case: Case, position: int, cold: bool = False,
                req: DecisionRequest | None = None) -> dict:
-    """A target's answer as a stored result; with the request, its reuse key (app/reuse.py) when the
+    """A target's answer as a stored result; with the request, its reuse key (app/core/reuse.py) when the
     answer names its model."""
     r = res.result
     key = reuse_key(r.model, req) if (r is not None and req is not None and res.ok) else None
@@ -152,7 +152,7 @@ def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Ca
     """Score (position, case, request) items on every job's target, saving as results arrive. Each
     run is leased for this call (RunBusy when another worker holds one); a run whose worker stops
     (an exception, Ctrl-C, a closed page) is marked interrupted. With `reuse`, a stored successful
-    result of the same request on the same model (app/reuse.py) is copied instead of calling the
+    result of the same request on the same model (app/core/reuse.py) is copied instead of calling the
     target - for evaluations; runs that measure latency (Playground, Compare, bench) call every time.
     Returns {run id: {"evaluated": calls made, "reused": results copied}}."""
     leases: dict[int, str] = {}

@@ -420,7 +420,7 @@ class Store:
         return out
 
     def reusable(self, keys: list[str]) -> dict[str, dict]:
-        """The newest successful stored result for each reuse key that has one (app/reuse.py)."""
+        """The newest successful stored result for each reuse key that has one (app/core/reuse.py)."""
         out: dict[str, dict] = {}
         wanted = sorted(set(keys))
         with self.db() as db:

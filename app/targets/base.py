@@ -55,7 +55,7 @@ class Target:
         """Work that must not count as latency (loading a model); errors surface per request."""
 
     def numerics(self) -> dict | None:
-        """The model this target runs now, as far as it fixes a result's bits (app/reuse.py), or None
+        """The model this target runs now, as far as it fixes a result's bits (app/core/reuse.py), or None
         when the target cannot say without deciding (its results are then never reused)."""
         return None
 

@@ -1,5 +1,5 @@
 """The drift comparison's widgets, shared by History ("compare with") and Compare: the numbers
-come from app/drift.py, the report from app/drift_report.py; this module only lays them out."""
+come from app/core/drift.py, the report from app/drift_report.py; this module only lays them out."""
 from __future__ import annotations
 
 import streamlit as st

@@ -40,6 +40,8 @@ class CalibratedPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
     schema_version: str = Field(SCHEMA_VERSION, pattern=r"^semif-policy/1$")
     policy_id: str = Field(min_length=1)
+    policy_version: int | None = Field(default=None, description="the saved version of the workbench policy this "
+                                       "gate was measured on (its question, options and examples)")
     name: str = ""
     question: str = Field(min_length=1)
     options: list[Option] = Field(min_length=2, max_length=26)

@@ -12,8 +12,10 @@ import streamlit as st  # noqa: E402
 
 st.set_page_config(page_title="SemIf Workbench", page_icon=":material/rule:", layout="wide",
                    initial_sidebar_state="collapsed")
+from app.ui import context, tasks  # noqa: E402
+
 HERE = Path(__file__).resolve().parent / "pages"
-st.navigation({
+page = st.navigation({
     "Decide": [st.Page(HERE / "playground.py", title="Playground", icon=":material/target:", default=True),
                st.Page(HERE / "compare.py", title="Compare", icon=":material/compare_arrows:"),
                st.Page(HERE / "order_check.py", title="Order check", icon=":material/swap_vert:"),
@@ -24,4 +26,7 @@ st.navigation({
                          st.Page(HERE / "deploy.py", title="Deploy", icon=":material/cloud_upload:")],
     "Set up": [st.Page(HERE / "policies.py", title="Policies", icon=":material/description:"),
                st.Page(HERE / "targets.py", title="Targets", icon=":material/hub:")],
-}, position="top").run()
+}, position="top")
+tasks.panel(page.url_path)  # on every page: what runs in the background, with its progress and a Stop
+context.show_in_url()  # the current policy, set, run in the URL: a reload keeps them, a view can be linked
+page.run()

@@ -184,3 +184,17 @@ def two_model_runs(store, smollm2, qwen05, n_rows: int = 12, set_name: str = "ti
         evaluation.resume_eval(store, run_id, target)
         runs.append(run_id)
     return runs[0], runs[1]
+
+
+def finish_tasks(at, timeout: float = 600):
+    """Wait for the background work a page submitted (app/service/tasks.py: one worker per process),
+    then rerun the page so it shows the results - what a person coming back to the page sees."""
+    import time
+
+    from app.service.tasks import shared
+
+    deadline = time.time() + timeout
+    while shared().active():
+        assert time.time() < deadline, f"background work still running after {timeout} s: {shared().active()}"
+        time.sleep(0.1)
+    return at.run()

@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.core.store import Store
-from tests.conftest import ROOT, subset_file
+from tests.conftest import ROOT, subset_file, finish_tasks
 
 MAIN = str(ROOT / "app" / "main.py")
 
@@ -198,13 +198,13 @@ def test_compare_with_uploaded_csv_labels_and_the_new_comparison_selected(db):
     at.switch_page("pages/compare.py").run()
     at.selectbox(key="cmp_policy").select("ticket-routing").run()
     at.text_area(key="cmp_paste").input("Where is my parcel?\nI was charged twice").run()
-    at.button(key="cmp_run").click().run()
+    finish_tasks(at.button(key="cmp_run").click().run())
     at.radio(key="cmp_source").set_value("upload").run()
     csv = (b"id,state,label\nt1,I was charged twice this month,billing\nt2,The app crashes on start,technical\n"
            b"t3,Parcel never came,shipping\n")
     at.file_uploader(key="cmp_upload").set_value(("states.csv", csv, "text/csv")).run()
     assert any("3 states parsed, 3 with a label" in s.value for s in at.success)  # previewed before running
-    at.button(key="cmp_run").click().run()
+    finish_tasks(at.button(key="cmp_run").click().run())
     assert not at.exception
     groups = {r["group_id"] for r in db.list_runs(kind="compare")}
     assert len(groups) == 2
@@ -232,7 +232,7 @@ def test_compare_rejects_a_bad_upload_and_runs_nothing(db):
     at.radio(key="cmp_source").set_value("upload").run()
     at.file_uploader(key="cmp_upload").set_value(("states.csv", b"id,state\na,fine\nb,\n", "text/csv")).run()
     assert "row 3, column state" in at.error[0].value  # said at upload, before anything runs
-    at.button(key="cmp_run").click().run()
+    finish_tasks(at.button(key="cmp_run").click().run())
     assert any("row 3, column state" in e.value for e in at.error)
     assert db.list_runs(kind="compare") == []
 
@@ -314,7 +314,7 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
     small_id = next(s["id"] for s in db.list_labeled_sets() if s["name"] == "refund-small.jsonl")
     at.selectbox(key="cal_set").select(small_id).run()
     at.multiselect(key="cal_variants").set_value(["default", "letters"]).run()
-    at.button(key="cal_run").click().run()
+    finish_tasks(at.button(key="cal_run").click().run())
     assert not at.exception
     runs = db.list_runs(kind="eval")
     assert len(runs) == 2 and all(r["status"] == "done" and r["n_rows"] == 16 for r in runs)
@@ -343,7 +343,7 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
     (saved,) = db.list_calibrated()
     assert saved["run_id"] == rid and saved["gate_source"] == "hand-set" and saved["threshold"] == 0.6
     assert any("Deploy packages it" in s.value and "0.600" in s.value for s in at.success)
-    at.button(key="cal_run").click().run()  # running again reuses the finished runs (no new rows scored)
+    finish_tasks(at.button(key="cal_run").click().run())  # running again reuses the finished runs (no new rows scored)
     assert len(db.list_runs(kind="eval")) == 2
     at.switch_page("pages/deploy.py").run()
     assert at.selectbox(key="dep_cal").value == saved["id"]  # the policy just saved is preselected: no path to type
@@ -432,7 +432,7 @@ def test_order_check_rotates_options_and_reports_a_verdict(db):
     at.text_area(key="oc_paste").input("Bought 3 days ago, it arrived broken\nFinal sale jacket, I changed my mind\n"
                                        "Unopened, bought yesterday")
     at.text_input(key="oc_negated").input("Does this refund request fail the policy?")
-    at.button(key="oc_run").click().run()
+    finish_tasks(at.button(key="oc_run").click().run())
     assert not at.exception
     (run,) = db.list_runs(kind="order-check")
     keys = [r["row_key"] for r in db.results(run["id"])]
@@ -503,7 +503,7 @@ def test_robustness_page_shows_what_the_cli_computes(db, tmp_path):
     at.text_area(key="rb_paste").input("\n".join(states))
     at.multiselect(key="rb_checks").set_value(["steering", "paraphrase"])
     at.number_input(key="rb_attempts").set_value(2)
-    at.button(key="rb_run").click().run()
+    finish_tasks(at.button(key="rb_run").click().run())
     assert not at.exception, at.exception
     (run,) = db.list_runs(kind="robustness")
     assert run["status"] == "done" and run["config"]["guard"] == "erase-and-check"

@@ -16,7 +16,7 @@ from app.core.engines import EnginePool
 from app.core.labeled import import_file
 from app.core.store import Store
 from app.targets.registry import target_by_name
-from tests.conftest import REGION, ROOT, subset_file
+from tests.conftest import REGION, ROOT, subset_file, finish_tasks
 from tests.transform_runner import JSONLINES, auto_run_transform_jobs
 
 MODEL = "semif-eval-model"
@@ -84,7 +84,7 @@ def test_calibrate_page_runs_a_batch_transform_evaluation(batch):
     at.selectbox(key="cal_policy").select("refund-check").run()
     at.selectbox(key="cal_set").select(set_id).run()
     at.multiselect(key="cal_targets").set_value(["batch"]).run()
-    at.button(key="cal_run").click().run()
+    finish_tasks(at.button(key="cal_run").click().run())
     assert not at.exception and not any("Batch Transform" in e.value for e in at.error), [e.value for e in at.error]
     (run,) = db.list_runs(kind="eval")
     assert run["target_name"] == "batch" and run["status"] == "done" and len(db.results(run["id"])) == 8

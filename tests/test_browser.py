@@ -198,7 +198,11 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
     page.get_by_role("button", name="Import", exact=True).click()
     settle(page)
     choose(page, "Labeled set", "refund-check.jsonl (38 rows)", last_option=True)
-    page.get_by_role("button", name="Run evaluation (resumes unfinished runs)").click()
+    run = page.get_by_role("button", name=re.compile(r"^Run evaluation \(30 rows"))  # the rows to score, said up front
+    run.click()
+    # the evaluation runs in the background: the panel shows it, and the page reruns once it is done
+    expect(page.get_by_text("Running in the background")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("Running in the background")).to_have_count(0, timeout=300_000)
     settle(page, timeout=300_000)
     page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)
     page.screenshot(path=str(shots / "calibrate.png"), full_page=True)

@@ -18,7 +18,7 @@ from typing import Iterator
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import ROOT, subset_file
+from tests.conftest import ROOT, subset_file, finish_tasks
 
 
 def _try_mount(where: Path, size: str) -> bool:
@@ -163,7 +163,7 @@ def test_the_calibrate_page_on_a_read_only_database_shows_one_line(disk, tmp_pat
     before = results(db)
     with disk.read_only():
         at.selectbox(key="cal_policy").select("refund-check").run()
-        at.button(key="cal_run").click().run()
+        finish_tasks(at.button(key="cal_run").click().run())
         assert not at.exception, at.exception and "\n".join(at.exception[0].stack_trace)
         shown = [e.value for e in at.error if "cannot write the workbench database" in e.value]
         assert len(shown) == 1 and "read\\-only" in shown[0] and "wb\\.db" in shown[0], [e.value for e in at.error]

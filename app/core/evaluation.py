@@ -20,6 +20,7 @@ from adapter.prompt import PROMPT_VERSIONS
 from adapter.templates import request_for
 
 from app.core import calibration
+from app.core.labeled import stratified
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.store import Store, now
 from app.targets.base import Target
@@ -49,7 +50,8 @@ def pick_examples(rows: list[dict], n: int) -> list[dict]:
 
 def plan_eval(policy: dict, rows: list[dict], examples: str = "policy", n_examples: int = 4) -> tuple[dict, list[dict]]:
     """(policy as evaluated, rows to score). Rows of the train split are never scored; with
-    examples="train" the few-shot examples come from them instead of the policy's own."""
+    examples="train" the few-shot examples come from them instead of the policy's own. The rows to
+    score come in stratified order (labeled.stratified): the first ones are a fair sample."""
     if examples not in EXAMPLE_SOURCES:
         raise ValueError(f"examples must be one of {EXAMPLE_SOURCES}")
     has_train = any(r.get("split") == "train" for r in rows)
@@ -60,7 +62,7 @@ def plan_eval(policy: dict, rows: list[dict], examples: str = "policy", n_exampl
         evaluated["examples"] = [{"state": r["state"], "option_id": r["label"]} for r in chosen]
         used = {r["row_key"] for r in chosen}
         scored = [r for r in scored if r["row_key"] not in used]
-    return evaluated, scored
+    return evaluated, stratified(scored)
 
 
 @dataclass(frozen=True)
@@ -289,7 +291,27 @@ def calibrate_run(store: Store, run_id: int, *, target_accuracy: float = 0.9, pe
     curve = calibration.risk_coverage(conf, correct)
     return {"report": rep, "gate": gate, "option_gates": option_gates, "curve": curve, "option_ids": ids,
             "calibrated": cal, "oof": oof, "P": P, "y": y, "results": used, "target_accuracy": target_accuracy,
-            "corrections": cands, "correction": chosen, "correction_why": why}
+            "corrections": cands, "correction": chosen, "correction_why": why,
+            "intervals": intervals(P, y, oof, seed=seed)}
+
+
+def intervals(P: np.ndarray, y: np.ndarray, oof: np.ndarray, *, seed: int = 0) -> dict:
+    """95% intervals of a run's headline numbers: Wilson for accuracy, a percentile bootstrap over the
+    rows for macro-F1 and the ECE before and after the correction (out of fold)."""
+    from app.core.stats import bootstrap_ci, proportion
+
+    pred, k, rows = calibration.predictions(P), P.shape[1], np.arange(len(y))
+    conf, correct = P.max(axis=1), pred == y
+    oconf, ocorrect = oof.max(axis=1), calibration.predictions(oof) == y
+
+    def boot(stat) -> list[float] | None:
+        ci = bootstrap_ci(rows, stat, seed=seed)
+        return None if ci is None else [ci[0], ci[1]]
+
+    return {"n": int(len(y)), "accuracy": proportion(int(correct.sum()), len(y)).to_dict(),
+            "macro_f1": boot(lambda i: calibration.macro_f1(y[i], pred[i], k)),
+            "ece": boot(lambda i: calibration.ece(conf[i], correct[i])),
+            "ece_corrected": boot(lambda i: calibration.ece(oconf[i], ocorrect[i]))}
 
 
 @dataclass
@@ -343,7 +365,8 @@ def readout_table(store: Store, runs: list[dict]) -> list[dict]:
     rows = []
     for r in runs:
         cfg = r.get("config") or {}
-        base = {"run": r["id"], "target": r["target_name"],
+        version = (r.get("policy") or {}).get("version")
+        base = {"run": r["id"], "policy version": f"v{version}" if version else "v?", "target": r["target_name"],
                 "readout": variant_name(cfg),
                 "examples": cfg.get("examples"), "status": r["status"]}
         try:
@@ -373,6 +396,7 @@ def build_policy(store: Store, run_id: int, cal: dict, *, gate: GateDecision, fa
     chosen: calibration.Correction = cal["correction"]
     config = {
         "schema_version": SCHEMA_VERSION, "policy_id": evaluated["id"], "name": evaluated.get("name", ""),
+        "policy_version": (run.get("policy") or {}).get("version"),
         "question": evaluated["question"], "options": evaluated["options"], "examples": evaluated.get("examples") or [],
         "readout": readout, "debias": chosen.family, "permute": cfg.permute,
         "few_shot": (first.get("request") or {}).get("few_shot") if isinstance(first.get("request"), dict) else None,
@@ -389,7 +413,7 @@ def build_policy(store: Store, run_id: int, cal: dict, *, gate: GateDecision, fa
                     "rows_scored": len(cal["results"])},
     }
     policy = CalibratedPolicy.model_validate(config)
-    config["metrics"] = {"at_gate": applied_metrics(policy, cal["results"]),
+    config["metrics"] = {"at_gate": applied_metrics(policy, cal["results"]), "intervals": cal.get("intervals"),
                          "gate_selection": cal["gate"].to_dict(),
                          "correction": {"chosen": chosen.name, "why": cal["correction_why"],
                                         "candidates": [{k: v for k, v in c.to_dict().items() if k != "oof_confusion"}
@@ -399,7 +423,11 @@ def build_policy(store: Store, run_id: int, cal: dict, *, gate: GateDecision, fa
 
 
 def applied_metrics(policy: CalibratedPolicy, results: list[dict]) -> dict:
-    """The exported rule applied to stored raw results: coverage, accuracy of what it decides."""
+    """The exported rule applied to stored raw results: coverage, accuracy of what it decides - each
+    with its Wilson 95% interval, and `small_n` when fewer than 30 rows are decided (an accuracy that
+    rests on a handful of rows is marked as such wherever it is shown)."""
+    from app.core.stats import SMALL_N, proportion
+
     decided = correct = gated = 0
     for r in results:
         d = policy.apply(r["option_ids"], scored_probabilities(r, policy.debias) or r["probabilities"],
@@ -411,7 +439,9 @@ def applied_metrics(policy: CalibratedPolicy, results: list[dict]) -> dict:
             correct += d["option_id"] == r["label"]
     n = len(results)
     return {"n": n, "decided": decided, "gated": gated, "coverage": decided / n if n else None,
-            "accuracy": correct / decided if decided else None}
+            "accuracy": correct / decided if decided else None, "correct": correct,
+            "accuracy_interval": proportion(correct, decided).to_dict(),
+            "coverage_interval": proportion(decided, n).to_dict(), "small_n": decided < SMALL_N}
 
 
 def gate_preview(calibrated: list[dict], policy_id: str, result: dict) -> tuple[dict, dict] | None:

@@ -37,6 +37,11 @@ class Case:
     label: str | None = None
 
 
+class StopScoring(Exception):
+    """Raised by a progress callback to stop between rows (the analyst's Stop, a stop rule): the runs
+    are marked stopped - not interrupted - and resume like any other."""
+
+
 class Progress:
     """Counts and a simple ETA from the mean time per finished item."""
 
@@ -162,10 +167,10 @@ def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Ca
         with Heartbeat(store, dict(leases)):
             counts = _score(store, jobs, list(items), leases, total=total, already=already, progress=progress,
                             reuse=reuse)
-    except BaseException:
+    except BaseException as exc:
         for run_id, lease in leases.items():
-            try:
-                store.stop_run(run_id, "interrupted", lease)  # only runs this worker still holds
+            try:  # only runs this worker still holds
+                store.stop_run(run_id, "stopped" if isinstance(exc, StopScoring) else "interrupted", lease)
             except StoreUnavailable:  # the file that failed the run fails this too: the first error is the one to show
                 pass  # (a run left "running" shows as interrupted once its lease runs out)
         raise

@@ -74,3 +74,17 @@ def auc(negatives: np.ndarray, positives: np.ndarray) -> float | None:
         return None
     u = _st.mannwhitneyu(positives, negatives, alternative="two-sided").statistic
     return float(u / (len(positives) * len(negatives)))
+
+
+def interval_text(p: dict | None, digits: int = 1) -> str:
+    """A Proportion stored as a dict (exports, saved policies) in the same words as Proportion.text(),
+    marked when it rests on fewer than SMALL_N rows."""
+    if not p or p.get("rate") is None:
+        return "n/a (n=0)"
+    text = Proportion(int(p["k"]), int(p["n"]), p["rate"], p["low"], p["high"]).text(digits)
+    return text + (f" - fewer than {SMALL_N} rows: a hint, not a measurement" if int(p["n"]) < SMALL_N else "")
+
+
+def range_text(ci: list[float] | tuple[float, float] | None, fmt: str = "{:.3f}") -> str:
+    """'95% CI 0.041-0.098' for a bootstrap interval, or '' when there is none."""
+    return "" if not ci else f"95% CI {fmt.format(ci[0])}–{fmt.format(ci[1])}"

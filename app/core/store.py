@@ -71,7 +71,7 @@ JSON_COLUMNS = {"options", "examples", "config", "policy", "target", "option_ids
 
 
 STATE_COLUMNS = {"state"}  # a state is text or JSON: stored tagged so each comes back as it went in
-RunStatus = Literal["running", "done", "done-with-errors", "failed", "interrupted"]
+RunStatus = Literal["running", "done", "done-with-errors", "failed", "interrupted", "stopped"]  # stopped: by the analyst, resumable
 
 
 def encode_state(state: Any) -> str:

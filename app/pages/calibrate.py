@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app.service import evaluate, review, sets as set_service, targets
-from app.ui import charts, resources
+from app.ui import charts, context, resources, tasks
 from app.ui.components import glossary
 from app.ui.safe_text import md
 
@@ -44,21 +44,39 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
         if upload is not None and c2.button("Import", key="cal_import"):
             try:
                 sid = set_service.import_upload(db, upload.name, upload.getvalue(), policies[up_policy])
-                st.success(f"Imported as set #{sid}.")
             except set_service.InputError as exc:
                 st.error("**Upload** rejected, nothing was imported:\n\n"
-                         + "\n".join(f"- {md(p)}" for p in exc.problems[:20]))
+                         + "\n".join(f"- {md(line)}" for line in set_service.summary(exc.problems, policies)))
+            else:
+                support = set_service.support(db, sid, policies[up_policy])
+                st.success(f"Imported as set #{sid}: {support['scored']} rows to score.")
+                if support["scored"] > set_service.LARGE:
+                    st.warning(f"{support['scored']} rows take about {set_service.minutes(support['scored'])} to score on "
+                               "the default model. The rows are scored in stratified order, so you can stop early "
+                               "(Evaluate → Stop early) with a fair sample, and resume later.")
+                for message in support["messages"]:
+                    st.warning(md(message))
         sets = db.list_labeled_sets()
         if sets:
             st.dataframe(pd.DataFrame(sets)[["id", "name", "policy_id", "n_rows", "content_hash", "created_at"]],
                          hide_index=True)
+            c1, c2 = st.columns([3, 1])
+            doomed = c1.selectbox("Delete a set", [s["id"] for s in sets], key="cal_del_pick",
+                                  format_func=lambda i: next(f"#{s['id']} {s['name']}" for s in sets if s["id"] == i))
+            with c2.popover("Delete"):
+                st.write(f"Delete set #{doomed} and its rows? Runs made on it keep their results but can no longer "
+                         "be resumed.")
+                if st.button("Delete set", type="primary", key="cal_del_set"):
+                    used = set_service.delete(db, doomed)
+                    st.toast(f"Deleted set #{doomed}" + (f" ({used} runs keep their results)" if used else ""))
+                    st.rerun()
 
 
 def current_policy(policies: dict, sets: dict) -> str:
-    """The policy being calibrated: the one picked, else the first that has a labeled set."""
-    if st.session_state.get("cal_policy") not in policies:
-        with_sets = [p for p in policies if any(s["policy_id"] == p for s in sets.values())]
-        st.session_state["cal_policy"] = (with_sets or list(policies))[0]
+    """The policy being calibrated: the current one (other pages, the URL), else the one picked here,
+    else the first that has a labeled set."""
+    with_sets = [p for p in policies if any(s["policy_id"] == p for s in sets.values())]
+    context.follow("cal_policy", "policy", list(policies), lambda: (with_sets or list(policies))[0])
     return st.session_state["cal_policy"]
 
 
@@ -66,22 +84,36 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     st.subheader("Evaluate")
     c1, c2 = st.columns(2)
     current_policy(policies, sets)
-    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policies[i]["name"], key="cal_policy")
+    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policies[i]["name"], key="cal_policy",
+                       on_change=context.changed("cal_policy", "policy"))
+    context.put("policy", pid)
     matching = [s["id"] for s in sets.values() if s["policy_id"] == pid]  # made for this policy first
     others = [s["id"] for s in sets.values() if s["id"] not in matching]
-    if st.session_state.get("cal_set") not in matching + others or (
+    wanted = context.get("set")
+    if wanted in matching or (wanted in others and not matching):  # the current set, when it fits this policy
+        st.session_state["cal_set"] = wanted
+    elif st.session_state.get("cal_set") not in matching + others or (
             matching and st.session_state.get("cal_set_for") != pid):
         st.session_state["cal_set"] = (matching or others)[0]  # a new policy picks its own set
     st.session_state["cal_set_for"] = pid
-    sid = c2.selectbox("Labeled set", matching + others, key="cal_set",
+    sid = c2.selectbox("Labeled set", matching + others, key="cal_set", on_change=context.changed("cal_set", "set"),
                        format_func=lambda i: f"#{i} {sets[i]['name']} ({sets[i]['n_rows']} rows)"
                                              + ("" if i in matching else " - made for another policy"))
+    context.put("set", sid)
     if added := review.new_rows(db, sid):
         st.info(f"Set #{sid} is set #{sets[sid]['parent_id']} + {added} reviewed rows: evaluating it scores only "
                 f"those {added} rows - the others are copied from the stored results of the same model and request.")
     problem = evaluate.label_mismatch(policies[pid], db.labeled_rows(sid))
     if problem:
         st.error(f"**Labeled set**: {md(problem)}")
+    support = set_service.support(db, sid, policies[pid]) if not problem else None
+    if support:  # what the set can support, said before anything is scored
+        per = ", ".join(f"{o} {n}" for o, n in support["per_option"].items())
+        st.caption(f"Set #{sid}: {support['scored']} rows to score ({per})"
+                   + (f", {support['train']} train rows never scored" if support["train"] else "")
+                   + f" · about {set_service.minutes(support['scored'])} on the default model at ~1 s a row")
+        for message in support["messages"]:
+            st.warning(md(message))
     names = targets.names(db)
     c1, c2 = st.columns(2)
     chosen = c1.multiselect("Targets (several local models side by side)", names, default=names[:1], key="cal_targets")
@@ -89,29 +121,74 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
                               help="default: the policy's readout, else the model's measured default")
     examples = st.radio("Few-shot examples", evaluate.EXAMPLE_SOURCES, horizontal=True, key="cal_examples",
                         format_func={"policy": "the policy's own", "train": "from the set's train split (never scored)"}.get)
-    if st.button("Run evaluation (resumes unfinished runs)", type="primary", key="cal_run", disabled=bool(problem)):
-        bars: dict = {}
+    rule = stop_rule_form(support["scored"] if support else 0)
+    busy = tasks.runner().busy_with("evaluate")
+    label = f"Run evaluation ({support['scored'] if support else '?'} rows; resumes unfinished runs)"
+    if st.button(label, type="primary", key="cal_run", disabled=bool(problem) or busy is not None,
+                 help="runs in the background: you can open other pages meanwhile" if busy is None else
+                      f"an evaluation is running: {busy.text()}"):
+        built = resources.chosen_targets(db, chosen) or []
+        policy = policies[pid]
+        task = tasks.submit("evaluate", f"{policy['name']} × set #{sid}", "pages/calibrate.py",
+                            lambda task: evaluate.evaluate(db, policy, sid, built, variants, examples=examples,
+                                                           progress_for=task.progress_for, rule=rule))
+        st.session_state["cal_task"] = task.id
+        st.session_state.pop("cal_outcome", None)
+        st.rerun()
+    finished_evaluation(db)
+    live_section(db, pid, sid)
+    return pid, sid
 
-        def progress_for(label: str):
-            bars[label] = bar = st.progress(0.0, text=f"{label}: starting…")
-            return lambda d, t, e: bar.progress(d / t if t else 1.0, text=f"{label}: {d}/{t} rows"
-                                                + ("" if e is None else f" · about {e:.0f} s left"))
 
-        outcomes = evaluate.evaluate(db, policies[pid], sid, resources.chosen_targets(db, chosen) or [], variants,
-                                     examples=examples, progress_for=progress_for)
-        for o in outcomes:
-            if o.label in bars and o.error:
-                bars[o.label].empty()
-            elif o.label in bars:
-                bars[o.label].progress(1.0, text=o.text())
-            if o.error:
-                st.error(f"**{md(o.label)}**: {md(o.error)}")
-            elif o.same_as:
-                st.caption(md(o.text()))
+def stop_rule_form(rows: int) -> evaluate.StopRule:
+    """Answers before the whole set is scored: the rows come in stratified order, so an early stop is a
+    fair sample - and the run resumes from there later."""
+    with st.expander("Stop early (the first rows are a fair sample of the set)"):
+        c1, c2 = st.columns(2)
+        n = c1.number_input("Score at most N rows (0 = all)", 0, max(rows, 1), 0, key="cal_max_rows")
+        width = c2.number_input("Or stop when the accuracy's 95% interval is narrower than (points, 0 = off)", 0, 50, 0,
+                                key="cal_ci_width")
+    return evaluate.StopRule(max_rows=int(n) or None, max_ci_width=(width / 100) or None)
+
+
+def finished_evaluation(db) -> None:
+    """This session's evaluation, once it is over: what each target x readout did (kept on the page
+    until the next evaluation); the best run opens."""
+    task = tasks.runner().get(st.session_state.get("cal_task"))
+    if task is not None and not task.active:
+        st.session_state.pop("cal_task")
+        outcomes = task.result or []
+        lines = ([("error", f"**Evaluation**: {md(task.error)}")] if task.status == "failed" else
+                 [("info", md(task.text()))] if task.status == "stopped" else [])
+        lines += [("error" if o.error else "caption", md(o.text())) for o in outcomes]
+        st.session_state["cal_outcome"] = lines
         best = evaluate.best_run(db, outcomes)
         if best is not None:  # open the most accurate of the runs just made
             st.session_state["cal_run_pick"] = best
-    return pid, sid
+            context.put("run", best)
+    for kind, text in st.session_state.get("cal_outcome", []):
+        if kind == "error":
+            st.error(text)
+        elif kind == "info":
+            st.info(text)
+        else:
+            st.caption(text)
+
+
+def live_section(db, pid: str, sid: int) -> None:
+    """While runs of this policy x set are scored: the numbers so far, refreshed as rows arrive."""
+    if not evaluate.running(db, pid, sid):
+        return
+
+    @st.fragment(run_every=3.0)
+    def numbers() -> None:
+        runs = evaluate.running(db, pid, sid)
+        if not runs:
+            st.rerun()
+        for run in runs:
+            st.info(md(evaluate.live(db, run["id"]).text()))
+
+    numbers()
 
 
 def correction_section(cal: dict) -> None:
@@ -137,7 +214,7 @@ def correction_section(cal: dict) -> None:
                                              f"After {chosen.name} (out of fold)"), key="cal_conf_after")
 
 
-def export_section(db, run_id: int, cal: dict) -> None:
+def export_section(db, run_id: int, cal: dict, policy: dict) -> None:
     rep = cal["report"]
     c1, c2 = st.columns(2)
     fallback = c1.selectbox("Fallback when gated", ["human-review", *cal["option_ids"]], key="cal_fallback")
@@ -146,7 +223,11 @@ def export_section(db, run_id: int, cal: dict) -> None:
     if manual:
         hand = st.slider("Gate (calibrated confidence)", 0.0, 1.0, float(cal["gate"].threshold or 0.5), 0.005,
                          key="cal_gate")
-    exported = evaluate.export(db, run_id, cal, fallback=fallback, hand_gate=hand)
+    try:
+        exported = evaluate.export(db, run_id, cal, fallback=fallback, hand_gate=hand, policy=policy)
+    except evaluate.OtherVersion as exc:
+        st.error(md(exc))
+        return
     gate, config = exported.gate, exported.config
     show = {"recommended": st.success, "hand-set": st.info, "unreachable": st.error}[gate.source]
     show(md(gate.messages[0]) if gate.messages and gate.source != "hand-set" else
@@ -155,24 +236,34 @@ def export_section(db, run_id: int, cal: dict) -> None:
         st.warning(md(note))
     option_thresholds = config["option_thresholds"]
     at = config["metrics"]["at_gate"]
+    iv = cal.get("intervals") or {}
     m = st.columns(3)
     m[0].metric("Accuracy of decided rows", "n/a" if at["accuracy"] is None else f"{at['accuracy']:.1%}",
                 help="among the rows the gate lets through (the rest go to the fallback)")
+    m[0].caption(md(evaluate.interval_text(at.get("accuracy_interval"))))
+    if at.get("small_n") and at["decided"]:
+        m[0].warning(f"Only {at['decided']} decided rows: this accuracy is a hint, not a measurement - score more "
+                     "labeled rows before trusting it.")
     m[1].metric("Coverage", "n/a" if at["coverage"] is None else f"{at['coverage']:.1%}",
                 help=f"rows decided: {at['decided']} of {at['n']}")
+    m[1].caption(md(evaluate.interval_text(at.get("coverage_interval"))))
     m[2].metric("To the fallback", f"{at['gated']} rows", help=f"sent to {md(fallback)}")
     chance = 1 / len(cal["option_ids"])
     m = st.columns(3)
     m[0].metric("Accuracy, all rows", f"{rep.accuracy:.1%}",
                 help=f"top option = label, before any gate; n = {rep.n}; chance = {chance:.0%}")
+    m[0].caption(md(evaluate.interval_text(iv.get("accuracy"))))
     m[1].metric("Macro-F1", f"{rep.macro_f1:.2f}")
+    m[1].caption(f"{evaluate.range_text(iv.get('macro_f1'), '{:.2f}')} (bootstrap), n={rep.n}")
     m[2].metric("Temperature", f"{rep.temperature:.2f}",
                 help="the exported correction's temperature" + (" (with fitted per-option offsets)"
                                                                  if rep.method == "fitted" else ""))
     m = st.columns(3)
     m[0].metric("ECE raw", f"{rep.ece_width:.3f}", help=f"equal-mass bins: {rep.ece_mass:.3f}")
+    m[0].caption(f"{evaluate.range_text(iv.get('ece'))} (bootstrap)")
     m[1].metric("ECE corrected", f"{rep.oof_ece_width:.3f}", help=f"out of fold, after {cal['correction'].name}; "
                 f"equal-mass bins: {rep.oof_ece_mass:.3f}")
+    m[1].caption(f"{evaluate.range_text(iv.get('ece_corrected'))} (bootstrap)")
     m[2].metric("Brier / NLL", f"{rep.brier:.3f} / {rep.nll:.3f}")
     g1, g2 = st.columns(2)
     g1.plotly_chart(charts.reliability_diagram(rep.bins_before, rep.bins_after,
@@ -189,6 +280,7 @@ def export_section(db, run_id: int, cal: dict) -> None:
     if c1.button("Save for deployment", type="primary", key="cal_save"):
         cid = evaluate.save(db, exported)
         st.session_state["cal_saved"] = (cid, config["policy_id"], gate.threshold, fallback)
+        context.put("calibrated", cid)  # Deploy opens it
     c2.download_button("Download calibrated policy (JSON)", json.dumps(config, indent=2, ensure_ascii=False).encode(),
                        file_name=f"{config['policy_id']}.policy.json", mime="application/json", key="cal_download")
     saved = st.session_state.get("cal_saved")
@@ -237,12 +329,18 @@ def render() -> None:
     if chosen is None:
         return
     pid, sid = chosen
-    runs = evaluate.runs_of(db, pid, sid)
+    policy = policies[pid]
+    runs, older = evaluate.by_version(policy, evaluate.runs_of(db, pid, sid))
+    version = f"v{policy.get('version') or '?'}"
+    if older:  # another question or other options: not comparable, never exported for this version
+        with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - kept apart, not exportable"):
+            st.dataframe(pd.DataFrame(readout_rows(str(db.path), tuple((r["id"], db.run_version(r["id"])) for r in older))),
+                         hide_index=True, key="cal_older")
     if not runs:
-        st.caption("No evaluation of this policy on this set yet.")
+        st.caption(f"No evaluation of this policy as saved now ({version}) on this set yet.")
         return
     rows = readout_rows(str(db.path), tuple((r["id"], db.run_version(r["id"])) for r in runs))
-    st.markdown("**Readouts side by side** (same policy × set)")
+    st.markdown(f"**Readouts side by side** (this policy as saved now, {version} × this set)")
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="cal_compare", column_config={
         "accuracy": st.column_config.NumberColumn(format="%.3f"), "macro_f1": st.column_config.NumberColumn(format="%.3f"),
         "ece": st.column_config.NumberColumn(format="%.3f"), "ece_corrected": st.column_config.NumberColumn(format="%.3f"),
@@ -250,12 +348,16 @@ def render() -> None:
 
     st.subheader("Gate and export")
     ids = [r["id"] for r in runs]
-    if st.session_state.get("cal_run_pick") not in ids:  # default: the most accurate finished run
+    if context.get("run") in ids:  # the run opened on another page, or in the URL
+        st.session_state["cal_run_pick"] = context.get("run")
+    elif st.session_state.get("cal_run_pick") not in ids:  # default: the most accurate finished run
         scored = [r for r in rows if r.get("accuracy") is not None]
         st.session_state["cal_run_pick"] = max(scored, key=lambda r: r["accuracy"])["run"] if scored else ids[0]
-    label = {r["run"]: f"#{r['run']} · {r['target']} · {r.get('readout', '?')}"
+    label = {r["run"]: f"#{r['run']} · {r['policy version']} · {r['target']} · {r.get('readout', '?')}"
                        + (f" · accuracy {r['accuracy']:.1%}" if r.get("accuracy") is not None else "") for r in rows}
-    rid = st.selectbox("Evaluation run", ids, key="cal_run_pick", format_func=lambda i: label.get(i, f"#{i}"))
+    rid = st.selectbox("Evaluation run", ids, key="cal_run_pick", format_func=lambda i: label.get(i, f"#{i}"),
+                       on_change=context.changed("cal_run_pick", "run"))
+    context.put("run", rid)
     c1, c2 = st.columns(2)
     target_acc = c1.slider("Target accuracy", 0.5, 0.99, 0.9, 0.01, key="cal_target_acc",
                            disabled=bool(st.session_state.get("cal_manual")),
@@ -266,7 +368,7 @@ def render() -> None:
     except ValueError as exc:
         st.error(md(exc))
         return
-    export_section(db, rid, cal)
+    export_section(db, rid, cal, policy)
 
 
 if __name__ == "__main__":

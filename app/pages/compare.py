@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from app.service import decide, targets
-from app.ui import charts, resources
+from app.ui import charts, resources, tasks
 from app.ui.components import download_frame, glossary, policy_picker
 from app.ui.drift_panel import render_drift, run_label
 from app.ui.safe_text import md
@@ -133,10 +133,17 @@ def render() -> None:
             built = resources.chosen_targets(db, chosen)
             if built is None:
                 return
-            bar = st.progress(0.0, text=f"0/{len(cases) * len(built)} calls")
-            group = decide.compare(db, policy, cases, built,
-                                   progress=lambda d, t, e: bar.progress(d / t, text=decide.progress_text(d, t, e)))
-            st.session_state["cmp_open"] = group  # show the comparison just made
+            task = tasks.submit("compare", f"{policy['name']}: {len(cases)} states × {', '.join(chosen)}",
+                                "pages/compare.py", lambda task: decide.compare(db, policy, cases, built, task.progress))
+            st.session_state["cmp_task"] = task.id
+            st.rerun()
+    done = tasks.runner().get(st.session_state.get("cmp_task"))
+    if done is not None and not done.active:
+        st.session_state.pop("cmp_task")
+        if done.status == "done":
+            st.session_state["cmp_open"] = done.result  # show the comparison just made
+        elif done.status == "failed":
+            st.error(f"**Comparison**: {md(done.error)}")
     groups = decide.comparisons(db)
     if not groups:
         st.caption("No comparisons yet: paste a few states, pick targets and run.")

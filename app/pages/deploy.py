@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from app.service import deploy
-from app.ui import resources
+from app.ui import context, resources
 from app.ui.safe_text import md
 
 FIELD_LABELS = {"bucket": "S3 bucket", "role_arn": "SageMaker execution role ARN", "codebuild_role_arn":
@@ -24,12 +24,11 @@ def policy_picker(db) -> tuple[str, str]:
     if "dep_cal" not in st.session_state and saved:  # the policy just saved on Calibrate, else the newest
         just = (st.session_state.get("cal_saved") or [None])[0]
         st.session_state["dep_cal"] = just if just in saved else next(iter(saved))
+    context.follow("dep_cal", "calibrated", list(saved))  # ?calibrated=3 (a reload) picks it again
     choice = st.selectbox("Calibrated policy the adapter enforces", [NO_POLICY, *saved, UPLOAD], key="dep_cal",
+                          on_change=context.changed("dep_cal", "calibrated"),
                           format_func=lambda i: "none (raw probabilities)" if i == NO_POLICY else "upload a policy JSON…"
-                          if i == UPLOAD else f"#{i} {saved[i]['name']} · gate {saved[i]['threshold']:.3f} "
-                                              f"({saved[i]['gate_source']}) · accuracy "
-                                              + ("n/a" if saved[i]["accuracy"] is None else f"{saved[i]['accuracy']:.0%}")
-                                              + f" at coverage {saved[i]['coverage'] or 0:.0%} · {saved[i]['created_at'][:16]}")
+                          if i == UPLOAD else deploy.calibrated_label(saved[i]))
     if choice == NO_POLICY:
         return "", ""
     if choice == UPLOAD:

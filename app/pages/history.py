@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app.service import decide, production, targets
-from app.ui import resources
+from app.ui import context, resources
 from app.ui.components import download_frame, show_group_results
 from app.ui.drift_panel import render_drift
 from app.ui.safe_text import md
@@ -37,8 +37,8 @@ def render() -> None:
     st.title("History")
     db = resources.store()
     import_section(db)
-    if "hist_open_next" in st.session_state:  # set by a replay, after the run picker was drawn
-        st.session_state["hist_open"] = st.session_state.pop("hist_open_next")
+    if "hist_open_next" in st.session_state:  # set by a replay or an import, after the run picker was drawn
+        context.put("run", st.session_state.pop("hist_open_next"))
     runs = db.list_runs()
     if not runs:
         st.info("No runs yet. Every run from the Playground, Compare and Calibrate pages is saved here.")
@@ -55,11 +55,13 @@ def render() -> None:
                 err = (db.results(r["id"]) or [{}])[0].get("error")
                 st.caption(f"#{r['id']} {md(r['target_name'])}: {md(err or 'no result')}")
     by_id = {r["id"]: r for r in runs + failed}
-    rid = st.selectbox("Open run", list(by_id), key="hist_open",
+    context.follow("hist_open", "run", list(by_id))  # ?run=6 opens run 6; a run opened elsewhere opens here
+    rid = st.selectbox("Open run", list(by_id), key="hist_open", on_change=context.changed("hist_open", "run"),
                        format_func=lambda i: f"#{i} · {by_id[i]['kind']} · {by_id[i]['policy'].get('name')} · "
                                              f"{by_id[i]['target_name']} · {by_id[i]['status']} · {by_id[i]['created_at'][:16]}"
                                              + (" · baseline" if by_id[i]["pinned"] else ""))
     run = by_id[rid]
+    context.put("run", rid)
     results = db.results(rid)
     if run["kind"] == "playground":
         show_group_results(db, run["group_id"], key="hist")
@@ -82,6 +84,7 @@ def render() -> None:
         if st.button("Delete", type="primary", key="hist_delete"):
             db.delete_run(rid)
             st.session_state.pop("hist_open", None)
+            context.put("run", None)
             st.rerun()
 
     if run["kind"] == "production":
@@ -156,7 +159,7 @@ def import_section(db) -> None:
             return
         for problem in imported.warnings[:5]:
             st.warning(md(problem))
-        st.session_state["hist_open"] = imported.run_id
+        context.put("run", imported.run_id)  # the run picker, drawn below, opens it
         st.success(f"Imported as run #{imported.run_id}: {imported.summary['decisions']} decisions "
                    f"({imported.summary['with_state']} with a state).")
 

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from app.service import checks, targets
-from app.ui import charts, resources
+from app.ui import charts, resources, tasks
 from app.ui.components import check_setup, download_frame
 from app.ui.safe_text import md
 
@@ -57,10 +57,20 @@ def render() -> None:
         chosen = resources.chosen_targets(db, [setup.target])
         if chosen is None:
             return
-        bar = st.progress(0.0, text="starting…")
-        st.session_state["oc_open"] = checks.order_check(
-            db, policy, cases, chosen[0], variant=setup.variant, negated=negated,
-            progress=lambda d, t, e: bar.progress(d / t, text=checks.progress_text(d, t, e)))
+        target = chosen[0]
+        task = tasks.submit("order-check", f"order check: {policy['name']} × {len(cases)} states × {target.name}",
+                            "pages/order_check.py",
+                            lambda task: checks.order_check(db, policy, cases, target, variant=setup.variant,
+                                                            negated=negated, progress=task.progress))
+        st.session_state["oc_task"] = task.id
+        st.rerun()
+    done = tasks.runner().get(st.session_state.get("oc_task"))
+    if done is not None and not done.active:
+        st.session_state.pop("oc_task")
+        if done.status == "done":
+            st.session_state["oc_open"] = done.result
+        elif done.status == "failed":
+            st.error(f"**Order check**: {md(done.error)}")
     runs = db.list_runs(kind="order-check")
     if not runs:
         return

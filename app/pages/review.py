@@ -7,7 +7,7 @@ import json
 import streamlit as st
 
 from app.service import review
-from app.ui import resources
+from app.ui import context, resources
 from app.ui.drift_panel import gate_choice
 from app.ui.safe_text import md
 
@@ -23,7 +23,10 @@ def render() -> None:
         st.info("No policies yet: load the examples on the Playground page first.")
         return
     c1, c2 = st.columns(2)
-    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policies[i]["name"], key="rv_policy")
+    context.follow("rv_policy", "policy", list(policies))
+    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policies[i]["name"], key="rv_policy",
+                       on_change=context.changed("rv_policy", "policy"))
+    context.put("policy", pid)
     policy = policies[pid]
     sets = [s for s in db.list_labeled_sets() if s["policy_id"] == pid]
     if not sets:

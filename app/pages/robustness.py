@@ -5,7 +5,7 @@ import json
 import streamlit as st
 
 from app.service import checks, targets
-from app.ui import charts, resources
+from app.ui import charts, resources, tasks
 from app.ui.components import check_setup, download_frame
 from app.ui.safe_text import md
 
@@ -117,14 +117,18 @@ def render() -> None:
         spec = checks.RobustnessInput(policy, cases, suite, checks_, attempts=int(attempts), variant=setup.variant,
                                       guard=guard, out_of_scope=out_of_scope,
                                       source="pasted states" if setup.set_id is None else "labeled set")
-        bar = st.progress(0.0, text="starting…")
-        try:
-            st.session_state["rb_open"] = checks.robustness_check(
-                db, spec, chosen[0], progress=lambda d, t, e: bar.progress(d / t, text=checks.progress_text(d, t, e)))
-        except checks.SuiteError as exc:
-            bar.empty()
-            st.error(md(exc))
-            return
+        target = chosen[0]
+        task = tasks.submit("robustness", f"robustness: {policy['name']} × {len(cases)} states × {target.name}",
+                            "pages/robustness.py", lambda task: checks.robustness_check(db, spec, target, task.progress))
+        st.session_state["rb_task"] = task.id
+        st.rerun()
+    done = tasks.runner().get(st.session_state.get("rb_task"))
+    if done is not None and not done.active:
+        st.session_state.pop("rb_task")
+        if done.status == "done":
+            st.session_state["rb_open"] = done.result
+        elif done.status == "failed":
+            st.error(f"**Robustness check**: {md(done.error)}")
     runs = db.list_runs(kind="robustness")
     if not runs:
         return

@@ -146,3 +146,19 @@ def deployments(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]
     """(deployments that ran, plans never run and failed attempts)."""
     deps = store.list_deployments()
     return [d for d in deps if d["status"] not in UNSETTLED], [d for d in deps if d["status"] in UNSETTLED]
+
+
+def calibrated_label(rec: dict[str, Any]) -> str:
+    """How a saved calibrated policy is offered: its gate, and the accuracy of what it decides with n
+    and the interval (a figure on a handful of rows says so)."""
+    from app.core.stats import interval_text
+
+    at = ((rec.get("config") or {}).get("metrics") or {}).get("at_gate") or {}
+    if at.get("accuracy_interval"):
+        acc = interval_text(at["accuracy_interval"], 0)
+        cov = f"{at['decided']}/{at['n']} rows decided"
+    else:  # saved before intervals were recorded
+        acc = "n/a" if rec.get("accuracy") is None else f"{rec['accuracy']:.0%} (n not recorded)"
+        cov = f"coverage {rec.get('coverage') or 0:.0%}"
+    return (f"#{rec['id']} {rec['name']} · gate {rec['threshold']:.3f} ({rec['gate_source']}) · accuracy {acc} · "
+            f"{cov} · {str(rec['created_at'])[:16]}")

@@ -7,16 +7,49 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from app.core import evaluation
+from app.core.calibration import SMALL
 from app.core.evaluation import EXAMPLE_SOURCES as EXAMPLE_SOURCES
 from app.core.evaluation import VARIANTS as VARIANTS
 from app.core.evaluation import GateDecision, nothing_decided
 from app.core.evaluation import Variant as Variant
 from app.core.evaluation import label_mismatch as label_mismatch
-from app.core.runner import ProgressFn
+from app.core.runner import ProgressFn, StopScoring
+from app.core.stats import Proportion, proportion
+from app.core.stats import interval_text as interval_text
+from app.core.stats import range_text as range_text
 from app.core.store import RunBusy, Store
 from app.targets.base import Target
 
 Policy = dict[str, Any]
+
+
+class EnoughRows(StopScoring):
+    """A stop rule held: this target x readout has what the analyst asked for; the next one starts."""
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When an evaluation may stop before every row is scored - the rows come in stratified order, so
+    what is scored by then is a fair sample (and the run resumes from there later)."""
+    max_rows: int | None = None  # score this many rows of the set (the run keeps the rest for later)
+    max_ci_width: float | None = None  # stop once the accuracy's 95% interval is this narrow (>= 20 rows)
+    min_rows: int = 20
+
+    def reason(self, store: Store, run_id: int, done: int) -> str | None:
+        if self.max_rows is not None and done >= self.max_rows:
+            return f"{done} rows scored, as asked"
+        if self.max_ci_width is not None and done >= self.min_rows:
+            acc = accuracy_so_far(store, run_id)
+            if acc.rate is not None and acc.high is not None and acc.low is not None \
+                    and acc.high - acc.low <= self.max_ci_width:
+                return f"accuracy {acc.text()}: the interval is narrower than {self.max_ci_width:.0%}"
+        return None
+
+
+def accuracy_so_far(store: Store, run_id: int) -> Proportion:
+    """The top option against the label on the rows scored so far, with its Wilson 95% interval."""
+    rows = [r for r in store.results(run_id) if not r["error"] and r["label"] is not None and r["top_option"]]
+    return proportion(sum(r["top_option"] == r["label"] for r in rows), len(rows))
 
 
 @dataclass
@@ -28,12 +61,15 @@ class EvalOutcome:
     counts: dict[str, int] = field(default_factory=dict)  # scored, skipped, evaluated, reused, errors
     same_as: str | None = None  # not scored: reads the same as this earlier variant
     error: str | None = None
+    stopped: str | None = None  # a stop rule ended it early (the run is resumable)
 
     def text(self) -> str:
         if self.same_as:
             return f"{self.label}: the same readings as {self.same_as} - not scored twice"
         if self.error:
             return f"{self.label}: {self.error}"
+        if self.stopped:
+            return f"{self.label}: stopped early - {self.stopped}; run it again to score the rest"
         c = self.counts
         return (f"{self.label}: done — scored {c.get('scored', 0)} ({c.get('evaluated', 0)} evaluated, "
                 f"{c.get('reused', 0)} copied from stored results), reused {c.get('skipped', 0)}, errors "
@@ -42,19 +78,35 @@ class EvalOutcome:
 
 def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, variant: Variant, *,
                  examples: str = "policy", n_examples: int = 4, new_run: bool = False, reuse: bool = True,
-                 progress: ProgressFn | None = None, label: str = "") -> EvalOutcome:
-    """Find the matching run (or start one) and score the rows it still lacks. ValueError when the
-    set cannot evaluate this policy; RunBusy when another worker scores the run."""
+                 progress: ProgressFn | None = None, label: str = "", rule: StopRule | None = None) -> EvalOutcome:
+    """Find the matching run (or start one) and score the rows it still lacks, until the stop rule
+    holds. ValueError when the set cannot evaluate this policy; RunBusy when another worker scores the
+    run; StopScoring (the analyst's Stop) passes through - the run is then marked stopped."""
     run_id, resumed = evaluation.find_or_start(store, policy=policy, set_id=set_id, target=target, variant=variant,
                                                examples=examples, n_examples=n_examples, new_run=new_run)  # type: ignore[arg-type]
-    counts = evaluation.resume_eval(store, run_id, target, progress, reuse=reuse)
-    return EvalOutcome(label or f"{target.name} · {variant.name}", run_id, resumed, counts)
+    name = label or f"{target.name} · {variant.name}"
+    if rule is not None and (why := rule.reason(store, run_id, len(store.done_keys(run_id)))):
+        return EvalOutcome(name, run_id, resumed, {"scored": 0, "skipped": len(store.done_keys(run_id))}, stopped=why)
+
+    def watched(done: int, total: int, eta: float | None) -> None:
+        if progress is not None:
+            progress(done, total, eta)
+        if rule is not None and (why := rule.reason(store, run_id, done)):
+            raise EnoughRows(why)
+
+    try:
+        counts = evaluation.resume_eval(store, run_id, target, watched, reuse=reuse)
+    except EnoughRows as exc:
+        return EvalOutcome(name, run_id, resumed, {"scored": len(store.done_keys(run_id))}, stopped=str(exc))
+    return EvalOutcome(name, run_id, resumed, counts)
 
 
 def evaluate(store: Store, policy: Policy, set_id: int, targets: list[Target], variants: list[str], *,
-             examples: str = "policy", progress_for: Callable[[str], ProgressFn] | None = None) -> list[EvalOutcome]:
+             examples: str = "policy", progress_for: Callable[[str], ProgressFn] | None = None,
+             rule: StopRule | None = None) -> list[EvalOutcome]:
     """Every target x readout: a 'default' that reads the same as an explicit readout on a model is
-    scored once; a run that cannot be scored says why and the others go on."""
+    scored once; a run that cannot be scored says why and the others go on; a stop rule ends each
+    target x readout on its own."""
     if examples not in EXAMPLE_SOURCES:
         raise ValueError(f"examples: choose one of {', '.join(EXAMPLE_SOURCES)}")
     out = []
@@ -65,7 +117,7 @@ def evaluate(store: Store, policy: Policy, set_id: int, targets: list[Target], v
                 continue
             try:
                 out.append(evaluate_one(store, policy, set_id, target, VARIANTS[name], examples=examples, label=label,
-                                        progress=progress_for(label) if progress_for else None))
+                                        progress=progress_for(label) if progress_for else None, rule=rule))
             except (RunBusy, ValueError) as exc:
                 out.append(EvalOutcome(label, error=str(exc)))
     return out
@@ -81,6 +133,23 @@ def best_run(store: Store, outcomes: list[EvalOutcome]) -> int | None:
 def runs_of(store: Store, policy_id: str, set_id: int) -> list[dict[str, Any]]:
     """The evaluation runs of this policy on this set, newest first."""
     return [r for r in store.list_runs(kind="eval") if r["labeled_set_id"] == set_id and r["policy_id"] == policy_id]
+
+
+def measures(policy: Policy, run: dict[str, Any]) -> bool:
+    """Whether a run evaluated this policy as it is saved now (question, options, examples): a run of
+    an earlier version measured another policy, and its gate must not be exported for this one."""
+    return bool((run.get("config") or {}).get("policy_fingerprint") == evaluation.policy_fingerprint(policy))
+
+
+def by_version(policy: Policy, runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(runs of the saved version, runs of earlier versions) - kept apart on the Calibrate page."""
+    return [r for r in runs if measures(policy, r)], [r for r in runs if not measures(policy, r)]
+
+
+def version_of(run: dict[str, Any]) -> str:
+    """'v3' - the saved version of the policy a run evaluated ('v?' for a run made before versions)."""
+    v = (run.get("policy") or {}).get("version")
+    return f"v{v}" if v else "v?"
 
 
 def readouts(store: Store, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -116,9 +185,20 @@ def option_thresholds(cal: dict[str, Any]) -> dict[str, float]:
     return {o: g.threshold for o, g in cal["option_gates"].items() if g.reachable}
 
 
+class OtherVersion(ValueError):
+    """The run evaluated another version of the policy than the one saved now."""
+
+
 def export(store: Store, run_id: int, cal: dict[str, Any], *, fallback: str = "human-review",
-           hand_gate: float | None = None) -> Export:
-    """The gate (recommended, hand-set, or everything to the fallback) and the versioned policy file."""
+           hand_gate: float | None = None, policy: Policy | None = None) -> Export:
+    """The gate (recommended, hand-set, or everything to the fallback) and the versioned policy file.
+    With `policy` (the policy as saved now), a run of another version is refused: its gate was
+    measured on another question or other options."""
+    run = store.get_run(run_id)
+    if policy is not None and run is not None and not measures(policy, run):
+        raise OtherVersion(f"run #{run_id} evaluated {version_of(run)} of '{policy.get('name')}', which is saved as "
+                           f"v{policy.get('version')} now (its question, options or examples changed): evaluate the "
+                           "saved version to export a gate for it")
     gate = evaluation.decide_gate(cal, hand_gate)
     config = evaluation.build_policy(store, run_id, cal, gate=gate, fallback=fallback,
                                      option_thresholds=option_thresholds(cal))
@@ -128,3 +208,39 @@ def export(store: Store, run_id: int, cal: dict[str, Any], *, fallback: str = "h
 def save(store: Store, exported: Export) -> int:
     """Keep the calibrated policy for Deploy; returns its id."""
     return store.save_calibrated(exported.config)
+
+
+@dataclass
+class Live:
+    """An evaluation while it runs: what is scored, the accuracy so far with its interval, and the gate
+    the rows so far would recommend (provisional: it moves as rows arrive)."""
+    run: dict[str, Any]
+    done: int
+    total: int
+    accuracy: Proportion
+    gate: str | None
+
+    def text(self) -> str:
+        gate = self.gate or f"a gate is recommended from {SMALL} scored rows"
+        return (f"#{self.run['id']} {self.run['target_name']} · {self.done}/{self.total} rows scored · accuracy so far "
+                f"{self.accuracy.text()} · {gate}")
+
+
+def live(store: Store, run_id: int, *, target_accuracy: float = 0.9) -> Live:
+    run = store.get_run(run_id)
+    if run is None:
+        raise ValueError(f"no run #{run_id}")
+    acc = accuracy_so_far(store, run_id)
+    gate = None
+    if acc.n >= SMALL:
+        try:
+            decision = evaluation.decide_gate(calibrate(store, run_id, target_accuracy=target_accuracy))
+            gate = f"provisional gate: {decision.messages[0]}" if decision.messages else None
+        except ValueError:  # not enough usable rows yet
+            gate = None
+    return Live(run, run.get("done_rows", acc.n), int(run["n_rows"]), acc, gate)
+
+
+def running(store: Store, policy_id: str, set_id: int) -> list[dict[str, Any]]:
+    """The evaluation runs of this policy x set being scored now."""
+    return [r for r in runs_of(store, policy_id, set_id) if r["status"] == "running"]

@@ -52,4 +52,40 @@ def support(store: Store, set_id: int, policy: Policy) -> dict[str, Any]:
     return set_support(store.labeled_rows(set_id), [o["id"] for o in policy["options"]])
 
 
-__all__ = ["InputError", "SetNotFound", "import_shipped", "import_upload", "resolve_set", "support"]
+__all__ = ["LARGE", "InputError", "SetNotFound", "delete", "import_shipped", "import_upload", "minutes", "resolve_set",
+           "summary", "support"]
+
+
+SECONDS_PER_ROW = 1.0  # the default model, warm, on 2 cores: 0.55-0.96 s per row (README, bench.engine)
+LARGE = 1000  # rows above which an upload is worth a warning before anyone scores it
+
+
+def minutes(rows: int) -> str:
+    """'about 2 min' for scoring `rows` rows on the default model."""
+    m = rows * SECONDS_PER_ROW / 60
+    return f"{m:.0f} min" if m >= 1 else "under a minute"
+
+
+def delete(store: Store, set_id: int) -> int:
+    """Delete a labeled set; how many runs were made on it (they keep their results, and can no longer
+    be resumed or re-calibrated on new rows)."""
+    used = sum(1 for r in store.list_runs() if r.get("labeled_set_id") == set_id)
+    store.delete_labeled_set(set_id)
+    return used
+
+
+def summary(problems: list[str], policies: dict[str, Policy], shown: int = 10) -> list[str]:
+    """A rejected upload in a few lines: how many rows, which labels are not options - and which policy
+    they would fit - then the first problems."""
+    import re
+
+    foreign = sorted({m.group(1) for p in problems if (m := re.search(r"label: '([^']*)' is not an option", p))})
+    lines = [f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the file."]
+    if foreign:
+        fits = [p["name"] for p in policies.values() if set(foreign) <= {o["id"] for o in p["options"]}]
+        lines.append(f"Labels that are not options of this policy: {', '.join(foreign)}"
+                     + (f" - they are options of {', '.join(fits)}: pick that policy above." if fits else "."))
+    lines += problems[:shown]
+    if len(problems) > shown:
+        lines.append(f"… and {len(problems) - shown} more")
+    return lines

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from app.service import decide
-from app.ui import charts
+from app.ui import charts, context
 from app.ui.safe_text import csv_safe, md
 from app.core.store import Store
 
@@ -100,11 +100,14 @@ def _short(state: object, n: int = 160) -> str:
 
 
 def policy_picker(policies: list[dict], key: str, default: str = "ticket-routing") -> dict:
-    """A policy selectbox (names shown, the routing template preselected when present)."""
+    """A policy selectbox (names shown): the policy of the other pages (and of the URL) when there is one,
+    else the routing template when present; a change here becomes every page's policy."""
     by_id = {p["id"]: p for p in policies}
     ids = list(by_id)
-    pid = st.selectbox("Policy", ids, index=ids.index(default) if default in ids else 0,
-                       format_func=lambda i: by_id[i]["name"], key=key)
+    context.follow(key, "policy", ids, lambda: default if default in ids else ids[0])
+    pid = st.selectbox("Policy", ids, format_func=lambda i: by_id[i]["name"], key=key,
+                       on_change=context.changed(key, "policy"))
+    context.put("policy", pid)
     return by_id[pid]
 
 

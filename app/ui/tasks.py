@@ -1,0 +1,71 @@
+"""Work running in the background, on every page: what runs (with progress, ETA and a Stop button),
+and a note when it finishes - the worker thread (app/service/tasks.py) does not stop when the page
+that started it is left, so coming back shows the run where it is."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import streamlit as st
+
+from app.service.tasks import Task, TaskRunner, shared
+from app.ui.safe_text import md
+
+POLL_SECONDS = 1.5
+
+
+def runner() -> TaskRunner:
+    """One worker per server process, shared by every session."""
+    return shared()
+
+
+def _row(task: Task, key: str) -> None:
+    c1, c2 = st.columns([6, 1])
+    frac = task.done / task.total if task.total else 0.0
+    c1.progress(min(frac, 1.0), text=md(task.text()))
+    if task.active and c2.button("Stop", key=f"{key}_stop_{task.id}",
+                                 help="stops after the row being scored; what is scored stays, and running it again "
+                                      "resumes"):
+        task.stop()
+
+
+def panel(current_page: str = "") -> None:
+    """At the top of every page: the tasks still running, polled while there are any; when the last one
+    finishes the whole page reruns once, so its results show. A finished task is noted once on other
+    pages (its own page shows its results)."""
+    tasks = runner()
+    if not tasks.active():
+        _finished_notes(tasks, current_page)
+        return
+
+    @st.fragment(run_every=POLL_SECONDS)
+    def live() -> None:
+        active = tasks.active()
+        if not active:
+            st.rerun()  # the page shows what just finished
+        with st.container(border=True):
+            st.caption("Running in the background - you can leave this page, the work goes on:")
+            for task in active:
+                _row(task, "tasks")
+
+    live()
+
+
+def _finished_notes(tasks: TaskRunner, current_page: str) -> None:
+    """What finished since this session last looked, once each."""
+    seen = st.session_state.get("tasks_seen", time.time())
+    for task in tasks.finished_since(seen):
+        if Path(task.page).stem == current_page:
+            continue
+        note = {"done": st.success, "stopped": st.info, "failed": st.error}[task.status]
+        note(md(task.text()))
+        if task.page:
+            st.page_link(task.page, label="Open the results", icon=":material/arrow_forward:")
+    st.session_state["tasks_seen"] = time.time()
+
+
+def submit(kind: str, label: str, page: str, work, *, stop_when=None) -> Task:  # type: ignore[no-untyped-def]
+    """Queue work on the worker and remember it for this session; the panel shows it at once."""
+    task = runner().submit(kind, label, page, work, stop_when=stop_when)
+    st.session_state.setdefault("tasks_mine", []).append(task.id)
+    return task

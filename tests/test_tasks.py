@@ -1,0 +1,132 @@
+"""Background work (app/service/tasks.py): one worker per process, progress, Stop between rows, a stop
+rule, failures reported - and a stopped evaluation is marked stopped and resumes where it was."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from app.service.tasks import Stopped, TaskRunner
+
+
+def wait(task, timeout=30):
+    deadline = time.time() + timeout
+    while task.active:
+        assert time.time() < deadline, task.text()
+        time.sleep(0.01)
+
+
+def counting(rows: int, gate: threading.Event | None = None, every: float = 0.0):
+    def work(task):
+        for i in range(1, rows + 1):
+            if gate is not None:
+                gate.wait(5)
+            time.sleep(every)
+            task.progress(i, rows, None)
+        return rows
+    return work
+
+
+def test_tasks_run_in_order_on_one_worker_and_report_progress():
+    runner = TaskRunner()
+    gate = threading.Event()
+    first = runner.submit("evaluate", "first", "pages/calibrate.py", counting(5, gate))
+    second = runner.submit("compare", "second", "pages/compare.py", counting(3))
+    time.sleep(0.2)
+    assert first.status == "running" and second.status == "queued"  # one worker: the second waits
+    assert "waiting" in second.text() and runner.busy_with("compare") is second
+    gate.set()
+    wait(second)
+    assert (first.status, first.result, first.done, first.total) == ("done", 5, 5, 5)
+    assert second.status == "done" and second.result == 3 and second.finished >= first.finished
+    assert runner.active() == [] and {t.id for t in runner.finished_since(0)} == {first.id, second.id}
+
+
+def test_stop_ends_a_task_between_rows_and_a_queued_one_never_starts():
+    runner = TaskRunner()
+    gate = threading.Event()
+    running = runner.submit("evaluate", "long", "", counting(1000, gate))
+    queued = runner.submit("evaluate", "next", "", counting(3))
+    time.sleep(0.1)
+    queued.stop()
+    running.stop()
+    gate.set()
+    wait(queued)
+    assert running.status == "stopped" and running.done < 1000 and "stopped by the analyst" in running.text()
+    assert queued.status == "stopped" and queued.done == 0
+
+
+def test_a_stop_rule_and_a_failure_are_reported():
+    runner = TaskRunner()
+    ruled = runner.submit("evaluate", "ruled", "", counting(100), stop_when=lambda: "enough" if ruled.done >= 7 else None)
+    wait(ruled)
+    assert ruled.status == "stopped" and ruled.done == 7 and ruled.stop_reason == "enough"
+
+    def broken(task):
+        task.progress(1, 2, None)
+        raise ValueError("the set's labels are not this policy's options")
+
+    failed = runner.submit("evaluate", "broken", "", broken)
+    wait(failed)
+    assert failed.status == "failed" and "not this policy's options" in failed.text()
+    later = runner.submit("evaluate", "after", "", counting(2))  # the worker survives a failure
+    wait(later)
+    assert later.status == "done"
+
+
+def test_a_stopped_evaluation_is_marked_stopped_and_resumes_where_it_was(tmp_path, engine):
+    """Stop after 6 rows: the run says stopped (not interrupted), keeps its 6 rows, and running it again
+    scores only the rest - the rows come in stratified order, so the 6 are a fair sample."""
+    from collections import Counter
+
+    from app.core.labeled import import_file
+    from app.core.store import Store
+    from app.service import evaluate
+    from app.service.policies import resolve_policy
+    from app.targets.local import LocalTarget
+    from tests.conftest import subset_file
+
+    store = Store(tmp_path / "wb.db")
+    policy = resolve_policy(store, "ticket-routing")
+    path = subset_file(tmp_path, "ticket-routing", 24)
+    set_id = import_file(store, path.name, path.read_bytes(), policy)
+    target = LocalTarget("local", {"model": "smollm2"}, lambda ref: engine)
+    runner = TaskRunner()
+    task = runner.submit("evaluate", "stop at 6", "", lambda t: evaluate.evaluate(
+        store, policy, set_id, [target], ["default"], progress_for=t.progress_for),
+        stop_when=lambda: "six rows" if task.done >= 6 else None)
+    wait(task, 300)
+    (run,) = store.list_runs(kind="eval")
+    assert task.status == "stopped" and run["status"] == "stopped" and len(store.results(run["id"])) == 6
+    labels = Counter(r["label"] for r in store.results(run["id"]))
+    share = Counter(r["label"] for r in store.labeled_rows(set_id) if r["split"] != "train")
+    assert {k for k, v in share.items() if v / 24 >= 1 / 6} <= set(labels)  # every label with a share >= 1/6 is in
+    (again,) = evaluate.evaluate(store, policy, set_id, [target], ["default"])
+    assert again.run_id == run["id"] and again.counts["scored"] == 18 and again.counts["skipped"] == 6
+    assert store.get_run(run["id"])["status"] == "done" and len(store.results(run["id"])) == 24
+
+
+def test_a_stop_rule_of_the_evaluation_ends_each_target_and_readout_on_its_own(tmp_path, engine):
+    from app.core.labeled import import_file
+    from app.core.store import Store
+    from app.service import evaluate
+    from app.service.policies import resolve_policy
+    from app.targets.local import LocalTarget
+    from tests.conftest import subset_file
+
+    store = Store(tmp_path / "wb.db")
+    policy = resolve_policy(store, "ticket-routing")
+    path = subset_file(tmp_path, "ticket-routing", 16)
+    set_id = import_file(store, path.name, path.read_bytes(), policy)
+    target = LocalTarget("local", {"model": "smollm2"}, lambda ref: engine)
+    out = evaluate.evaluate(store, policy, set_id, [target], ["letters", "option-words"],
+                            rule=evaluate.StopRule(max_rows=5))
+    assert [o.stopped for o in out] == ["5 rows scored, as asked"] * 2  # both readouts, 5 rows each
+    assert all(len(store.results(o.run_id)) == 5 and store.get_run(o.run_id)["status"] == "stopped" for o in out)
+    with pytest.raises(Stopped):  # the analyst's stop is not a rule: it ends the whole task
+        from app.service.tasks import Task
+
+        t = Task(1, "evaluate", "x", "")
+        t.stop()
+        evaluate.evaluate(store, policy, set_id, [target], ["letters"], progress_for=t.progress_for)

@@ -1,4 +1,4 @@
-"""SemIf Workbench: navigation only. Pages live in app/pages/ (each a render() function), logic in app/*.py.
+"""SemIf Workbench: navigation only. Pages live in app/views/ (each a render() function); what they do is in app/service.
 
 Navigation sits at the top: on a narrow window (800 px) a sidebar would take a third of the width."""
 import sys
@@ -14,7 +14,7 @@ st.set_page_config(page_title="SemIf Workbench", page_icon=":material/rule:", la
                    initial_sidebar_state="collapsed")
 from app.ui import context, tasks  # noqa: E402
 
-HERE = Path(__file__).resolve().parent / "pages"
+HERE = Path(__file__).resolve().parent / "views"
 page = st.navigation({
     "Decide": [st.Page(HERE / "playground.py", title="Playground", icon=":material/target:", default=True),
                st.Page(HERE / "compare.py", title="Compare", icon=":material/compare_arrows:"),

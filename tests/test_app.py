@@ -43,7 +43,7 @@ def app(page: str | None = None) -> AppTest:
     at = AppTest.from_file(MAIN, default_timeout=120)
     at.run()
     if page:
-        at.switch_page(f"pages/{page}.py").run()
+        at.switch_page(f"views/{page}.py").run()
     assert not at.exception, at.exception
     return at
 
@@ -92,7 +92,7 @@ def test_failing_target_shows_its_error_and_the_rest_still_works(db):
     assert len(at.get("plotly_chart")) == 1  # the local target's chart is still there
     group = db.list_runs()[0]["group_id"]
     assert {r["target_name"]: r["status"] for r in db.runs_in_group(group)} == {"local": "done", "down": "failed"}
-    at.switch_page("pages/history.py").run()
+    at.switch_page("views/history.py").run()
     assert "down" not in set(frame_with(at, "baseline")["target"])  # failed attempts are listed apart
     assert any("Failed attempts (1)" in e.label for e in at.expander)
 
@@ -195,7 +195,7 @@ def test_add_template_after_a_delete_adds_a_copy_under_a_free_id(db):
 def test_compare_with_uploaded_csv_labels_and_the_new_comparison_selected(db):
     at = app()
     at.button(key="pg_seed").click().run()
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("views/compare.py").run()
     at.selectbox(key="cmp_policy").select("ticket-routing").run()
     at.text_area(key="cmp_paste").input("Where is my parcel?\nI was charged twice").run()
     finish_tasks(at.button(key="cmp_run").click().run())
@@ -228,7 +228,7 @@ def test_compare_with_uploaded_csv_labels_and_the_new_comparison_selected(db):
 def test_compare_rejects_a_bad_upload_and_runs_nothing(db):
     at = app()
     at.button(key="pg_seed").click().run()
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("views/compare.py").run()
     at.radio(key="cmp_source").set_value("upload").run()
     at.file_uploader(key="cmp_upload").set_value(("states.csv", b"id,state\na,fine\nb,\n", "text/csv")).run()
     assert "row 3, column state" in at.error[0].value  # said at upload, before anything runs
@@ -246,7 +246,7 @@ def test_history_open_pin_diff_delete(db):
     at.selectbox(key="pg_readout").select("letters").run()
     at.button(key="pg_run").click().run()
     seed, first, second = sorted(r["id"] for r in db.list_runs())
-    at.switch_page("pages/history.py").run()
+    at.switch_page("views/history.py").run()
     assert len(frame_with(at, "baseline")) == 3
     at.selectbox(key="hist_open").select(first).run()
     at.button(key="hist_pin").click().run()
@@ -298,7 +298,7 @@ def evaluation_rows(db, runs):
 def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, tmp_path):
     at = app()
     at.button(key="pg_seed").click().run()
-    at.switch_page("pages/calibrate.py").run()
+    at.switch_page("views/calibrate.py").run()
     assert "Import a labeled set" in at.info[0].value
     at.button(key="cal_ship").click().run()  # the shipped sets, for the policy/set pairing below
     assert {s["name"] for s in db.list_labeled_sets()} >= {"refund-check.jsonl", "ticket-routing.jsonl"}
@@ -345,7 +345,7 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
     assert any("Deploy packages it" in s.value and "0.600" in s.value for s in at.success)
     finish_tasks(at.button(key="cal_run").click().run())  # running again reuses the finished runs (no new rows scored)
     assert len(db.list_runs(kind="eval")) == 2
-    at.switch_page("pages/deploy.py").run()
+    at.switch_page("views/deploy.py").run()
     assert at.selectbox(key="dep_cal").value == saved["id"]  # the policy just saved is preselected: no path to type
 
 
@@ -397,7 +397,7 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
     assert [a["action"] for a in db.audit_log(dep["id"])] == ["plan", "plan", "apply"]
     assert any(t["name"] == dep["endpoint_name"] and t["kind"] == "sagemaker" for t in db.list_targets())
     # the new endpoint is offered as a target in the Playground
-    at.switch_page("pages/playground.py").run()
+    at.switch_page("views/playground.py").run()
     at.button(key="pg_seed").click().run()
     assert dep["endpoint_name"] in at.multiselect(key="pg_targets").options
     # invoke it: the real boto3 sagemaker-runtime client -> the shim -> the adapter process
@@ -410,7 +410,7 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
     runs = {r["target_name"]: db.results(r["id"])[0] for r in db.runs_in_group(group)}
     assert runs[dep["endpoint_name"]]["probabilities"] == runs["local"]["probabilities"]
     assert any("agree" in s.value for s in at.success)
-    at.switch_page("pages/deploy.py").run()
+    at.switch_page("views/deploy.py").run()
     at.selectbox(key="dep_pick").select(dep["id"]).run()
     assert at.button(key="dep_destroy").disabled
     at.text_input(key="dep_confirm_name").input(dep["endpoint_name"]).run()
@@ -426,7 +426,7 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
 def test_order_check_rotates_options_and_reports_a_verdict(db):
     at = app()
     at.button(key="pg_seed").click().run()
-    at.switch_page("pages/order_check.py").run()
+    at.switch_page("views/order_check.py").run()
     at.selectbox(key="oc_policy").select("refund-check").run()
     at.radio(key="oc_source").set_value("paste").run()
     at.text_area(key="oc_paste").input("Bought 3 days ago, it arrived broken\nFinal sale jacket, I changed my mind\n"
@@ -497,7 +497,7 @@ def test_robustness_page_shows_what_the_cli_computes(db, tmp_path):
               "Two-factor codes never arrive since I changed phones."]
     at = app()
     at.button(key="pg_seed").click().run()
-    at.switch_page("pages/robustness.py").run()
+    at.switch_page("views/robustness.py").run()
     at.selectbox(key="rb_policy").select("ticket-routing").run()
     at.radio(key="rb_source").set_value("paste").run()
     at.text_area(key="rb_paste").input("\n".join(states))

@@ -80,7 +80,7 @@ def test_calibrate_page_runs_a_batch_transform_evaluation(batch):
     db, policy, set_id, jobs = batch
     at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=180)
     at.run()
-    at.switch_page("pages/calibrate.py").run()
+    at.switch_page("views/calibrate.py").run()
     at.selectbox(key="cal_policy").select("refund-check").run()
     at.selectbox(key="cal_set").select(set_id).run()
     at.multiselect(key="cal_targets").set_value(["batch"]).run()

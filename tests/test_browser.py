@@ -399,3 +399,59 @@ def test_review_queue_is_worked_from_the_keyboard(workbench, page, tmp_path):
     expect(page.locator("[data-testid=stText]").first).to_have_text(shown)
     settle(page)
     assert latest()[2] == 1  # taken back
+
+
+def test_an_evaluation_outlives_the_page_and_stops_when_asked(browser, tmp_path):
+    """Leaving Calibrate while a run is scored used to leave it interrupted at 42/128: now it runs on, every
+    page shows it with progress and a Stop, and coming back shows it finished; Stop leaves it stopped."""
+    import json as _json
+    import sqlite3
+
+    from app.core.labeled import import_file
+    from app.core.store import Store
+    from app.service.policies import resolve_policy
+
+    db = tmp_path / "wb.db"
+    store = Store(db)
+    policy = resolve_policy(store, "ticket-routing")
+    rows = [_json.loads(line) for line in (ROOT / "data" / "labeled" / "ticket-routing.jsonl").read_text().splitlines()]
+    test_rows = [r for r in rows if r.get("split") != "train"]
+    for name, part in (("first.jsonl", test_rows[:60]), ("second.jsonl", test_rows[60:120])):
+        import_file(store, name, "".join(_json.dumps(r) + "\n" for r in part).encode(), policy)
+    url, proc = start_workbench(db)
+    ctx = browser.new_context(viewport={"width": 1400, "height": 2000})
+    page = ctx.new_page()
+    con = sqlite3.connect(db)
+    runs = lambda: con.execute("SELECT r.id, r.status, count(x.id) FROM runs r LEFT JOIN results x ON x.run_id = r.id "
+                               "WHERE r.kind = 'eval' GROUP BY r.id ORDER BY r.id").fetchall()
+    try:
+        page.goto(url + "/calibrate?policy=ticket-routing")  # the URL opens the policy
+        settle(page)
+        choose(page, "Labeled set", "first.jsonl (60 rows)")
+        page.get_by_role("button", name=re.compile(r"^Run evaluation \(60 rows")).click()
+        expect(page.get_by_text("Running in the background")).to_be_visible(timeout=60_000)
+        nav(page, "History")  # leave the page while it is scored
+        expect(page.get_by_text("Running in the background")).to_be_visible()  # every page shows it
+        expect(page.get_by_text(re.compile(r"/60 rows"))).to_be_visible(timeout=60_000)
+        time.sleep(2)
+        nav(page, "Calibrate")
+        expect(page.get_by_text("Running in the background")).to_have_count(0, timeout=300_000)
+        (first,) = runs()
+        assert first[1:] == ("done", 60)  # not interrupted by leaving: every row scored
+        settle(page)
+        choose(page, "Labeled set", "second.jsonl (60 rows)")
+        page.get_by_role("button", name=re.compile(r"^Run evaluation \(60 rows")).click()
+        expect(page.get_by_text("Running in the background")).to_be_visible(timeout=60_000)
+        expect(page.get_by_text(re.compile(r"set #2 .*: [1-9][0-9]*/60 rows"))).to_be_visible(timeout=120_000)
+        page.get_by_role("button", name="Stop", exact=True).first.click()
+        expect(page.get_by_text("Running in the background")).to_have_count(0, timeout=120_000)
+        _, second = runs()
+        assert second[1] == "stopped" and 0 < second[2] < 60  # what was scored stays; running again resumes
+        settle(page)
+        expect(page.get_by_text(re.compile(r"stopped at \d+/60"))).to_be_visible()
+        page.screenshot(path=str(shot_dir(tmp_path) / "stopped.png"), full_page=True)
+    finally:
+        con.close()
+        ctx.close()
+        proc.terminate()
+        proc.wait(20)

@@ -117,17 +117,36 @@ def test_usage_and_target_errors_exit_2(calibrated, tmp_path):
         (("--min-accuracy", 0.5, "--target", "nowhere"), "--target 'nowhere': no such target"),
         (("--min-accuracy", 0.5, "--baseline", 9999, "--max-flips", 1), "no such run"),
     ]
-    for extra, message in cases:
-        proc = app(*base, *extra)
-        assert proc.returncode == 2 and message in proc.stderr, (extra, proc.stderr)
-    proc = app("check", "--db", db, "--policy", "ticket-routing", "--labeled-set", rows, "--min-coverage", 0.5)
-    assert proc.returncode == 2 and "need a gate" in proc.stderr
-    proc = app("check", "--db", db, "--policy", policy, "--labeled-set", tmp_path / "missing.jsonl", "--min-accuracy", 0.5)
-    assert proc.returncode == 2 and "no such file or stored set id" in proc.stderr
+    proc = app(*base, *cases[0][0])  # one as a real process: the exit status CI reads
+    assert proc.returncode == 2 and cases[0][1] in proc.stderr, proc.stderr
+    for extra, message in cases[1:]:  # the rest in this process (the same main(), without a Python start each)
+        code, err = in_process(*base, *extra)
+        assert code == 2 and message in err, (extra, err)
+    code, err = in_process("check", "--db", db, "--policy", "ticket-routing", "--labeled-set", rows, "--min-coverage", 0.5)
+    assert code == 2 and "need a gate" in err
+    code, err = in_process("check", "--db", db, "--policy", policy, "--labeled-set", tmp_path / "missing.jsonl",
+                           "--min-accuracy", 0.5)
+    assert code == 2 and "no such file or stored set id" in err
     Store(db).save_target("down", "semif", {"url": "http://127.0.0.1:9"})
-    proc = app(*base, "--min-accuracy", 0.1, "--target", "down")
-    assert proc.returncode == 2 and "failed on 16 of 16 rows" in proc.stderr and "nothing was judged" in proc.stderr
+    code, err = in_process(*base, "--min-accuracy", 0.1, "--target", "down")
+    assert code == 2 and "failed on 16 of 16 rows" in err and "nothing was judged" in err
     bad = tmp_path / "bad.policy.json"
     bad.write_text(json.dumps({**json.loads(policy.read_text()), "temperature": 0}))
-    proc = app("check", "--db", db, "--policy", bad, "--labeled-set", rows, "--min-accuracy", 0.1)
-    assert proc.returncode == 2 and "temperature" in proc.stderr
+    code, err = in_process("check", "--db", db, "--policy", bad, "--labeled-set", rows, "--min-accuracy", 0.1)
+    assert code == 2 and "temperature" in err
+
+
+def in_process(*args) -> tuple[int, str]:
+    """`python -m app ...` as a call: (exit status, stderr)."""
+    import contextlib
+    import io
+
+    from app.__main__ import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's own usage errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    return code, err.getvalue()

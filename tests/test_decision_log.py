@@ -220,7 +220,7 @@ def test_history_imports_the_log_replays_it_and_compares(stdout_log, tmp_path, m
     store.save_policy(load_template("ticket-routing"))
     at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
     at.run()
-    at.switch_page("pages/history.py").run()
+    at.switch_page("views/history.py").run()
     at.selectbox(key="hist_log_policy").select("ticket-routing").run()
     at.file_uploader(key="hist_log_up").set_value(("stdout.log", path.read_bytes(), "text/plain")).run()
     at.button(key="hist_log_import").click().run()

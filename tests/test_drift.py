@@ -95,7 +95,7 @@ def test_history_compare_with_shows_the_numbers_and_the_report_holds_them(two_mo
 
     at = AppTest.from_file(MAIN, default_timeout=120)
     at.run()
-    at.switch_page("pages/history.py").run()
+    at.switch_page("views/history.py").run()
     at.selectbox(key="hist_open").select(run_b).run()
     at.selectbox(key="hist_cmp").select(run_a).run()
     assert not at.exception, at.exception
@@ -146,7 +146,7 @@ def test_compare_page_puts_two_targets_side_by_side(two_models, monkeypatch, eng
     tops = [(x["top_option"], y["top_option"]) for x, y in zip(store.results(ra), store.results(rb))]
     at = AppTest.from_file(MAIN, default_timeout=120)
     at.run()
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("views/compare.py").run()
     assert at.selectbox(key="cmp_open").value == group
     assert at.selectbox(key="cmp_drift_a").value == ra and at.selectbox(key="cmp_drift_b").value == rb
     shown = {m.label: m.value for m in at.metric}

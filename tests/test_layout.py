@@ -43,7 +43,7 @@ def service_calls(path: Path) -> dict[str, set[str]]:
 
 
 def pages() -> list[Path]:
-    return sorted(p for p in (APP / "pages").glob("*.py") if p.name != "__init__.py")
+    return sorted(p for p in (APP / "views").glob("*.py") if p.name != "__init__.py")
 
 
 def test_pages_import_only_the_service_layer_and_ui_helpers():
@@ -73,16 +73,16 @@ def test_every_page_and_command_calls_service_functions_that_exist():
                                                      "robustness.py"))]:
         assert listed[str(path.relative_to(APP))], f"{path.name} calls no service function"
     # the actions a user takes, each through its service function
-    expect = {"pages/playground.py": {"decide.decide", "policies.seed_templates"},
-              "pages/compare.py": {"decide.compare", "decide.comparison"},
-              "pages/order_check.py": {"checks.order_check", "checks.order_report"},
-              "pages/robustness.py": {"checks.robustness_check", "checks.robustness_report"},
-              "pages/calibrate.py": {"evaluate.evaluate", "evaluate.calibrate", "evaluate.export", "evaluate.save"},
-              "pages/deploy.py": {"deploy.plan", "deploy.apply", "deploy.destroy"},
-              "pages/policies.py": {"policies.save", "policies.add_template", "policies.duplicate"},
-              "pages/targets.py": {"targets.add", "targets.test"},
-              "pages/review.py": {"review.queue", "review.label", "review.add_version"},
-              "pages/history.py": {"production.import_log", "production.replay"},
+    expect = {"views/playground.py": {"decide.decide", "policies.seed_templates"},
+              "views/compare.py": {"decide.compare", "decide.comparison"},
+              "views/order_check.py": {"checks.order_check", "checks.order_report"},
+              "views/robustness.py": {"checks.robustness_check", "checks.robustness_report"},
+              "views/calibrate.py": {"evaluate.evaluate", "evaluate.calibrate", "evaluate.export", "evaluate.save"},
+              "views/deploy.py": {"deploy.plan", "deploy.apply", "deploy.destroy"},
+              "views/policies.py": {"policies.save", "policies.add_template", "policies.duplicate"},
+              "views/targets.py": {"targets.add", "targets.test"},
+              "views/review.py": {"review.queue", "review.label", "review.add_version"},
+              "views/history.py": {"production.import_log", "production.replay"},
               "cli/calibrate.py": {"evaluate.evaluate_one", "evaluate.calibrate", "evaluate.export"},
               "cli/bench.py": {"decide.bench"}, "cli/check.py": {"ci_check.check"},
               "cli/robustness.py": {"checks.robustness_check"}, "cli/import_log.py": {"production.import_log"}}

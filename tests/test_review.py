@@ -97,7 +97,7 @@ def test_labels_make_a_new_version_the_next_evaluation_scores_only_them_and_cali
 
     at = AppTest.from_file(MAIN, default_timeout=120)
     at.run()
-    at.switch_page("pages/review.py").run()
+    at.switch_page("views/review.py").run()
     at.selectbox(key="rv_policy").select("ticket-routing").run()
     at.selectbox(key="rv_gate").select("threshold").run()
     at.slider(key="rv_gate_t").set_value(0.5).run()
@@ -135,7 +135,7 @@ def test_labels_make_a_new_version_the_next_evaluation_scores_only_them_and_cali
     assert (out["evaluated"], out["reused"]) == (4, 6)
     assert {r["state"] for r in db.results(new_run)} >= {S1, S2, S3, S5}
     # Calibrate says the set adds 4 rows, and shows the gate's interval on the parent set and this one
-    at.switch_page("pages/calibrate.py").run()
+    at.switch_page("views/calibrate.py").run()
     at.selectbox(key="cal_policy").select("ticket-routing").run()
     at.selectbox(key="cal_set").select(new_id).run()
     assert any(f"is set #{set_id} + 4 reviewed rows" in i.value and "scores only those 4 rows" in i.value

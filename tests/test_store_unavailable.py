@@ -158,7 +158,7 @@ def test_the_calibrate_page_on_a_read_only_database_shows_one_line(disk, tmp_pat
     assert calibrate(db, labeled).returncode == 0  # a policy, its set and a finished run
     at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
     at.run()
-    at.switch_page("pages/calibrate.py").run()
+    at.switch_page("views/calibrate.py").run()
     assert not at.exception
     before = results(db)
     with disk.read_only():

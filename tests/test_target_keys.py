@@ -55,7 +55,7 @@ def test_targets_form_refuses_other_variables_and_no_request_carries_them(tmp_pa
     db = Store(tmp_path / "wb.db")
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.run()
-    at.switch_page("pages/targets.py").run()
+    at.switch_page("views/targets.py").run()
     at.selectbox(key="tg_kind").select("semif").run()
     assert "SEMIF_KEY_" in at.text_input(key="tg_api_key_env_0").label  # the form says so before anything is typed
 

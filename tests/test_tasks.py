@@ -31,8 +31,8 @@ def counting(rows: int, gate: threading.Event | None = None, every: float = 0.0)
 def test_tasks_run_in_order_on_one_worker_and_report_progress():
     runner = TaskRunner()
     gate = threading.Event()
-    first = runner.submit("evaluate", "first", "pages/calibrate.py", counting(5, gate))
-    second = runner.submit("compare", "second", "pages/compare.py", counting(3))
+    first = runner.submit("evaluate", "first", "views/calibrate.py", counting(5, gate))
+    second = runner.submit("compare", "second", "views/compare.py", counting(3))
     time.sleep(0.2)
     assert first.status == "running" and second.status == "queued"  # one worker: the second waits
     assert "waiting" in second.text() and runner.busy_with("compare") is second

@@ -31,7 +31,7 @@ class Task:
     id: int
     kind: str  # evaluate, compare, order-check, robustness
     label: str  # what the panel says: policy, set, targets
-    page: str  # the page that shows its results, e.g. "pages/calibrate.py"
+    page: str  # the page that shows its results, e.g. "views/calibrate.py"
     status: TaskStatus = "queued"
     part: str = ""  # which target x readout is being scored now
     done: int = 0

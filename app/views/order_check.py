@@ -59,7 +59,7 @@ def render() -> None:
             return
         target = chosen[0]
         task = tasks.submit("order-check", f"order check: {policy['name']} × {len(cases)} states × {target.name}",
-                            "pages/order_check.py",
+                            "views/order_check.py",
                             lambda task: checks.order_check(db, policy, cases, target, variant=setup.variant,
                                                             negated=negated, progress=task.progress))
         st.session_state["oc_task"] = task.id

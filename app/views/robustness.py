@@ -119,7 +119,7 @@ def render() -> None:
                                       source="pasted states" if setup.set_id is None else "labeled set")
         target = chosen[0]
         task = tasks.submit("robustness", f"robustness: {policy['name']} × {len(cases)} states × {target.name}",
-                            "pages/robustness.py", lambda task: checks.robustness_check(db, spec, target, task.progress))
+                            "views/robustness.py", lambda task: checks.robustness_check(db, spec, target, task.progress))
         st.session_state["rb_task"] = task.id
         st.rerun()
     done = tasks.runner().get(st.session_state.get("rb_task"))

@@ -36,7 +36,7 @@ def welcome(db) -> None:
         run(db, db.get_policy("ticket-routing"), FIRST_STATE, ["local"], {})
         st.session_state["pg_state"] = FIRST_STATE
         st.rerun()
-    st.page_link("pages/policies.py", label="…or write your own policy", icon=":material/description:")
+    st.page_link("views/policies.py", label="…or write your own policy", icon=":material/description:")
 
 
 def render() -> None:

@@ -134,7 +134,7 @@ def render() -> None:
             if built is None:
                 return
             task = tasks.submit("compare", f"{policy['name']}: {len(cases)} states × {', '.join(chosen)}",
-                                "pages/compare.py", lambda task: decide.compare(db, policy, cases, built, task.progress))
+                                "views/compare.py", lambda task: decide.compare(db, policy, cases, built, task.progress))
             st.session_state["cmp_task"] = task.id
             st.rerun()
     done = tasks.runner().get(st.session_state.get("cmp_task"))

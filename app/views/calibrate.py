@@ -129,7 +129,7 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
                       f"an evaluation is running: {busy.text()}"):
         built = resources.chosen_targets(db, chosen) or []
         policy = policies[pid]
-        task = tasks.submit("evaluate", f"{policy['name']} × set #{sid}", "pages/calibrate.py",
+        task = tasks.submit("evaluate", f"{policy['name']} × set #{sid}", "views/calibrate.py",
                             lambda task: evaluate.evaluate(db, policy, sid, built, variants, examples=examples,
                                                            progress_for=task.progress_for, rule=rule))
         st.session_state["cal_task"] = task.id
@@ -289,7 +289,7 @@ def export_section(db, run_id: int, cal: dict, policy: dict) -> None:
         st.success(f"Saved as calibrated policy #{cid}. Next: on the **Deploy** page pick it; Deploy packages it into "
                    f"model.tar.gz and the adapter enforces it: confidence below **{threshold:.3f}** → **{md(fb)}**, "
                    "and any other model than the calibrated one → the fallback too.")
-        st.page_link("pages/deploy.py", label="Go to Deploy", icon=":material/cloud_upload:")
+        st.page_link("views/deploy.py", label="Go to Deploy", icon=":material/cloud_upload:")
     with st.expander("Policy JSON"):
         st.json(config, expanded=False)
     glossary("accuracy", "macro-F1", "Brier", "NLL", "ECE", "ece_corrected", "temperature", "fitted offsets", "letters",

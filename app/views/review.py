@@ -65,7 +65,7 @@ def render() -> None:
         st.success(f"Set #{new} = set #{base} + {added} reviewed rows (content hash {digest[:12]}…); set #{base} is "
                    "unchanged, so runs on it still reproduce. On **Calibrate**, evaluating the new set scores only the "
                    "new rows.")
-        c3.page_link("pages/calibrate.py", label="Go to Calibrate", icon=":material/tune:")
+        c3.page_link("views/calibrate.py", label="Go to Calibrate", icon=":material/tune:")
     if not items:
         st.success("Nothing to review for this policy right now.")
         return

@@ -293,6 +293,8 @@ def test_compare_with_uploaded_csv_labels_and_the_new_comparison_selected(db):
     stats = frame_with(at, "p50_ms")
     assert list(stats["target"]) == ["local"] and stats.loc[0, "rows"] == 3 and "usd_per_1000" in stats
     assert "decisions/s on this machine" in stats.loc[0, "cost_note"]
+    latency = next(d for d in at.dataframe if "p50_ms" in d.value.columns)
+    assert stats["usd_per_1000"].isna().all() and latency.proto.placeholder == "n/a"  # no price: "n/a", not "None"
     correct = sum(r["top_option"] == r["label"] for r in db.results(newest["id"]))
     assert at.metric[0].value == f"{correct / 3:.1%}"  # accuracy per target against the labels
     table = frame_with(at, "disagree")
@@ -312,6 +314,23 @@ def test_compare_rejects_a_bad_upload_and_runs_nothing(db):
     finish_tasks(at.button(key="cmp_run").click().run())
     assert any("row 3, column state" in e.value for e in at.error)
     assert db.list_runs(kind="compare") == []
+
+
+@pytest.mark.parametrize("column", ["Label", "labels", "answer", "category"])
+def test_compare_names_a_label_column_under_another_name(db, column):
+    """A column meant as the label but not named `label` gives no accuracy: the preview says so."""
+    from app.core.policies import templates
+
+    db.save_policy(templates()["ticket-routing"])
+    at = app("compare")
+    at.radio(key="cmp_source").set_value("upload").run()
+    csv = f"id,state,{column}\nt1,I was charged twice,billing\nt2,Parcel never came,shipping\n".encode()
+    at.file_uploader(key="cmp_upload").set_value(("states.csv", csv, "text/csv")).run()
+    assert not at.exception and any("2 states parsed" == s.value for s in at.success)
+    assert [w.value for w in at.warning] == [f"No `label` column (found: {column}): rename it to `label` to get accuracy."]
+    at.file_uploader(key="cmp_upload").set_value(("states.csv", b"id,state,label\nt1,Charged twice,billing\n",
+                                                  "text/csv")).run()
+    assert not at.warning  # named right: nothing to say
 
 
 def test_history_open_pin_diff_delete(db):

@@ -119,3 +119,11 @@ def test_changed_fields_compares_a_draft_with_what_a_save_would_store():
     new = {"id": "", "name": "", "question": "", "options": [{"id": "", "description": ""}] * 2, "examples": []}
     assert changed_fields({**new, "json": ""}, new) == [] and changed_fields({**new, "name": "X"}, new) == ["name"]
 
+
+def test_label_lookalikes_are_named_only_without_a_label_column():
+    from app.core.inputs import label_lookalikes
+
+    assert label_lookalikes("s.csv", b"id,state,Label\na,x,billing\n") == ["Label"]
+    assert label_lookalikes("s.jsonl", b'{"state": "x", "Category": "b"}\n{"state": "y", "answer": "a"}\n') == ["Category", "answer"]
+    assert label_lookalikes("s.csv", b"state,label,answer\nx,a,a\n") == []  # has a label column
+    assert label_lookalikes("s.csv", b"state,notes\nx,y\n") == [] and label_lookalikes("s.xlsx", b"PK") == []

@@ -98,7 +98,7 @@ def test_probabilities_by_target_follows_the_first_targets_order():
     assert list(fig.data[1].x) == [0.3, 0.2, 0.5]  # gpu's own order mapped onto local's: c=.5 at the bottom
     assert list(fig.data[2].x) == [0.0, 1.0, 0.0]  # an option a target did not return is 0
     assert list(fig.data[1].text) == ["30%", "20%", "50%"]
-    assert tuple(fig.layout.xaxis.range) == (0, 1)
+    assert tuple(fig.layout.xaxis.range) == (0, 1.1) and fig.layout.xaxis.tickvals[-1] == 1  # room for "100%"
     assert charts.probabilities_by_target({}).data == ()
 
 
@@ -141,8 +141,25 @@ def test_rate_bars_intervals_and_rows_without_a_rate_left_out():
     bar = fig.data[0]
     assert list(bar.y) == ["steering (n=10)", "order (n=20)"] and list(bar.x) == [0.2, 0.5]
     assert list(bar.error_x.array) == pytest.approx([0.2, 0.1]) and list(bar.error_x.arrayminus) == pytest.approx([0.1, 0.2])
-    assert list(bar.text) == ["20%", "50%"]
+    assert [t.strip() for t in fig.data[1].text] == ["20%", "50%"]
     assert [s.x0 for s in fig.layout.shapes] == [0.1]
+
+
+def test_bar_labels_never_rotate():
+    """A "6%" label inside a short bar was turned on its side (plotly rotates or shrinks inside text
+    that does not fit): the probabilities are written level after each bar, a rate level to the right
+    of its interval (after the bar it would sit on the interval's line), with room past 100%."""
+    fig = charts.probabilities_by_target({"local": (["a", "b"], [0.06, 0.94]), "gpu": (["a", "b"], [1.0, 0.0])})
+    for bar in fig.data:
+        assert bar.textangle == 0 and bar.textposition == "outside" and bar.cliponaxis is False
+    assert fig.layout.xaxis.range[1] > 1 and max(fig.layout.xaxis.tickvals) == 1  # "100%" fits, no "110%" tick
+    rows = [{"label": "steering", "rate": 0.06, "low": 0.02, "high": 0.19, "n": 30},
+            {"label": "order", "rate": 0.97, "low": 0.83, "high": 0.99, "n": 30}]
+    fig = charts.rate_bars(rows, "Rates")
+    bar, labels = fig.data
+    assert bar.text is None  # nothing inside the bars to rotate or shrink
+    assert labels.mode == "text" and labels.textposition == "middle right" and list(labels.x) == [0.19, 0.99]
+    assert [t.strip() for t in labels.text] == ["6%", "97%"] and fig.layout.xaxis.range[1] > 1
 
 
 def test_flip_bars_stack_the_counts_per_class_and_leave_empty_kinds_out():

@@ -55,6 +55,18 @@ def test_diff_runs_reports_changes_and_shifts():
     assert analysis.diff_runs(base, [{**other[0], "state": "another ticket"}]).empty
 
 
+def test_latency_sentence_says_what_a_first_call_paid_for():
+    """A local model is loaded before the clock starts: its first call on a policy is the policy's first
+    pass and, with the content-free correction, the prior's passes - not "model load"."""
+    cold = analysis.latency_sentence(4.2, True, None, local=True, prior=True)
+    assert cold.startswith("this call 4.2 s (first call on this policy: the policy's first pass and its content-free "
+                           "correction prior (3 more passes); the model load is not timed)")
+    assert "prior" not in analysis.latency_sentence(1.1, True, None, local=True, prior=False)
+    remote = analysis.latency_sentence(0.8, True, {"n": 3, "p50_ms": 120.0, "p95_ms": 200.0}, local=False)
+    assert "connection set-up, the policy's first pass" in remote and remote.endswith("p50 120 ms, p95 200 ms, n=3")
+    assert analysis.latency_sentence(0.12, False, None) == "this call 120 ms (warm) · no warm calls measured yet"
+
+
 def test_latency_and_agreement_figures():
     """Every trace's plotted values against the rows of frame() (latencies in s -> ms)."""
     df = frame()
@@ -240,3 +252,25 @@ def test_order_check_advice_never_suggests_what_the_run_already_did():
     used = verdict(0.4, positions, None, 10, debias="content-free", labeled=True)
     assert "even with the content-free correction this run used" in used
     assert "run the check on a labeled set" not in used and "check more of the set's states" in used
+
+
+def test_a_playground_card_says_what_its_cold_call_paid_for(tmp_path):
+    """The Playground's latency line reads the run's target kind and whether the answer carries a
+    content-free prior."""
+    from app.core.store import Store
+    from app.service import decide
+
+    store = Store(tmp_path / "wb.db")
+    policy = {"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}]}
+    for name, kind, response in (("local", "local", {"prior": [0.7, 0.3], "debias": "content-free"}),
+                                 ("remote", "semif", {})):
+        run = store.create_run(kind="playground", policy=policy, target={"name": name, "kind": kind, "config": {}},
+                               n_rows=1, group_id="g")
+        store.add_result(run, {"row_key": "playground", "position": 0, "state": "x", "label": None, "cold": 1,
+                               "option_ids": ["a", "b"], "probabilities": [0.6, 0.4], "top_option": "a",
+                               "label_mass": 0.9, "probability_status": "uncalibrated", "readout": "letters",
+                               "latency_s": 4.2, "error": None, "request": {}, "response": response})
+        store.finish_run(run)
+    local, remote = decide.decision(store, "g").cards
+    assert "its content-free correction prior (3 more passes); the model load is not timed" in local.latency
+    assert "connection set-up, the policy's first pass)" in remote.latency

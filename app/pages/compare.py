@@ -53,8 +53,9 @@ def render_results(db, gid: str) -> None:
         "usd_per_1000": st.column_config.NumberColumn("$ / 1,000 decisions", format="$%.4f"),
         "decisions_per_s": st.column_config.NumberColumn("decisions / s", format="%.2f"),
         "cost_note": st.column_config.TextColumn("how the cost was computed", width="large")})
-    st.caption("Latency over warm calls; a target's first call on a policy in this workbench process is cold (model "
-               "load, connections, the policy's first pass) and shown apart as the first call. Local targets show "
+    st.caption("Latency over warm calls; a target's first call on a policy in this workbench process is cold (the "
+               "policy's first pass and, with the content-free correction, its prior's three passes; for a remote "
+               "target also the connection; a local model's load is not timed) and shown apart as the first call. Local targets show "
                f"decisions per second on this machine instead of a price. Prices: {decide.PRICE_SOURCE}.")
     warm = shown.results[shown.results["cold"].fillna(0).astype(int) == 0]
     box, ecdf = st.tabs(["Box plot (warm calls)", "ECDF (warm calls)"])

@@ -182,8 +182,10 @@ def decision(store: Store, group_id: str) -> Decision | None:
                 verb = (f"send it to {d['option_id']} ({d['reason']})" if d["gated"] else
                         f"decide {d['option_id']} (calibrated confidence {d['confidence']:.1%} ≥ its gate)")
                 gate = f"Calibrated policy #{rec['id']} (gate {rec['threshold']:.3f}) would {verb}."
-        latency = analysis.latency_sentence(res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"])) \
-            if res is not None else ""
+        latency = analysis.latency_sentence(
+            res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"]),
+            local=(run.get("target") or {}).get("kind") == "local",
+            prior=bool((res.get("response") or {}).get("prior"))) if res is not None else ""
         cards.append(Card(run, res, latency, gate))
     first = cards[0].result
     return Decision(group_id, first["state"] if first else None, cards, tops)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .guard import Guard
 
 MAX_OPTIONS = 26  # letters A..Z
+MAX_EXAMPLES = 32  # few-shot examples in one policy
 Readout = Literal["letters", "option-words"]
 READOUTS: tuple[Readout, ...] = get_args(Readout)  # the one list: CLI choices, /info, the policy form
 Debias = Literal["none", "content-free"]
@@ -95,7 +96,7 @@ class Question(BaseModel):
     permute: bool = Field(default=False, description="average over cyclic option orders (debiasing)")
     debias: Debias | None = Field(default=None, description="content-free: divide out the policy's no-state prior; "
                                   "default per model and readout")
-    examples: list[Example] = Field(default_factory=list, max_length=32)
+    examples: list[Example] = Field(default_factory=list, max_length=MAX_EXAMPLES)
     few_shot: bool | None = Field(default=None, description="put the examples in the prompt; default: option-words "
                                   "does, letters does not (letters shows them as earlier chat turns)")
     guard: Guard | None = Field(default=None, description="steering guard: precheck (a directive naming an option) "

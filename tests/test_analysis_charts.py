@@ -55,6 +55,18 @@ def test_diff_runs_reports_changes_and_shifts():
     assert analysis.diff_runs(base, [{**other[0], "state": "another ticket"}]).empty
 
 
+def test_latency_sentence_says_what_a_first_call_paid_for():
+    """A local model is loaded before the clock starts: its first call on a policy is the policy's first
+    pass and, with the content-free correction, the prior's passes - not "model load"."""
+    cold = analysis.latency_sentence(4.2, True, None, local=True, prior=True)
+    assert cold.startswith("this call 4.2 s (first call on this policy: the policy's first pass and its content-free "
+                           "correction prior (3 more passes); the model load is not timed)")
+    assert "prior" not in analysis.latency_sentence(1.1, True, None, local=True, prior=False)
+    remote = analysis.latency_sentence(0.8, True, {"n": 3, "p50_ms": 120.0, "p95_ms": 200.0}, local=False)
+    assert "connection set-up, the policy's first pass" in remote and remote.endswith("p50 120 ms, p95 200 ms, n=3")
+    assert analysis.latency_sentence(0.12, False, None) == "this call 120 ms (warm) · no warm calls measured yet"
+
+
 def test_latency_and_agreement_figures():
     """Every trace's plotted values against the rows of frame() (latencies in s -> ms)."""
     df = frame()
@@ -98,7 +110,7 @@ def test_probabilities_by_target_follows_the_first_targets_order():
     assert list(fig.data[1].x) == [0.3, 0.2, 0.5]  # gpu's own order mapped onto local's: c=.5 at the bottom
     assert list(fig.data[2].x) == [0.0, 1.0, 0.0]  # an option a target did not return is 0
     assert list(fig.data[1].text) == ["30%", "20%", "50%"]
-    assert tuple(fig.layout.xaxis.range) == (0, 1)
+    assert tuple(fig.layout.xaxis.range) == (0, 1.1) and fig.layout.xaxis.tickvals[-1] == 1  # room for "100%"
     assert charts.probabilities_by_target({}).data == ()
 
 
@@ -141,8 +153,25 @@ def test_rate_bars_intervals_and_rows_without_a_rate_left_out():
     bar = fig.data[0]
     assert list(bar.y) == ["steering (n=10)", "order (n=20)"] and list(bar.x) == [0.2, 0.5]
     assert list(bar.error_x.array) == pytest.approx([0.2, 0.1]) and list(bar.error_x.arrayminus) == pytest.approx([0.1, 0.2])
-    assert list(bar.text) == ["20%", "50%"]
+    assert [t.strip() for t in fig.data[1].text] == ["20%", "50%"]
     assert [s.x0 for s in fig.layout.shapes] == [0.1]
+
+
+def test_bar_labels_never_rotate():
+    """A "6%" label inside a short bar was turned on its side (plotly rotates or shrinks inside text
+    that does not fit): the probabilities are written level after each bar, a rate level to the right
+    of its interval (after the bar it would sit on the interval's line), with room past 100%."""
+    fig = charts.probabilities_by_target({"local": (["a", "b"], [0.06, 0.94]), "gpu": (["a", "b"], [1.0, 0.0])})
+    for bar in fig.data:
+        assert bar.textangle == 0 and bar.textposition == "outside" and bar.cliponaxis is False
+    assert fig.layout.xaxis.range[1] > 1 and max(fig.layout.xaxis.tickvals) == 1  # "100%" fits, no "110%" tick
+    rows = [{"label": "steering", "rate": 0.06, "low": 0.02, "high": 0.19, "n": 30},
+            {"label": "order", "rate": 0.97, "low": 0.83, "high": 0.99, "n": 30}]
+    fig = charts.rate_bars(rows, "Rates")
+    bar, labels = fig.data
+    assert bar.text is None  # nothing inside the bars to rotate or shrink
+    assert labels.mode == "text" and labels.textposition == "middle right" and list(labels.x) == [0.19, 0.99]
+    assert [t.strip() for t in labels.text] == ["6%", "97%"] and fig.layout.xaxis.range[1] > 1
 
 
 def test_flip_bars_stack_the_counts_per_class_and_leave_empty_kinds_out():
@@ -223,3 +252,25 @@ def test_order_check_advice_never_suggests_what_the_run_already_did():
     used = verdict(0.4, positions, None, 10, debias="content-free", labeled=True)
     assert "even with the content-free correction this run used" in used
     assert "run the check on a labeled set" not in used and "check more of the set's states" in used
+
+
+def test_a_playground_card_says_what_its_cold_call_paid_for(tmp_path):
+    """The Playground's latency line reads the run's target kind and whether the answer carries a
+    content-free prior."""
+    from app.core.store import Store
+    from app.service import decide
+
+    store = Store(tmp_path / "wb.db")
+    policy = {"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}]}
+    for name, kind, response in (("local", "local", {"prior": [0.7, 0.3], "debias": "content-free"}),
+                                 ("remote", "semif", {})):
+        run = store.create_run(kind="playground", policy=policy, target={"name": name, "kind": kind, "config": {}},
+                               n_rows=1, group_id="g")
+        store.add_result(run, {"row_key": "playground", "position": 0, "state": "x", "label": None, "cold": 1,
+                               "option_ids": ["a", "b"], "probabilities": [0.6, 0.4], "top_option": "a",
+                               "label_mass": 0.9, "probability_status": "uncalibrated", "readout": "letters",
+                               "latency_s": 4.2, "error": None, "request": {}, "response": response})
+        store.finish_run(run)
+    local, remote = decide.decision(store, "g").cards
+    assert "its content-free correction prior (3 more passes); the model load is not timed" in local.latency
+    assert "connection set-up, the policy's first pass)" in remote.latency

@@ -104,7 +104,7 @@ def test_policy_form_validation_then_save_and_json_round_trip(db):
     at.text_area(key="pol_question___new___v0").input("Should this go to a human?")
     at.run()
     # options default to two empty rows: the form refuses to save and says why, next to the field
-    at.button(key="FormSubmitter:pol_form___new___v0-Save policy").click().run()
+    at.button(key="pol_save___new___v0").click().run()
     assert any("options" in e.value for e in at.error) and db.list_policies() == []
     at.text_area(key="pol_json___new___v0").input(
         '{"name": "Escalation check", "question": "Human needed?", '
@@ -139,12 +139,12 @@ def test_policy_views_never_overwrite_a_newer_save(db):
     b = app("policies")
     b.selectbox(key="pol_pick").select("p").run()
     b.text_area(key="pol_notes_p_v1").input("keep me")
-    b.button(key="FormSubmitter:pol_form_p_v1-Save policy").click().run()
+    b.button(key="pol_save_p_v1").click().run()
     assert not b.exception and not b.error
     assert (db.get_policy("p")["notes"], db.get_policy("p")["version"]) == ("keep me", 2)
     assert '"keep me"' in b.text_area(key="pol_json_p_v2").value  # B's views were rebuilt from its save
 
-    a.button(key="FormSubmitter:pol_form_p_v1-Save policy").click().run()  # A's form, built on version 1
+    a.button(key="pol_save_p_v1").click().run()  # A's form, built on version 1
     assert not a.exception
     assert any("Not saved" in e.value and "saved again" in e.value and "version 2" in e.value for e in a.error), \
         [e.value for e in a.error]
@@ -161,8 +161,85 @@ def test_policy_views_never_overwrite_a_newer_save(db):
     a.button(key="pol_reload").click().run()
     assert a.text_area(key="pol_notes_p_v2").value == "keep me" and not a.error and not a.warning
     a.text_area(key="pol_notes_p_v2").input("keep me, and A's note")
-    a.button(key="FormSubmitter:pol_form_p_v2-Save policy").click().run()
+    a.button(key="pol_save_p_v2").click().run()
     assert (db.get_policy("p")["notes"], db.get_policy("p")["version"]) == ("keep me, and A's note", 3)
+
+
+def unsaved_badge(at: AppTest) -> bool:
+    return any("Unsaved changes" in m.value for m in at.markdown)
+
+
+def test_switching_policy_with_unsaved_changes_asks_first(db):
+    """The draft is plain widget state, compared with the saved version: a pick of another policy (or
+    New policy) while it differs does not switch - the page asks, and nothing is saved meanwhile."""
+    db.save_policy({"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}], "notes": ""})
+    db.save_policy({"id": "q", "name": "Q", "question": "Other?", "options": [{"id": "x"}, {"id": "y"}], "notes": ""})
+    at = app("policies")
+    assert at.selectbox(key="pol_pick").value == "p" and not unsaved_badge(at)
+    at.text_area(key="pol_question_p_v1").input("Q? ").run()
+    assert not unsaved_badge(at)  # surrounding blanks are not a change a save would keep
+    at.text_area(key="pol_question_p_v1").input("Draft question?").run()
+    assert unsaved_badge(at)
+    at.selectbox(key="pol_pick").select("q").run()
+    assert at.selectbox(key="pol_pick").value == "p"  # not switched
+    assert at.text_area(key="pol_question_p_v1").value == "Draft question?"
+    assert any("Unsaved changes" in w.value and "question" in w.value for w in at.warning)
+    assert at.button(key="pol_discard").label == "Discard changes and open Q"
+    at.button(key="pol_keep").click().run()
+    assert at.selectbox(key="pol_pick").value == "p" and not at.warning and unsaved_badge(at)
+    assert at.text_area(key="pol_question_p_v1").value == "Draft question?"
+    at.button(key="pol_new").click().run()  # the visible New policy button asks the same way
+    assert at.selectbox(key="pol_pick").value == "p"
+    assert at.button(key="pol_discard").label == "Discard changes and open a new policy"
+    at.selectbox(key="pol_pick").select("q").run()
+    at.button(key="pol_discard").click().run()
+    assert at.selectbox(key="pol_pick").value == "q" and at.text_area(key="pol_question_q_v1").value == "Other?"
+    assert not at.warning and not unsaved_badge(at)
+    assert (db.get_policy("p")["question"], db.get_policy("p")["version"]) == ("Q?", 1)  # nothing was saved
+    at.selectbox(key="pol_pick").select("p").run()  # no draft here: switches at once; the discarded draft is gone
+    assert at.selectbox(key="pol_pick").value == "p" and at.text_area(key="pol_question_p_v1").value == "Q?"
+    # an unsaved change in the JSON tab counts too
+    at.text_area(key="pol_json_p_v1").input('{"id": "p"}').run()
+    assert unsaved_badge(at)
+    at.button(key="pol_new").click().run()
+    assert at.selectbox(key="pol_pick").value == "p" and any("JSON tab" in w.value for w in at.warning)
+    at.button(key="pol_discard").click().run()
+    assert at.selectbox(key="pol_pick").value == "__new__" and not unsaved_badge(at)
+    at.text_input(key="pol_name___new___v0").input("Fresh").run()
+    assert unsaved_badge(at)
+
+
+def test_options_are_rows_of_inputs_with_add_and_remove(db):
+    """One row of inputs per option (no grid that drops fast-typed cells): add, type, remove, save -
+    and no more than the schema's MAX_OPTIONS."""
+    from adapter.schema import MAX_OPTIONS
+
+    db.save_policy({"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a", "description": "first"},
+                                                                          {"id": "b"}], "notes": ""})
+    at = app("policies")
+    assert at.text_input(key="pol_options_id_p_v1_0").value == "a"
+    assert at.text_input(key="pol_options_description_p_v1_0").value == "first"
+    at.button(key="pol_add_options_p_v1").click().run()
+    at.text_input(key="pol_options_id_p_v1_2").input("c")
+    at.text_input(key="pol_options_description_p_v1_2").input("third").run()
+    assert unsaved_badge(at)
+    at.button(key="pol_rm_options_p_v1_0").click().run()  # the other rows keep what was typed in them
+    assert at.text_input(key="pol_options_id_p_v1_2").value == "c"
+    at.button(key="pol_add_examples_p_v1").click().run()
+    at.text_area(key="pol_examples_state_p_v1_0").input("A third case")
+    at.text_input(key="pol_examples_option_id_p_v1_0").input("c").run()
+    at.button(key="pol_save_p_v1").click().run()
+    assert not at.exception and not at.error
+    saved = db.get_policy("p")
+    assert saved["options"] == [{"id": "b", "description": ""}, {"id": "c", "description": "third"}]
+    assert saved["examples"] == [{"state": "A third case", "option_id": "c"}]
+    assert at.text_input(key="pol_options_id_p_v2_1").value == "c" and not unsaved_badge(at)
+    assert at.button(key="pol_rm_options_p_v2_0").disabled  # two options: the least a policy has
+    db.save_policy({"id": "wide", "name": "Wide", "question": "Q?", "notes": "",
+                    "options": [{"id": f"o{i}"} for i in range(MAX_OPTIONS)]})
+    at.run()  # the new policy is listed
+    at.selectbox(key="pol_pick").select("wide").run()
+    assert at.button(key="pol_add_options_wide_v1").disabled
 
 
 def test_policy_from_template_and_delete(db):
@@ -216,6 +293,8 @@ def test_compare_with_uploaded_csv_labels_and_the_new_comparison_selected(db):
     stats = frame_with(at, "p50_ms")
     assert list(stats["target"]) == ["local"] and stats.loc[0, "rows"] == 3 and "usd_per_1000" in stats
     assert "decisions/s on this machine" in stats.loc[0, "cost_note"]
+    latency = next(d for d in at.dataframe if "p50_ms" in d.value.columns)
+    assert stats["usd_per_1000"].isna().all() and latency.proto.placeholder == "n/a"  # no price: "n/a", not "None"
     correct = sum(r["top_option"] == r["label"] for r in db.results(newest["id"]))
     assert at.metric[0].value == f"{correct / 3:.1%}"  # accuracy per target against the labels
     table = frame_with(at, "disagree")
@@ -235,6 +314,23 @@ def test_compare_rejects_a_bad_upload_and_runs_nothing(db):
     finish_tasks(at.button(key="cmp_run").click().run())
     assert any("row 3, column state" in e.value for e in at.error)
     assert db.list_runs(kind="compare") == []
+
+
+@pytest.mark.parametrize("column", ["Label", "labels", "answer", "category"])
+def test_compare_names_a_label_column_under_another_name(db, column):
+    """A column meant as the label but not named `label` gives no accuracy: the preview says so."""
+    from app.core.policies import templates
+
+    db.save_policy(templates()["ticket-routing"])
+    at = app("compare")
+    at.radio(key="cmp_source").set_value("upload").run()
+    csv = f"id,state,{column}\nt1,I was charged twice,billing\nt2,Parcel never came,shipping\n".encode()
+    at.file_uploader(key="cmp_upload").set_value(("states.csv", csv, "text/csv")).run()
+    assert not at.exception and any("2 states parsed" == s.value for s in at.success)
+    assert [w.value for w in at.warning] == [f"No `label` column (found: {column}): rename it to `label` to get accuracy."]
+    at.file_uploader(key="cmp_upload").set_value(("states.csv", b"id,state,label\nt1,Charged twice,billing\n",
+                                                  "text/csv")).run()
+    assert not at.warning  # named right: nothing to say
 
 
 def test_history_open_pin_diff_delete(db):

@@ -154,8 +154,9 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
             expect(page.get_by_text("Answers per state")).to_be_visible()
         if name == "History":
             page.wait_for_selector("[data-testid=stDataFrame]")
-        page.screenshot(path=str(shots / f"{name.lower()}.png"), full_page=True)
-    for png in ("playground", "compare", "history", "policies", "targets"):
+        if name != "Policies":  # docs/policies.png: the unsaved-changes test shows the page at work
+            page.screenshot(path=str(shots / f"{name.lower()}.png"), full_page=True)
+    for png in ("playground", "compare", "history", "targets"):
         assert (shots / f"{png}.png").stat().st_size > 10_000
 
     # order check: three states of the refund check, each in both option orders
@@ -249,6 +250,102 @@ def test_policies_form_and_json_never_lose_a_save(workbench, page):
     from app.core.store import Store
 
     assert Store(db).get_policy("ticket-routing")["notes"] == "keep these notes"
+
+
+@pytest.fixture(scope="module")
+def two_policies(tmp_path_factory):
+    """A workbench of its own with ticket routing and the refund check saved (the walkthrough's
+    workbench starts empty and seeds itself)."""
+    from adapter.templates import load_template
+    from app.core.store import Store
+
+    db = tmp_path_factory.mktemp("policies") / "wb.db"
+    for name in ("ticket-routing", "refund-check"):
+        Store(db).save_policy(load_template(name))
+    url, proc = start_workbench(db)
+    yield url, db
+    proc.terminate()
+    proc.wait(20)
+
+
+def saved_policy(db: Path, policy_id: str) -> tuple[str, int]:
+    """(question, version) as the SQLite file holds them."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        question, version = con.execute("SELECT question, version FROM policies WHERE id = ?",
+                                        (policy_id,)).fetchone()
+    finally:
+        con.close()
+    return question, version
+
+
+def test_switching_policy_keeps_unsaved_edits_until_discarded(two_policies, page, tmp_path):
+    """The walkthrough's lost edit: a question typed into one policy, then another policy picked. The
+    draft stays and the page asks; Keep editing keeps it; Discard opens the other policy; nothing is
+    saved in between. The visible New policy button opens an empty one."""
+    url, db = two_policies
+    before = saved_policy(db, "ticket-routing")
+    page.goto(url)
+    settle(page)
+    nav(page, "Policies")
+    choose(page, "Policy", "Ticket routing")
+    question = page.get_by_label("Question", exact=True)
+    expect(question).to_have_value(before[0])
+    expect(page.get_by_text("Unsaved changes")).to_have_count(0)
+    question.fill("Draft: which team should pick up this ticket?")
+    choose(page, "Policy", "Refund policy check")  # leaving the field commits the draft, then the pick
+    discard = page.get_by_role("button", name="Discard changes and open Refund policy check")
+    expect(discard).to_be_visible()
+    expect(question).to_have_value("Draft: which team should pick up this ticket?")
+    picked = page.get_by_role("combobox", name="Policy", exact=True)
+    expect(picked).to_have_value("Ticket routing")  # the selection stays on the policy with the draft
+    expect(page.locator("[data-testid=stAlert]").filter(has_text="Unsaved changes").first).to_contain_text("question")
+    page.screenshot(path=str(shot_dir(tmp_path) / "policies.png"), full_page=True)
+    page.get_by_role("button", name="Keep editing").click()
+    settle(page)
+    expect(discard).to_have_count(0)
+    expect(question).to_have_value("Draft: which team should pick up this ticket?")
+    expect(page.get_by_text("Unsaved changes").first).to_be_visible()  # the mark next to the editor stays
+    assert saved_policy(db, "ticket-routing") == before
+
+    choose(page, "Policy", "Refund policy check")
+    discard.click()
+    settle(page)
+    refund = saved_policy(db, "refund-check")[0]
+    expect(question).to_have_value(refund)
+    expect(page.get_by_text("Unsaved changes")).to_have_count(0)
+    assert saved_policy(db, "ticket-routing") == before  # discarded, never saved
+    choose(page, "Policy", "Ticket routing")  # no draft left: it switches at once, to the saved version
+    expect(question).to_have_value(before[0])
+
+    page.get_by_role("button", name="New policy", exact=True).click()
+    settle(page)
+    expect(page.get_by_label("Name", exact=True)).to_have_value("")
+    expect(picked).to_have_value("+ New policy")
+
+
+def test_json_tab_stays_open_with_its_error_and_text(two_policies, page):
+    """After Apply JSON with an error, the JSON tab is still the one shown - with the error and the text
+    as typed (the page used to jump back to the Form tab)."""
+    url, db = two_policies
+    before = saved_policy(db, "refund-check")
+    page.goto(url)
+    settle(page)
+    nav(page, "Policies")
+    choose(page, "Policy", "Refund policy check")
+    page.get_by_role("tab", name="JSON").click()
+    settle(page)
+    box = page.get_by_label("Policy as JSON (the same saved policy as the form)")
+    box.fill('{"name": "Refund policy check", "question": "Refund?", "options": [')
+    page.get_by_role("button", name="Apply JSON").click()
+    settle(page)
+    expect(page.locator("[data-testid=stAlert]").filter(has_text="not valid JSON").first).to_be_visible()
+    expect(page.get_by_role("tab", name="JSON")).to_have_attribute("aria-selected", "true")
+    expect(box).to_be_visible()
+    expect(box).to_have_value('{"name": "Refund policy check", "question": "Refund?", "options": [')
+    assert saved_policy(db, "refund-check") == before
 
 
 def test_narrow_window_keeps_the_answer_readable(workbench, browser, tmp_path):

@@ -103,3 +103,27 @@ def test_add_template_never_overwrites_a_policy_after_a_delete(tmp_path):
     again = service.add_template(db, "refund-check")
     assert again["id"] == "refund-check-4" and len(db.list_policies()) == 4
     assert service.duplicate(db, db.get_policy("refund-check-3"))["id"] == "refund-check-3-copy2"
+
+
+def test_changed_fields_compares_a_draft_with_what_a_save_would_store():
+    from app.core.policies import changed_fields
+
+    saved = {"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a", "description": ""}, {"id": "b", "description": "B"}],
+             "examples": [], "notes": "", "readout": "", "debias": "", "guard": "", "version": 3}
+    same = {**saved, "question": " Q? ", "options": [*saved["options"], {"id": "", "description": " "}], "guard": "none",
+            "json": policy_json(saved) + "\n"}
+    assert changed_fields(same, saved) == []  # blanks and an empty row are not kept by a save
+    draft = {**saved, "options": [{"id": "b", "description": "B"}, {"id": "a", "description": ""}], "readout": "letters",
+             "examples": [{"state": "s", "option_id": "a"}], "json": "{}"}
+    assert changed_fields(draft, saved) == ["options", "examples", "readout", "json"]  # the order of options matters
+    new = {"id": "", "name": "", "question": "", "options": [{"id": "", "description": ""}] * 2, "examples": []}
+    assert changed_fields({**new, "json": ""}, new) == [] and changed_fields({**new, "name": "X"}, new) == ["name"]
+
+
+def test_label_lookalikes_are_named_only_without_a_label_column():
+    from app.core.inputs import label_lookalikes
+
+    assert label_lookalikes("s.csv", b"id,state,Label\na,x,billing\n") == ["Label"]
+    assert label_lookalikes("s.jsonl", b'{"state": "x", "Category": "b"}\n{"state": "y", "answer": "a"}\n') == ["Category", "answer"]
+    assert label_lookalikes("s.csv", b"state,label,answer\nx,a,a\n") == []  # has a label column
+    assert label_lookalikes("s.csv", b"state,notes\nx,y\n") == [] and label_lookalikes("s.xlsx", b"PK") == []

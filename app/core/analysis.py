@@ -25,7 +25,8 @@ LATENCY_COLUMNS = ["target", "rows", "errors", "warm_n", "p50_ms", "p95_ms", "ma
 
 def latency_stats(df: pd.DataFrame) -> pd.DataFrame:
     """Per target: warm p50 / p95 / max / interquartile range (ms) over warm_n calls, and the cold
-    first call apart (model load, connection set-up), with counts of rows and errors."""
+    first call apart (the policy's first pass and correction prior, a connection: see cold_note), with
+    counts of rows and errors."""
     out = []
     cold_col = df["cold"] if "cold" in df else pd.Series(0, index=df.index)
     for target, g in df.groupby("target", sort=False):
@@ -57,9 +58,22 @@ def warm_latencies(store, target_names) -> dict[str, dict]:
     return out
 
 
-def latency_sentence(seconds: float, cold: bool, warm: dict | None) -> str:
-    """One call's latency with its context: cold or warm, and the recent warm distribution."""
-    this = f"this call {_ms(seconds * 1000)}" + (" (first call: model load / connection set-up)" if cold else " (warm)")
+def cold_note(local: bool, prior: bool) -> str:
+    """What a target's first call on a policy (runner.is_cold) paid for. It computes the policy's first
+    pass (the prompt prefix later calls reuse) and, with the content-free correction, the policy's prior
+    (three more passes on the empty states, cached after). A local model is loaded before the clock
+    starts (Target.prepare), so its load is not in the time; a remote target's call includes setting
+    up the connection and whatever the server does on its first request."""
+    work = "the policy's first pass" + (" and its content-free correction prior (3 more passes)" if prior else "")
+    if local:
+        return f"first call on this policy: {work}; the model load is not timed"
+    return f"first call on this policy: connection set-up, {work}"
+
+
+def latency_sentence(seconds: float, cold: bool, warm: dict | None, *, local: bool = True, prior: bool = False) -> str:
+    """One call's latency with its context: cold (and what that paid for: `local` target, content-free
+    `prior` computed) or warm, and the recent warm distribution."""
+    this = f"this call {_ms(seconds * 1000)}" + (f" ({cold_note(local, prior)})" if cold else " (warm)")
     if not warm:
         return this + " · no warm calls measured yet"
     return this + f" · recent warm calls: p50 {_ms(warm['p50_ms'])}, p95 {_ms(warm['p95_ms'])}, n={warm['n']}"

@@ -67,6 +67,24 @@ def read_records(filename: str, data: bytes, problems: list[str], required: str 
     return records
 
 
+LABEL_LOOKALIKES = {"label", "labels", "answer", "answers", "category", "categories", "class", "expected", "gold",
+                    "ground_truth", "option", "option_id", "target", "truth"}
+
+
+def label_lookalikes(filename: str, data: bytes) -> list[str]:
+    """The columns of an upload that look meant as its `label` column ("Label", "labels", "answer",
+    "category", ...) when it has no column named exactly `label` - which is the only one read, so
+    accuracy would silently be missing. [] when there is a `label` column, or nothing like one."""
+    try:
+        records = read_records(filename, data, [])
+    except InputError:
+        return []
+    columns = list(dict.fromkeys(str(k) for _, rec in records for k in rec))
+    if "label" in columns:
+        return []
+    return [c for c in columns if c.strip().lower().replace(" ", "_").replace("-", "_") in LABEL_LOOKALIKES]
+
+
 def rows_from_upload(filename: str, data: bytes, option_ids: list[str] | None = None,
                      policy_id: str | None = None) -> list[Case]:
     """CSV (header with `state`, optional `id`, `label`) or JSONL ({"state", "id"?, "label"?}). With

@@ -72,6 +72,39 @@ def validate_policy(data: dict) -> tuple[dict | None, dict[str, str]]:
     return clean, {}
 
 
+def _rows(rows: Any, first: str, second: str) -> list[tuple[str, str]]:
+    """Option or example rows as (first, second) pairs, stripped; blank rows left out (a save drops them)."""
+    out = []
+    for r in rows or []:
+        pair = (str((r or {}).get(first) or "").strip(), str((r or {}).get(second) or "").strip())
+        if any(pair):
+            out.append(pair)
+    return out
+
+
+def _comparable(policy: dict) -> dict[str, Any]:
+    guard = str(policy.get("guard") or "")
+    return {"name": str(policy.get("name") or "").strip(), "question": str(policy.get("question") or "").strip(),
+            "options": _rows(policy.get("options"), "id", "description"),
+            "examples": _rows(policy.get("examples"), "state", "option_id"),
+            "readout": str(policy.get("readout") or ""), "debias": str(policy.get("debias") or ""),
+            "guard": "" if guard == "none" else guard, "notes": str(policy.get("notes") or "").strip()}
+
+
+def changed_fields(draft: dict, saved: dict) -> list[str]:
+    """The fields where an editor's draft differs from the saved policy it was built on ([] when a
+    save would store the same policy): blank option/example rows and surrounding blanks do not count.
+    A draft with a "json" key (the JSON view's text) is compared with the saved policy's JSON too
+    (empty for a new policy)."""
+    mine, theirs = _comparable(draft), _comparable(saved)
+    out = [f for f in mine if mine[f] != theirs[f]]
+    if "json" in draft:
+        shown = policy_json(saved) if saved.get("id") else ""
+        if str(draft["json"] or "").strip() != shown.strip():
+            out.append("json")
+    return out
+
+
 def policy_json(policy: dict) -> str:
     """The policy as JSON; empty optional fields (readout, debias, guard, notes) are left out."""
     return json.dumps({k: policy.get(k) for k in FIELDS if k in policy and policy.get(k) not in ("", None)},

@@ -74,8 +74,9 @@ _WARM: set[str] = set()  # (target, policy) pairs that have answered once in thi
 
 def is_cold(target: Target, req: DecisionRequest) -> bool:
     """True for the first call of a target (for a local one: of the model instance now loaded, so a
-    reload after eviction is cold again) on a policy: it pays for model loads, connections and the
-    policy's own first work (its prompt prefix, its content-free prior), which later calls reuse."""
+    reload after eviction is cold again) on a policy: it pays for connections and the policy's own first
+    work (its prompt prefix, its content-free prior), which later calls reuse; a local model is loaded by
+    Target.prepare, before the call is timed (analysis.cold_note says so on the page)."""
     ident = dict(target.describe())
     if isinstance(target, LocalTarget):
         engine = target.engine()

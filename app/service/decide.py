@@ -13,6 +13,7 @@ from adapter.templates import request_for
 
 from app.core import analysis
 from app.core.evaluation import gate_preview
+from app.core import inputs
 from app.core.inputs import InputError as InputError
 from app.core.inputs import rows_from_text, rows_from_upload, state_from_file
 from app.core.costs import PRICE_SOURCE as PRICE_SOURCE
@@ -34,6 +35,12 @@ def states_from_upload(policy: Policy, filename: str, data: bytes) -> list[Case]
     label no option matches could never be answered right, so the file is refused naming those rows;
     a file with a `policy` column gives this policy's rows (one rule for the Compare page and `app bench`)."""
     return rows_from_upload(filename, data, option_ids(policy), policy["id"])
+
+
+def label_lookalikes(filename: str, data: bytes) -> list[str]:
+    """Columns of an upload that look meant as `label` (Label, labels, answer, category, ...) when it
+    has no `label` column: the page says so, since without it no accuracy is computed."""
+    return inputs.label_lookalikes(filename, data)
 
 
 def states_from_text(text: str) -> list[Case]:
@@ -175,8 +182,10 @@ def decision(store: Store, group_id: str) -> Decision | None:
                 verb = (f"send it to {d['option_id']} ({d['reason']})" if d["gated"] else
                         f"decide {d['option_id']} (calibrated confidence {d['confidence']:.1%} ≥ its gate)")
                 gate = f"Calibrated policy #{rec['id']} (gate {rec['threshold']:.3f}) would {verb}."
-        latency = analysis.latency_sentence(res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"])) \
-            if res is not None else ""
+        latency = analysis.latency_sentence(
+            res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"]),
+            local=(run.get("target") or {}).get("kind") == "local",
+            prior=bool((res.get("response") or {}).get("prior"))) if res is not None else ""
         cards.append(Card(run, res, latency, gate))
     first = cards[0].result
     return Decision(group_id, first["state"] if first else None, cards, tops)

@@ -8,9 +8,11 @@ from typing import Any
 
 from adapter.guard import GUARDS as GUARDS
 from adapter.schema import DEBIAS as DEBIAS
+from adapter.schema import MAX_EXAMPLES as MAX_EXAMPLES
+from adapter.schema import MAX_OPTIONS as MAX_OPTIONS
 from adapter.schema import READOUTS as READOUTS
 
-from app.core.policies import parse_policy_json, policy_json, templates, validate_policy
+from app.core.policies import changed_fields, parse_policy_json, policy_json, templates, validate_policy
 from app.core.store import StaleEdit, Store
 
 Policy = dict[str, Any]
@@ -96,5 +98,6 @@ def delete(store: Store, policy_id: str) -> None:
     store.delete_policy(policy_id)
 
 
-__all__ = ["DEBIAS", "GUARDS", "READOUTS", "PolicyNotFound", "StaleEdit", "add_copy", "add_template", "delete", "duplicate", "parse_policy_json",
+__all__ = ["DEBIAS", "GUARDS", "MAX_EXAMPLES", "MAX_OPTIONS", "READOUTS", "PolicyNotFound", "StaleEdit", "add_copy", "add_template",
+           "changed_fields", "delete", "duplicate", "parse_policy_json",
            "policy_json", "resolve_policy", "save", "seed_templates", "templates", "validate_policy"]

@@ -6,6 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 _LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), template="plotly_white")
+LABELLED = {**_LAYOUT, "margin": dict(l=10, r=40, t=40, b=10)}  # room on the right for a label past the axis end
+TICKS = [0, 0.2, 0.4, 0.6, 0.8, 1]  # a share axis with room beyond 100% for a label shows no "110%" tick
 
 
 def probabilities_by_target(by_target: dict[str, tuple[list[str], list[float]]]) -> go.Figure:
@@ -16,11 +18,13 @@ def probabilities_by_target(by_target: dict[str, tuple[list[str], list[float]]])
     for target, (ids, probs) in by_target.items():
         p = dict(zip(ids, probs))
         fig.add_trace(go.Bar(y=order, x=[p.get(o, 0.0) for o in order], name=str(target), orientation="h",
-                             text=[f"{p.get(o, 0.0):.0%}" for o in order], textposition="auto",
-                             hovertemplate=f"{target}<br>%{{y}}: %{{x:.4f}}<extra></extra>"))
-    fig.update_layout(barmode="group", xaxis=dict(range=[0, 1], title="probability", tickformat=".0%"),
+                             text=[f"{p.get(o, 0.0):.0%}" for o in order], textposition="outside", textangle=0,
+                             cliponaxis=False, hovertemplate=f"{target}<br>%{{y}}: %{{x:.4f}}<extra></extra>"))
+    # labels sit after the bar end, level (a short bar's "6%" never turns on its side or shrinks): room
+    # for "100%" beyond the last tick
+    fig.update_layout(barmode="group", xaxis=dict(range=[0, 1.1], tickvals=TICKS, title="probability", tickformat=".0%"),
                       yaxis=dict(autorange="reversed"), height=80 + len(order) * (18 + 14 * len(by_target)),
-                      legend=dict(orientation="h", y=-0.2), **_LAYOUT)
+                      legend=dict(orientation="h", y=-0.2), **LABELLED)
     return fig
 
 
@@ -121,12 +125,15 @@ def rate_bars(rows: list[dict], title: str, worry: float | None = None) -> go.Fi
         y=labels, x=[r["rate"] for r in rows], orientation="h", marker_color="#1f77b4",
         error_x=dict(type="data", symmetric=False, array=[r["high"] - r["rate"] for r in rows],
                      arrayminus=[r["rate"] - r["low"] for r in rows]),
-        text=[f"{r['rate']:.0%}" for r in rows], textposition="inside", insidetextanchor="start",
-        hovertemplate="%{y}: %{x:.1%}<extra></extra>"))
+        hovertemplate="%{y}: %{x:.1%}<extra></extra>", showlegend=False))
+    # each rate written level, just right of its interval: inside a short bar it was shrunk or turned
+    # on its side ("6%" rotated), and right after the bar it would sit on the interval's line
+    fig.add_trace(go.Scatter(y=labels, x=[r["high"] for r in rows], mode="text", text=[f"\u2002{r['rate']:.0%}" for r in rows],
+                             textposition="middle right", cliponaxis=False, hoverinfo="skip", showlegend=False))
     if worry is not None:
         fig.add_vline(x=worry, line_dash="dot", line_color="#d62728")
-    fig.update_layout(title=title, xaxis=dict(range=[0, 1.02], tickformat=".0%"), yaxis=dict(autorange="reversed"),
-                      height=120 + 38 * max(1, len(rows)), **_LAYOUT)
+    fig.update_layout(title=title, xaxis=dict(range=[0, 1.1], tickvals=TICKS, tickformat=".0%"), yaxis=dict(autorange="reversed"),
+                      height=120 + 38 * max(1, len(rows)), **LABELLED)
     return fig
 
 

@@ -30,8 +30,8 @@ GLOSSARY = {
     "content-free": "debias: divide out the answer the model gives to an empty state (its position bias)",
     "permutation": "debias: average the probabilities over every cyclic order of the options",
     "p50_vs_first": "median latency relative to the first target in the comparison",
-    "warm": "calls after a target's first call in this workbench process (the first one loads models, opens "
-            "connections)",
+    "warm": "calls after a target's first call on the policy in this workbench process (the first one computes "
+            "the policy's first pass and content-free prior, opens connections; a local model's load is not timed)",
 }
 
 

@@ -1,5 +1,6 @@
-"""Which saved version of a policy this session's editor shows (session state, no widgets): the
-Policies page keeps a draft across another session's save, and refuses a save from a stale view."""
+"""Which saved version of a policy this session's editor shows, and the draft its widgets hold (session
+state, no widgets): the Policies page keeps a draft across another session's save, refuses a save from
+a stale view, and knows when the draft differs from the saved version."""
 from __future__ import annotations
 
 from typing import Any, Iterable, MutableMapping
@@ -40,3 +41,77 @@ def kept_deleted(state: MutableMapping[str, Any] | Any, saved_ids: Iterable[str]
     list while its view is open, so a draft is not switched away from silently)."""
     shown = state.get(VIEW_KEY)
     return shown[0] if shown and shown[0] not in saved_ids else None
+
+
+# The editor's widgets are plain widgets (no st.form): their values are in session state on every
+# rerun, so the page knows when the draft differs from the saved version it was built on. Every key
+# carries the view (`<policy id>_v<version>`): another session's save never overwrites a draft here.
+FIELDS = ("name", "question", "readout", "debias", "guard", "notes", "json")
+ROWS = {"options": ("id", "description"), "examples": ("state", "option_id")}
+
+
+def key(field: str, view: str, row: int | None = None) -> str:
+    """The widget key of one field (a row's column: `field` is e.g. "options.id") in this view."""
+    base = f"pol_{field.replace('.', '_')}_{view}"
+    return base if row is None else f"{base}_{row}"
+
+
+def _rows_key(kind: str, view: str) -> str:
+    return f"pol_rows_{kind}_{view}"
+
+
+def row_ids(state: MutableMapping[str, Any] | Any, kind: str, view: str, saved: dict) -> list[int]:
+    """The rows (of "options" or "examples") the editor shows, as stable ids: the saved rows are
+    0..n-1, an added row takes the next unused id, a removed one leaves the list (so the other rows
+    keep their widgets and what was typed in them). Rebuilt from the saved policy when the view's
+    widgets are gone (the page was left: Streamlit drops the state of widgets it did not draw)."""
+    rk = _rows_key(kind, view)
+    if rk not in state or key("name", view) not in state:
+        n = len(saved.get(kind) or [])
+        state[rk] = {"ids": list(range(n)), "next": n}
+    return list(state[rk]["ids"])
+
+
+def add_row(state: MutableMapping[str, Any] | Any, kind: str, view: str) -> None:
+    rows = state[_rows_key(kind, view)]
+    state[_rows_key(kind, view)] = {"ids": [*rows["ids"], rows["next"]], "next": rows["next"] + 1}
+
+
+def remove_row(state: MutableMapping[str, Any] | Any, kind: str, view: str, row: int) -> None:
+    rows = state[_rows_key(kind, view)]
+    state[_rows_key(kind, view)] = {"ids": [r for r in rows["ids"] if r != row], "next": rows["next"]}
+    for col in ROWS[kind]:
+        state.pop(key(f"{kind}.{col}", view, row), None)
+
+
+def row_default(saved: dict, kind: str, row: int, col: str) -> str:
+    """What a row's cell starts as: the saved row's value, empty for an added row."""
+    rows = saved.get(kind) or []
+    return str((rows[row] or {}).get(col) or "") if row < len(rows) else ""
+
+
+def draft(state: MutableMapping[str, Any] | Any, view: str, saved: dict, json_text: str) -> dict[str, Any]:
+    """The policy as this view's widgets hold it now (a widget not drawn yet: the saved value), with
+    the JSON view's text under "json" (`json_text` is what that view starts with)."""
+    out: dict[str, Any] = {"id": saved.get("id") or None}
+    for f in FIELDS:
+        start = json_text if f == "json" else (saved.get(f) or "")
+        out[f] = state.get(key(f, view), start)
+    rows_exist = key("name", view) in state
+    for kind, cols in ROWS.items():
+        ids = row_ids(state, kind, view, saved) if rows_exist else list(range(len(saved.get(kind) or [])))
+        out[kind] = [{c: state.get(key(f"{kind}.{c}", view, r), row_default(saved, kind, r, c)) for c in cols}
+                     for r in ids]
+    return out
+
+
+def forget(state: MutableMapping[str, Any] | Any, view: str) -> None:
+    """Drop this view's draft (its widgets' values and rows), e.g. when the analyst discards it."""
+    for kind, cols in ROWS.items():
+        rows = state.get(_rows_key(kind, view)) or {"ids": []}
+        for r in rows["ids"]:
+            for c in cols:
+                state.pop(key(f"{kind}.{c}", view, r), None)
+        state.pop(_rows_key(kind, view), None)
+    for f in FIELDS:
+        state.pop(key(f, view), None)

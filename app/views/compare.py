@@ -45,7 +45,7 @@ def render_results(db, gid: str) -> None:
     st.subheader("Latency and cost")
     named = {"p50_ms": "p50 (ms)", "p95_ms": "p95 (ms)", "max_ms": "max (ms)", "iqr_ms": "IQR (ms)",
              "cold_ms": "first call (ms)"}
-    st.dataframe(shown.latency, hide_index=True, key="cmp_latency", column_config={
+    st.dataframe(shown.latency, hide_index=True, key="cmp_latency", placeholder="n/a", column_config={
         "warm_n": st.column_config.NumberColumn("warm calls", format="%d"),
         **{c: st.column_config.NumberColumn(label, format="%.0f") for c, label in named.items()},
         **{c: st.column_config.NumberColumn(c.replace("_vs_first", " vs the first target"), format="%.2fx")
@@ -53,8 +53,9 @@ def render_results(db, gid: str) -> None:
         "usd_per_1000": st.column_config.NumberColumn("$ / 1,000 decisions", format="$%.4f"),
         "decisions_per_s": st.column_config.NumberColumn("decisions / s", format="%.2f"),
         "cost_note": st.column_config.TextColumn("how the cost was computed", width="large")})
-    st.caption("Latency over warm calls; a target's first call on a policy in this workbench process is cold (model "
-               "load, connections, the policy's first pass) and shown apart as the first call. Local targets show "
+    st.caption("Latency over warm calls; a target's first call on a policy in this workbench process is cold (the "
+               "policy's first pass and, with the content-free correction, its prior's three passes; for a remote "
+               "target also the connection; a local model's load is not timed) and shown apart as the first call. Local targets show "
                f"decisions per second on this machine instead of a price. Prices: {decide.PRICE_SOURCE}.")
     warm = shown.results[shown.results["cold"].fillna(0).astype(int) == 0]
     box, ecdf = st.tabs(["Box plot (warm calls)", "ECDF (warm calls)"])
@@ -77,7 +78,7 @@ def render_results(db, gid: str) -> None:
                         disabled=not table["label"].notna().any(), help="rows where some target's answer is not the label")
     rows = table[table["disagree"]] if only else table
     rows = rows[rows["wrong"]] if wrong else rows
-    st.dataframe(rows, hide_index=True, key="cmp_table")
+    st.dataframe(rows, hide_index=True, key="cmp_table", placeholder="")  # no label, or no answer: empty
     errors = shown.results[shown.results["error"].notna()]
     if len(errors):
         st.error(f"{len(errors)} calls failed, e.g. {md(errors['target'].iloc[0])}: {md(errors['error'].iloc[0])}")
@@ -119,8 +120,12 @@ def render() -> None:
             if preview:
                 labeled = sum(1 for c in preview if c.label)
                 st.success(f"{len(preview)} states parsed" + (f", {labeled} with a label" if labeled else ""))
+                lookalikes = decide.label_lookalikes(upload.name, upload.getvalue())
+                if lookalikes and not labeled:
+                    st.warning(f"No `label` column (found: {', '.join(md(c) for c in lookalikes)}): rename "
+                               f"{'it' if len(lookalikes) == 1 else 'one of them'} to `label` to get accuracy.")
                 st.dataframe([{"id": c.key, "state": str(c.state)[:200], "label": c.label} for c in preview[:10]],
-                             hide_index=True)
+                             hide_index=True, placeholder="")
     names = targets.names(db, single_rows=True)
     chosen = st.multiselect("Targets", names, default=names[:1], key="cmp_targets")
     if st.button("Run comparison", type="primary", key="cmp_run"):

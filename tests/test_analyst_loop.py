@@ -52,6 +52,8 @@ def test_the_policy_follows_from_page_to_page_and_into_the_url(db):
     at.selectbox(key="rv_policy").select("incident-priority").run()
     page("playground", at)
     assert at.selectbox(key="pg_policy").value == "incident-priority"
+    page("policies", at)
+    assert at.selectbox(key="pol_pick").value == "incident-priority"  # the editor opens it too
     fresh = page("compare", policy="content-moderation")  # a reload, or a shared link
     assert fresh.selectbox(key="cmp_policy").value == "content-moderation"
 

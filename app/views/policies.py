@@ -13,7 +13,7 @@ from typing import Any
 import streamlit as st
 
 from app.service import policies as policy_service
-from app.ui import resources
+from app.ui import context, resources
 from app.ui.policy_editor import (VIEW_KEY, add_row, draft, editor_view, forget, kept_deleted, key, remove_row,
                                   row_default, row_ids)
 from app.ui.safe_text import md
@@ -138,6 +138,9 @@ def render() -> None:
     template_sidebar(db)
     if st.session_state.get("pol_saved"):
         st.toast(f"Saved {md(st.session_state.pop('pol_saved'))}")
+    wanted = context.get("policy")  # the policy of the other pages (or the URL)
+    if wanted in policies and st.session_state.get("pol_pick") != wanted and "pol_pick" not in st.session_state:
+        st.session_state["pol_pick"] = wanted
     switch_or_ask()
     deleted = kept_deleted(st.session_state, policies) if st.session_state.get("pol_pick") != NEW else None
     ids = [NEW, *policies, *([deleted] if deleted else [])]
@@ -151,6 +154,8 @@ def render() -> None:
     c1, c2 = st.columns([5, 1], vertical_alignment="bottom")
     pick = c1.selectbox("Policy", ids, key="pol_pick", format_func=title)
     c2.button("New policy", key="pol_new", icon=":material/add:", on_click=new_policy, width="stretch")
+    if pick in policies:
+        context.put("policy", pick)
     current, stale = editor_view(st.session_state, None if pick == NEW else pick, policies.get(pick))
     current = current or EMPTY
     pick = str(pick)

@@ -1,6 +1,8 @@
 """Policy templates shipped in data/policies and the shipped probe cases (data/cases)."""
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import json
 from pathlib import Path
 
@@ -35,7 +37,7 @@ def probe_cases() -> list[dict]:
     return load_jsonl(DATA_DIR / "cases" / "probe.jsonl")
 
 
-def request_for(policy: dict, state, row_id: str, **overrides) -> DecisionRequest:
+def request_for(policy: Mapping[str, Any], state, row_id: str, **overrides) -> DecisionRequest:
     """A decision row from a policy (question, options, examples) and a state."""
     fields = {"id": row_id, "state": state, "question": policy["question"], "options": policy["options"],
               "examples": policy.get("examples", [])}

@@ -304,6 +304,42 @@ def test_compare_with_uploaded_csv_labels_and_the_new_comparison_selected(db):
     assert at.get("download_button")
 
 
+def test_compare_warns_about_a_degenerate_target_and_shows_n_an_interval_and_a_confusion_matrix(db):
+    """A target that answers (almost) everything with one option looked healthy in a latency table:
+    Compare now says so, shows each target's accuracy with n and its interval, a confusion matrix per
+    target, and names the download by policy and targets."""
+    from app.service import decide
+    from app.service.policies import seed_templates
+
+    seed_templates(db)
+    policy = db.get_policy("ticket-routing")
+    target = {"name": "always-billing", "kind": "semif", "config": {"url": "http://127.0.0.1:9"}}
+    states = [f"ticket {i}" for i in range(12)]
+    labels = (["billing", "access", "technical", "shipping"] * 3)[:12]
+    rid = db.create_run(kind="compare", policy=policy, target=target, n_rows=12, group_id="g-degenerate")
+    for i, (state, label) in enumerate(zip(states, labels)):
+        top = "billing" if i < 11 else "access"  # 11 of 12 on one option
+        probs = [0.7, 0.1, 0.1, 0.1] if top == "billing" else [0.1, 0.7, 0.1, 0.1]
+        db.add_result(rid, {"row_key": f"r{i}", "position": i, "state": state, "label": label, "cold": 0,
+                            "option_ids": ["billing", "access", "technical", "shipping"], "probabilities": probs,
+                            "top_option": top, "label_mass": 1.0, "probability_status": "uncalibrated",
+                            "readout": "letters", "latency_s": 0.1, "error": None, "request": {}, "response": {}})
+    db.finish_run(rid, "done")
+    shown = decide.comparison(db, "g-degenerate")
+    assert shown.degenerate == [{"target": "always-billing", "option": "billing", "share": 11 / 12, "n": 12}]
+    assert shown.file_stem == f"ticket-routing-always-billing-{rid}"
+    at = app("compare")
+    assert any("always-billing" in w.value.replace("\\", "") and "92% of 12 states" in w.value for w in at.warning)
+    correct = sum(top == label for top, label in zip(["billing"] * 11 + ["access"], labels))
+    acc = decide.comparison(db, "g-degenerate").accuracy.iloc[0]
+    assert at.metric[0].value == f"{correct / 12:.1%}" and acc["labeled"] == 12 and acc["wrong"] == 12 - correct
+    assert any(f"n = 12 · 95% CI {acc['ci_low']:.0%}–{acc['ci_high']:.0%} · {12 - correct} wrong" in c.value
+               for c in at.caption)
+    assert any("Confusion matrix" in e.label for e in at.expander)
+    matrix = shown.confusion["always-billing"]  # rows: labels, columns: answers, in the policy's option order
+    assert sum(map(sum, matrix)) == 12 and [row[1] for row in matrix] == [3, 3, 3, 2]  # the "billing" column
+
+
 def test_compare_rejects_a_bad_upload_and_runs_nothing(db):
     at = app()
     at.button(key="pg_seed").click().run()

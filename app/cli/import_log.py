@@ -2,6 +2,8 @@
 optionally replayed on a target (app/service/production.py)."""
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import argparse
 import sys
 from pathlib import Path
@@ -49,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             error(exc)
             return 2
-        done = db.get_run(replay_id) or {}
+        done: Mapping[str, Any] = db.get_run(replay_id) or {}
         print(f"replay run #{replay_id} on {t.name}: {done.get('status')} ({len(db.results(replay_id))} rows)")
     return 0
 

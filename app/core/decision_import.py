@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from adapter.decision_log import MARKER
 from adapter.templates import request_for
@@ -94,7 +94,7 @@ def fetch_cloudwatch(log_group: str, *, stream_prefix: str | None = None, start_
     return lines
 
 
-def matching(records: list[dict], policy: dict) -> tuple[list[dict], Counter]:
+def matching(records: list[dict], policy: Mapping[str, Any]) -> tuple[list[dict], Counter]:
     """The records decided with this policy's options (in its order; a record naming a calibrated
     policy must name this one), and a count of the others by why they were left out."""
     ids = [o["id"] for o in policy["options"]]
@@ -115,7 +115,7 @@ def row_key(rec: dict) -> str:
     return f"{rec['request_id']}/{rec['row_id']}"
 
 
-def import_records(store: Store, records: list[dict], policy: dict, *, source: str) -> tuple[int, dict]:
+def import_records(store: Store, records: list[dict], policy: Mapping[str, Any], *, source: str) -> tuple[int, dict]:
     """One production run of the records that fit `policy`; (run id, summary). InputError when
     none fit, naming what the log holds instead."""
     kept, left = matching(records, policy)

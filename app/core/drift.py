@@ -19,7 +19,7 @@ each run (app/gates.py). Every count keeps the rows behind it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy import stats as _st
@@ -89,11 +89,11 @@ class Drift:
                 "rows": self.rows, "pairs": [p.to_dict() for p in self.pairs]}
 
 
-def _answered(results: list[dict]) -> dict[str, dict]:
+def _answered(results: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     return {r["row_key"]: r for r in results if not r.get("error") and r.get("probabilities")}
 
 
-def pair_rows(a: list[dict], b: list[dict], shift_threshold: float = SHIFT_THRESHOLD) -> tuple[list[Pair], int]:
+def pair_rows(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], shift_threshold: float = SHIFT_THRESHOLD) -> tuple[list[Pair], int]:
     """Pairs in B's order, and how many of B's answered rows had no comparable row in A."""
     base = _answered(a)
     pairs: list[Pair] = []
@@ -133,7 +133,7 @@ def mcnemar_exact(fixed: int, broken: int) -> float | None:
     return 1.0 if n == 0 else float(_st.binomtest(fixed, n, 0.5, alternative="two-sided").pvalue)
 
 
-def compare(a: list[dict], b: list[dict], *, gate: Gate = Gate(), shift_threshold: float = SHIFT_THRESHOLD,
+def compare(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, gate: Gate = Gate(), shift_threshold: float = SHIFT_THRESHOLD,
             seed: int = 0, labels: dict[str, str] | None = None) -> Drift:
     """Run A (the baseline) against run B, from their stored results."""
     pairs, unmatched = pair_rows(a, b, shift_threshold)

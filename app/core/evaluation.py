@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel
@@ -22,6 +22,7 @@ from adapter.templates import request_for
 from app.core import calibration
 from app.core.labeled import stratified
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
+from app.core.records import Result, Run
 from app.core.store import Store, now
 from app.targets.base import Target
 
@@ -29,18 +30,18 @@ EXAMPLE_SOURCES = ("policy", "train")
 ExampleSource = Literal["policy", "train"]
 
 
-def policy_fingerprint(policy: dict) -> str:
+def policy_fingerprint(policy: Mapping[str, Any]) -> str:
     core = {k: policy.get(k) for k in ("question", "options", "examples")}
     return hashlib.sha256(json.dumps(core, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
-def pick_examples(rows: list[dict], n: int) -> list[dict]:
+def pick_examples(rows: Sequence[Mapping[str, Any]], n: int) -> list[Mapping[str, Any]]:
     """Up to n train-split rows, round-robin over labels so every option gets an example early."""
-    by_label: dict[str, list[dict]] = defaultdict(list)
+    by_label: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:
         if r.get("split") == "train":
             by_label[r["label"]].append(r)
-    picked: list[dict] = []
+    picked: list[Mapping[str, Any]] = []
     while len(picked) < n and any(by_label.values()):
         for label in list(by_label):
             if by_label[label] and len(picked) < n:
@@ -48,7 +49,8 @@ def pick_examples(rows: list[dict], n: int) -> list[dict]:
     return picked
 
 
-def plan_eval(policy: dict, rows: list[dict], examples: str = "policy", n_examples: int = 4) -> tuple[dict, list[dict]]:
+def plan_eval(policy: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], examples: str = "policy",
+              n_examples: int = 4) -> tuple[dict[str, Any], list[Mapping[str, Any]]]:
     """(policy as evaluated, rows to score). Rows of the train split are never scored; with
     examples="train" the few-shot examples come from them instead of the policy's own. The rows to
     score come in stratified order (labeled.stratified): the first ones are a fair sample."""
@@ -94,7 +96,7 @@ class Variant:
                 | ({"few_shot": self.few_shot} if self.few_shot is not None else {}))
 
 
-def resolve_variant(variant: Variant, policy: dict, target) -> Variant | None:
+def resolve_variant(variant: Variant, policy: Mapping[str, Any], target) -> Variant | None:
     """What a variant reads on a local target: the policy's readout/correction, else the model's
     measured defaults (the engine's own rule). None for a remote target (its model decides)."""
     from adapter.templates import request_for
@@ -107,7 +109,7 @@ def resolve_variant(variant: Variant, policy: dict, target) -> Variant | None:
     return Variant(readout, debias, variant.permute, variant.few_shot)
 
 
-def distinct_variants(names: list[str], policy: dict, target) -> list[tuple[str, str, str | None]]:
+def distinct_variants(names: list[str], policy: Mapping[str, Any], target) -> list[tuple[str, str, str | None]]:
     """(variant name, label, None) to score, or (name, label, the earlier variant it reads the same as)
     to skip: 'default' and the readout it stands for on this model are scored once."""
     out: list[tuple[str, str, str | None]] = []
@@ -152,16 +154,16 @@ class EvalRunConfig(BaseModel):
         return Variant(self.readout, self.debias, self.permute, self.few_shot)
 
 
-def run_config(run: dict) -> EvalRunConfig:
+def run_config(run: Mapping[str, Any]) -> EvalRunConfig:
     return EvalRunConfig.model_validate(run["config"])
 
 
-def variant_name(cfg: dict) -> str:
+def variant_name(cfg: Mapping[str, Any]) -> str:
     """'letters + content-free', 'default + permutation': how a run read the model's answer."""
     return Variant(cfg.get("readout"), cfg.get("debias"), bool(cfg.get("permute")), cfg.get("few_shot")).name
 
 
-def label_mismatch(policy: dict, rows: list[dict]) -> str | None:
+def label_mismatch(policy: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str | None:
     """Why a labeled set cannot evaluate this policy (its labels are not the policy's options), or None."""
     ids = [o["id"] for o in policy["options"]]
     foreign = sorted({r["label"] for r in rows} - set(ids))
@@ -171,8 +173,8 @@ def label_mismatch(policy: dict, rows: list[dict]) -> str | None:
             f"({', '.join(ids)}): pick the set made for this policy")
 
 
-def find_run(store: Store, *, policy: dict, set_id: int, target_name: str, variant: Variant,
-             examples: str = "policy") -> dict | None:
+def find_run(store: Store, *, policy: Mapping[str, Any], set_id: int, target_name: str, variant: Variant,
+             examples: str = "policy") -> Run | None:
     """The latest eval run with the same policy content, set, target and variant."""
     fp = policy_fingerprint(policy)
     for run in store.list_runs(kind="eval"):
@@ -185,7 +187,7 @@ def find_run(store: Store, *, policy: dict, set_id: int, target_name: str, varia
     return None
 
 
-def start_eval(store: Store, *, policy: dict, set_id: int, target: Target, variant: Variant = Variant(),
+def start_eval(store: Store, *, policy: Mapping[str, Any], set_id: int, target: Target, variant: Variant = Variant(),
                examples: ExampleSource = "policy", n_examples: int = 4, kind: str = "eval") -> int:
     """A new evaluation run (kind "eval"; `python -m app check` makes kind "check", one per CI run)."""
     rows = store.labeled_rows(set_id)
@@ -193,7 +195,7 @@ def start_eval(store: Store, *, policy: dict, set_id: int, target: Target, varia
     if problem:
         raise ValueError(problem)
     evaluated, scored = plan_eval(policy, rows, examples, n_examples)
-    labeled = store.get_labeled_set(set_id) or {}
+    labeled: Mapping[str, Any] = store.get_labeled_set(set_id) or {}
     config = EvalRunConfig(readout=variant.readout, debias=variant.debias, permute=variant.permute,
                            few_shot=variant.few_shot, examples=examples,
                            n_examples=n_examples, policy_fingerprint=policy_fingerprint(policy),
@@ -203,7 +205,7 @@ def start_eval(store: Store, *, policy: dict, set_id: int, target: Target, varia
                             labeled_set_id=set_id, config=config.model_dump())
 
 
-def find_or_start(store: Store, *, policy: dict, set_id: int, target: Target, variant: Variant = Variant(),
+def find_or_start(store: Store, *, policy: Mapping[str, Any], set_id: int, target: Target, variant: Variant = Variant(),
                   examples: ExampleSource = "policy", n_examples: int = 4, new_run: bool = False) -> tuple[int, bool]:
     """(run id, resumed?): the matching earlier run, else a new one. What the Calibrate page and
     `python -m app calibrate` both do before scoring."""
@@ -237,7 +239,7 @@ def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn 
 
 
 # -- calibration on a finished run -----------------------------------------------------------------
-def scored_probabilities(result: dict, family: str) -> list[float] | None:
+def scored_probabilities(result: Mapping[str, Any], family: str) -> list[float] | None:
     """A stored result's probabilities as one family of scores reads them: its own when it was
     scored that way, the uncorrected ones kept beside the content-free correction for `none`."""
     response = result.get("response") if isinstance(result.get("response"), dict) else {}
@@ -249,9 +251,9 @@ def scored_probabilities(result: dict, family: str) -> list[float] | None:
     return None
 
 
-def arrays(store: Store, run_id: int) -> tuple[np.ndarray, np.ndarray, list[str], list[dict]]:
+def arrays(store: Store, run_id: int) -> tuple[np.ndarray, np.ndarray, list[str], list[Result]]:
     """(P, y, option ids, results used): rows that errored or whose label is not an option are left out."""
-    run = store.get_run(run_id) or {}
+    run: Mapping[str, Any] = store.get_run(run_id) or {}
     ids = [o["id"] for o in run["policy"]["options"]]
     used = [r for r in store.results(run_id) if not r["error"] and r["probabilities"] and r["label"] in ids]
     P = np.array([r["probabilities"] for r in used], float).reshape(-1, len(ids))
@@ -259,7 +261,7 @@ def arrays(store: Store, run_id: int) -> tuple[np.ndarray, np.ndarray, list[str]
     return P, y, ids, used
 
 
-def families(results: list[dict], k: int) -> dict[str, np.ndarray]:
+def families(results: Sequence[Mapping[str, Any]], k: int) -> dict[str, np.ndarray]:
     """The score families every used row has: the scored one, and `none` beside content-free."""
     out = {}
     for family in ("content-free", "none"):
@@ -359,7 +361,7 @@ def decide_gate(cal: dict, manual: float | None = None) -> GateDecision:
     return GateDecision(1.0, "unreachable", notes)
 
 
-def readout_table(store: Store, runs: list[dict]) -> list[dict]:
+def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per eval run (same policy x set): readout, rows, accuracy, macro-F1, ECE before/after
     temperature, NLL - the side-by-side the analyst picks a readout from."""
     rows = []
@@ -385,7 +387,7 @@ def build_policy(store: Store, run_id: int, cal: dict, *, gate: GateDecision, fa
                  option_thresholds: dict[str, float] | None = None) -> dict:
     """The versioned policy config for this run and gate (validated by adapter.calibrated), with
     how the gate was chosen: the target accuracy is recorded only when it chose the gate."""
-    run = store.get_run(run_id) or {}
+    run: Mapping[str, Any] = store.get_run(run_id) or {}
     cfg = run_config(run)
     evaluated = cfg.evaluated_policy
     first = next((r for r in cal["results"] if isinstance(r.get("response"), dict) and r["response"].get("model")), None)
@@ -422,7 +424,7 @@ def build_policy(store: Store, run_id: int, cal: dict, *, gate: GateDecision, fa
     return CalibratedPolicy.model_validate(config).model_dump(mode="json")
 
 
-def applied_metrics(policy: CalibratedPolicy, results: list[dict]) -> dict:
+def applied_metrics(policy: CalibratedPolicy, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The exported rule applied to stored raw results: coverage, accuracy of what it decides - each
     with its Wilson 95% interval, and `small_n` when fewer than 30 rows are decided (an accuracy that
     rests on a handful of rows is marked as such wherever it is shown)."""
@@ -444,7 +446,8 @@ def applied_metrics(policy: CalibratedPolicy, results: list[dict]) -> dict:
             "coverage_interval": proportion(decided, n).to_dict(), "small_n": decided < SMALL_N}
 
 
-def gate_preview(calibrated: list[dict], policy_id: str, result: dict) -> tuple[dict, dict] | None:
+def gate_preview(calibrated: Sequence[Mapping[str, Any]], policy_id: str,
+                 result: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]] | None:
     """What the newest saved calibrated policy of this policy would do with a result: (its record,
     the decision {option_id, confidence, gated, reason}) - only when it was calibrated on the model
     that answered and its readout and correction can be read from the result; None otherwise."""

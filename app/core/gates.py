@@ -9,6 +9,7 @@ comparison of two models wants the rule's gate on each model's probabilities.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -31,7 +32,7 @@ class Gate:
             return f"calibrated policy {self.policy.policy_id} ({gate}, T={self.policy.temperature:.2f})"
         return "no gate (every row decided)" if self.threshold is None else f"confidence >= {self.threshold:.3f}"
 
-    def apply(self, result: dict) -> tuple[bool, int, float, list[float]]:
+    def apply(self, result: Mapping[str, Any]) -> tuple[bool, int, float, list[float]]:
         """(gated, index of the top option, its confidence, the probabilities the gate reads)."""
         response = result.get("response") if isinstance(result.get("response"), dict) else {}
         if self.policy is not None:
@@ -67,11 +68,11 @@ class GateMetrics:
                 "gate_accuracy": self.gate_accuracy.to_dict(), "ece": self.ece, "gated_rows": self.gated_keys}
 
 
-def usable(results: list[dict]) -> list[dict]:
+def usable(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in results if not r.get("error") and r.get("probabilities")]
 
 
-def measure(results: list[dict], gate: Gate) -> GateMetrics:
+def measure(results: Sequence[Mapping[str, Any]], gate: Gate) -> GateMetrics:
     """Coverage counts every answered row; accuracy, gate accuracy and ECE the labeled ones."""
     rows = usable(results)
     labeled = [r for r in rows if r.get("label") is not None and r["label"] in r["option_ids"]]

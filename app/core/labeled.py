@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any, Mapping, Sequence, TypeVar
 from pathlib import Path
 
 from app.core.inputs import InputError, is_empty_state, read_records
@@ -59,14 +60,17 @@ def shipped_sets() -> list[tuple[str, Path]]:
     return [(p.stem, p) for p in sorted((DATA_DIR / "labeled").glob("*.jsonl"))]
 
 
-def import_file(store, name: str, data: bytes, policy: dict | None, source: str = "") -> int:
+def import_file(store, name: str, data: bytes, policy: Mapping[str, Any] | None, source: str = "") -> int:
     """Validate then store (all or nothing); returns the set id. Raises InputError."""
     rows = parse_labeled(name, data, [o["id"] for o in policy["options"]] if policy else None)
     return store.import_labeled_set(name=name, policy_id=policy["id"] if policy else None, rows=rows,
                                     content_hash=content_hash(rows), source=source or name)
 
 
-def stratified(rows: list[dict]) -> list[dict]:
+T = TypeVar("T", bound=Mapping[str, Any])
+
+
+def stratified(rows: Sequence[T]) -> list[T]:
     """The rows in an order whose every prefix keeps the labels' shares of the whole set: row i of a
     label with n rows sits at (i + 0.5) / n, and the rows are sorted by that place. The first rows
     scored are then a fair sample, so an evaluation stopped early (or a provisional gate read while
@@ -98,7 +102,7 @@ def scored_cases(store, set_id: int, limit: int | None = None) -> list:
     return [Case(r["row_key"], r["state"], r["label"]) for r in evenly_spaced(rows, limit)]
 
 
-def set_support(rows: list[dict], option_ids: list[str]) -> dict:
+def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str]) -> dict[str, Any]:
     """What a labeled set can support, said before anything is scored: the rows that will be scored
     (the train split never is), per option, and whether that reaches a recommended gate (50 rows)
     and fitted offsets (5 of every option). `messages` says it in words, most limiting first."""

@@ -7,6 +7,8 @@ for yes/no policies given a negated question whether P(yes | Q) + P(yes | not Q)
 """
 from __future__ import annotations
 
+from typing import Any, Mapping, Sequence
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,11 +24,11 @@ ROTATION_SEP = "#rot"
 NEGATED_SEP = "#not"
 
 
-def rotated_policy(policy: dict, order: list[int]) -> dict:
+def rotated_policy(policy: Mapping[str, Any], order: list[int]) -> dict:
     return {**policy, "options": [policy["options"][i] for i in order]}
 
 
-def diagnostic_items(policy: dict, cases: list[Case], negated_question: str | None = None,
+def diagnostic_items(policy: Mapping[str, Any], cases: list[Case], negated_question: str | None = None,
                      overrides: dict | None = None) -> list[tuple[int, Case, DecisionRequest]]:
     """(position, case, request) for every state x rotation (and x the negated question): rows
     keyed `<case>#rot<k>` / `<case>#not`, so the results can be regrouped afterwards."""
@@ -59,14 +61,14 @@ class Report:
     verdict: str
 
 
-def analyse(results: list[dict], option_ids: list[str], yes: str | None = None, *, debias: str | None = None,
+def analyse(results: Sequence[Mapping[str, Any]], option_ids: list[str], yes: str | None = None, *, debias: str | None = None,
             labeled: bool = False) -> Report:
     """Results of a diagnostic run (rows keyed by diagnostic_items) -> the report. `debias` (what the
     run used, as the results say when not given) and `labeled` keep the advice to what was not tried."""
     n = len(option_ids)
     orders = rotations(n)
-    by_state: dict[str, dict[int, dict]] = {}
-    negated: dict[str, dict] = {}
+    by_state: dict[str, dict[int, Mapping[str, Any]]] = {}
+    negated: dict[str, Mapping[str, Any]] = {}
     for r in results:
         if r.get("error") or not r.get("probabilities"):
             continue

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import ValidationError
 
@@ -18,7 +18,7 @@ def slugify(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:64] or "policy"
 
 
-def validate_policy(data: dict) -> tuple[dict | None, dict[str, str]]:
+def validate_policy(data: Any) -> tuple[dict[str, Any] | None, dict[str, str]]:
     """Return (clean policy, {}) or (None, {field: message}) - messages name the fix."""
     errors: dict[str, str] = {}
     if not isinstance(data, dict):
@@ -82,7 +82,7 @@ def _rows(rows: Any, first: str, second: str) -> list[tuple[str, str]]:
     return out
 
 
-def _comparable(policy: dict) -> dict[str, Any]:
+def _comparable(policy: Mapping[str, Any]) -> dict[str, Any]:
     guard = str(policy.get("guard") or "")
     return {"name": str(policy.get("name") or "").strip(), "question": str(policy.get("question") or "").strip(),
             "options": _rows(policy.get("options"), "id", "description"),
@@ -91,7 +91,7 @@ def _comparable(policy: dict) -> dict[str, Any]:
             "guard": "" if guard == "none" else guard, "notes": str(policy.get("notes") or "").strip()}
 
 
-def changed_fields(draft: dict, saved: dict) -> list[str]:
+def changed_fields(draft: dict, saved: Mapping[str, Any]) -> list[str]:
     """The fields where an editor's draft differs from the saved policy it was built on ([] when a
     save would store the same policy): blank option/example rows and surrounding blanks do not count.
     A draft with a "json" key (the JSON view's text) is compared with the saved policy's JSON too
@@ -105,7 +105,7 @@ def changed_fields(draft: dict, saved: dict) -> list[str]:
     return out
 
 
-def policy_json(policy: dict) -> str:
+def policy_json(policy: Mapping[str, Any]) -> str:
     """The policy as JSON; empty optional fields (readout, debias, guard, notes) are left out."""
     return json.dumps({k: policy.get(k) for k in FIELDS if k in policy and policy.get(k) not in ("", None)},
                       indent=2, ensure_ascii=False)

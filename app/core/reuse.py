@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from adapter.engine import resolve_settings
 from adapter.schema import DecisionRequest
@@ -47,7 +47,7 @@ def reuse_key(model: dict | None, req: DecisionRequest) -> str | None:
     return hashlib.sha256(f"{head}\x1e{request_hash(req, ident)}".encode()).hexdigest()
 
 
-def copied_row(stored: dict[str, Any], *, row_key: str, position: int, state: Any, label: str | None) -> dict:
+def copied_row(stored: Mapping[str, Any], *, row_key: str, position: int, state: Any, label: str | None) -> dict:
     """A stored result as the result of a new row: this row's key, position, state and label; the
     stored answer, request, response and latency; `reused_from` names the result it came from."""
     keep = ("option_ids", "probabilities", "top_option", "label_mass", "probability_status", "readout", "latency_s",

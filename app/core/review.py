@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from adapter.calibrated import CalibratedPolicy
 
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.labeled import content_hash
 from app.core.stats import Proportion
+from app.core.records import LabeledSet, Result, Review, Run
 from app.core.store import Store
 
 REVIEWED_KINDS = ("compare", "playground", "production", "replay", "eval", "check", "robustness")
@@ -50,12 +51,13 @@ def _gate_value(gate: Gate) -> float | None:
     return gate.policy.threshold if gate.policy is not None else gate.threshold
 
 
-def build_queue(store: Store, policy: dict, gate: Gate, *, exclude_set: int | None = None) -> tuple[list[Item], dict]:
+def build_queue(store: Store, policy: Mapping[str, Any], gate: Gate, *,
+                exclude_set: int | None = None) -> tuple[list[Item], dict[str, int]]:
     """(items in review order, counts of what was left out and why)."""
     ids = [o["id"] for o in policy["options"]]
     known = {state_key(r["state"]) for r in store.labeled_rows(exclude_set)} if exclude_set else set()
     known |= {state_key(r["state"]) for r in store.reviews(policy["id"])}
-    answers: dict[str, list[tuple[dict, dict]]] = {}
+    answers: dict[str, list[tuple[Run, Result]]] = {}
     left = {"labeled": 0, "no_state": 0, "known": 0, "other_options": 0}
     for run in sorted(store.list_runs(), key=lambda r: r["id"]):  # oldest first: the first answer proposes
         if run["policy_id"] != policy["id"] or run["kind"] not in REVIEWED_KINDS:
@@ -79,7 +81,7 @@ def build_queue(store: Store, policy: dict, gate: Gate, *, exclude_set: int | No
         run, first = seen[0]
         tops: dict[str, str] = {}
         for rn, r in seen:
-            tops.setdefault(r["top_option"], rn["target_name"])
+            tops.setdefault(str(r["top_option"]), rn["target_name"])
         gated, top, conf, _ = gate.apply(first)
         logged = (first.get("response") or {}).get("decision") if isinstance(first.get("response"), dict) else None
         if logged:  # a decision-log row: what production did, not what the chosen gate would do
@@ -111,13 +113,13 @@ def label(store: Store, item: Item, option_id: str | None, *, who: str, note: st
                              "who": who.strip()})
 
 
-def last_review(store: Store, policy_id: str) -> dict | None:
+def last_review(store: Store, policy_id: str) -> Review | None:
     """The newest label or skip that can still be taken back."""
     pending = [r for r in store.reviews(policy_id) if r["set_id"] is None]
     return pending[-1] if pending else None
 
 
-def append_version(store: Store, base_set_id: int, policy: dict) -> tuple[int, int]:
+def append_version(store: Store, base_set_id: int, policy: Mapping[str, Any]) -> tuple[int, int]:
     """A new version of the set: its rows plus every pending label (who, when, note and source kept
     as row metadata). Returns (new set id, rows added). ValueError when nothing is pending."""
     pending = store.reviews(policy["id"], pending=True)
@@ -145,7 +147,7 @@ def append_version(store: Store, base_set_id: int, policy: dict) -> tuple[int, i
     return new_id, len(added)
 
 
-def _origin_rows(store: Store, labeled: dict) -> int:
+def _origin_rows(store: Store, labeled: LabeledSet) -> int:
     """Rows of the first version in a set's lineage (names read '<name> +N reviewed' from there)."""
     while labeled.get("parent_id"):
         parent = store.get_labeled_set(labeled["parent_id"])
@@ -157,9 +159,9 @@ def _origin_rows(store: Store, labeled: dict) -> int:
 
 def new_rows(store: Store, set_id: int) -> int:
     """How many rows a set version adds to its parent (0 for a set with no parent)."""
-    s = store.get_labeled_set(set_id) or {}
-    parent = store.get_labeled_set(s["parent_id"]) if s.get("parent_id") else None
-    return int(s["n_rows"]) - int(parent["n_rows"]) if parent else 0
+    s = store.get_labeled_set(set_id)
+    parent = store.get_labeled_set(s["parent_id"]) if s and s["parent_id"] else None
+    return int(s["n_rows"]) - int(parent["n_rows"]) if s and parent else 0
 
 
 def interval_change(store: Store, parent_run: int, run: int, policy: CalibratedPolicy) -> tuple[Proportion, Proportion]:
@@ -171,18 +173,18 @@ def interval_change(store: Store, parent_run: int, run: int, policy: CalibratedP
     return before.gate_accuracy, after.gate_accuracy
 
 
-def parent_run(store: Store, run_id: int) -> dict | None:
+def parent_run(store: Store, run_id: int) -> Run | None:
     """The evaluation of this run's parent set version with the same target, policy content and
     readout - the 'before' of the reviewed rows; None when the set has no parent or it was not run."""
-    run = store.get_run(run_id) or {}
-    labeled = store.get_labeled_set(run.get("labeled_set_id") or 0) or {}
-    if not labeled.get("parent_id"):
+    run = store.get_run(run_id)
+    labeled = store.get_labeled_set(run["labeled_set_id"]) if run and run["labeled_set_id"] else None
+    if run is None or labeled is None or not labeled["parent_id"]:
         return None
-    cfg = run.get("config") or {}
+    cfg = run["config"] or {}
     same = ("policy_fingerprint", "readout", "debias", "permute", "few_shot", "examples")
     for r in store.list_runs(kind="eval"):
         c = r.get("config") or {}
-        if (r["labeled_set_id"] == labeled["parent_id"] and r["target_name"] == run.get("target_name")
+        if (r["labeled_set_id"] == labeled["parent_id"] and r["target_name"] == run["target_name"]
                 and all(c.get(k) == cfg.get(k) for k in same)):
             return r
     return None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from itertools import product
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import pandas as pd
 
@@ -86,7 +86,7 @@ class SuiteError(ValueError):
     """A suite the check cannot use: the message names the field and the fix."""
 
 
-def shipped_suite(policy: dict) -> Suite:
+def shipped_suite(policy: Mapping[str, Any]) -> Suite:
     """The generic steering templates plus the policy's own file, when one ships."""
     generic = json.loads((ROBUSTNESS_DIR / "steering.json").read_text())
     own_path = ROBUSTNESS_DIR / f"{policy['id']}.json"
@@ -118,7 +118,7 @@ def parse_templates(text: str, source: str = "yours") -> list[Template]:
     return out
 
 
-def check_suite(suite: Suite, policy: dict) -> Suite:
+def check_suite(suite: Suite, policy: Mapping[str, Any]) -> Suite:
     ids = [o["id"] for o in policy["options"]]
     for i, rewording in enumerate(suite.option_rewordings):
         missing = [oid for oid in ids if oid not in rewording]
@@ -161,12 +161,12 @@ def named_text(option: dict, by: str) -> str:
     return option["id"] if by == "id" or not option.get("description") else option["description"]
 
 
-def steering_combos(policy: dict, templates: list[Template]) -> list[tuple[Template, dict, str]]:
+def steering_combos(policy: Mapping[str, Any], templates: list[Template]) -> list[tuple[Template, dict, str]]:
     """Every (template, option, named by id | description): the full suite."""
     return list(product(templates, policy["options"], ("id", "description")))
 
 
-def renamed_policy(policy: dict, rewording: dict[str, dict]) -> dict:
+def renamed_policy(policy: Mapping[str, Any], rewording: dict[str, dict]) -> dict:
     options = [{"id": rewording[o["id"]]["id"], "description": rewording[o["id"]].get("description", "")}
                for o in policy["options"]]
     examples = [{**e, "option_id": rewording[e["option_id"]]["id"]} for e in policy.get("examples") or []
@@ -184,7 +184,7 @@ def split_key(row_key: str) -> tuple[str, str, str]:
     return base, check, variant
 
 
-def plan_items(policy: dict, cases: list[Case], suite: Suite, *, checks: Iterable[str] = CHECKS, attempts: int = 3,
+def plan_items(policy: Mapping[str, Any], cases: list[Case], suite: Suite, *, checks: Iterable[str] = CHECKS, attempts: int = 3,
                overrides: dict | None = None, guard: str | None = None,
                out_of_scope: list[Any] | None = None) -> list[tuple[int, Case, DecisionRequest]]:
     """(position, case, request) for every row the check scores. Each state gets `attempts`
@@ -200,7 +200,7 @@ def plan_items(policy: dict, cases: list[Case], suite: Suite, *, checks: Iterabl
     guarded = {**over, **({"guard": guard} if guard and guard != "none" else {})}
     items: list[tuple[int, Case, DecisionRequest]] = []
 
-    def add(case_key: str, check: str, variant: str, state: Any, label: str | None, pol: dict, fields: dict) -> None:
+    def add(case_key: str, check: str, variant: str, state: Any, label: str | None, pol: Mapping[str, Any], fields: dict) -> None:
         k = key(case_key, check, variant)
         items.append((len(items), Case(k, state, label), request_for(pol, state, k, **fields)))
 
@@ -243,7 +243,7 @@ def plan_items(policy: dict, cases: list[Case], suite: Suite, *, checks: Iterabl
     return items
 
 
-def calls_per_state(policy: dict, suite: Suite, checks: Iterable[str], attempts: int) -> int:
+def calls_per_state(policy: Mapping[str, Any], suite: Suite, checks: Iterable[str], attempts: int) -> int:
     """Rows scored per state (the out-of-scope states come on top), for the Run button's label."""
     checks = set(checks)
     k = len(policy["options"])
@@ -267,11 +267,11 @@ class Report:
     verdicts: dict[str, tuple[str, str]]  # check -> (level: ok | warn | bad, text)
 
 
-def _p(result: dict, option_id: str) -> float:
+def _p(result: Mapping[str, Any], option_id: str) -> float:
     return dict(zip(result["option_ids"], result["probabilities"])).get(option_id, 0.0)
 
 
-def _flagged(result: dict) -> bool:
+def _flagged(result: Mapping[str, Any]) -> bool:
     guard = (result.get("response") or {}).get("guard") or {}
     return bool(guard.get("suspected"))
 
@@ -280,11 +280,11 @@ def _rate(k: int, n: int) -> dict:
     return stats.proportion(k, n).to_dict()
 
 
-def analyse(results: list[dict], policy: dict, config: dict) -> Report:
+def analyse(results: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], config: Mapping[str, Any]) -> Report:
     """Stored results of a robustness run -> rates, intervals, tables and verdicts."""
     ok = [r for r in results if not r.get("error") and r.get("probabilities")]
-    base: dict[str, dict] = {}
-    grouped: dict[str, list[tuple[str, str, dict]]] = {}
+    base: dict[str, Mapping[str, Any]] = {}
+    grouped: dict[str, list[tuple[str, str, Mapping[str, Any]]]] = {}
     for r in ok:
         case_key, check, variant = split_key(r["row_key"])
         if check == "base":
@@ -468,7 +468,7 @@ def _none_verdict(entry: dict) -> tuple[str, str]:
     return "ok", text
 
 
-def start_check(store: Store, *, policy: dict, cases: list[Case], target: Target, suite: Suite,
+def start_check(store: Store, *, policy: Mapping[str, Any], cases: list[Case], target: Target, suite: Suite,
                 checks: Iterable[str] = CHECKS, attempts: int = 3, variant: str = "default",
                 overrides: dict | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
                 source: str = "") -> tuple[int, list[tuple[int, Case, DecisionRequest]]]:

@@ -15,12 +15,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
 from app.core.reuse import copied_row, reuse_key
+from app.core.records import Result
 from app.core.store import LEASE_SECONDS, RunBusy, RunStatus, Store, StoreUnavailable
 from app.targets.base import Target, TargetResult
 from app.targets.local import LocalTarget
@@ -117,7 +118,7 @@ class Job:
     target: Target
 
 
-def final_status(results: list[dict]) -> RunStatus:
+def final_status(results: Sequence[Mapping[str, Any]]) -> RunStatus:
     """done: every case answered; done-with-errors: some failed; failed: all failed."""
     errors = sum(1 for r in results if r["error"])
     return "done" if not errors else "failed" if errors == len(results) else "done-with-errors"
@@ -180,7 +181,7 @@ def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Ca
     return counts
 
 
-def reusable_for(store: Store, target: Target, items: list[tuple[int, Case, DecisionRequest]]) -> dict[int, dict]:
+def reusable_for(store: Store, target: Target, items: list[tuple[int, Case, DecisionRequest]]) -> dict[int, Result]:
     """Item index -> the stored result that answers it on this target's model (none when the target
     cannot name its model)."""
     try:
@@ -198,7 +199,7 @@ def reusable_for(store: Store, target: Target, items: list[tuple[int, Case, Deci
 def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionRequest]], leases: dict[int, str], *,
            total: int, already: int, progress: ProgressFn | None, reuse: bool = False) -> dict[int, dict[str, int]]:
     tracker = Progress(total * len(jobs), progress, already=already * len(jobs))
-    named = {job.run_id: bool((store.get_run(job.run_id) or {}).get("model")) for job in jobs}
+    named = {job.run_id: bool((store.get_run(job.run_id) or {"model": None})["model"]) for job in jobs}
     stored = {job.run_id: reusable_for(store, job.target, items) if reuse else {} for job in jobs}
     counts = {job.run_id: {"evaluated": 0, "reused": 0} for job in jobs}
     batched: dict[int, dict[int, TargetResult]] = {}
@@ -242,7 +243,7 @@ def batch_results(target: Target, requests: list[DecisionRequest]) -> list[Targe
         return [TargetResult(r.id, 0.0, None, str(exc), r.model_dump(exclude_none=True)) for r in requests]
 
 
-def run_policy(store: Store, policy: dict, cases: list[Case], targets: Iterable[Target], *, kind: str,
+def run_policy(store: Store, policy: Mapping[str, Any], cases: list[Case], targets: Iterable[Target], *, kind: str,
                progress: ProgressFn | None = None, overrides: dict | None = None,
                group_id: str | None = None) -> tuple[str, list[int]]:
     """Score every case on every target as a new group of runs; return (group id, run ids in target order)."""

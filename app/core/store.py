@@ -24,10 +24,12 @@ import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator, Mapping, cast
 
 import sqlite_utils
 
+from app.core.records import (AuditEntry, Calibrated, Deployment, LabeledRow, LabeledSet, Policy, Result, Review, Run,
+                              RunStatus, TargetSpec)
 from app.core.settings import WorkbenchSettings
 
 
@@ -71,7 +73,6 @@ JSON_COLUMNS = {"options", "examples", "config", "policy", "target", "option_ids
 
 
 STATE_COLUMNS = {"state"}  # a state is text or JSON: stored tagged so each comes back as it went in
-RunStatus = Literal["running", "done", "done-with-errors", "failed", "interrupted", "stopped"]  # stopped: by the analyst, resumable
 
 
 def encode_state(state: Any) -> str:
@@ -243,16 +244,16 @@ class Store:
             db.conn.commit()
 
     # -- policies ----------------------------------------------------------------------------
-    def list_policies(self) -> list[dict]:
+    def list_policies(self) -> list[Policy]:
         with self.db() as db:
-            return [_decode(r) for r in db.table("policies").rows_where(order_by="name")]
+            return [cast(Policy, _decode(r)) for r in db.table("policies").rows_where(order_by="name")]
 
-    def get_policy(self, policy_id: str) -> dict | None:
+    def get_policy(self, policy_id: str) -> Policy | None:
         with self.db() as db:
             rows = list(db.table("policies").rows_where("id = ?", [policy_id]))
-        return _decode(rows[0]) if rows else None
+        return cast(Policy, _decode(rows[0])) if rows else None
 
-    def save_policy(self, policy: dict, expected_version: int | None = None) -> dict:
+    def save_policy(self, policy: Mapping[str, Any], expected_version: int | None = None) -> Policy:
         """Save and return the saved policy (with its new version). `expected_version` says what the
         editor's view was built on, and the write happens only if that is still so - checked and
         written by one statement, so of two saves from the same view exactly one wins:
@@ -293,16 +294,16 @@ class Store:
                                     f"version {expected_version}: nothing was saved - load the newer version, then "
                                     "apply your change")
             (row,) = list(db.table("policies").rows_where("id = ?", [pid]))
-        return _decode(row)
+        return cast(Policy, _decode(row))
 
     def delete_policy(self, policy_id: str) -> None:
         with self.db() as db:
             db.table("policies").delete_where("id = ?", [policy_id])
 
     # -- targets -----------------------------------------------------------------------------
-    def list_targets(self) -> list[dict]:
+    def list_targets(self) -> list[TargetSpec]:
         with self.db() as db:
-            return [_decode(r) for r in db.table("targets").rows_where(order_by="name")]
+            return [cast(TargetSpec, _decode(r)) for r in db.table("targets").rows_where(order_by="name")]
 
     def save_target(self, name: str, kind: str, config: dict) -> None:
         """Insert or replace (a deployed endpoint's target follows its deployment)."""
@@ -323,7 +324,7 @@ class Store:
             db.table("targets").delete_where("name = ?", [name])
 
     # -- runs and results --------------------------------------------------------------------
-    def create_run(self, *, kind: str, policy: dict, target: dict, n_rows: int, group_id: str | None = None,
+    def create_run(self, *, kind: str, policy: Mapping[str, Any], target: Mapping[str, Any], n_rows: int, group_id: str | None = None,
                    note: str = "", labeled_set_id: int | None = None, config: dict | None = None) -> int:
         row = {"group_id": group_id or uuid.uuid4().hex[:12], "kind": kind, "policy_id": policy.get("id"),
                "policy": policy, "target_name": target["name"], "target": target, "model": "",
@@ -385,7 +386,7 @@ class Store:
         """Final status, and the lease given back."""
         self._end_run(run_id, {"status": status, "finished_at": now()}, lease)
 
-    def list_runs(self, kind: str | None = None) -> list[dict]:
+    def list_runs(self, kind: str | None = None) -> list[Run]:
         with self.db() as db:
             where, args = ("kind = ?", [kind]) if kind else (None, [])
             runs = [_run(r) for r in db.table("runs").rows_where(where, args, order_by="id desc")]
@@ -393,20 +394,21 @@ class Store:
                 "SELECT run_id, count(*) AS n, sum(error IS NOT NULL) AS errors FROM results GROUP BY run_id")}
         for r in runs:
             r["done_rows"], r["error_rows"] = counts.get(r["id"], (0, 0))
-        return runs
+        return cast(list[Run], runs)
 
-    def get_run(self, run_id: int) -> dict | None:
+    def get_run(self, run_id: int) -> Run | None:
         with self.db() as db:
             rows = list(db.table("runs").rows_where("id = ?", [run_id]))
-        return _run(rows[0]) if rows else None
+        return cast(Run, _run(rows[0])) if rows else None
 
-    def runs_in_group(self, group_id: str) -> list[dict]:
+    def runs_in_group(self, group_id: str) -> list[Run]:
         with self.db() as db:
-            return [_run(r) for r in db.table("runs").rows_where("group_id = ?", [group_id], order_by="id")]
+            return [cast(Run, _run(r)) for r in db.table("runs").rows_where("group_id = ?", [group_id], order_by="id")]
 
-    def results(self, run_id: int) -> list[dict]:
+    def results(self, run_id: int) -> list[Result]:
         with self.db() as db:
-            return [_decode(r) for r in db.table("results").rows_where("run_id = ?", [run_id], order_by="position")]
+            return [cast(Result, _decode(r))
+                    for r in db.table("results").rows_where("run_id = ?", [run_id], order_by="position")]
 
     def latencies(self, target_names: list[str], limit: int = 200) -> dict[str, list[tuple[float, bool]]]:
         """(seconds, cold?) of the latest successful calls per target, newest first."""
@@ -419,9 +421,9 @@ class Store:
                     [name, limit])]
         return out
 
-    def reusable(self, keys: list[str]) -> dict[str, dict]:
+    def reusable(self, keys: list[str]) -> dict[str, Result]:
         """The newest successful stored result for each reuse key that has one (app/core/reuse.py)."""
-        out: dict[str, dict] = {}
+        out: dict[str, Result] = {}
         wanted = sorted(set(keys))
         with self.db() as db:
             for at in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
@@ -429,7 +431,7 @@ class Store:
                 marks = ", ".join("?" * len(chunk))
                 for r in db.query(f"SELECT * FROM results WHERE id IN (SELECT max(id) FROM results WHERE error IS NULL "
                                   f"AND probabilities IS NOT NULL AND reuse_key IN ({marks}) GROUP BY reuse_key)", chunk):
-                    out[r["reuse_key"]] = _decode(r)
+                    out[r["reuse_key"]] = cast(Result, _decode(r))
         return out
 
     def done_keys(self, run_id: int) -> set[str]:
@@ -448,10 +450,10 @@ class Store:
         with self.db() as db:
             db.execute("UPDATE runs SET pinned = 0 WHERE id = ?", [run_id])
 
-    def pinned_run(self) -> dict | None:
+    def pinned_run(self) -> Run | None:
         with self.db() as db:
             rows = list(db.table("runs").rows_where("pinned = 1"))
-        return _run(rows[0]) if rows else None
+        return cast(Run, _run(rows[0])) if rows else None
 
     def delete_run(self, run_id: int) -> None:
         with self.write() as db:
@@ -479,18 +481,19 @@ class Store:
             db.table("labeled_rows").insert_all(_encode({**r, "set_id": set_id, "position": i}) for i, r in enumerate(rows))
             return int(set_id)
 
-    def list_labeled_sets(self) -> list[dict]:
+    def list_labeled_sets(self) -> list[LabeledSet]:
         with self.db() as db:
-            return list(db.table("labeled_sets").rows_where(order_by="id desc"))
+            return [cast(LabeledSet, r) for r in db.table("labeled_sets").rows_where(order_by="id desc")]
 
-    def get_labeled_set(self, set_id: int) -> dict | None:
+    def get_labeled_set(self, set_id: int | None) -> LabeledSet | None:
         with self.db() as db:
             rows = list(db.table("labeled_sets").rows_where("id = ?", [set_id]))
-        return rows[0] if rows else None
+        return cast(LabeledSet, rows[0]) if rows else None
 
-    def labeled_rows(self, set_id: int) -> list[dict]:
+    def labeled_rows(self, set_id: int | None) -> list[LabeledRow]:
         with self.db() as db:
-            return [_decode(r) for r in db.table("labeled_rows").rows_where("set_id = ?", [set_id], order_by="position")]
+            return [cast(LabeledRow, _decode(r))
+                    for r in db.table("labeled_rows").rows_where("set_id = ?", [set_id], order_by="position")]
 
     def delete_labeled_set(self, set_id: int) -> None:
         with self.write() as db:
@@ -502,12 +505,12 @@ class Store:
         with self.write() as db:
             return int(db.table("review_labels").insert(_encode({**row, "at": now(), "undone": 0})).last_pk or 0)
 
-    def reviews(self, policy_id: str, *, pending: bool = False) -> list[dict]:
+    def reviews(self, policy_id: str, *, pending: bool = False) -> list[Review]:
         """This policy's labels and skips, oldest first, taken-back ones left out; `pending`: only
         labels not yet appended to a set version."""
         where = "policy_id = ? AND undone = 0" + (" AND set_id IS NULL AND action = 'label'" if pending else "")
         with self.db() as db:
-            return [_decode(r) for r in db.table("review_labels").rows_where(where, [policy_id], order_by="id")]
+            return [cast(Review, _decode(r)) for r in db.table("review_labels").rows_where(where, [policy_id], order_by="id")]
 
     def undo_review(self, review_id: int) -> None:
         """Take a label or skip back (kept, marked undone: who labelled what stays on record); one
@@ -530,14 +533,14 @@ class Store:
         with self.db() as db:
             return int(db.table("calibrated_policies").insert(_encode(row)).last_pk or 0)
 
-    def list_calibrated(self) -> list[dict]:
+    def list_calibrated(self) -> list[Calibrated]:
         with self.db() as db:
-            return [_decode(r) for r in db.table("calibrated_policies").rows_where(order_by="id desc")]
+            return [cast(Calibrated, _decode(r)) for r in db.table("calibrated_policies").rows_where(order_by="id desc")]
 
-    def get_calibrated(self, calibrated_id: int) -> dict | None:
+    def get_calibrated(self, calibrated_id: int) -> Calibrated | None:
         with self.db() as db:
             rows = list(db.table("calibrated_policies").rows_where("id = ?", [calibrated_id]))
-        return _decode(rows[0]) if rows else None
+        return cast(Calibrated, _decode(rows[0])) if rows else None
 
     def run_version(self, run_id: int) -> tuple[int, int]:
         """(results stored, newest result id): changes whenever a result is added - a cache key."""
@@ -547,7 +550,7 @@ class Store:
         return n, last
 
     # -- deployments and their audit log -------------------------------------------------------
-    def save_deployment(self, dep: dict) -> None:
+    def save_deployment(self, dep: Mapping[str, Any]) -> None:
         """Insert, or update all but created_at (one statement: the first save's time stays)."""
         row = _encode({**{k: v for k, v in dep.items() if k != "created_at"}, "updated_at": now()})
         cols = list(row)
@@ -556,14 +559,14 @@ class Store:
                        "ON CONFLICT(id) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in cols if c != "id"),
                        [*row.values(), now()])
 
-    def get_deployment(self, dep_id: str) -> dict | None:
+    def get_deployment(self, dep_id: str) -> Deployment | None:
         with self.db() as db:
             rows = list(db.table("deployments").rows_where("id = ?", [dep_id]))
-        return _decode(rows[0]) if rows else None
+        return cast(Deployment, _decode(rows[0])) if rows else None
 
-    def list_deployments(self) -> list[dict]:
+    def list_deployments(self) -> list[Deployment]:
         with self.db() as db:
-            return [_decode(r) for r in db.table("deployments").rows_where(order_by="created_at desc")]
+            return [cast(Deployment, _decode(r)) for r in db.table("deployments").rows_where(order_by="created_at desc")]
 
     def audit(self, deployment_id: str, action: str, what: str, result: str, who: str | None = None) -> None:
         import getpass
@@ -572,7 +575,7 @@ class Store:
             db.table("audit").insert({"deployment_id": deployment_id, "at": now(), "who": who or getpass.getuser(),
                                 "action": action, "what": what, "result": result})
 
-    def audit_log(self, deployment_id: str | None = None) -> list[dict]:
+    def audit_log(self, deployment_id: str | None = None) -> list[AuditEntry]:
         with self.db() as db:
             where, args = ("deployment_id = ?", [deployment_id]) if deployment_id else (None, [])
-            return list(db.table("audit").rows_where(where, args, order_by="id"))
+            return [cast(AuditEntry, r) for r in db.table("audit").rows_where(where, args, order_by="id")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from app.core import order_sensitivity, robustness
 from app.core.robustness import CHECK_LABELS as CHECK_LABELS
@@ -23,7 +23,7 @@ from app.core.runner import progress_text as progress_text
 from app.core.store import Store
 from app.targets.base import Target
 
-Policy = dict[str, Any]
+Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
 SINGLE_ROW_VARIANTS = [v for v in VARIANTS if "permutation" not in v]  # the checks permute or perturb themselves
 
 
@@ -55,7 +55,7 @@ def order_check(store: Store, policy: Policy, cases: list[Case], target: Target,
 
 @dataclass
 class OrderCheck:
-    run: dict[str, Any]
+    run: Mapping[str, Any]
     report: order_sensitivity.Report
 
     @property
@@ -73,7 +73,7 @@ class OrderCheck:
         return json.dumps(self.summary(), indent=2, default=int)
 
 
-def order_report(store: Store, run: dict[str, Any]) -> OrderCheck:
+def order_report(store: Store, run: Mapping[str, Any]) -> OrderCheck:
     ids = [o["id"] for o in run["policy"]["options"]]
     return OrderCheck(run, order_sensitivity.analyse(store.results(run["id"]), ids,
                                                      yes=ids[0] if len(ids) == 2 else None))

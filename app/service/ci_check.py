@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy
 from adapter.decision_log import policy_version
@@ -52,7 +52,7 @@ class CheckResult:
         return self.report.exit_code
 
 
-def check_policy(store: Store, ref: str) -> tuple[dict[str, Any], CalibratedPolicy | None]:
+def check_policy(store: Store, ref: str) -> tuple[Mapping[str, Any], CalibratedPolicy | None]:
     """(the policy as the workbench evaluates it, the calibrated policy or None): a calibrated policy
     file (semif-policy/1) brings its question, options, examples, readout, correction and gate."""
     path = Path(ref)
@@ -129,8 +129,8 @@ def check(store: Store, spec: CheckInput, target_for: Any) -> CheckResult:
         if not drift.pairs:
             raise UsageError(f"--baseline #{baseline['id']} has no rows in common with this check (rows are matched by "
                              "id and state): pick a run of the same labeled set")
-    labeled = store.get_labeled_set(set_id) or {}
-    first: dict[str, Any] = next((r["response"] for r in results if isinstance(r.get("response"), dict)), {})
+    labeled: Mapping[str, Any] = store.get_labeled_set(set_id) or {}
+    first: Mapping[str, Any] = next((r["response"] for r in results if isinstance(r.get("response"), dict)), {})
     model = first.get("model") or {}
     context: dict[str, Any] = {
         "policy": policy["id"], "labeled_set": f"{labeled.get('name')} (#{set_id})",

@@ -4,7 +4,7 @@ way, so the page and the command line show the same numbers for the same group."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -19,10 +19,11 @@ from app.core.inputs import rows_from_text, rows_from_upload, state_from_file
 from app.core.costs import PRICE_SOURCE as PRICE_SOURCE
 from app.core.runner import Case, ProgressFn, is_cold, run_policy
 from app.core.runner import progress_text as progress_text
+from app.core.records import Run
 from app.core.store import Store
 from app.targets.base import Target
 
-Policy = dict[str, Any]
+Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
 WARM_UP_STATE = "Warm-up call before the benchmark (not measured)."
 
 
@@ -79,7 +80,7 @@ def compare(store: Store, policy: Policy, cases: list[Case], targets: list[Targe
 @dataclass
 class Comparison:
     """A saved comparison as the Compare page and `app bench` show it."""
-    runs: list[dict[str, Any]]
+    runs: Sequence[Mapping[str, Any]]
     results: pd.DataFrame  # one row per (target, state)
     latency: pd.DataFrame  # per target: warm p50/p95/max/IQR, cold call, decisions/s, $/1,000
     accuracy: pd.DataFrame  # per target: labeled, correct, wrong, accuracy with a Wilson interval
@@ -106,7 +107,7 @@ class Comparison:
         return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:120]
 
 
-def comparison_name(runs: list[dict[str, Any]]) -> str:
+def comparison_name(runs: Sequence[Mapping[str, Any]]) -> str:
     """'Ticket routing · local vs adapter · 24 states · 2026-12-01 09:14 · #12'."""
     first = runs[0]
     return (f"{first['policy'].get('name')} · {' vs '.join(r['target_name'] for r in runs)} · "
@@ -121,9 +122,9 @@ def comparison(store: Store, group_id: str) -> Comparison:
                       analysis.disagreements(df), analysis.degenerate_targets(df), analysis.confusion_by_target(df, ids))
 
 
-def comparisons(store: Store) -> dict[str, list[dict[str, Any]]]:
+def comparisons(store: Store) -> dict[str, list[Run]]:
     """Saved comparisons, newest first: group id -> its runs in target order."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[Run]] = {}
     for r in store.list_runs(kind="compare"):
         groups.setdefault(r["group_id"], []).insert(0, r)
     return groups
@@ -144,8 +145,8 @@ def bench(store: Store, policy: Policy, cases: list[Case], targets: list[Target]
 @dataclass
 class Card:
     """One target's answer to a Playground state, with what is needed to read it."""
-    run: dict[str, Any]
-    result: dict[str, Any] | None
+    run: Mapping[str, Any]
+    result: Mapping[str, Any] | None
     latency: str  # "this call 2.1 s (warm) · recent warm calls: p50 …"
     gate: str | None = None  # what the saved calibrated policy of this policy would do with it
 
@@ -170,12 +171,13 @@ def decision(store: Store, group_id: str) -> Decision | None:
         return None
     warm = analysis.warm_latencies(store, {r["target_name"] for r in runs})
     calibrated = store.list_calibrated()
-    cards, tops = [], {}
+    cards: list[Card] = []
+    tops: dict[str, str] = {}
     for run in runs:
         res = next(iter(store.results(run["id"])), None)
         gate = None
         if res is not None and not res["error"]:
-            tops[run["target_name"]] = res["top_option"]
+            tops[run["target_name"]] = str(res["top_option"])
             preview = gate_preview(calibrated, run["policy_id"], res)
             if preview is not None:
                 rec, d = preview

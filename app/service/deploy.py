@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from adapter.calibrated import PolicyError, load_policy
 from adapter.catalog import SHIPPED
@@ -28,6 +28,7 @@ from deploy.pricing import cost_per_1000, first_choice, hint
 
 from app.core.deploy_records import apply_and_record, destroy_and_record, record_planned, record_result
 from app.core.settings import WorkbenchSettings
+from app.core.records import Deployment
 from app.core.store import Store
 
 WORK = Path(tempfile.gettempdir()) / "semif-deploy"
@@ -142,13 +143,13 @@ def destroy(store: Store, endpoint: str, ex: Executor) -> list[dict[str, Any]]:
     return destroy_and_record(store, endpoint, ex)
 
 
-def deployments(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def deployments(store: Store) -> tuple[list[Deployment], list[Deployment]]:
     """(deployments that ran, plans never run and failed attempts)."""
     deps = store.list_deployments()
     return [d for d in deps if d["status"] not in UNSETTLED], [d for d in deps if d["status"] in UNSETTLED]
 
 
-def calibrated_label(rec: dict[str, Any]) -> str:
+def calibrated_label(rec: Mapping[str, Any]) -> str:
     """How a saved calibrated policy is offered: its gate, and the accuracy of what it decides with n
     and the interval (a figure on a handful of rows says so)."""
     from app.core.stats import interval_text

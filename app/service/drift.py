@@ -2,25 +2,26 @@
 test, intervals, the gate's coverage, and the self-contained report - the numbers from app/core/drift.py."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from adapter.calibrated import CalibratedPolicy
 
 from app.core.drift import SHIFT_THRESHOLD, Drift, compare
 from app.core.gates import Gate
+from app.core.records import Calibrated, Run
 from app.core.store import Store
 
 
-def run_label(run: dict[str, Any]) -> str:
+def run_label(run: Mapping[str, Any]) -> str:
     return f"#{run['id']} {run['target_name']} · {run.get('model') or run['kind']}"
 
 
-def gates_for(store: Store, policy_id: str | None) -> dict[int, dict[str, Any]]:
+def gates_for(store: Store, policy_id: str | None) -> dict[int, Calibrated]:
     """The saved calibrated policies of a policy, whose own rule can be the gate of a comparison."""
     return {c["id"]: c for c in store.list_calibrated() if c["policy_id"] == policy_id}
 
 
-def gate(*, calibrated: dict[str, Any] | None = None, threshold: float | None = None) -> Gate:
+def gate(*, calibrated: Mapping[str, Any] | None = None, threshold: float | None = None) -> Gate:
     """No gate, a confidence threshold, or a saved calibrated policy's own rule (its model check
     aside, so two models can be compared)."""
     if calibrated is not None:
@@ -28,13 +29,13 @@ def gate(*, calibrated: dict[str, Any] | None = None, threshold: float | None = 
     return Gate(threshold=threshold)
 
 
-def runs_side_by_side(store: Store, run_a: dict[str, Any], run_b: dict[str, Any], *, gate: Gate = Gate(),
+def runs_side_by_side(store: Store, run_a: Mapping[str, Any], run_b: Mapping[str, Any], *, gate: Gate = Gate(),
                       shift_threshold: float = SHIFT_THRESHOLD) -> Drift:
     """Run A (the baseline) against run B: rows paired by id and state."""
     return compare(store.results(run_a["id"]), store.results(run_b["id"]), gate=gate, shift_threshold=shift_threshold,
                    labels={"a": run_label(run_a), "b": run_label(run_b)})
 
 
-def comparable(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
+def comparable(store: Store, run: Mapping[str, Any]) -> list[Run]:
     """Other runs of the same policy (candidates for "compare with")."""
     return [r for r in store.list_runs() if r["id"] != run["id"] and r["policy_id"] == run["policy_id"]]

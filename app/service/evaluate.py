@@ -4,7 +4,7 @@ export the calibrated policy the adapter enforces. The page and `python -m app c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from app.core import evaluation
 from app.core.calibration import SMALL
@@ -17,10 +17,11 @@ from app.core.runner import ProgressFn, StopScoring
 from app.core.stats import Proportion, proportion
 from app.core.stats import interval_text as interval_text
 from app.core.stats import range_text as range_text
+from app.core.records import Run
 from app.core.store import RunBusy, Store
 from app.targets.base import Target
 
-Policy = dict[str, Any]
+Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
 
 
 class EnoughRows(StopScoring):
@@ -130,29 +131,30 @@ def best_run(store: Store, outcomes: list[EvalOutcome]) -> int | None:
     return max(scored, key=lambda r: r["accuracy"])["run"] if scored else None
 
 
-def runs_of(store: Store, policy_id: str, set_id: int) -> list[dict[str, Any]]:
+def runs_of(store: Store, policy_id: str, set_id: int) -> list[Run]:
     """The evaluation runs of this policy on this set, newest first."""
     return [r for r in store.list_runs(kind="eval") if r["labeled_set_id"] == set_id and r["policy_id"] == policy_id]
 
 
-def measures(policy: Policy, run: dict[str, Any]) -> bool:
+def measures(policy: Policy, run: Mapping[str, Any]) -> bool:
     """Whether a run evaluated this policy as it is saved now (question, options, examples): a run of
     an earlier version measured another policy, and its gate must not be exported for this one."""
     return bool((run.get("config") or {}).get("policy_fingerprint") == evaluation.policy_fingerprint(policy))
 
 
-def by_version(policy: Policy, runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def by_version(policy: Policy, runs: Sequence[Mapping[str, Any]]
+               ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """(runs of the saved version, runs of earlier versions) - kept apart on the Calibrate page."""
     return [r for r in runs if measures(policy, r)], [r for r in runs if not measures(policy, r)]
 
 
-def version_of(run: dict[str, Any]) -> str:
+def version_of(run: Mapping[str, Any]) -> str:
     """'v3' - the saved version of the policy a run evaluated ('v?' for a run made before versions)."""
     v = (run.get("policy") or {}).get("version")
     return f"v{v}" if v else "v?"
 
 
-def readouts(store: Store, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def readouts(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per run: readout, rows, accuracy, macro-F1, ECE before/after, NLL, the correction."""
     return evaluation.readout_table(store, runs)
 
@@ -214,7 +216,7 @@ def save(store: Store, exported: Export) -> int:
 class Live:
     """An evaluation while it runs: what is scored, the accuracy so far with its interval, and the gate
     the rows so far would recommend (provisional: it moves as rows arrive)."""
-    run: dict[str, Any]
+    run: Mapping[str, Any]
     done: int
     total: int
     accuracy: Proportion
@@ -241,6 +243,6 @@ def live(store: Store, run_id: int, *, target_accuracy: float = 0.9) -> Live:
     return Live(run, run.get("done_rows", acc.n), int(run["n_rows"]), acc, gate)
 
 
-def running(store: Store, policy_id: str, set_id: int) -> list[dict[str, Any]]:
+def running(store: Store, policy_id: str, set_id: int) -> list[Run]:
     """The evaluation runs of this policy x set being scored now."""
     return [r for r in runs_of(store, policy_id, set_id) if r["status"] == "running"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from adapter.guard import GUARDS as GUARDS
 from adapter.schema import DEBIAS as DEBIAS
@@ -15,7 +15,7 @@ from adapter.schema import READOUTS as READOUTS
 from app.core.policies import changed_fields, parse_policy_json, policy_json, templates, validate_policy
 from app.core.store import StaleEdit, Store
 
-Policy = dict[str, Any]
+Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
 
 
 class PolicyNotFound(ValueError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Mapping
 
 from app.core import decision_import as di
 from app.core.inputs import InputError
@@ -46,7 +46,7 @@ def read_cloudwatch(group: str, *, stream_prefix: str | None = None, start: str 
     return di.parse_lines(lines)
 
 
-def import_log(store: Store, parsed: di.ParsedLog, policy: dict[str, Any], *, source: str) -> Imported:
+def import_log(store: Store, parsed: di.ParsedLog, policy: Mapping[str, Any], *, source: str) -> Imported:
     """The decisions that fit `policy` as a production run; InputError when there are none (naming
     what the log holds, or asking whether the adapter logged at all)."""
     if not parsed.records:

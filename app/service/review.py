@@ -4,13 +4,14 @@ labeled set as a new version (the parent never changes) - the rules are in app/c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from adapter.calibrated import CalibratedPolicy
 
 from app.core import review
 from app.core.gates import Gate
 from app.core.stats import Proportion
+from app.core.records import Review, Run
 from app.core.store import Store
 
 Item = review.Item
@@ -21,10 +22,10 @@ class Queue:
     items: list[review.Item]
     left_out: dict[str, int]  # labeled, known, no_state, other_options
     pending: int  # labels given, not yet added to a set version
-    last: dict[str, Any] | None  # the newest label or skip that can still be taken back
+    last: Review | None  # the newest label or skip that can still be taken back
 
 
-def queue(store: Store, policy: dict[str, Any], gate: Gate, *, into_set: int | None) -> Queue:
+def queue(store: Store, policy: Mapping[str, Any], gate: Gate, *, into_set: int | None) -> Queue:
     items, left = review.build_queue(store, policy, gate, exclude_set=into_set)
     return Queue(items, left, len(store.reviews(policy["id"], pending=True)), review.last_review(store, policy["id"]))
 
@@ -39,17 +40,18 @@ def undo(store: Store, review_id: int) -> None:
     store.undo_review(review_id)
 
 
-def add_version(store: Store, base_set_id: int, policy: dict[str, Any]) -> tuple[int, int, str]:
+def add_version(store: Store, base_set_id: int, policy: Mapping[str, Any]) -> tuple[int, int, str]:
     """(new set id, rows added, its content hash); ValueError when nothing is pending."""
     new, added = review.append_version(store, base_set_id, policy)
-    return new, added, (store.get_labeled_set(new) or {}).get("content_hash", "")
+    made = store.get_labeled_set(new)
+    return new, added, made["content_hash"] if made else ""
 
 
 def new_rows(store: Store, set_id: int) -> int:
     return review.new_rows(store, set_id)
 
 
-def narrowing(store: Store, run_id: int, config: dict[str, Any]) -> tuple[dict[str, Any], Proportion, Proportion] | None:
+def narrowing(store: Store, run_id: int, config: dict[str, Any]) -> tuple[Run, Proportion, Proportion] | None:
     """For a set version made by the review queue: (the parent version's run, accuracy of the decided
     rows at this gate there, here); None when the set has no evaluated parent."""
     before_run = review.parent_run(store, run_id)

@@ -3,7 +3,7 @@ what a set can support before anything is scored."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from adapter.templates import DATA_DIR
 
@@ -11,7 +11,7 @@ from app.core.inputs import InputError
 from app.core.labeled import import_file, set_support, shipped_sets
 from app.core.store import Store
 
-Policy = dict[str, Any]
+Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
 
 
 class SetNotFound(ValueError):

@@ -3,7 +3,7 @@ registry (app/targets/registry.py: fields, validation, build), deleted."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from app.core.store import Exists, Store
 from app.targets.base import Target, TargetError
@@ -14,7 +14,7 @@ from app.targets.registry import validate_target_spec
 
 log = logging.getLogger("semif.workbench")
 EngineProvider = Callable[[str | None], Any]
-Spec = dict[str, Any]
+Spec = Mapping[str, Any]  # a target record (app/core/records.TargetSpec) or a spec dict
 
 
 def specs(store: Store, *, single_rows: bool = False) -> list[Spec]:

@@ -10,7 +10,7 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from adapter.catalog import SHIPPED
 from deploy.config import BUCKET_PATTERN, DEFAULT_TRANSFORM_INSTANCE, REGION_PATTERN, SAGEMAKER_NAME_PATTERN
@@ -283,7 +283,7 @@ def validate_target_spec(name: str, kind: str, config: Config, secrets: dict | N
     return errors
 
 
-def build_target(spec: dict, engine_provider: Callable | None = None, secrets: dict | None = None) -> Target:
+def build_target(spec: Mapping[str, Any], engine_provider: Callable | None = None, secrets: dict | None = None) -> Target:
     """A target from its saved spec {name, kind, config}; raise TargetError on a bad spec."""
     name, cfg = spec.get("name") or "", spec.get("config") or {}
     k = kind_of(str(spec.get("kind")))
@@ -293,11 +293,11 @@ def build_target(spec: dict, engine_provider: Callable | None = None, secrets: d
         raise TargetError(f"target {name!r}: missing setting {exc.args[0]!r}") from None
 
 
-def single_rows(spec: dict) -> bool:
+def single_rows(spec: Mapping[str, Any]) -> bool:
     return spec.get("kind") in KINDS and KINDS[spec["kind"]].single_rows
 
 
-def snippets(spec: dict, body: dict) -> list[Snippet]:
+def snippets(spec: Mapping[str, Any], body: dict) -> list[Snippet]:
     """[(title, language, code)] that send `body` to the target the way the workbench did."""
     k = KINDS.get(str(spec.get("kind")))
     if k is None:
@@ -305,7 +305,7 @@ def snippets(spec: dict, body: dict) -> list[Snippet]:
     return k.snippets(spec.get("config") or {}, body)
 
 
-def hourly_price(spec: dict, deployments: Deployments | None = None) -> tuple[float | None, str]:
+def hourly_price(spec: Mapping[str, Any], deployments: Deployments | None = None) -> tuple[float | None, str]:
     """(hourly USD, what it is): the target's own price, else its kind's source (a SageMaker
     endpoint: the instance type of the deployment behind it)."""
     cfg = spec.get("config") or {}
@@ -326,7 +326,7 @@ def builtin_specs() -> list[dict]:
                               for m in SHIPPED.values() if m.offered and m.name != default]
 
 
-def target_specs(store, single_rows_only: bool = False) -> list[dict]:
+def target_specs(store, single_rows_only: bool = False) -> list[Mapping[str, Any]]:
     """The built-in local targets first, then the saved ones (a saved name overrides a built-in).
     `single_rows_only`: only targets that answer one row at a time (Playground, Compare, the checks)."""
     saved = store.list_targets()

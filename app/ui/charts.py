@@ -1,6 +1,8 @@
 """Plotly figure builders: arrays/frames in, figures out (no Streamlit, easy to test)."""
 from __future__ import annotations
 
+from typing import Any, Mapping, Sequence
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -117,7 +119,7 @@ def coverage_curve(curve: dict, gate: float | None, target: float | None = None)
     return fig
 
 
-def rate_bars(rows: list[dict], title: str, worry: float | None = None) -> go.Figure:
+def rate_bars(rows: Sequence[Mapping[str, Any]], title: str, worry: float | None = None) -> go.Figure:
     """Rates as horizontal bars with their 95% intervals; rows: {label, rate, low, high, n}."""
     rows = [r for r in rows if r.get("rate") is not None]
     labels = [f"{r['label']} (n={r['n']})" for r in rows]

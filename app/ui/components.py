@@ -1,6 +1,8 @@
 """Streamlit display pieces shared by pages: a run group's results, pickers, downloads, glossary."""
 from __future__ import annotations
 
+from typing import Any, Mapping, Sequence
+
 import json
 from dataclasses import dataclass
 
@@ -99,7 +101,7 @@ def _short(state: object, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def policy_picker(policies: list[dict], key: str, default: str = "ticket-routing") -> dict:
+def policy_picker(policies: Sequence[Mapping[str, Any]], key: str, default: str = "ticket-routing") -> Mapping[str, Any]:
     """A policy selectbox (names shown): the policy of the other pages (and of the URL) when there is one,
     else the routing template when present; a change here becomes every page's policy."""
     by_id = {p["id"]: p for p in policies}
@@ -128,7 +130,7 @@ def download_frame(df: pd.DataFrame, filename: str, label: str, key: str) -> Non
 @dataclass
 class CheckSetup:
     """What the Order check and the Robustness page both ask first: policy, states, target, readout."""
-    policy: dict
+    policy: Mapping[str, Any]
     set_id: int | None  # a labeled set of the policy, or None: the pasted states
     pasted: str
     limit: int

@@ -2,6 +2,8 @@
 come from app/core/drift.py, the report from app/drift_report.py; this module only lays them out."""
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import streamlit as st
 
 from app.core.drift import FLIP_KINDS, SHIFT_THRESHOLD, pair_frame
@@ -35,7 +37,7 @@ def gate_choice(db: Store, policy_id: str | None, key: str) -> Gate:
     return drift_service.gate(calibrated=saved[int(pick)])
 
 
-def render_drift(db: Store, run_a: dict, run_b: dict, key: str) -> None:
+def render_drift(db: Store, run_a: Mapping[str, Any], run_b: Mapping[str, Any], key: str) -> None:
     """Run A (the baseline) against run B: counts, tests, intervals, charts, the rows, downloads."""
     gate = gate_choice(db, run_b.get("policy_id"), key)
     threshold = st.number_input("Shift threshold (probability moved, same top option)", 0.01, 0.99, SHIFT_THRESHOLD,

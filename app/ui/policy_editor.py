@@ -3,12 +3,12 @@ state, no widgets): the Policies page keeps a draft across another session's sav
 a stale view, and knows when the draft differs from the saved version."""
 from __future__ import annotations
 
-from typing import Any, Iterable, MutableMapping
+from typing import Any, Iterable, Mapping, MutableMapping
 
 VIEW_KEY = "pol_view"  # session state: (policy id, the saved policy the editor was built from)
 
 
-def editor_view(state: MutableMapping[str, Any] | Any, pick: str | None, saved: dict | None) -> tuple[dict | None, str | None]:
+def editor_view(state: MutableMapping[str, Any] | Any, pick: str | None, saved: Mapping[str, Any] | None) -> tuple[Mapping[str, Any] | None, str | None]:
     """(the saved policy this session's editor shows, a note when it is no longer the saved one).
 
     The editor shows the version this session loaded - kept in `state` - not whatever is saved now:
@@ -60,7 +60,7 @@ def _rows_key(kind: str, view: str) -> str:
     return f"pol_rows_{kind}_{view}"
 
 
-def row_ids(state: MutableMapping[str, Any] | Any, kind: str, view: str, saved: dict) -> list[int]:
+def row_ids(state: MutableMapping[str, Any] | Any, kind: str, view: str, saved: Mapping[str, Any]) -> list[int]:
     """The rows (of "options" or "examples") the editor shows, as stable ids: the saved rows are
     0..n-1, an added row takes the next unused id, a removed one leaves the list (so the other rows
     keep their widgets and what was typed in them). Rebuilt from the saved policy when the view's
@@ -84,13 +84,13 @@ def remove_row(state: MutableMapping[str, Any] | Any, kind: str, view: str, row:
         state.pop(key(f"{kind}.{col}", view, row), None)
 
 
-def row_default(saved: dict, kind: str, row: int, col: str) -> str:
+def row_default(saved: Mapping[str, Any], kind: str, row: int, col: str) -> str:
     """What a row's cell starts as: the saved row's value, empty for an added row."""
     rows = saved.get(kind) or []
     return str((rows[row] or {}).get(col) or "") if row < len(rows) else ""
 
 
-def draft(state: MutableMapping[str, Any] | Any, view: str, saved: dict, json_text: str) -> dict[str, Any]:
+def draft(state: MutableMapping[str, Any] | Any, view: str, saved: Mapping[str, Any], json_text: str) -> dict[str, Any]:
     """The policy as this view's widgets hold it now (a widget not drawn yet: the saved value), with
     the JSON view's text under "json" (`json_text` is what that view starts with)."""
     out: dict[str, Any] = {"id": saved.get("id") or None}

@@ -1,5 +1,6 @@
 """Calibrate: labeled sets -> batch evaluation (several targets x readouts) -> metrics, gate, fallback
 -> a calibrated policy saved for Deploy (and downloadable)."""
+from typing import Any, Mapping
 import json
 
 import pandas as pd
@@ -214,7 +215,7 @@ def correction_section(cal: dict) -> None:
                                              f"After {chosen.name} (out of fold)"), key="cal_conf_after")
 
 
-def export_section(db, run_id: int, cal: dict, policy: dict) -> None:
+def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> None:
     rep = cal["report"]
     c1, c2 = st.columns(2)
     fallback = c1.selectbox("Fallback when gated", ["human-review", *cal["option_ids"]], key="cal_fallback")

@@ -1,6 +1,7 @@
 """Compare: one policy over many states against several targets - answers, accuracy against labels
 (with n and a 95% interval, a confusion matrix per target), latency (cold apart from warm), cost per
 1,000 decisions, agreement, two targets side by side."""
+from typing import Any, Mapping, Sequence
 import pandas as pd
 import streamlit as st
 
@@ -11,7 +12,7 @@ from app.ui.drift_panel import render_drift, run_label
 from app.ui.safe_text import md
 
 
-def parse_input(pasted: str, upload, policy: dict):
+def parse_input(pasted: str, upload, policy: Mapping[str, Any]):
     """The cases to run, or None after showing why the upload was rejected (labels must be the
     policy's option ids, as on Calibrate)."""
     try:
@@ -86,7 +87,7 @@ def render_results(db, gid: str) -> None:
     glossary("warm", "p50_vs_first")
 
 
-def drift_section(db, runs: list[dict]) -> None:
+def drift_section(db, runs: Sequence[Mapping[str, Any]]) -> None:
     """Two of the comparison's targets side by side: flips, shifts, McNemar, intervals, the report."""
     st.subheader("Two targets side by side")
     by_id = {r["id"]: r for r in runs}

@@ -149,12 +149,12 @@ def deployments(db, endpoint_url, poll) -> None:
     deps = live + failed
     cols = ("id", "path", "compute", "region", "status", "created_at", "updated_at")
     if live:
-        st.dataframe(pd.DataFrame([{k: d[k] for k in cols} for d in live]), hide_index=True)
+        st.dataframe(pd.DataFrame(live)[list(cols)], hide_index=True)
     else:
         st.caption("None yet.")
     if failed:
         with st.expander(f"Plans not deployed and failed attempts ({len(failed)})"):
-            st.dataframe(pd.DataFrame([{k: d[k] for k in cols} for d in failed]), hide_index=True)
+            st.dataframe(pd.DataFrame(failed)[list(cols)], hide_index=True)
     if not deps:
         return
     by_id = {d["id"]: d for d in live + failed}

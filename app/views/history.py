@@ -1,5 +1,6 @@
 """History: every run, opened, deleted, or compared with another (flips, shifts, McNemar - app/core/drift.py);
 failed attempts apart; an imported decision log (production traffic) replayed on a target."""
+from typing import Any, Mapping, Sequence
 import pandas as pd
 import streamlit as st
 
@@ -10,7 +11,7 @@ from app.ui.drift_panel import render_drift
 from app.ui.safe_text import md
 
 
-def runs_table(runs: list[dict]) -> pd.DataFrame:
+def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     # what a run is and how it went first: on a narrow window the long model names go off to the right
     return pd.DataFrame([{"run": r["id"], "baseline": "baseline" if r["pinned"] else "", "kind": r["kind"],
                           "status": r["status"], "rows": r["done_rows"], "errors": r["error_rows"],
@@ -18,7 +19,7 @@ def runs_table(runs: list[dict]) -> pd.DataFrame:
                           "when": r["created_at"][:19].replace("T", " "), "model": r["model"] or ""} for r in runs])
 
 
-def results_table(results: list[dict]) -> pd.DataFrame:
+def results_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per result: probabilities as one column per option, empty cells for missing values."""
     rows = []
     for r in results:
@@ -52,7 +53,8 @@ def render() -> None:
         with st.expander(f"Failed attempts ({len(failed)}): every call of these runs failed"):
             st.dataframe(runs_table(failed)[["run", "when", "kind", "policy", "target", "rows"]], hide_index=True)
             for r in failed[:5]:
-                err = (db.results(r["id"]) or [{}])[0].get("error")
+                first = db.results(r["id"])
+                err = first[0]["error"] if first else None
                 st.caption(f"#{r['id']} {md(r['target_name'])}: {md(err or 'no result')}")
     by_id = {r["id"]: r for r in runs + failed}
     context.follow("hist_open", "run", list(by_id))  # ?run=6 opens run 6; a run opened elsewhere opens here
@@ -105,7 +107,7 @@ def render() -> None:
                    "show what changed between them.")
 
 
-def production_section(db, run: dict) -> None:
+def production_section(db, run: Mapping[str, Any]) -> None:
     """An imported decision log: what it holds, and a replay of its logged states on a target."""
     info = (run.get("config") or {}).get("import") or {}
     st.caption(f"Imported from {md(info.get('source'))}: {info.get('decisions')} decisions from {info.get('first', '')[:19]} "

@@ -1,4 +1,5 @@
 """Order check: does the order of the options change the answer? Per policy x target x readout."""
+from typing import Any, Mapping
 import streamlit as st
 
 from app.service import checks, targets
@@ -7,7 +8,7 @@ from app.ui.components import check_setup, download_frame
 from app.ui.safe_text import md
 
 
-def show(db, run: dict) -> None:
+def show(db, run: Mapping[str, Any]) -> None:
     result = checks.order_report(db, run)
     report = result.report
     st.subheader(f"{md(run['policy']['name'])} on {md(run['target_name'])} ({md(run['config'].get('variant', 'default'))})")

@@ -1,4 +1,5 @@
 """Playground: one policy, one state, one or more targets - the probabilities side by side."""
+from typing import Any, Mapping
 import json
 
 import streamlit as st
@@ -12,7 +13,7 @@ FIRST_STATE = "I reset my password an hour ago and now I cannot log in at all. T
 POLICY_DEFAULT = "policy default"
 
 
-def run(db, policy: dict, state: object, names: list[str], overrides: dict) -> None:
+def run(db, policy: Mapping[str, Any], state: object, names: list[str], overrides: dict) -> None:
     """Score the state on the chosen targets (models load first, with a status line) and remember
     the run and the state that produced it."""
     chosen = resources.chosen_targets(db, names)

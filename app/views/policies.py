@@ -8,7 +8,7 @@ it is refused ("Not saved", with the reason) instead of overwriting the newer ve
 The fields are plain widgets (no st.form), one row of inputs per option and example: their values are
 in session state on every rerun, so the page compares the draft with the saved version (Unsaved
 changes), and a switch to another policy while they differ waits for the analyst's answer."""
-from typing import Any
+from typing import Any, Mapping
 
 import streamlit as st
 
@@ -77,7 +77,7 @@ def unsaved(shown: tuple[str, str] | None) -> list[str]:
     return policy_service.changed_fields(draft(st.session_state, view, saved, json_start(pick, saved)), saved)
 
 
-def json_start(pick: str, saved: dict[str, Any]) -> str:
+def json_start(pick: str, saved: Mapping[str, Any]) -> str:
     return policy_service.policy_json(saved) if pick != NEW else ""
 
 
@@ -109,7 +109,7 @@ def new_policy() -> None:
     st.session_state["pol_pick"] = NEW  # switch_or_ask asks first when the open draft is not saved
 
 
-def rows_editor(kind: str, view: str, current: dict[str, Any], columns: tuple[str, str], placeholders: tuple[str, str],
+def rows_editor(kind: str, view: str, current: Mapping[str, Any], columns: tuple[str, str], placeholders: tuple[str, str],
                 most: int, least: int, add_label: str) -> None:
     """One row of inputs per option or example, Remove per row and Add below - plain widgets, so a
     value typed quickly is never lost to a grid's rerun, and every value is in session state."""

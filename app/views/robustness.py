@@ -1,5 +1,6 @@
 """Robustness check: does the decision hold when a customer tries to steer it, when the question or
 the options are reworded, when options are added - per policy x target x readout (and guard)?"""
+from typing import Any, Mapping
 import json
 
 import streamlit as st
@@ -12,7 +13,7 @@ from app.ui.safe_text import md
 LEVEL = {"ok": st.success, "warn": st.warning, "bad": st.error}
 
 
-def suite_form(policy: dict) -> tuple:
+def suite_form(policy: Mapping[str, Any]) -> tuple:
     """The shipped suite for this policy, extended or edited by the analyst; raises SuiteError."""
     suite = checks.shipped_suite(policy)
     with st.expander("What the check changes (the suite)", expanded=False):
@@ -37,7 +38,7 @@ def suite_form(policy: dict) -> tuple:
                                   irrelevant=irrelevant, out_of_scope=out_of_scope)
 
 
-def show(db, run: dict) -> None:
+def show(db, run: Mapping[str, Any]) -> None:
     report = checks.robustness_report(db, run["id"])
     s = report.summary
     cfg = run["config"]

@@ -1,5 +1,6 @@
 """Targets: where decisions come from - local models, adapters, endpoints (no secrets stored). The
 form is drawn from the kind registry (app/targets/registry.py): each kind declares its fields."""
+from typing import Any, Mapping
 import streamlit as st
 
 from app.service import targets
@@ -7,7 +8,7 @@ from app.ui import resources
 from app.ui.safe_text import md
 
 
-def target_card(spec: dict, db) -> None:
+def target_card(spec: Mapping[str, Any], db) -> None:
     name = spec["name"]
     kinds = targets.kinds()
     with st.container(border=True):

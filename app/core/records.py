@@ -1,0 +1,162 @@
+"""What the store hands out, as typed records (no Streamlit): one TypedDict per table, the JSON columns
+decoded. TypedDicts rather than classes because every consumer reads them by key - pandas frames, JSON
+downloads, the adapter's own dicts - and mypy checks those keys where a record flows (a misspelt
+`run["target_nmae"]` is an error). The columns and their meaning are the store's SCHEMA (app/core/store.py)."""
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+RunStatus = Literal["running", "done", "done-with-errors", "failed", "interrupted", "stopped"]  # stopped: resumable
+
+
+class Policy(TypedDict, total=False):
+    """A decision policy: the question and its ordered options (+ examples, settings); `version` is
+    bumped by every save (an editor saves against the version it loaded)."""
+    id: str
+    name: str
+    question: str
+    options: list[dict[str, str]]  # [{id, description}], in the order the model sees them
+    examples: list[dict[str, Any]]  # [{state, option_id}]
+    notes: str  # for people only: never sent to the model
+    readout: str  # "" = the model's default
+    debias: str
+    guard: str
+    version: int
+    created_at: str
+    updated_at: str
+
+
+class TargetSpec(TypedDict, total=False):
+    """A saved target (the built-in local ones have no created_at): app/targets/registry.py builds it."""
+    name: str
+    kind: str
+    config: dict[str, Any]
+    created_at: str
+
+
+class Run(TypedDict):
+    """One run: a policy (its own copy) on one target; kind says which page or command made it."""
+    id: int
+    group_id: str
+    kind: str  # playground, compare, eval, check, order-check, robustness, production, replay
+    policy_id: str
+    policy: Policy
+    target_name: str
+    target: TargetSpec
+    model: str | None
+    status: RunStatus
+    n_rows: int
+    done_rows: int
+    error_rows: int
+    created_at: str
+    finished_at: str | None
+    pinned: int
+    note: str | None
+    labeled_set_id: int | None
+    config: dict[str, Any]
+    lease_owner: str | None
+    lease_until: float | None
+
+
+class Result(TypedDict):
+    """One row's answer in a run (or its error), with the request sent and the response received."""
+    id: int
+    run_id: int
+    row_key: str
+    position: int
+    state: Any  # text, or a JSON object / array
+    label: str | None
+    option_ids: list[str] | None
+    probabilities: list[float] | None
+    top_option: str | None
+    label_mass: float | None
+    probability_status: str | None
+    readout: str | None
+    latency_s: float
+    cold: int
+    error: str | None
+    request: Any
+    response: Any
+    reuse_key: str | None
+    reused_from: int | None
+
+
+class LabeledSet(TypedDict):
+    id: int
+    name: str
+    policy_id: str | None
+    content_hash: str
+    n_rows: int
+    source: str
+    created_at: str
+    parent_id: int | None  # the set this one is a new version of (the review queue)
+
+
+class LabeledRow(TypedDict):
+    id: int
+    set_id: int
+    row_key: str
+    position: int
+    state: Any
+    label: str
+    split: str | None  # "train" rows are never scored
+    meta: dict[str, Any] | None
+
+
+class Review(TypedDict):
+    """A label (or skip) given in the review queue, who and when; set_id once it went into a version."""
+    id: int
+    policy_id: str
+    item_key: str
+    run_id: int
+    row_key: str
+    state: Any
+    label: str | None
+    action: str  # "label" | "skip"
+    note: str
+    who: str
+    at: str
+    set_id: int | None
+    undone: int
+
+
+class Calibrated(TypedDict):
+    """A calibrated policy saved for Deploy, with its provenance; `config` is the semif-policy/1 file."""
+    id: int
+    policy_id: str
+    name: str
+    run_id: int
+    created_at: str
+    gate_source: str
+    threshold: float
+    coverage: float | None
+    accuracy: float | None
+    model_file: str
+    model_sha256: str
+    dataset_hash: str
+    config: dict[str, Any]
+
+
+class Deployment(TypedDict):
+    id: str
+    path: str  # serving path: semif | textgen
+    compute: str
+    region: str
+    endpoint_name: str
+    model_name: str
+    endpoint_config_name: str
+    status: str
+    config: dict[str, Any]
+    plan: list[dict[str, Any]]
+    created_at: str
+    updated_at: str
+
+
+class AuditEntry(TypedDict):
+    id: int
+    deployment_id: str
+    at: str
+    who: str
+    action: str
+    what: str
+    result: str

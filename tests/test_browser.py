@@ -546,7 +546,7 @@ def test_an_evaluation_outlives_the_page_and_stops_when_asked(browser, tmp_path)
         assert second[1] == "stopped" and 0 < second[2] < 60  # what was scored stays; running again resumes
         settle(page)
         expect(page.get_by_text(re.compile(r"stopped at \d+/60"))).to_be_visible()
-        page.screenshot(path=str(shot_dir(tmp_path) / "stopped.png"), full_page=True)
+        page.screenshot(path=str(tmp_path / "stopped.png"), full_page=True)
     finally:
         con.close()
         ctx.close()

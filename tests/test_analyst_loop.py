@@ -62,12 +62,23 @@ def test_a_link_to_history_opens_that_run(db):
     seeded(db)
     policy = db.get_policy("ticket-routing")
     target = {"name": "local", "kind": "local", "config": {}}
-    first = db.create_run(kind="playground", policy=policy, target=target, n_rows=0)
+    first = db.create_run(kind="compare", policy=policy, target=target, n_rows=3)
     second = db.create_run(kind="playground", policy=policy, target=target, n_rows=0)
+    for i, (top, label) in enumerate([("billing", "billing"), ("access", "access"), ("access", "billing")]):
+        db.add_result(first, {"row_key": f"r{i}", "position": i, "state": f"s{i}", "label": label, "cold": 0,
+                              "option_ids": ["access", "billing"], "probabilities": [0.5, 0.5], "top_option": top,
+                              "label_mass": 1.0, "latency_s": 0.1, "error": None, "request": {}, "response": {}})
     for rid in (first, second):
         db.finish_run(rid, "done")
     at = page("history")
     assert at.selectbox(key="hist_open").value == second  # the newest, without a link
+    from app.core.stats import proportion
+
+    p = proportion(2, 3)
+    table = next(d.value for d in at.dataframe if "accuracy" in d.value.columns)
+    assert table.loc[table["run"] == first, "accuracy"].item() == \
+        f"{p.rate:.0%} (n=3, 95% CI {p.low:.0%}–{p.high:.0%}) · few rows"  # a run's accuracy with n and its interval
+    assert table.loc[table["run"] == second, "accuracy"].item() == ""  # no labels, no accuracy
     linked = page("history", run=str(first))  # /history?run=<first> - ignored before
     assert linked.selectbox(key="hist_open").value == first
     linked.selectbox(key="hist_open").select(second).run()

@@ -4,7 +4,7 @@ downloads, the adapter's own dicts - and mypy checks those keys where a record f
 `run["target_nmae"]` is an error). The columns and their meaning are the store's SCHEMA (app/core/store.py)."""
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 RunStatus = Literal["running", "done", "done-with-errors", "failed", "interrupted", "stopped"]  # stopped: resumable
 
@@ -48,6 +48,8 @@ class Run(TypedDict):
     n_rows: int
     done_rows: int
     error_rows: int
+    labeled_rows: NotRequired[int]  # in list_runs: answered rows with a label, and how many are right
+    correct_rows: NotRequired[int]
     created_at: str
     finished_at: str | None
     pinned: int

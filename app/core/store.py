@@ -390,10 +390,12 @@ class Store:
         with self.db() as db:
             where, args = ("kind = ?", [kind]) if kind else (None, [])
             runs = [_run(r) for r in db.table("runs").rows_where(where, args, order_by="id desc")]
-            counts = {r["run_id"]: (r["n"], r["errors"]) for r in db.query(
-                "SELECT run_id, count(*) AS n, sum(error IS NOT NULL) AS errors FROM results GROUP BY run_id")}
+            counts = {r["run_id"]: (r["n"], r["errors"], r["labeled"], r["correct"]) for r in db.query(
+                "SELECT run_id, count(*) AS n, sum(error IS NOT NULL) AS errors, "
+                "sum(error IS NULL AND label IS NOT NULL AND top_option IS NOT NULL) AS labeled, "
+                "sum(error IS NULL AND label IS NOT NULL AND top_option = label) AS correct FROM results GROUP BY run_id")}
         for r in runs:
-            r["done_rows"], r["error_rows"] = counts.get(r["id"], (0, 0))
+            r["done_rows"], r["error_rows"], r["labeled_rows"], r["correct_rows"] = counts.get(r["id"], (0, 0, 0, 0))
         return cast(list[Run], runs)
 
     def get_run(self, run_id: int) -> Run | None:

@@ -4,7 +4,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import streamlit as st
 
-from app.service import decide, production, targets
+from app.service import decide, history, production, targets
 from app.ui import context, resources
 from app.ui.components import download_frame, show_group_results
 from app.ui.drift_panel import render_drift
@@ -15,6 +15,7 @@ def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     # what a run is and how it went first: on a narrow window the long model names go off to the right
     return pd.DataFrame([{"run": r["id"], "baseline": "baseline" if r["pinned"] else "", "kind": r["kind"],
                           "status": r["status"], "rows": r["done_rows"], "errors": r["error_rows"],
+                          "accuracy": history.accuracy_text(r.get("correct_rows", 0), r.get("labeled_rows", 0)),
                           "policy": r["policy"].get("name"), "target": r["target_name"],
                           "when": r["created_at"][:19].replace("T", " "), "model": r["model"] or ""} for r in runs])
 

@@ -200,17 +200,22 @@ def test_accuracy_intervals_skip_runs_without_a_rate():
     assert list(pts.error_y.array) == pytest.approx([0.1, 0.1]) and list(pts.error_y.arrayminus) == pytest.approx([0.1, 0.2])
 
 
-def test_progress_eta_ignores_rows_finished_before_a_resume(monkeypatch):
+def test_progress_eta_times_rows_after_the_first_and_ignores_rows_finished_before_a_resume(monkeypatch):
+    """The first row of a session pays for the model load and the policy's first passes (40 s here);
+    an ETA from it said '770 s left' for a 100-s run. Rows before a resume are counted, not timed."""
     from app.core import runner
 
-    clock = iter([100.0, 102.0])  # start, then 2 s later (a fake clock: no timing in tests)
+    clock = iter([100.0, 140.0, 144.0])  # start; row 7 done at 140 s; row 9 at 144 s (two rows after the first)
     monkeypatch.setattr(runner.time, "perf_counter", lambda: next(clock))
     seen = []
-    p = runner.Progress(10, lambda d, t, e: seen.append((d, t, e)), already=6)
+    p = runner.Progress(12, lambda d, t, e: seen.append((d, t, e)), already=6)
     assert p.done == 6 and seen == []
-    p.tick()
-    assert seen[-1] == (7, 10, 2.0 / 1 * 3)  # 1 row timed in 2 s, 3 rows left -> 6 s
-    assert runner.progress_text(10, 10, 0.0).endswith("done") and "about 6 s left" in runner.progress_text(7, 10, 6.0)
+    p.tick()  # row 7: the slow first one
+    p.tick()  # row 8: one row timed after it - not yet an estimate
+    assert [e for _, _, e in seen] == [None, None]
+    p.tick()  # row 9: two rows in 4 s after the first -> 2 s a row, 3 left -> 6 s
+    assert seen[-1] == (9, 12, 6.0)
+    assert runner.progress_text(12, 12, 0.0).endswith("done") and "about 6 s left" in runner.progress_text(9, 12, 6.0)
 
 
 def test_a_target_that_answers_one_option_for_everything_is_named():

@@ -138,3 +138,44 @@ def test_runs_of_an_earlier_policy_version_are_kept_apart_and_never_exported(db,
     (only,) = at.selectbox(key="cal_run_pick").options  # the v1 run is not offered for export
     assert only.startswith(f"#{new.run_id} · v2 ·")
     assert any("earlier versions" in e.label for e in at.expander)
+
+
+def test_a_link_keeps_its_policy_through_a_page_that_never_picked_it_up(db):
+    """Second walkthrough: /calibrate?policy=X on a workbench without labeled sets, then Playground, gave
+    ticket-routing - the Calibrate page returned before it took the policy from the URL."""
+    seeded(db)
+    at = page("calibrate", policy="refund-check")
+    assert at.selectbox(key="cal_up_policy").value == "refund-check"  # the upload's labels follow it too
+    page("playground", at)
+    assert at.selectbox(key="pg_policy").value == "refund-check"
+    page("calibrate", at)  # back again: the upload picker is drawn afresh, from the current policy
+    assert at.selectbox(key="cal_up_policy").value == "refund-check"
+
+
+def test_a_link_to_a_run_that_does_not_exist_says_so(db):
+    seeded(db)
+    rid = db.create_run(kind="playground", policy=db.get_policy("ticket-routing"),
+                        target={"name": "local", "kind": "local", "config": {}}, n_rows=0)
+    db.finish_run(rid, "done")
+    at = page("history", run="999")
+    assert any("Run #999 does not exist" in w.value for w in at.warning)
+    assert at.selectbox(key="hist_open").value == rid
+
+
+def test_a_gate_no_better_than_chance_is_called_out_before_it_is_saved_and_on_deploy():
+    from app.core.stats import proportion
+    from app.service.deploy import calibrated_label
+    from app.service.evaluate import gate_warnings
+
+    def at_gate(k: int, n: int) -> dict:
+        return {"n": n, "decided": n, "accuracy_interval": proportion(k, n).to_dict()}
+
+    chance = gate_warnings(at_gate(8, 24), 3, 0.9)  # 33% of 24 decided rows, 3 options: the walkthrough's gate
+    assert len(chance) == 2 and "no better than chance (33% with 3 options)" in chance[0] and "below the target" in chance[1]
+    assert gate_warnings(at_gate(23, 24), 3, 0.9) == []  # 96%: fine
+    assert gate_warnings(at_gate(17, 24), 3, 0.9) == ["Even the top of the interval (85%) is below the target accuracy of 90%."]
+    assert gate_warnings({"n": 24, "decided": 0, "accuracy_interval": proportion(0, 0).to_dict()}, 3, 0.9) == []
+    rec = {"id": 1, "name": "Expense approval", "threshold": 0.325, "gate_source": "hand-set", "created_at": "2026-12-02T15",
+           "accuracy": 8 / 24, "coverage": 1.0,
+           "config": {"options": [{}, {}, {}], "target_accuracy": None, "metrics": {"at_gate": at_gate(8, 24)}}}
+    assert "⚠ no better than chance" in calibrated_label(rec) and "n=24" in calibrated_label(rec)

@@ -50,17 +50,22 @@ class Progress:
         """`already`: items finished before this session (a resumed run) - counted, not timed."""
         self.total, self.done, self.already = total, already, already
         self.t0, self.callback = time.perf_counter(), callback
+        self.first: tuple[float, int] | None = None  # (when, done) at the first row of this session
 
     def tick(self, n: int = 1) -> None:
         self.done += n
+        if self.first is None:  # the first row pays for the model load and the policy's first passes
+            self.first = (time.perf_counter(), self.done)
         if self.callback:
             self.callback(self.done, self.total, self.eta())
 
     def eta(self) -> float | None:
-        timed = self.done - self.already
-        if timed <= 0:
+        """Seconds left, from the time per row since the first row (which pays the policy's one-time
+        passes and would inflate every estimate); None until two more rows are timed."""
+        if self.first is None or self.done - self.first[1] < 2:
             return None
-        return (time.perf_counter() - self.t0) / timed * (self.total - self.done)
+        per_row = (time.perf_counter() - self.first[0]) / (self.done - self.first[1])
+        return per_row * (self.total - self.done)
 
 
 def progress_text(done: int, total: int, eta: float | None, unit: str = "calls") -> str:

@@ -106,7 +106,7 @@ class Planned:
             lines.append(f"Cost per 1,000 decisions on {itype}: " + (f"~${usd:.4f}" if usd is not None else "unknown")
                          + f" at {rate:g} decisions/s per instance ("
                          + ("your measurement" if measured else "the instance family's default; measure yours with "
-                            "`python -m app bench` and enter it above") + f"); {note}")
+                            "python -m app bench and enter it above") + f"); {note}")
         return lines
 
 
@@ -161,5 +161,10 @@ def calibrated_label(rec: Mapping[str, Any]) -> str:
     else:  # saved before intervals were recorded
         acc = "n/a" if rec.get("accuracy") is None else f"{rec['accuracy']:.0%} (n not recorded)"
         cov = f"coverage {rec.get('coverage') or 0:.0%}"
+    config = rec.get("config") or {}
+    from app.service.evaluate import gate_warnings
+
+    warn = " · ⚠ no better than chance" if any("chance" in w for w in gate_warnings(
+        at, len(config.get("options") or [0, 0]), config.get("target_accuracy"))) else ""
     return (f"#{rec['id']} {rec['name']} · gate {rec['threshold']:.3f} ({rec['gate_source']}) · accuracy {acc} · "
-            f"{cov} · {str(rec['created_at'])[:16]}")
+            f"{cov}{warn} · {str(rec['created_at'])[:16]}")

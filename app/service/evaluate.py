@@ -181,6 +181,29 @@ class Export:
     def nothing_decided(self) -> str | None:
         return nothing_decided(self.at_gate, self.fallback)
 
+    @property
+    def warnings(self) -> list[str]:
+        """What is wrong with what this gate decides, said before it is saved (it can still be)."""
+        return gate_warnings(self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
+
+
+def gate_warnings(at_gate: dict[str, Any], n_options: int, target: float | None) -> list[str]:
+    """A gate whose decided rows are no better than chance, or surely below the target accuracy - the
+    two ways a saved gate automates wrong decisions. Empty when neither holds (or nothing is decided)."""
+    p = at_gate.get("accuracy_interval") or {}
+    if not at_gate.get("decided") or p.get("rate") is None:
+        return []
+    chance = 1 / n_options
+    out = []
+    if p["low"] <= chance:
+        out.append(f"The rows this gate decides are right {p['rate']:.0%} of the time (95% CI {p['low']:.0%}–"
+                   f"{p['high']:.0%}, n={p['n']}): no better than chance ({chance:.0%} with {n_options} options). "
+                   "Deployed, it would decide these rows about as well as a coin - raise the gate, or improve the "
+                   "policy or the model first.")
+    if target is not None and p["high"] < target:
+        out.append(f"Even the top of the interval ({p['high']:.0%}) is below the target accuracy of {target:.0%}.")
+    return out
+
 
 def option_thresholds(cal: dict[str, Any]) -> dict[str, float]:
     """Per-option gates that reached the target (fitted only when asked for)."""

@@ -61,9 +61,9 @@ LARGE = 1000  # rows above which an upload is worth a warning before anyone scor
 
 
 def minutes(rows: int) -> str:
-    """'about 2 min' for scoring `rows` rows on the default model."""
+    """'about 2 min' (or 'under a minute') for scoring `rows` rows on the default model, warm."""
     m = rows * SECONDS_PER_ROW / 60
-    return f"{m:.0f} min" if m >= 1 else "under a minute"
+    return f"about {m:.0f} min" if m >= 1.5 else "about a minute" if m >= 0.75 else "under a minute"
 
 
 def delete(store: Store, set_id: int) -> int:

@@ -90,7 +90,8 @@ class Task:
             return f"{what}: waiting for the task before it"
         if self.status == "running":
             left = "" if self.eta is None else f" · about {self.eta:.0f} s left" if self.eta >= 1 else " · almost done"
-            return f"{what}: {self.done}/{self.total} rows{left}" if self.total else f"{what}: starting…"
+            return (f"{what}: {self.done}/{self.total} rows{left}" if self.total and self.done else
+                    f"{what}: loading the model and scoring the policy's first passes…")
         if self.status == "stopped":
             return f"{what}: stopped at {self.done}/{self.total} ({self.stop_reason}) - run it again to resume"
         if self.status == "failed":

@@ -34,7 +34,12 @@ def put(name: str, value: Any) -> None:
 
 
 def show_in_url() -> None:
-    """Keep the URL in step with the context on every page (a page switch starts from a bare URL)."""
+    """Keep the URL in step with the context on every page (a page switch starts from a bare URL). A
+    value the URL brings (a link, a reload) is adopted first, so the next page switch keeps it even when
+    the page it opened never picked it up."""
+    for name in NAMES:
+        if f"ctx_{name}" not in st.session_state and st.query_params.get(name) not in (None, ""):
+            st.session_state[f"ctx_{name}"] = _parse(name, st.query_params.get(name))
     for name in NAMES:
         value = st.session_state.get(f"ctx_{name}")
         if value is not None and st.query_params.get(name) != str(value):
@@ -50,6 +55,12 @@ def follow(key: str, name: str, options: Sequence[Any], fallback: Callable[[], A
             st.session_state[key] = want
     elif st.session_state.get(key) not in options and fallback is not None:
         st.session_state[key] = fallback()
+
+
+def missing(name: str, options: Sequence[Any]) -> Any:
+    """The context value when it is none of `options` (a link to a deleted run), else None."""
+    value = get(name)
+    return value if value is not None and value not in options else None
 
 
 def changed(key: str, name: str) -> Callable[[], None]:

@@ -26,6 +26,8 @@ def gate_choice(db: Store, policy_id: str | None, key: str) -> Gate:
               **{cid: f"saved calibrated policy #{cid} (gate {c['threshold']:.3f}, {c['created_at'][:16]})"
                  for cid, c in saved.items()}}
     c1, c2 = st.columns(2)
+    if f"{key}_gate" not in st.session_state and saved:  # the gate the policy would go live with, when there is one
+        st.session_state[f"{key}_gate"] = max(saved)
     pick = c1.selectbox("Gate for coverage", options, format_func=lambda o: labels[o], key=f"{key}_gate",
                         help="the same gate applied to both runs' probabilities (a calibrated policy's own rule; "
                              "its model check aside, so two models can be compared)")

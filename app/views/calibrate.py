@@ -27,7 +27,8 @@ def readout_rows(db_path: str, versions: tuple) -> list[dict]:
 def sets_section(db, policies: dict, for_policy: str) -> None:
     """Import shipped sets or an upload; an upload's labels default to the options of the policy
     being calibrated (`for_policy`)."""
-    if st.session_state.get("cal_up_for") != for_policy:  # follow the Policy picker until changed here
+    if st.session_state.get("cal_up_for") != for_policy or "cal_up_policy" not in st.session_state:
+        # follow the current policy until changed here (and again when the page is opened anew)
         st.session_state["cal_up_policy"] = st.session_state["cal_up_for"] = for_policy
     uploading = st.session_state.get("cal_upload") is not None
     # a stable key: the expander keeps the state the user gave it when the sets change underneath
@@ -52,7 +53,7 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
                 support = set_service.support(db, sid, policies[up_policy])
                 st.success(f"Imported as set #{sid}: {support['scored']} rows to score.")
                 if support["scored"] > set_service.LARGE:
-                    st.warning(f"{support['scored']} rows take about {set_service.minutes(support['scored'])} to score on "
+                    st.warning(f"{support['scored']} rows take {set_service.minutes(support['scored'])} to score on "
                                "the default model. The rows are scored in stratified order, so you can stop early "
                                "(Evaluate → Stop early) with a fair sample, and resume later.")
                 for message in support["messages"]:
@@ -94,7 +95,7 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     if wanted in matching or (wanted in others and not matching):  # the current set, when it fits this policy
         st.session_state["cal_set"] = wanted
     elif st.session_state.get("cal_set") not in matching + others or (
-            matching and st.session_state.get("cal_set_for") != pid):
+            matching and (st.session_state.get("cal_set_for") != pid or st.session_state.get("cal_set") not in matching)):
         st.session_state["cal_set"] = (matching or others)[0]  # a new policy picks its own set
     st.session_state["cal_set_for"] = pid
     sid = c2.selectbox("Labeled set", matching + others, key="cal_set", on_change=context.changed("cal_set", "set"),
@@ -112,7 +113,8 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
         per = ", ".join(f"{o} {n}" for o, n in support["per_option"].items())
         st.caption(f"Set #{sid}: {support['scored']} rows to score ({per})"
                    + (f", {support['train']} train rows never scored" if support["train"] else "")
-                   + f" · about {set_service.minutes(support['scored'])} on the default model at ~1 s a row")
+                   + f" · {set_service.minutes(support['scored'])} on the default model at ~1 s a row, after the "
+                   "model load and the policy's first passes")
         for message in support["messages"]:
             st.warning(md(message))
     names = targets.names(db)
@@ -223,7 +225,9 @@ def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> Non
     hand = None
     if manual:
         hand = st.slider("Gate (calibrated confidence)", 0.0, 1.0, float(cal["gate"].threshold or 0.5), 0.005,
-                         key="cal_gate")
+                         key="cal_gate", format="%.3f",
+                         help=f"the calibrated confidences of the scored rows lie between {cal['calibrated'].max(axis=1).min():.3f} "
+                              f"and {cal['calibrated'].max(axis=1).max():.3f}")
     try:
         exported = evaluate.export(db, run_id, cal, fallback=fallback, hand_gate=hand, policy=policy)
     except evaluate.OtherVersion as exc:
@@ -277,6 +281,8 @@ def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> Non
     nothing = exported.nothing_decided
     if nothing:
         st.warning(md(nothing))
+    for problem in exported.warnings:
+        st.error(md(problem))
     c1, c2 = st.columns(2)
     if c1.button("Save for deployment", type="primary", key="cal_save"):
         cid = evaluate.save(db, exported)

@@ -161,6 +161,11 @@ def deployments(db, endpoint_url, poll) -> None:
     pick = st.selectbox("Deployment", list(by_id), key="dep_pick",
                         format_func=lambda i: f"{i} · {by_id[i]['status']}")
     dep = by_id[pick]
+    if dep["status"] in ("planned", "superseded"):  # a plan that never ran created nothing to watch or destroy
+        st.caption("This plan never ran: nothing was created in AWS.")
+        st.markdown("**Audit log**")
+        st.dataframe(pd.DataFrame(db.audit_log(pick)), hide_index=True)
+        return
     c1, c2 = st.columns(2)
     if c1.button("Refresh status", key="dep_refresh"):
         try:

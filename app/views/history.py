@@ -58,6 +58,10 @@ def render() -> None:
                 err = first[0]["error"] if first else None
                 st.caption(f"#{r['id']} {md(r['target_name'])}: {md(err or 'no result')}")
     by_id = {r["id"]: r for r in runs + failed}
+    gone = context.missing("run", list(by_id))
+    if gone is not None:  # a link to a deleted (or never made) run: say so, never show another run as if it were it
+        st.warning(f"Run #{md(gone)} does not exist (deleted, or a link from another workbench): showing the newest run.")
+        context.put("run", None)
     context.follow("hist_open", "run", list(by_id))  # ?run=6 opens run 6; a run opened elsewhere opens here
     rid = st.selectbox("Open run", list(by_id), key="hist_open", on_change=context.changed("hist_open", "run"),
                        format_func=lambda i: f"#{i} · {by_id[i]['kind']} · {by_id[i]['policy'].get('name')} · "

@@ -163,8 +163,10 @@ def render() -> None:
     view = f"{pick}_v{version}"  # widgets of the version this view loaded; this session's save makes fresh ones
     st.session_state["pol_shown"] = (pick, view)
     errors_key = f"pol_errors_{pick}"
-    errors = st.session_state.get(errors_key, {})
     changed = policy_service.changed_fields(draft(st.session_state, view, current, json_start(pick, current)), current)
+    if not changed and "version" not in st.session_state.get(errors_key, {}):
+        st.session_state.pop(errors_key, None)  # the draft is the saved policy again: its old errors no longer apply
+    errors = st.session_state.get(errors_key, {})
     pending = st.session_state.get("pol_pending")
     if pending is not None and (pending == pick or pending not in ids or not changed):
         st.session_state.pop("pol_pending")  # nothing left to ask about

@@ -60,7 +60,8 @@ def show(db, run: Mapping[str, Any]) -> None:
     if "none-of-these" in changes:
         none = changes["none-of-these"]
         c2.metric("'None of these' probability: in scope → out of scope",
-                  f"{(none['in_scope']['mean_mass'] or 0):.0%} → {(none['out_of_scope']['mean_mass'] or 0):.0%}",
+                  " → ".join("n/a" if v is None else f"{v:.0%}"
+                             for v in (none["in_scope"]["mean_mass"], none["out_of_scope"]["mean_mass"])),
                   help=f"mean over {none['in_scope']['n']} in-scope and {none['out_of_scope']['n']} out-of-scope states; "
                        + (f"AUC {none['auc']:.2f}" if none["auc"] is not None else "no out-of-scope states"))
     stem = f"robustness-{run['id']}-{run['policy_id']}"

@@ -552,3 +552,41 @@ def test_an_evaluation_outlives_the_page_and_stops_when_asked(browser, tmp_path)
         ctx.close()
         proc.terminate()
         proc.wait(20)
+
+
+def test_the_context_survives_page_switches_reloads_and_links(browser, tmp_path):
+    """A policy opened from a link stays the policy on the next page and after a reload; /history?run=N
+    opens run N (a deep link used to run the page without the app around it)."""
+    from app.core.store import Store
+    from app.service.policies import seed_templates
+
+    db = tmp_path / "wb.db"
+    store = Store(db)
+    seed_templates(store)
+    policy = store.get_policy("refund-check")
+    target = {"name": "local", "kind": "local", "config": {}}
+    runs = [store.create_run(kind="playground", policy=policy, target=target, n_rows=0) for _ in range(3)]
+    for rid in runs:
+        store.finish_run(rid, "done")
+    url, proc = start_workbench(db)
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1600})
+    page = ctx.new_page()
+    try:
+        page.goto(url + "/order_check?policy=refund-check")
+        settle(page)
+        nav(page, "Playground")
+        question = page.get_by_text(re.compile(r"^Does this refund request meet the policy"))
+        expect(question).to_be_visible()  # the Playground opens the policy of the link
+        assert "policy=refund-check" in page.url  # the URL carries it on the new page
+        page.reload()
+        settle(page)
+        expect(question).to_be_visible()  # and a reload keeps it
+        page.goto(url + f"/history?run={runs[0]}")
+        settle(page)
+        expect(page.get_by_role("combobox", name="Open run")).to_have_value(
+            re.compile(rf"^#{runs[0]} · playground"))  # the linked run, not the newest
+        assert f"run={runs[0]}" in page.url
+    finally:
+        ctx.close()
+        proc.terminate()
+        proc.wait(20)

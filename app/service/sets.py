@@ -52,11 +52,11 @@ def support(store: Store, set_id: int, policy: Policy) -> dict[str, Any]:
     return set_support(store.labeled_rows(set_id), [o["id"] for o in policy["options"]])
 
 
-__all__ = ["LARGE", "InputError", "SetNotFound", "delete", "import_shipped", "import_upload", "minutes", "resolve_set",
+__all__ = ["LARGE", "SECONDS_PER_ROW", "InputError", "SetNotFound", "delete", "import_shipped", "import_upload", "minutes", "resolve_set",
            "summary", "support"]
 
 
-SECONDS_PER_ROW = 1.0  # the default model, warm, on 2 cores: 0.55-0.96 s per row (README, bench.engine)
+SECONDS_PER_ROW = 1.75  # the default model, warm, on 2 cores: p50 1.73-1.74 s a row (README, Benchmarks)
 LARGE = 1000  # rows above which an upload is worth a warning before anyone scores it
 
 

@@ -113,7 +113,7 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
         per = ", ".join(f"{o} {n}" for o, n in support["per_option"].items())
         st.caption(f"Set #{sid}: {support['scored']} rows to score ({per})"
                    + (f", {support['train']} train rows never scored" if support["train"] else "")
-                   + f" · {set_service.minutes(support['scored'])} on the default model at ~1 s a row, after the "
+                   + f" · {set_service.minutes(support['scored'])} on the default model at ~{set_service.SECONDS_PER_ROW:g} s a row, after the "
                    "model load and the policy's first passes")
         for message in support["messages"]:
             st.warning(md(message))

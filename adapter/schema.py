@@ -118,7 +118,8 @@ class Question(BaseModel):
         for i, ex in enumerate(self.examples):
             if ex.option_id not in seen:
                 raise RequestError(["examples", i, "option_id"],
-                                   f"{ex.option_id!r} is not one of the options {sorted(seen)}")
+                                   f"{ex.option_id!r} is not one of the options "
+                                   f"({', '.join(o.id for o in self.options)})")
         return self
 
 

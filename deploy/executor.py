@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError, NoCredentialsError, WaiterError
+from boto3.exceptions import Boto3Error
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, WaiterError
 
 from .autoscaling import DIMENSION, resource_id
 from .config import ACCOUNT_PLACEHOLDER, DeployConfig
@@ -69,11 +70,16 @@ class RunState:
     outputs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # transform output key -> lines
 
 
+# every failure boto3 raises on a call: a refusal (ClientError), no credentials or no connection
+# (BotoCoreError), a managed transfer that failed (S3UploadFailedError, a Boto3Error)
+AWS_ERRORS = (ClientError, BotoCoreError, Boto3Error)
+
+
 def friendly(exc: BaseException, what: str = "") -> str:
     prefix = f"{what}: " if what else ""
     if isinstance(exc, NoCredentialsError):
         return (prefix + "no AWS credentials found. Set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), "
-                "or run `aws configure` / `aws sso login`.")
+                "or run 'aws configure' (or 'aws sso login').")
     if isinstance(exc, ClientError):
         err = exc.response.get("Error", {})
         code, msg = err.get("Code", ""), err.get("Message", "")
@@ -135,7 +141,7 @@ class Executor:
     def account_id(self) -> str:
         try:
             return str(self.client("sts").get_caller_identity()["Account"])
-        except (ClientError, NoCredentialsError) as exc:
+        except AWS_ERRORS as exc:
             raise DeployError(friendly(exc, "who am I (STS)")) from None
 
     def package(self, cfg: DeployConfig) -> Package:
@@ -163,7 +169,7 @@ class Executor:
                 raise DeployError(f"the executor does not know step {step.service}.{step.operation} ({step.action})")
             try:
                 result = handler(step, state)
-            except (ClientError, NoCredentialsError) as exc:
+            except AWS_ERRORS as exc:
                 self.emit(phase="error", index=i, total=len(steps), message=friendly(exc, step.operation))
                 raise DeployError(friendly(exc, f"step {i} {step.service}.{step.operation}")) from None
             done.append({"operation": step.operation, "result": result})
@@ -399,7 +405,7 @@ class Executor:
         try:
             return bytes(rt.invoke_endpoint(EndpointName=endpoint, ContentType=content_type, Accept="application/json",
                                             Body=body)["Body"].read())
-        except (ClientError, NoCredentialsError) as exc:
+        except AWS_ERRORS as exc:
             raise DeployError(friendly(exc, "invoke_endpoint")) from None
 
     def is_autoscaled(self, endpoint: str) -> bool:
@@ -407,7 +413,7 @@ class Executor:
         try:
             found = self.client("application-autoscaling").describe_scalable_targets(
                 ServiceNamespace="sagemaker", ResourceIds=[resource_id(endpoint)], ScalableDimension=DIMENSION)
-        except (ClientError, NoCredentialsError) as exc:
+        except AWS_ERRORS as exc:
             raise DeployError(friendly(exc, "describe_scalable_targets")) from None
         return bool(found.get("ScalableTargets"))
 

@@ -279,3 +279,15 @@ def test_a_playground_card_says_what_its_cold_call_paid_for(tmp_path):
     local, remote = decide.decision(store, "g").cards
     assert "its content-free correction prior (3 more passes); the model load is not timed" in local.latency
     assert "connection set-up, the policy's first pass)" in remote.latency
+
+
+def test_position_bars_without_labels_compare_with_an_even_spread():
+    """Pasted states carry no label: no empty 'where the label was' bars, and the reference is an
+    order-blind model (each position equally often)."""
+    pos = pd.DataFrame({"position": [1, 2, 3], "chosen": [9, 2, 1], "label": [0, 0, 0]})
+    fig = charts.position_bars(pos, labeled=False)
+    assert [t.name for t in fig.data] == ["chosen by the model"]
+    assert fig.layout.shapes[0].y0 == pytest.approx(4.0) and "even spread" in fig.layout.title.text
+    labeled = charts.position_bars(pos.assign(label=[4, 4, 4]), labeled=True)
+    assert [t.name for t in labeled.data] == ["chosen by the model", "where the label was"]
+    assert "labels' positions" in labeled.layout.title.text

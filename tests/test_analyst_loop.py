@@ -101,6 +101,9 @@ def test_a_set_says_what_it_supports_before_scoring_and_the_numbers_carry_n_and_
     finish_tasks(run_button.click().run())
     captions = " ".join(c.value for c in at.caption)
     assert "95% CI" in captions and "n=12" in captions and "(bootstrap)" in captions
+    # macro-F1 and both ECEs are marked as resting on few rows, like the accuracies
+    boot = [c.value for c in at.caption if "bootstrap" in c.value]
+    assert len(boot) >= 3 and all("fewer than 30 rows" in c for c in boot), boot
     (run,) = db.list_runs(kind="eval")
     assert run["status"] == "done" and len(db.results(run["id"])) == 12
     from app.service.evaluate import export, calibrate

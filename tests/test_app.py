@@ -209,6 +209,30 @@ def test_switching_policy_with_unsaved_changes_asks_first(db):
     assert unsaved_badge(at)
 
 
+def test_a_policy_draft_waits_while_other_pages_are_open(db):
+    """Streamlit drops the values of widgets a run does not draw: the draft typed on Policies (a field, an
+    added option row, an example's label) used to be gone after a visit to another page. Now it waits
+    there, every other page says so, and it can still be saved."""
+    db.save_policy({"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}], "notes": ""})
+    at = app("policies")
+    at.text_area(key="pol_question_p_v1").input("Draft question?")
+    at.button(key="pol_add_options_p_v1").click().run()
+    at.text_input(key="pol_options_id_p_v1_2").input("c").run()
+    at.switch_page("views/calibrate.py").run()
+    assert any("Unsaved changes to P wait on the Policies page" in c.value for c in at.caption)
+    at.switch_page("views/playground.py").run()  # two pages away, several reruns
+    at.run()
+    at.switch_page("views/policies.py").run()
+    assert not at.exception and unsaved_badge(at)
+    assert at.text_area(key="pol_question_p_v1").value == "Draft question?"
+    assert at.text_input(key="pol_options_id_p_v1_2").value == "c"
+    at.button(key="pol_save_p_v1").click().run()
+    saved = db.get_policy("p")
+    assert saved["question"] == "Draft question?" and [o["id"] for o in saved["options"]] == ["a", "b", "c"]
+    at.switch_page("views/calibrate.py").run()
+    assert not any("Unsaved changes" in c.value for c in at.caption)  # saved: nothing waits
+
+
 def test_options_are_rows_of_inputs_with_add_and_remove(db):
     """One row of inputs per option (no grid that drops fast-typed cells): add, type, remove, save -
     and no more than the schema's MAX_OPTIONS."""
@@ -227,7 +251,14 @@ def test_options_are_rows_of_inputs_with_add_and_remove(db):
     assert at.text_input(key="pol_options_id_p_v1_2").value == "c"
     at.button(key="pol_add_examples_p_v1").click().run()
     at.text_area(key="pol_examples_state_p_v1_0").input("A third case")
-    at.text_input(key="pol_examples_option_id_p_v1_0").input("c").run()
+    label = at.selectbox(key="pol_examples_option_id_p_v1_0")
+    assert label.options == ["pick the option", "b", "c"]  # a picker of the options as the draft has them now
+    label.select("c").run()
+    at.text_input(key="pol_options_id_p_v1_2").input("c2").run()  # the option renamed: the label is kept, and named
+    assert at.selectbox(key="pol_examples_option_id_p_v1_0").options == ["pick the option", "b", "c2",
+                                                                        "c (not an option now)"]
+    at.text_input(key="pol_options_id_p_v1_2").input("c").run()
+    assert at.selectbox(key="pol_examples_option_id_p_v1_0").value == "c"
     at.button(key="pol_save_p_v1").click().run()
     assert not at.exception and not at.error
     saved = db.get_policy("p")
@@ -553,6 +584,35 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
 
     sm = boto3.client("sagemaker", region_name="us-east-1", endpoint_url=aws_env)
     assert dep["endpoint_name"] not in [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]]
+
+
+def test_a_failed_deploy_stays_on_screen_and_a_reload_keeps_the_form(db, aws_env, monkeypatch):
+    """A confirm that AWS refuses (the bucket does not exist): the failure stays on screen, named and
+    recorded, the picker shows the attempt as failed at once; a reload (a new session) starts the form from
+    the last plan's bucket and roles instead of empty fields."""
+    monkeypatch.setenv("SEMIF_AWS_ENDPOINT_URL", aws_env)
+    monkeypatch.setenv("SEMIF_DEPLOY_POLL", "0.01")
+    for var in ("SEMIF_DEPLOY_BUCKET", "SEMIF_SAGEMAKER_ROLE_ARN", "SEMIF_CODEBUILD_ROLE_ARN"):
+        monkeypatch.delenv(var, raising=False)
+    at = app("deploy")
+    at.radio(key="dep_path").set_value("textgen").run()
+    at.text_input(key="dep_bucket").input("semif-no-such-bucket")
+    at.text_input(key="dep_role").input("arn:aws:iam::123456789012:role/sm")
+    at.button(key="FormSubmitter:dep_form-Plan").click().run()
+    at.checkbox(key="dep_ack").check().run()
+    at.button(key="dep_go").click().run()
+    assert not at.exception, at.exception
+    (dep,) = db.list_deployments()
+    assert dep["status"] == "failed"
+    (err,) = [e.value for e in at.error]
+    assert dep["id"] in err and "NoSuchBucket" in err
+    picker = at.selectbox(key="dep_pick")
+    assert picker.value == dep["id"] and picker.options[picker.index] == f"{dep['id']} · failed"
+    at.run()  # the outcome is kept until the next plan
+    assert any(dep["id"] in e.value for e in at.error)
+    reloaded = app("deploy")
+    assert reloaded.text_input(key="dep_bucket").value == "semif-no-such-bucket"
+    assert reloaded.text_input(key="dep_role").value == "arn:aws:iam::123456789012:role/sm"
 
 
 def test_order_check_rotates_options_and_reports_a_verdict(db):

@@ -42,9 +42,9 @@ def test_policy_validation_errors_by_field():
     assert set(errs) >= {"name", "readout"}
     clean, errs = validate_policy({"name": "X", "question": "Q?", "options": [{"id": "a"}, {"id": "a"}]})
     assert "options" in errs and "duplicate" in errs["options"] and "row 2" in errs["options"]
-    clean, errs = validate_policy({"name": "Route", "question": "Q?", "options": [{"id": "a"}, {"id": "b"}],
+    clean, errs = validate_policy({"name": "Route", "question": "Q?", "options": [{"id": "z"}, {"id": "b"}],
                                    "examples": [{"state": "s", "option_id": "c"}]})
-    assert "examples" in errs
+    assert "examples" in errs and "(z, b)" in errs["examples"]  # the options as the analyst ordered them
 
 
 def test_policy_json_round_trips_with_templates():

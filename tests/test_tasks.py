@@ -130,3 +130,35 @@ def test_a_stop_rule_of_the_evaluation_ends_each_target_and_readout_on_its_own(t
         t = Task(1, "evaluate", "x", "")
         t.stop()
         evaluate.evaluate(store, policy, set_id, [target], ["letters"], progress_for=t.progress_for)
+
+
+def test_a_page_keeps_a_failed_tasks_message_until_it_starts_again():
+    """ui/tasks.start + collect, as Compare, Order check and Robustness use them: a failure stays on the
+    page across reruns (not only on the rerun that finds it); a new start clears it; a success opens
+    the result."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import finish_tasks
+
+    def page():
+        import streamlit as st
+
+        from app.ui import tasks
+
+        if st.button("fail", key="fail"):
+            tasks.start("x", "test", "failing work", "views/compare.py", lambda task: 1 / 0)
+        if st.button("succeed", key="ok"):
+            tasks.start("x", "test", "working work", "views/compare.py", lambda task: 42)
+        tasks.collect("x", "The thing")
+        st.write(f"open: {st.session_state.get('x_open')}")
+
+    at = AppTest.from_function(page)
+    at.run()
+    at.button(key="fail").click().run()
+    finish_tasks(at)
+    assert len(at.error) == 1 and "The thing failed" in at.error[0].value and "division by zero" in at.error[0].value
+    at.run()
+    assert at.error and "division by zero" in at.error[0].value  # still on screen
+    at.button(key="ok").click().run()
+    finish_tasks(at)
+    assert not at.error and "open: 42" in [m.value for m in at.markdown]

@@ -85,6 +85,11 @@ def interval_text(p: dict | None, digits: int = 1) -> str:
     return text + (f" - fewer than {SMALL_N} rows: a hint, not a measurement" if int(p["n"]) < SMALL_N else "")
 
 
-def range_text(ci: list[float] | tuple[float, float] | None, fmt: str = "{:.3f}") -> str:
-    """'95% CI 0.041-0.098' for a bootstrap interval, or '' when there is none."""
-    return "" if not ci else f"95% CI {fmt.format(ci[0])}–{fmt.format(ci[1])}"
+def range_text(ci: list[float] | tuple[float, float] | None, fmt: str = "{:.3f}", n: int | None = None) -> str:
+    """'95% CI 0.041-0.098' for a bootstrap interval, or '' when there is none; given the rows it rests
+    on (`n`), it names them and marks fewer than SMALL_N as interval_text does."""
+    text = "" if not ci else f"95% CI {fmt.format(ci[0])}–{fmt.format(ci[1])} (bootstrap)"
+    if n is None:
+        return text
+    text = f"{text}, n={n}" if text else f"n={n}"
+    return text + (f" - fewer than {SMALL_N} rows: a hint, not a measurement" if n < SMALL_N else "")

@@ -149,6 +149,18 @@ def deployments(store: Store) -> tuple[list[Deployment], list[Deployment]]:
     return [d for d in deps if d["status"] not in UNSETTLED], [d for d in deps if d["status"] in UNSETTLED]
 
 
+def form_defaults(store: Store, cfg: WorkbenchSettings) -> dict[str, str]:
+    """What the Deploy form starts with: the environment's values, else those of the newest recorded plan
+    (a reload or a new session keeps the bucket, the roles and the region the analyst typed last)."""
+    deps = store.list_deployments()
+    last = (deps[0].get("config") or {}) if deps else {}
+    from_env = "region" in cfg.model_fields_set  # AWS_DEFAULT_REGION given: it wins over the last plan's
+    return {"region": cfg.region if from_env or not last.get("region") else str(last["region"]),
+            "bucket": cfg.deploy_bucket or str(last.get("bucket") or ""),
+            "role_arn": cfg.sagemaker_role_arn or str(last.get("role_arn") or ""),
+            "codebuild_role_arn": cfg.codebuild_role_arn or str(last.get("codebuild_role_arn") or "")}
+
+
 def calibrated_label(rec: Mapping[str, Any]) -> str:
     """How a saved calibrated policy is offered: its gate, and the accuracy of what it decides with n
     and the interval (a figure on a handful of rows says so)."""

@@ -196,7 +196,12 @@ def position_bars(positions: pd.DataFrame, labeled: bool) -> go.Figure:
     if labeled:
         bars.append(go.Bar(x=positions["position"], y=positions["label"], name="where the label was"))
     fig = go.Figure(bars)
-    fig.update_layout(barmode="group", title="Chosen display position vs the labels' positions",
+    even = float(positions["chosen"].sum()) / max(len(positions), 1)
+    # with no labels (pasted states) the reference is what an order-blind model does: every position equally often
+    fig.add_hline(y=even, line_dash="dot", annotation_text="each position equally often",
+                  annotation_position="top left")
+    fig.update_layout(barmode="group", title="Chosen display position vs the labels' positions" if labeled else
+                      "Chosen display position (no labels: against an even spread)",
                       xaxis_title="display position", yaxis_title="count", **_LAYOUT)
     return fig
 

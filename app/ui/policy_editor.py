@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, MutableMapping
 
+from app.service.policies import changed_fields, policy_json
+
 VIEW_KEY = "pol_view"  # session state: (policy id, the saved policy the editor was built from)
+SHOWN_KEY = "pol_shown"  # session state: (policy id or NEW, the view key) the editor drew last
+NEW = "__new__"
+EMPTY: dict[str, Any] = {"id": "", "name": "", "question": "", "options": [{"id": "", "description": ""}] * 2,
+                         "examples": [], "notes": "", "readout": "", "debias": "", "version": 0}
 
 
 def editor_view(state: MutableMapping[str, Any] | Any, pick: str | None, saved: Mapping[str, Any] | None) -> tuple[Mapping[str, Any] | None, str | None]:
@@ -103,6 +109,48 @@ def draft(state: MutableMapping[str, Any] | Any, view: str, saved: Mapping[str, 
         out[kind] = [{c: state.get(key(f"{kind}.{c}", view, r), row_default(saved, kind, r, c)) for c in cols}
                      for r in ids]
     return out
+
+
+def json_start(pick: str, saved: Mapping[str, Any]) -> str:
+    """What the JSON tab starts with: the saved policy's JSON (empty for a new policy)."""
+    return policy_json(saved) if pick != NEW else ""
+
+
+def _saved_of(state: MutableMapping[str, Any] | Any, shown: tuple[str, str]) -> Mapping[str, Any] | None:
+    if shown[0] == NEW:
+        return EMPTY
+    view = state.get(VIEW_KEY)
+    return view[1] if view and view[0] == shown[0] else None
+
+
+def unsaved(state: MutableMapping[str, Any] | Any) -> list[str]:
+    """The fields where the draft the editor drew last differs from the saved version it was built on."""
+    shown = state.get(SHOWN_KEY)
+    saved = _saved_of(state, shown) if shown else None
+    if not shown or saved is None:
+        return []
+    pick, view = shown
+    return changed_fields(draft(state, view, saved, json_start(pick, saved)), saved)
+
+
+def unsaved_name(state: MutableMapping[str, Any] | Any) -> str | None:
+    """The name of the policy whose draft is not saved ("a new policy" for one never saved), else None."""
+    if not unsaved(state):
+        return None
+    shown = state[SHOWN_KEY]
+    saved = _saved_of(state, shown) or {}
+    return "a new policy" if shown[0] == NEW else str(saved.get("name") or shown[0])
+
+
+_DRAFT_KEYS = tuple(f"pol_{f}_" for f in FIELDS) + tuple(f"pol_{kind}_" for kind in ROWS)
+
+
+def keep_drafts(state: MutableMapping[str, Any] | Any) -> None:
+    """Run on every other page: Streamlit drops the values of the widgets a run does not draw, so a draft
+    typed on Policies would be gone when the analyst comes back. Writing each value back to session state
+    makes it the session's own, and the editor's widgets pick it up again on return."""
+    for k in [k for k in list(state.keys()) if isinstance(k, str) and k.startswith(_DRAFT_KEYS)]:
+        state[k] = state[k]
 
 
 def forget(state: MutableMapping[str, Any] | Any, view: str) -> None:

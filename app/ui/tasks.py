@@ -69,3 +69,27 @@ def submit(kind: str, label: str, page: str, work, *, stop_when=None) -> Task:  
     task = runner().submit(kind, label, page, work, stop_when=stop_when)
     st.session_state.setdefault("tasks_mine", []).append(task.id)
     return task
+
+
+def start(prefix: str, kind: str, label: str, page: str, work) -> None:  # type: ignore[no-untyped-def]
+    """Start a page's work in the background and rerun: the panel shows it at once, and `collect(prefix)`
+    on that page opens its result when it is done."""
+    task = submit(kind, label, page, work)
+    st.session_state[f"{prefix}_task"] = task.id
+    st.session_state.pop(f"{prefix}_failed", None)
+    st.rerun()
+
+
+def collect(prefix: str, what: str) -> None:
+    """On the page that started the work: once it has finished, its result becomes the one shown
+    (`<prefix>_open`), or its failure stays on screen (naming `what`) until the next start."""
+    ss = st.session_state
+    done = runner().get(ss.get(f"{prefix}_task"))
+    if done is not None and not done.active:
+        ss.pop(f"{prefix}_task")
+        if done.status == "done":
+            ss[f"{prefix}_open"] = done.result
+        elif done.status == "failed":
+            ss[f"{prefix}_failed"] = done.error
+    if ss.get(f"{prefix}_failed"):
+        st.error(f"**{what} failed**: {md(ss[f'{prefix}_failed'])}")

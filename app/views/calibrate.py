@@ -259,16 +259,16 @@ def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> Non
                 help=f"top option = label, before any gate; n = {rep.n}; chance = {chance:.0%}")
     m[0].caption(md(evaluate.interval_text(iv.get("accuracy"))))
     m[1].metric("Macro-F1", f"{rep.macro_f1:.2f}")
-    m[1].caption(f"{evaluate.range_text(iv.get('macro_f1'), '{:.2f}')} (bootstrap), n={rep.n}")
+    m[1].caption(evaluate.range_text(iv.get('macro_f1'), '{:.2f}', rep.n))
     m[2].metric("Temperature", f"{rep.temperature:.2f}",
                 help="the exported correction's temperature" + (" (with fitted per-option offsets)"
                                                                  if rep.method == "fitted" else ""))
     m = st.columns(3)
     m[0].metric("ECE raw", f"{rep.ece_width:.3f}", help=f"equal-mass bins: {rep.ece_mass:.3f}")
-    m[0].caption(f"{evaluate.range_text(iv.get('ece'))} (bootstrap)")
+    m[0].caption(evaluate.range_text(iv.get('ece'), n=rep.n))
     m[1].metric("ECE corrected", f"{rep.oof_ece_width:.3f}", help=f"out of fold, after {cal['correction'].name}; "
                 f"equal-mass bins: {rep.oof_ece_mass:.3f}")
-    m[1].caption(f"{evaluate.range_text(iv.get('ece_corrected'))} (bootstrap)")
+    m[1].caption(evaluate.range_text(iv.get('ece_corrected'), n=rep.n))
     m[2].metric("Brier / NLL", f"{rep.brier:.3f} / {rep.nll:.3f}")
     g1, g2 = st.columns(2)
     g1.plotly_chart(charts.reliability_diagram(rep.bins_before, rep.bins_after,

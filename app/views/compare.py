@@ -139,17 +139,9 @@ def render() -> None:
             built = resources.chosen_targets(db, chosen)
             if built is None:
                 return
-            task = tasks.submit("compare", f"{policy['name']}: {len(cases)} states × {', '.join(chosen)}",
-                                "views/compare.py", lambda task: decide.compare(db, policy, cases, built, task.progress))
-            st.session_state["cmp_task"] = task.id
-            st.rerun()
-    done = tasks.runner().get(st.session_state.get("cmp_task"))
-    if done is not None and not done.active:
-        st.session_state.pop("cmp_task")
-        if done.status == "done":
-            st.session_state["cmp_open"] = done.result  # show the comparison just made
-        elif done.status == "failed":
-            st.error(f"**Comparison**: {md(done.error)}")
+            tasks.start("cmp", "compare", f"{policy['name']}: {len(cases)} states × {', '.join(chosen)}",
+                        "views/compare.py", lambda task: decide.compare(db, policy, cases, built, task.progress))
+    tasks.collect("cmp", "Comparison")  # the comparison just made is the one shown
     groups = decide.comparisons(db)
     if not groups:
         st.caption("No comparisons yet: paste a few states, pick targets and run.")

@@ -57,16 +57,16 @@ def plan_form(db) -> tuple:
                        format_func={"textgen": "llama.cpp DLC (chat completions)", "semif": "SemIf adapter image"}.get)
     compute = c2.radio("Compute", deploy.COMPUTES, horizontal=True, key="dep_compute",
                        format_func={"cpu": "CPU", "gpu": "GPU instance pool"}.get)
-    cfg = deploy.settings()
-    region = c3.text_input("Region", cfg.region, key="dep_region")
+    start = deploy.form_defaults(db, deploy.settings())  # the environment's, else the last plan's
+    region = c3.text_input("Region", start["region"], key="dep_region")
     policy_path, calibrated_on = policy_picker(db) if serving == "semif" else ("", "")
     with st.form("dep_form"):
         c1, c2 = st.columns(2)
         model = c1.text_input("Model GGUF (path or shipped name; empty = the calibrated model, else the default)",
                               key="dep_model")
-        bucket = c2.text_input("S3 bucket for model.tar.gz", cfg.deploy_bucket, key="dep_bucket")
-        role = c1.text_input("SageMaker execution role ARN", cfg.sagemaker_role_arn, key="dep_role")
-        cb_role = c2.text_input("CodeBuild service role ARN (SemIf path)", cfg.codebuild_role_arn,
+        bucket = c2.text_input("S3 bucket for model.tar.gz", start["bucket"], key="dep_bucket")
+        role = c1.text_input("SageMaker execution role ARN", start["role_arn"], key="dep_role")
+        cb_role = c2.text_input("CodeBuild service role ARN (SemIf path)", start["codebuild_role_arn"],
                                 key="dep_cb_role") if serving == "semif" else ""
         if compute == "cpu":
             cpu_type = c1.text_input("CPU instance type", deploy.DEFAULT_CPU_INSTANCE, key="dep_cpu_type")
@@ -83,6 +83,7 @@ def plan_form(db) -> tuple:
     outside = (serving, compute, region, policy_path)
     if not submitted:
         return outside
+    st.session_state.pop("dep_outcome", None)  # a new plan: the last confirm's outcome is history (below)
     try:
         form = {"region": region, "bucket": bucket, "role_arn": role, "serving": serving, "compute": compute,
                 "model_path": deploy.model_for(model, calibrated_on), "policy_path": policy_path,
@@ -132,15 +133,15 @@ def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
     try:
         out = deploy.apply(db, planned, deploy.executor(cfg.region, endpoint_url=endpoint_url, poll=poll,
                                                         on_event=on_event), runtime_url=runtime_url)
-        status = out["status"]["status"]
-        bar.empty()
-        log.update(label=f"{cfg.endpoint_name}: {status}", state="complete")
-        st.success(f"`{cfg.endpoint_name}` is {status}; it is now a target in the Playground and Compare pages.")
+        outcome = ("success", f"`{md(cfg.endpoint_name)}` is {md(out['status']['status'])}; it is now a target in the "
+                   "Playground and Compare pages.")
     except deploy.DeployError as exc:
-        bar.empty()  # no stale "starting…" above the error
-        log.update(label="Deployment failed", state="error")
-        st.error(md(exc))
+        outcome = ("error", f"**Deployment `{cfg.deployment_id}` failed** (recorded below): {md(exc)}")
     st.session_state.pop("dep_planned", None)
+    # kept for the next run, which draws the deployments (and the picker's status) from what was recorded
+    st.session_state["dep_outcome"] = outcome
+    st.session_state["dep_pick"] = cfg.deployment_id
+    st.rerun()
 
 
 def deployments(db, endpoint_url, poll) -> None:
@@ -195,6 +196,9 @@ def render() -> None:
         st.info(f"AWS calls go to **{endpoint_url}** (SEMIF_AWS_ENDPOINT_URL), not to AWS.")
     st.caption("Credentials come from the normal AWS chain (AWS_PROFILE, environment, SSO); none are stored here.")
     outside = plan_form(db)
+    if "dep_outcome" in st.session_state:  # the last confirm's outcome stays on screen until the next plan
+        kind, text = st.session_state["dep_outcome"]
+        (st.success if kind == "success" else st.error)(text)
     if st.session_state.get("dep_planned"):
         if st.session_state.get("dep_planned_for") != outside:
             st.warning("The serving path, compute, region or calibrated policy changed since the last plan: "

@@ -59,19 +59,11 @@ def render() -> None:
         if chosen is None:
             return
         target = chosen[0]
-        task = tasks.submit("order-check", f"order check: {policy['name']} × {len(cases)} states × {target.name}",
-                            "views/order_check.py",
-                            lambda task: checks.order_check(db, policy, cases, target, variant=setup.variant,
-                                                            negated=negated, progress=task.progress))
-        st.session_state["oc_task"] = task.id
-        st.rerun()
-    done = tasks.runner().get(st.session_state.get("oc_task"))
-    if done is not None and not done.active:
-        st.session_state.pop("oc_task")
-        if done.status == "done":
-            st.session_state["oc_open"] = done.result
-        elif done.status == "failed":
-            st.error(f"**Order check**: {md(done.error)}")
+        tasks.start("oc", "order-check", f"order check: {policy['name']} × {len(cases)} states × {target.name}",
+                    "views/order_check.py",
+                    lambda task: checks.order_check(db, policy, cases, target, variant=setup.variant,
+                                                    negated=negated, progress=task.progress))
+    tasks.collect("oc", "Order check")
     runs = db.list_runs(kind="order-check")
     if not runs:
         return

@@ -14,13 +14,9 @@ import streamlit as st
 
 from app.service import policies as policy_service
 from app.ui import context, resources
-from app.ui.policy_editor import (VIEW_KEY, add_row, draft, editor_view, forget, kept_deleted, key, remove_row,
-                                  row_default, row_ids)
+from app.ui.policy_editor import (EMPTY, NEW, VIEW_KEY, add_row, draft, editor_view, forget, json_start, kept_deleted,
+                                  key, remove_row, row_default, row_ids, unsaved)
 from app.ui.safe_text import md
-
-NEW = "__new__"
-EMPTY: dict[str, Any] = {"id": "", "name": "", "question": "", "options": [{"id": "", "description": ""}] * 2, "examples": [],
-         "notes": "", "readout": "", "debias": "", "version": 0}
 
 
 def save(db, clean: dict, version: int, errors_key: str, view: str) -> None:
@@ -58,29 +54,6 @@ def add_and_open(make) -> None:
     st.rerun()
 
 
-def saved_of(shown: tuple[str, str] | None) -> dict[str, Any] | None:
-    """The saved policy the editor showed on the last run was built on (EMPTY for a new one)."""
-    if not shown:
-        return None
-    if shown[0] == NEW:
-        return EMPTY
-    view = st.session_state.get(VIEW_KEY)
-    return view[1] if view and view[0] == shown[0] else None
-
-
-def unsaved(shown: tuple[str, str] | None) -> list[str]:
-    """The fields where the draft of the view shown last differs from its saved version."""
-    saved = saved_of(shown)
-    if saved is None or shown is None:
-        return []
-    pick, view = shown
-    return policy_service.changed_fields(draft(st.session_state, view, saved, json_start(pick, saved)), saved)
-
-
-def json_start(pick: str, saved: Mapping[str, Any]) -> str:
-    return policy_service.policy_json(saved) if pick != NEW else ""
-
-
 def switch_or_ask() -> None:
     """Apply the selection asked for since the last run - unless the editor holds unsaved changes:
     then the draft stays, and the page asks (Discard changes and open X / Keep editing)."""
@@ -93,7 +66,7 @@ def switch_or_ask() -> None:
     shown = ss.get("pol_shown")
     if forced or not shown or ss.get("pol_pick") == shown[0]:
         return
-    if unsaved(shown):
+    if unsaved(st.session_state):
         ss["pol_pending"] = ss.get("pol_pick")
         ss["pol_pick"] = shown[0]
 
@@ -109,6 +82,13 @@ def new_policy() -> None:
     st.session_state["pol_pick"] = NEW  # switch_or_ask asks first when the open draft is not saved
 
 
+def option_ids(view: str, current: Mapping[str, Any]) -> list[str]:
+    """The option ids as the draft's option rows hold them now (blank and repeated ids left out)."""
+    ids = [str(st.session_state.get(key("options.id", view, r), row_default(current, "options", r, "id")) or "").strip()
+           for r in row_ids(st.session_state, "options", view, current)]
+    return list(dict.fromkeys(i for i in ids if i))
+
+
 def rows_editor(kind: str, view: str, current: Mapping[str, Any], columns: tuple[str, str], placeholders: tuple[str, str],
                 most: int, least: int, add_label: str) -> None:
     """One row of inputs per option or example, Remove per row and Add below - plain widgets, so a
@@ -121,6 +101,12 @@ def rows_editor(kind: str, view: str, current: Mapping[str, Any], columns: tuple
             label, start, k = f"{noun.capitalize()} {i + 1} {hint}", row_default(current, kind, r, name), key(f"{kind}.{name}", view, r)
             if kind == "examples" and name == "state":
                 col.text_area(label, start, height=68, key=k, placeholder=hint, label_visibility="collapsed")
+            elif kind == "examples":  # the label is one of the options as the draft has them now
+                have, now = str(st.session_state.get(k, start) or ""), option_ids(view, current)
+                choices = ["", *now] + ([have] if have and have not in now else [])  # a renamed option's label stays
+                col.selectbox(label, choices, index=choices.index(have), key=k, label_visibility="collapsed",
+                              format_func=lambda o: "pick the option" if o == "" else o if o in now
+                              else f"{o} (not an option now)")
             else:
                 col.text_input(label, start, key=k, placeholder=hint, label_visibility="collapsed")
         c3.button("Remove", key=f"pol_rm_{kind}_{view}_{r}", disabled=len(ids) <= least,

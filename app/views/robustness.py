@@ -120,17 +120,9 @@ def render() -> None:
                                       guard=guard, out_of_scope=out_of_scope,
                                       source="pasted states" if setup.set_id is None else "labeled set")
         target = chosen[0]
-        task = tasks.submit("robustness", f"robustness: {policy['name']} × {len(cases)} states × {target.name}",
-                            "views/robustness.py", lambda task: checks.robustness_check(db, spec, target, task.progress))
-        st.session_state["rb_task"] = task.id
-        st.rerun()
-    done = tasks.runner().get(st.session_state.get("rb_task"))
-    if done is not None and not done.active:
-        st.session_state.pop("rb_task")
-        if done.status == "done":
-            st.session_state["rb_open"] = done.result
-        elif done.status == "failed":
-            st.error(f"**Robustness check**: {md(done.error)}")
+        tasks.start("rb", "robustness", f"robustness: {policy['name']} × {len(cases)} states × {target.name}",
+                    "views/robustness.py", lambda task: checks.robustness_check(db, spec, target, task.progress))
+    tasks.collect("rb", "Robustness check")
     runs = db.list_runs(kind="robustness")
     if not runs:
         return

@@ -28,10 +28,8 @@ page = st.navigation({
     "Set up": [st.Page(HERE / "policies.py", title="Policies", icon=":material/description:"),
                st.Page(HERE / "targets.py", title="Targets", icon=":material/hub:")],
 }, position="top")
-if page.url_path != "policies":  # a draft on Policies waits there, and every page says it is not saved
-    policy_editor.keep_drafts(st.session_state)
-    if name := policy_editor.unsaved_name(st.session_state):
-        st.caption(f":material/edit: Unsaved changes to {md(name)} wait on the Policies page.")
+if page.url_path != "policies" and (name := policy_editor.unsaved_name(st.session_state)):  # a draft waits there
+    st.caption(f":material/edit: Unsaved changes to {md(name)} wait on the Policies page.")
 tasks.panel(page.url_path)  # on every page: what runs in the background, with its progress and a Stop
 context.show_in_url()  # the current policy, set, run in the URL: a reload keeps them, a view can be linked
 page.run()

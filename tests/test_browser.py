@@ -283,8 +283,8 @@ def saved_policy(db: Path, policy_id: str) -> tuple[str, int]:
 
 def test_switching_policy_keeps_unsaved_edits_until_discarded(two_policies, page, tmp_path):
     """The walkthrough's lost edit: a question typed into one policy, then another policy picked. The
-    draft stays and the page asks; Keep editing keeps it; Discard opens the other policy; nothing is
-    saved in between. The visible New policy button opens an empty one."""
+    draft stays and the page asks; Keep editing keeps it; a visit to another page keeps it too; Discard
+    opens the other policy; nothing is saved in between. The visible New policy button opens an empty one."""
     url, db = two_policies
     before = saved_policy(db, "ticket-routing")
     page.goto(url)
@@ -309,6 +309,11 @@ def test_switching_policy_keeps_unsaved_edits_until_discarded(two_policies, page
     expect(question).to_have_value("Draft: which team should pick up this ticket?")
     expect(page.get_by_text("Unsaved changes").first).to_be_visible()  # the mark next to the editor stays
     assert saved_policy(db, "ticket-routing") == before
+    nav(page, "Calibrate")  # another page: the draft waits on Policies, and this page says so
+    expect(page.get_by_text("Unsaved changes to Ticket routing wait on the Policies page")).to_be_visible()
+    nav(page, "Policies")
+    expect(question).to_have_value("Draft: which team should pick up this ticket?")
+    expect(page.get_by_text("Unsaved changes").first).to_be_visible()
 
     choose(page, "Policy", "Refund policy check")
     discard.click()

@@ -70,7 +70,7 @@ def row_ids(state: MutableMapping[str, Any] | Any, kind: str, view: str, saved: 
     """The rows (of "options" or "examples") the editor shows, as stable ids: the saved rows are
     0..n-1, an added row takes the next unused id, a removed one leaves the list (so the other rows
     keep their widgets and what was typed in them). Rebuilt from the saved policy when the view's
-    widgets are gone (the page was left: Streamlit drops the state of widgets it did not draw)."""
+    widgets are gone (the view was discarded or saved: `forget`)."""
     rk = _rows_key(kind, view)
     if rk not in state or key("name", view) not in state:
         n = len(saved.get(kind) or [])
@@ -140,17 +140,6 @@ def unsaved_name(state: MutableMapping[str, Any] | Any) -> str | None:
     shown = state[SHOWN_KEY]
     saved = _saved_of(state, shown) or {}
     return "a new policy" if shown[0] == NEW else str(saved.get("name") or shown[0])
-
-
-_DRAFT_KEYS = tuple(f"pol_{f}_" for f in FIELDS) + tuple(f"pol_{kind}_" for kind in ROWS)
-
-
-def keep_drafts(state: MutableMapping[str, Any] | Any) -> None:
-    """Run on every other page: Streamlit drops the values of the widgets a run does not draw, so a draft
-    typed on Policies would be gone when the analyst comes back. Writing each value back to session state
-    makes it the session's own, and the editor's widgets pick it up again on return."""
-    for k in [k for k in list(state.keys()) if isinstance(k, str) and k.startswith(_DRAFT_KEYS)]:
-        state[k] = state[k]
 
 
 def forget(state: MutableMapping[str, Any] | Any, view: str) -> None:

@@ -8,7 +8,7 @@ it is refused ("Not saved", with the reason) instead of overwriting the newer ve
 The fields are plain widgets (no st.form), one row of inputs per option and example: their values are
 in session state on every rerun, so the page compares the draft with the saved version (Unsaved
 changes), and a switch to another policy while they differ waits for the analyst's answer."""
-from typing import Any, Mapping
+from typing import Any, Final, Mapping
 
 import streamlit as st
 
@@ -17,6 +17,10 @@ from app.ui import context, resources
 from app.ui.policy_editor import (EMPTY, NEW, VIEW_KEY, add_row, draft, editor_view, forget, json_start, kept_deleted,
                                   key, remove_row, row_default, row_ids, unsaved)
 from app.ui.safe_text import md
+
+# the draft's widgets keep their values for the whole session: a visit to another page never loses a draft
+# (Streamlit drops the values of widgets a run does not draw, unless they persist)
+KEEP: Final = "session"
 
 
 def save(db, clean: dict, version: int, errors_key: str, view: str) -> None:
@@ -100,15 +104,16 @@ def rows_editor(kind: str, view: str, current: Mapping[str, Any], columns: tuple
         for col, name, hint in zip((c1, c2), columns, placeholders):
             label, start, k = f"{noun.capitalize()} {i + 1} {hint}", row_default(current, kind, r, name), key(f"{kind}.{name}", view, r)
             if kind == "examples" and name == "state":
-                col.text_area(label, start, height=68, key=k, placeholder=hint, label_visibility="collapsed")
+                col.text_area(label, start, height=68, key=k, placeholder=hint, label_visibility="collapsed",
+                              persist_state=KEEP)
             elif kind == "examples":  # the label is one of the options as the draft has them now
                 have, now = str(st.session_state.get(k, start) or ""), option_ids(view, current)
                 choices = ["", *now] + ([have] if have and have not in now else [])  # a renamed option's label stays
                 col.selectbox(label, choices, index=choices.index(have), key=k, label_visibility="collapsed",
-                              format_func=lambda o: "pick the option" if o == "" else o if o in now
+                              persist_state=KEEP, format_func=lambda o: "pick the option" if o == "" else o if o in now
                               else f"{o} (not an option now)")
             else:
-                col.text_input(label, start, key=k, placeholder=hint, label_visibility="collapsed")
+                col.text_input(label, start, key=k, placeholder=hint, label_visibility="collapsed", persist_state=KEEP)
         c3.button("Remove", key=f"pol_rm_{kind}_{view}_{r}", disabled=len(ids) <= least,
                   help=f"a policy needs at least {least} {kind}" if len(ids) <= least else f"remove {noun} {i + 1}",
                   on_click=remove_row, args=(st.session_state, kind, view, r))
@@ -191,9 +196,9 @@ def render() -> None:
     # keyed and stateful: the tab shown survives a rerun (an error after Apply JSON keeps the JSON tab)
     form_tab, json_tab = st.tabs(["Form", "JSON"], key="pol_tab", on_change="rerun")
     with form_tab:
-        st.text_input("Name", current["name"], key=key("name", view))
+        st.text_input("Name", current["name"], key=key("name", view), persist_state=KEEP)
         field_error("name")
-        st.text_area("Question", current["question"], height=80, key=key("question", view))
+        st.text_area("Question", current["question"], height=80, key=key("question", view), persist_state=KEEP)
         field_error("question")
         st.markdown("**Options** (in order; ids are what applications receive)")
         rows_editor("options", view, current, ("id", "description"), ("id", "description"),
@@ -207,19 +212,19 @@ def render() -> None:
         c1, c2, c3 = st.columns(3)
         readouts = ["", *policy_service.READOUTS]
         c1.selectbox("Readout", readouts, index=readouts.index(current.get("readout") or ""),
-                     format_func=lambda r: r or "model default", key=key("readout", view))
+                     format_func=lambda r: r or "model default", key=key("readout", view), persist_state=KEEP)
         debiases = ["", *policy_service.DEBIAS]
         c2.selectbox("Position-bias correction", debiases, index=debiases.index(current.get("debias") or ""),
-                     format_func=lambda r: r or "model default", key=key("debias", view),
+                     format_func=lambda r: r or "model default", key=key("debias", view), persist_state=KEEP,
                      help="content-free divides out the answer the model gives to an empty state")
         guards = ["", *(g for g in policy_service.GUARDS if g != "none")]
         c3.selectbox("Steering guard", guards, index=guards.index(current.get("guard") or ""),
-                     format_func=lambda g: g or "none", key=key("guard", view),
+                     format_func=lambda g: g or "none", key=key("guard", view), persist_state=KEEP,
                      help="flags a state that tries to dictate its own decision (see the Robustness page); "
                           "a calibrated policy sends flagged rows to its fallback")
         st.text_area("Notes - for people only: never sent to the model (write rules the model must "
                      "follow into the question or the option descriptions)", current.get("notes", ""),
-                     key=key("notes", view))
+                     key=key("notes", view), persist_state=KEEP)
         field_error("id")
         if st.button("Save policy", type="primary", key=f"pol_save_{view}"):
             data = draft(st.session_state, view, current, json_start(pick, current))
@@ -236,7 +241,7 @@ def render() -> None:
 
     with json_tab:
         text = st.text_area("Policy as JSON (the same saved policy as the form)", json_start(pick, current),
-                            height=380, key=key("json", view))
+                            height=380, key=key("json", view), persist_state=KEEP)
         field_error("json")
         if st.button("Apply JSON", key=f"pol_apply_{view}"):
             clean, errs = policy_service.parse_policy_json(text)

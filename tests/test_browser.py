@@ -560,8 +560,8 @@ def test_an_evaluation_outlives_the_page_and_stops_when_asked(browser, tmp_path)
 
 
 def test_the_context_survives_page_switches_reloads_and_links(browser, tmp_path):
-    """A policy opened from a link stays the policy on the next page and after a reload; /history?run=N
-    opens run N (a deep link used to run the page without the app around it)."""
+    """A policy opened from a link stays the policy on the next page and after a reload; states pasted on
+    Compare are still there after a visit to History; /history?run=N opens run N (a deep link used to run the page without the app around it)."""
     from app.core.store import Store
     from app.service.policies import seed_templates
 
@@ -586,6 +586,14 @@ def test_the_context_survives_page_switches_reloads_and_links(browser, tmp_path)
         page.reload()
         settle(page)
         expect(question).to_be_visible()  # and a reload keeps it
+        nav(page, "Compare")  # what was typed survives a visit to another page (the browser sends no values back)
+        pasted = page.get_by_label("One state per line")
+        pasted.fill("first state\nsecond state")
+        pasted.blur()
+        settle(page)
+        nav(page, "History")
+        nav(page, "Compare")
+        expect(page.get_by_label("One state per line")).to_have_value("first state\nsecond state")
         page.goto(url + f"/history?run={runs[0]}")
         settle(page)
         expect(page.get_by_role("combobox", name="Open run")).to_have_value(

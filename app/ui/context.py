@@ -4,11 +4,14 @@ reload keeps them and a view can be linked - `/history?run=6` opens run 6, `/cal
 opens that policy on that set."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Final, Sequence
 
 import streamlit as st
 
-NAMES = ("policy", "set", "run", "calibrated")  # what is carried, as URL parameters of the same names
+NAMES = ("policy", "set", "run", "calibrated")
+# `persist_state=KEEP` on a widget: what the analyst typed survives a visit to another page (Streamlit drops the
+# values of widgets a run does not draw - and the browser sends none from the page left)
+KEEP: Final = "session"  # what is carried, as URL parameters of the same names
 
 
 def _parse(name: str, raw: Any) -> Any:

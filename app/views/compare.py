@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app.service import decide, targets
-from app.ui import charts, resources, tasks
+from app.ui import charts, context, resources, tasks
 from app.ui.components import download_frame, glossary, policy_picker
 from app.ui.drift_panel import render_drift, run_label
 from app.ui.safe_text import md
@@ -108,11 +108,11 @@ def render() -> None:
         st.info("No policies yet: load the examples on the Playground page or create one on the Policies page.")
         return
     policy = policy_picker(saved, key="cmp_policy")
-    source = st.radio("States", ["paste", "upload"], horizontal=True, key="cmp_source",
+    source = st.radio("States", ["paste", "upload"], horizontal=True, key="cmp_source", persist_state=context.KEEP,
                       format_func={"paste": "paste, one per line", "upload": "upload CSV / JSONL"}.get)
     pasted, upload = "", None
     if source == "paste":
-        pasted = st.text_area("One state per line", height=160, key="cmp_paste")
+        pasted = st.text_area("One state per line", height=160, key="cmp_paste", persist_state=context.KEEP)
     else:
         upload = st.file_uploader("CSV with a `state` column (optional `id`, `label` for accuracy), or JSONL "
                                   "objects", type=["csv", "jsonl", "tsv"], key="cmp_upload")

@@ -5,7 +5,7 @@ import json
 import streamlit as st
 
 from app.service import decide, policies, targets
-from app.ui import resources
+from app.ui import context, resources
 from app.ui.components import glossary, policy_picker, show_group_results
 from app.ui.safe_text import md
 
@@ -53,7 +53,7 @@ def render() -> None:
     if "pg_state" not in st.session_state and st.session_state.get("pg_last_state"):
         st.session_state["pg_state"] = st.session_state["pg_last_state"]  # coming back: the state of the result shown
     state = st.text_area("State (a ticket, a log excerpt, an agent's context)", height=140, key="pg_state",
-                         placeholder="Paste the text the model should decide on…")
+                         persist_state=context.KEEP, placeholder="Paste the text the model should decide on…")
     upload = st.file_uploader("…or upload a text / JSON file as the state", type=["txt", "md", "json", "log"],
                               key="pg_upload")
     names = targets.names(db, single_rows=True)

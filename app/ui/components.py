@@ -147,9 +147,10 @@ def check_setup(db: Store, key: str, *, default_limit: int, min_limit: int, vari
         return None
     policy = policy_picker(saved, key=f"{key}_policy")
     sets = [s for s in db.list_labeled_sets() if s["policy_id"] == policy["id"]]
-    source = st.radio("States", ["set", "paste"] if sets else ["paste"], horizontal=True, key=f"{key}_source", persist_state=context.KEEP,
-                      format_func={"set": "from this policy's labeled set", "paste": "paste (one per line)"}.get)
-    pasted = st.text_area("One state per line", key=f"{key}_paste", persist_state=context.KEEP) if source == "paste" else ""
+    source = st.radio("States", ["set", "paste"] if sets else ["paste"], horizontal=True, key=f"{key}_source",
+                      persist_state=context.KEEP, format_func={"set": "from this policy's labeled set", "paste": "paste (one per line)"}.get)
+    pasted = (st.text_area("One state per line", key=f"{key}_paste", persist_state=context.KEEP)
+              if source == "paste" else "")
     set_id = st.selectbox("Labeled set", [s["id"] for s in sets], key=f"{key}_set",
                           format_func=lambda i: next(s["name"] for s in sets if s["id"] == i)) if source == "set" else None
     c1, c2, c3 = st.columns(3)

@@ -8,10 +8,10 @@ from typing import Any, Callable, Final, Sequence
 
 import streamlit as st
 
-NAMES = ("policy", "set", "run", "calibrated")
+NAMES = ("policy", "set", "run", "calibrated")  # what is carried, as URL parameters of the same names
 # `persist_state=KEEP` on a widget: what the analyst typed survives a visit to another page (Streamlit drops the
 # values of widgets a run does not draw - and the browser sends none from the page left)
-KEEP: Final = "session"  # what is carried, as URL parameters of the same names
+KEEP: Final = "session"
 
 
 def _parse(name: str, raw: Any) -> Any:

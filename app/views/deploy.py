@@ -64,12 +64,15 @@ def plan_form(db) -> tuple:
         c1, c2 = st.columns(2)
         model = c1.text_input("Model GGUF (path or shipped name; empty = the calibrated model, else the default)",
                               key="dep_model", persist_state=context.KEEP)
-        bucket = c2.text_input("S3 bucket for model.tar.gz", start["bucket"], key="dep_bucket", persist_state=context.KEEP)
-        role = c1.text_input("SageMaker execution role ARN", start["role_arn"], key="dep_role", persist_state=context.KEEP)
+        bucket = c2.text_input("S3 bucket for model.tar.gz", start["bucket"], key="dep_bucket",
+                               persist_state=context.KEEP)
+        role = c1.text_input("SageMaker execution role ARN", start["role_arn"], key="dep_role",
+                             persist_state=context.KEEP)
         cb_role = c2.text_input("CodeBuild service role ARN (SemIf path)", start["codebuild_role_arn"],
                                 key="dep_cb_role", persist_state=context.KEEP) if serving == "semif" else ""
         if compute == "cpu":
-            cpu_type = c1.text_input("CPU instance type", deploy.DEFAULT_CPU_INSTANCE, key="dep_cpu_type", persist_state=context.KEEP)
+            cpu_type = c1.text_input("CPU instance type", deploy.DEFAULT_CPU_INSTANCE, key="dep_cpu_type",
+                                     persist_state=context.KEEP)
             pools = pd.DataFrame(deploy.DEFAULT_POOLS, columns=["instance_type", "priority"])
         else:
             cpu_type = deploy.DEFAULT_CPU_INSTANCE
@@ -77,8 +80,10 @@ def plan_form(db) -> tuple:
             pools = st.data_editor(pd.DataFrame(deploy.DEFAULT_POOLS, columns=["instance_type", "priority"]),
                                    num_rows="dynamic", key="dep_pools", hide_index=True)
         c1, c2 = st.columns(2)
-        scale_max = c1.number_input("Autoscaling: at most N instances (1 = no autoscaling)", 1, 20, 1, key="dep_scale_max", persist_state=context.KEEP)
-        dps = c2.text_input("Measured decisions/s per instance (empty = the instance family's default)", key="dep_dps", persist_state=context.KEEP)
+        scale_max = c1.number_input("Autoscaling: at most N instances (1 = no autoscaling)", 1, 20, 1, key="dep_scale_max",
+                                    persist_state=context.KEEP)
+        dps = c2.text_input("Measured decisions/s per instance (empty = the instance family's default)", key="dep_dps",
+                            persist_state=context.KEEP)
         submitted = st.form_submit_button("Plan", type="primary")
     outside = (serving, compute, region, policy_path)
     if not submitted:

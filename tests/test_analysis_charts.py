@@ -244,6 +244,11 @@ def test_a_set_says_what_it_can_support_before_scoring():
     assert not s["gate"] and s["offsets"] and "no gate will be recommended" in s["messages"][0]
     thin = set_support([{"label": "yes"}] * 60 + [{"label": "no"}] * 2, ["yes", "no"])
     assert thin["gate"] and thin["provisional"] and not thin["offsets"] and "no (2)" in thin["messages"][-1]
+    # Stop early at 12 rows: the limit, not the set, decides what can be recommended
+    early = set_support([{"label": "yes"}] * 60 + [{"label": "no"}] * 2, ["yes", "no"], limit=12)
+    assert (early["scored"], early["total"], early["gate"]) == (12, 62, False)
+    assert early["messages"][0].startswith("12 of 62 rows will be scored (Stop early): fewer than 50")
+    assert "score at least 50" in early["messages"][0]
 
 
 def test_order_check_advice_never_suggests_what_the_run_already_did():
@@ -288,6 +293,7 @@ def test_position_bars_without_labels_compare_with_an_even_spread():
     fig = charts.position_bars(pos, labeled=False)
     assert [t.name for t in fig.data] == ["chosen by the model"]
     assert fig.layout.shapes[0].y0 == pytest.approx(4.0) and "even spread" in fig.layout.title.text
+    assert fig.layout.yaxis.dtick == 1  # counts: no 0.5 ticks
     labeled = charts.position_bars(pos.assign(label=[4, 4, 4]), labeled=True)
     assert [t.name for t in labeled.data] == ["chosen by the model", "where the label was"]
     assert "labels' positions" in labeled.layout.title.text

@@ -98,6 +98,11 @@ def test_a_set_says_what_it_supports_before_scoring_and_the_numbers_carry_n_and_
     run_button = at.button(key="cal_run")
     assert "12 rows" in run_button.label and not at.exception
     assert any("12 rows to score" in c.value for c in at.caption)
+    at.number_input(key="cal_max_rows").set_value(5).run()  # Stop early: the button and the limits follow it
+    assert "5 rows" in at.button(key="cal_run").label and any("5 of 12 rows to score" in c.value for c in at.caption)
+    assert any(w.value.startswith("5 of 12 rows will be scored") for w in at.warning)
+    at.number_input(key="cal_max_rows").set_value(0).run()
+    run_button = at.button(key="cal_run")
     finish_tasks(run_button.click().run())
     captions = " ".join(c.value for c in at.caption)
     assert "95% CI" in captions and "n=12" in captions and "(bootstrap)" in captions

@@ -252,11 +252,10 @@ def test_options_are_rows_of_inputs_with_add_and_remove(db):
     at.button(key="pol_add_examples_p_v1").click().run()
     at.text_area(key="pol_examples_state_p_v1_0").input("A third case")
     label = at.selectbox(key="pol_examples_option_id_p_v1_0")
-    assert label.options == ["pick the option", "b", "c"]  # a picker of the options as the draft has them now
+    assert label.options == ["b", "c"] and label.value is None  # a picker of the options as the draft has them now
     label.select("c").run()
-    at.text_input(key="pol_options_id_p_v1_2").input("c2").run()  # the option renamed: the label is kept, and named
-    assert at.selectbox(key="pol_examples_option_id_p_v1_0").options == ["pick the option", "b", "c2",
-                                                                        "c (not an option now)"]
+    at.text_input(key="pol_options_id_p_v1_2").input("c2").run()  # the option renamed: its examples follow
+    assert at.selectbox(key="pol_examples_option_id_p_v1_0").value == "c2" and not at.warning
     at.text_input(key="pol_options_id_p_v1_2").input("c").run()
     assert at.selectbox(key="pol_examples_option_id_p_v1_0").value == "c"
     at.button(key="pol_save_p_v1").click().run()
@@ -307,6 +306,8 @@ def test_compare_with_uploaded_csv_labels_and_the_new_comparison_selected(db):
     at.selectbox(key="cmp_policy").select("ticket-routing").run()
     at.text_area(key="cmp_paste").input("Where is my parcel?\nI was charged twice").run()
     finish_tasks(at.button(key="cmp_run").click().run())
+    unlabeled = frame_with(at, "disagree")
+    assert "wrong" not in unlabeled.columns and "label" not in unlabeled.columns  # no labels: no empty "wrong" boxes
     at.radio(key="cmp_source").set_value("upload").run()
     csv = (b"id,state,label\nt1,I was charged twice this month,billing\nt2,The app crashes on start,technical\n"
            b"t3,Parcel never came,shipping\n")
@@ -610,7 +611,10 @@ def test_a_failed_deploy_stays_on_screen_and_a_reload_keeps_the_form(db, aws_env
     assert picker.value == dep["id"] and picker.options[picker.index] == f"{dep['id']} · failed"
     at.run()  # the outcome is kept until the next plan
     assert any(dep["id"] in e.value for e in at.error)
+    assert [a["what"].startswith("as run on confirm") for a in db.audit_log(dep["id"]) if a["action"] == "plan"] == \
+        [False, True]  # the plan when made, and the plan as it ran: said apart in the audit log
     reloaded = app("deploy")
+    assert reloaded.radio(key="dep_path").value == "textgen"  # the last plan's serving path, not the default
     assert reloaded.text_input(key="dep_bucket").value == "semif-no-such-bucket"
     assert reloaded.text_input(key="dep_role").value == "arn:aws:iam::123456789012:role/sm"
 

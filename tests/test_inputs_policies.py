@@ -45,6 +45,12 @@ def test_policy_validation_errors_by_field():
     clean, errs = validate_policy({"name": "Route", "question": "Q?", "options": [{"id": "z"}, {"id": "b"}],
                                    "examples": [{"state": "s", "option_id": "c"}]})
     assert "examples" in errs and "(z, b)" in errs["examples"]  # the options as the analyst ordered them
+    clean, errs = validate_policy({"name": "Route", "question": "Q?", "options": [{"id": "z"}, {"id": "b"}],
+                                   "examples": [{"state": "s", "option_id": "z"}, {"state": "t", "option_id": "c"},
+                                                {"state": "u", "option_id": ""}, {"state": "v", "option_id": "c"}]})
+    # every bad row is named at once (not one per failed save), an empty label in words a person reads
+    assert errs["examples"] == ("row 2: 'c' is not one of the options (z, b); row 3: pick the option this example "
+                                "is labelled with; row 4: 'c' is not one of the options (z, b)")
 
 
 def test_policy_json_round_trips_with_templates():

@@ -15,12 +15,14 @@ from app.core.settings import WorkbenchSettings
 from app.core.store import Store
 
 
-def record_planned(store: Store, cfg: DeployConfig, plan: list[dict[str, Any]], who: str | None = None) -> None:
+def record_planned(store: Store, cfg: DeployConfig, plan: list[dict[str, Any]], who: str | None = None,
+                   when: str = "") -> None:
     store.save_deployment({"id": cfg.deployment_id, "path": cfg.serving, "compute": cfg.compute, "region": cfg.region,
                            "endpoint_name": cfg.endpoint_name, "model_name": cfg.model_name,
                            "endpoint_config_name": cfg.endpoint_config_name, "status": "planned",
                            "config": cfg.to_dict(), "plan": plan})
-    store.audit(cfg.deployment_id, "plan", f"{len(plan)} calls, {cfg.serving} on {cfg.compute} in {cfg.region}", "ok", who)
+    store.audit(cfg.deployment_id, "plan", f"{when}{len(plan)} calls, {cfg.serving} on {cfg.compute} in {cfg.region}",
+                "ok", who)
 
 
 def record_result(store: Store, dep_id: str, action: str, status: str, detail: str, who: str | None = None,
@@ -48,7 +50,8 @@ class StoreRecorder:
         self.store, self.runtime_url, self.who = store, runtime_url, who
 
     def planned(self, cfg: DeployConfig, steps: list[Step]) -> None:
-        record_planned(self.store, cfg, [s.to_dict() for s in steps], self.who)
+        # the plan as it runs on confirm (the account id filled in): a second "plan" entry, said as such
+        record_planned(self.store, cfg, [s.to_dict() for s in steps], self.who, when="as run on confirm: ")
 
     def finished(self, deployment_id: str, action: str, status: str, detail: str) -> None:
         record_result(self.store, deployment_id, action, status, detail, self.who,

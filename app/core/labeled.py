@@ -102,24 +102,30 @@ def scored_cases(store, set_id: int, limit: int | None = None) -> list:
     return [Case(r["row_key"], r["state"], r["label"]) for r in evenly_spaced(rows, limit)]
 
 
-def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str]) -> dict[str, Any]:
+def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit: int | None = None) -> dict[str, Any]:
     """What a labeled set can support, said before anything is scored: the rows that will be scored
-    (the train split never is), per option, and whether that reaches a recommended gate (50 rows)
-    and fitted offsets (5 of every option). `messages` says it in words, most limiting first."""
+    (the train split never is; at most `limit` when the analyst stops early), per option, and whether that
+    reaches a recommended gate (50 rows) and fitted offsets (5 of every option). `messages` says it in
+    words, most limiting first."""
     from app.core.calibration import MIN_ROWS_PER_OPTION, PROVISIONAL, SMALL
 
     scored = [r for r in rows if r.get("split") != "train"] if any(r.get("split") == "train" for r in rows) else rows
     per_option = {o: sum(1 for r in scored if r.get("label") == o) for o in option_ids}
-    n = len(scored)
+    total = len(scored)
+    n = min(limit, total) if limit else total
+    if n < total:  # rows are scored in stratified order: the first n keep each label's share
+        per_option = {o: c * n // total for o, c in per_option.items()}
     fewest = min(per_option.values()) if per_option else 0
+    what = f"{n} rows will be scored" if n == total else f"{n} of {total} rows will be scored (Stop early)"
     messages = []
     if n < SMALL:
-        messages.append(f"{n} rows will be scored: fewer than {SMALL}, so no gate will be recommended (you can "
-                        f"still set one by hand) - add at least {SMALL - n} labeled rows")
+        messages.append(f"{what}: fewer than {SMALL}, so no gate will be recommended (you can "
+                        f"still set one by hand) - " + (f"add at least {SMALL - n} labeled rows" if total < SMALL
+                                                         else f"score at least {SMALL}"))
     elif n < PROVISIONAL:
-        messages.append(f"{n} rows will be scored: a recommended gate is provisional below {PROVISIONAL}")
+        messages.append(f"{what}: a recommended gate is provisional below {PROVISIONAL}")
     if fewest < MIN_ROWS_PER_OPTION:
         thin = ", ".join(f"{o} ({c})" for o, c in per_option.items() if c < MIN_ROWS_PER_OPTION)
         messages.append(f"fitted per-option offsets need {MIN_ROWS_PER_OPTION} rows of every option; too few: {thin}")
-    return {"scored": n, "train": len(rows) - n, "per_option": per_option, "gate": n >= SMALL,
+    return {"scored": n, "total": total, "train": len(rows) - total, "per_option": per_option, "gate": n >= SMALL,
             "provisional": SMALL <= n < PROVISIONAL, "offsets": fewest >= MIN_ROWS_PER_OPTION, "messages": messages}

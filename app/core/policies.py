@@ -43,6 +43,16 @@ def validate_policy(data: Any) -> tuple[dict[str, Any] | None, dict[str, str]]:
         errors["guard"] = f"choose {', '.join(GUARDS)} (or leave empty: no steering guard)"
     options = [o for o in (data.get("options") or []) if isinstance(o, dict) and str(o.get("id") or "").strip()]
     examples = [e for e in (data.get("examples") or []) if isinstance(e, dict) and str(e.get("state") or "").strip()]
+    ids = [str(o["id"]).strip() for o in options]
+    bad = []  # every example whose label is missing or not an option, not only the first
+    for n, e in enumerate(examples, 1):
+        label = str(e.get("option_id") or "").strip()
+        if not label:
+            bad.append(f"row {n}: pick the option this example is labelled with")
+        elif label not in ids:
+            bad.append(f"row {n}: {label!r} is not one of the options ({', '.join(ids)})")
+    if bad:
+        errors["examples"] = "; ".join(bad)
     try:
         q = Question.model_validate({"id": pid or "p", "question": data.get("question") or "",
                                      "options": [{"id": str(o["id"]).strip(), "description": str(o.get("description") or "")}

@@ -151,14 +151,17 @@ def deployments(store: Store) -> tuple[list[Deployment], list[Deployment]]:
 
 def form_defaults(store: Store, cfg: WorkbenchSettings) -> dict[str, str]:
     """What the Deploy form starts with: the environment's values, else those of the newest recorded plan
-    (a reload or a new session keeps the bucket, the roles and the region the analyst typed last)."""
+    (a reload or a new session keeps the serving path, compute, bucket, roles and region of the last plan)."""
     deps = store.list_deployments()
     last = (deps[0].get("config") or {}) if deps else {}
+    serving = last.get("serving") or last.get("path")  # records older than the rename say "path"
     from_env = "region" in cfg.model_fields_set  # AWS_DEFAULT_REGION given: it wins over the last plan's
     return {"region": cfg.region if from_env or not last.get("region") else str(last["region"]),
             "bucket": cfg.deploy_bucket or str(last.get("bucket") or ""),
             "role_arn": cfg.sagemaker_role_arn or str(last.get("role_arn") or ""),
-            "codebuild_role_arn": cfg.codebuild_role_arn or str(last.get("codebuild_role_arn") or "")}
+            "codebuild_role_arn": cfg.codebuild_role_arn or str(last.get("codebuild_role_arn") or ""),
+            "serving": str(serving) if serving in SERVINGS else "semif",
+            "compute": str(last.get("compute")) if last.get("compute") in COMPUTES else COMPUTES[0]}
 
 
 def calibrated_label(rec: Mapping[str, Any]) -> str:

@@ -47,16 +47,17 @@ def import_upload(store: Store, name: str, data: bytes, policy: Policy) -> int:
     return import_file(store, name, data, policy)
 
 
-def support(store: Store, set_id: int, policy: Policy) -> dict[str, Any]:
-    """What the set can support for this policy before scoring (rows per option, gate, offsets)."""
-    return set_support(store.labeled_rows(set_id), [o["id"] for o in policy["options"]])
+def support(store: Store, set_id: int, policy: Policy, limit: int | None = None) -> dict[str, Any]:
+    """What the set can support for this policy before scoring (rows per option, gate, offsets), when at
+    most `limit` rows are scored."""
+    return set_support(store.labeled_rows(set_id), [o["id"] for o in policy["options"]], limit)
 
 
 __all__ = ["LARGE", "SECONDS_PER_ROW", "InputError", "SetNotFound", "delete", "import_shipped", "import_upload", "minutes", "resolve_set",
            "summary", "support"]
 
 
-SECONDS_PER_ROW = 1.75  # the default model, warm, on 2 cores: p50 1.73-1.74 s a row (README, Benchmarks)
+SECONDS_PER_ROW = 1.75  # the default model, warm, on 2 cores: p50 1.40-1.74 s a row (README, Benchmarks)
 LARGE = 1000  # rows above which an upload is worth a warning before anyone scores it
 
 

@@ -203,6 +203,8 @@ def position_bars(positions: pd.DataFrame, labeled: bool) -> go.Figure:
     fig.update_layout(barmode="group", title="Chosen display position vs the labels' positions" if labeled else
                       "Chosen display position (no labels: against an even spread)",
                       xaxis_title="display position", yaxis_title="count", **_LAYOUT)
+    top = float(max(positions["chosen"].max(), positions["label"].max() if labeled else 0, even, 1))
+    fig.update_yaxes(tick0=0, dtick=max(1, int(top // 8)))  # counts: whole-number ticks
     return fig
 
 
@@ -210,6 +212,7 @@ def spread_bars(shifts: pd.DataFrame) -> go.Figure:
     """Order check: how far each option's probability moves with the order (mean, whisker to the max)."""
     fig = go.Figure(go.Bar(x=shifts["option"], y=shifts["mean_spread"], name="mean",
                            error_y=dict(type="data", array=shifts["max_spread"] - shifts["mean_spread"], symmetric=False)))
-    fig.update_layout(title="How far each option's probability moves with the order (max - min)",
+    fig.update_layout(title="How far each option's probability moves with the order (bar: mean over states of "
+                            "max - min; whisker: the largest)",
                       yaxis=dict(title="probability spread", range=[0, 1]), **_LAYOUT)
     return fig

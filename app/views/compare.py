@@ -79,6 +79,8 @@ def render_results(db, gid: str) -> None:
                         disabled=not table["label"].notna().any(), help="rows where some target's answer is not the label")
     rows = table[table["disagree"]] if only else table
     rows = rows[rows["wrong"]] if wrong else rows
+    if not table["label"].notna().any():  # no labels: no "wrong" column of unchecked boxes that means nothing
+        rows = rows.drop(columns=[c for c in ("label", "wrong") if c in rows.columns])
     st.dataframe(rows, hide_index=True, key="cmp_table", placeholder="")  # no label, or no answer: empty
     errors = shown.results[shown.results["error"].notna()]
     if len(errors):
@@ -150,6 +152,10 @@ def render() -> None:
         st.session_state["cmp_open"] = next(iter(groups))
     gid = st.selectbox("Comparison", list(groups), key="cmp_open",
                        format_func=lambda g: decide.comparison_name(groups[g]))
+    if any(r["status"] == "running" for r in groups[gid]) and tasks.runner().busy_with("compare"):
+        st.info("This comparison is still running (its progress is at the top of the page): its charts and tables "
+                "appear here when it finishes.")
+        return
     render_results(db, gid)
 
 

@@ -52,12 +52,13 @@ def policy_picker(db) -> tuple[str, str]:
 def plan_form(db) -> tuple:
     """The plan inputs; returns the ones outside the form (a change there makes a shown plan stale)."""
     c1, c2, c3 = st.columns(3)
-    serving = c1.radio("Serving path", deploy.SERVINGS, index=deploy.SERVINGS.index("semif"), horizontal=True,
+    start = deploy.form_defaults(db, deploy.settings())  # the environment's, else the last plan's
+    serving = c1.radio("Serving path", deploy.SERVINGS, index=deploy.SERVINGS.index(start["serving"]), horizontal=True,
                        key="dep_path", persist_state=context.KEEP,
                        format_func={"textgen": "llama.cpp DLC (chat completions)", "semif": "SemIf adapter image"}.get)
-    compute = c2.radio("Compute", deploy.COMPUTES, horizontal=True, key="dep_compute", persist_state=context.KEEP,
+    compute = c2.radio("Compute", deploy.COMPUTES, index=deploy.COMPUTES.index(start["compute"]), horizontal=True,
+                       key="dep_compute", persist_state=context.KEEP,
                        format_func={"cpu": "CPU", "gpu": "GPU instance pool"}.get)
-    start = deploy.form_defaults(db, deploy.settings())  # the environment's, else the last plan's
     region = c3.text_input("Region", start["region"], key="dep_region", persist_state=context.KEEP)
     policy_path, calibrated_on = policy_picker(db) if serving == "semif" else ("", "")
     with st.form("dep_form"):
@@ -157,7 +158,7 @@ def deployments(db, endpoint_url, poll) -> None:
     if live:
         st.dataframe(pd.DataFrame(live)[list(cols)], hide_index=True)
     else:
-        st.caption("None yet.")
+        st.caption("No deployment has run yet." + (" Plans and failed attempts are listed below." if failed else ""))
     if failed:
         with st.expander(f"Plans not deployed and failed attempts ({len(failed)})"):
             st.dataframe(pd.DataFrame(failed)[list(cols)], hide_index=True)
@@ -178,6 +179,9 @@ def deployments(db, endpoint_url, poll) -> None:
             st.json(deploy.executor(dep["region"], endpoint_url=endpoint_url, poll=poll).status(dep["endpoint_name"]))
         except deploy.DeployError as exc:
             st.error(md(exc))
+    if dep["status"] == "failed":
+        st.caption("This attempt failed (see the audit log): the steps before the failure may have created some "
+                   "resources. Destroy removes whichever of them exist; it is safe when none do.")
     with c2.popover("Destroy"):
         st.write(f"Deletes endpoint, endpoint config and model of **{md(dep['endpoint_name'])}**. Type its name to confirm.")
         typed = st.text_input("Endpoint name", key="dep_confirm_name")

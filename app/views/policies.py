@@ -93,12 +93,26 @@ def option_ids(view: str, current: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(i for i in ids if i))
 
 
+def rename_option(view: str, current: Mapping[str, Any], row: int, old: str) -> None:
+    """on_change of an option's id: the examples labelled with the old id take the new one (unless another
+    option row still has the old id), so a rename never leaves examples behind."""
+    ss = st.session_state
+    new, old = str(ss.get(key("options.id", view, row)) or "").strip(), old.strip()
+    if not old or not new or old == new or old in option_ids(view, current):
+        return
+    for r in row_ids(ss, "examples", view, current):
+        k = key("examples.option_id", view, r)
+        if str(ss.get(k, row_default(current, "examples", r, "option_id")) or "") == old:
+            ss[k] = new
+
+
 def rows_editor(kind: str, view: str, current: Mapping[str, Any], columns: tuple[str, str], placeholders: tuple[str, str],
                 most: int, least: int, add_label: str) -> None:
     """One row of inputs per option or example, Remove per row and Add below - plain widgets, so a
     value typed quickly is never lost to a grid's rerun, and every value is in session state."""
     ids = row_ids(st.session_state, kind, view, current)
     noun = kind[:-1]
+    stale: list[str] = []  # examples labelled with an option the draft no longer has
     for i, r in enumerate(ids):
         c1, c2, c3 = st.columns([2, 5, 1] if kind == "options" else [5, 2, 1], vertical_alignment="center")
         for col, name, hint in zip((c1, c2), columns, placeholders):
@@ -108,15 +122,23 @@ def rows_editor(kind: str, view: str, current: Mapping[str, Any], columns: tuple
                               persist_state=KEEP)
             elif kind == "examples":  # the label is one of the options as the draft has them now
                 have, now = str(st.session_state.get(k, start) or ""), option_ids(view, current)
-                choices = ["", *now] + ([have] if have and have not in now else [])  # a renamed option's label stays
-                col.selectbox(label, choices, index=choices.index(have), key=k, label_visibility="collapsed",
-                              persist_state=KEEP, format_func=lambda o: "pick the option" if o == "" else o if o in now
-                              else f"{o} (not an option now)")
+                choices = now + ([have] if have and have not in now else [])  # a removed option's label stays (warned)
+                col.selectbox(label, choices, index=None if k in st.session_state or have not in choices else
+                              choices.index(have), key=k, label_visibility="collapsed", placeholder="pick the option",
+                              persist_state=KEEP)
+                if have and have not in now:
+                    stale.append(f"example {i + 1}: {have!r}")
+            elif kind == "options" and name == "id":  # a renamed id: the examples labelled with it follow
+                col.text_input(label, start, key=k, placeholder=hint, label_visibility="collapsed", persist_state=KEEP,
+                               on_change=rename_option, args=(view, current, r, str(st.session_state.get(k, start) or "")))
             else:
                 col.text_input(label, start, key=k, placeholder=hint, label_visibility="collapsed", persist_state=KEEP)
         c3.button("Remove", key=f"pol_rm_{kind}_{view}_{r}", disabled=len(ids) <= least,
                   help=f"a policy needs at least {least} {kind}" if len(ids) <= least else f"remove {noun} {i + 1}",
                   on_click=remove_row, args=(st.session_state, kind, view, r))
+    if stale:
+        st.warning(f"Not an option any more: {md(', '.join(stale))} - pick one of the options for "
+                   f"{'it' if len(stale) == 1 else 'them'} before saving.")
     st.button(add_label, key=f"pol_add_{kind}_{view}", disabled=len(ids) >= most,
               help=f"at most {most} {kind}" if len(ids) >= most else None,
               on_click=add_row, args=(st.session_state, kind, view))
@@ -164,7 +186,7 @@ def render() -> None:
         pending = None
     c1, c2 = st.columns([3, 1], vertical_alignment="center")
     if pick != NEW:
-        c1.caption(f"Saved version {version} · last saved {current.get('updated_at', '')[:19]}")
+        c1.caption(f"Saved version {version} · last saved {current.get('updated_at', '')[:16].replace('T', ' ')}")
     if changed:
         c2.badge("Unsaved changes", icon=":material/edit:", color="orange",
                  help="not saved yet: " + ", ".join("JSON tab" if f == "json" else f for f in changed))

@@ -29,7 +29,7 @@ page = st.navigation({
                st.Page(HERE / "targets.py", title="Targets", icon=":material/hub:")],
 }, position="top")
 if page.url_path != "policies" and (name := policy_editor.unsaved_name(st.session_state)):  # a draft waits there
-    st.caption(f":material/edit: Unsaved changes to {md(name)} wait on the Policies page.")
+    st.info(f"Unsaved changes to {md(name)} wait on the Policies page.", icon=":material/edit:")
 tasks.panel(page.url_path)  # on every page: what runs in the background, with its progress and a Stop
 context.show_in_url()  # the current policy, set, run in the URL: a reload keeps them, a view can be linked
 page.run()

@@ -219,7 +219,7 @@ def test_a_policy_draft_waits_while_other_pages_are_open(db):
     at.button(key="pol_add_options_p_v1").click().run()
     at.text_input(key="pol_options_id_p_v1_2").input("c").run()
     at.switch_page("views/calibrate.py").run()
-    assert any("Unsaved changes to P wait on the Policies page" in c.value for c in at.caption)
+    assert any("Unsaved changes to P wait on the Policies page" in i.value for i in at.info)
     at.switch_page("views/playground.py").run()  # two pages away, several reruns
     at.run()
     at.switch_page("views/policies.py").run()
@@ -230,7 +230,7 @@ def test_a_policy_draft_waits_while_other_pages_are_open(db):
     saved = db.get_policy("p")
     assert saved["question"] == "Draft question?" and [o["id"] for o in saved["options"]] == ["a", "b", "c"]
     at.switch_page("views/calibrate.py").run()
-    assert not any("Unsaved changes" in c.value for c in at.caption)  # saved: nothing waits
+    assert not any("Unsaved changes" in i.value for i in at.info)  # saved: nothing waits
 
 
 def test_options_are_rows_of_inputs_with_add_and_remove(db):

@@ -272,6 +272,21 @@ def test_options_are_rows_of_inputs_with_add_and_remove(db):
     assert at.button(key="pol_add_options_wide_v1").disabled
 
 
+def test_an_example_whose_option_is_removed_is_named_before_and_at_save(db):
+    db.save_policy({"id": "p", "name": "P", "question": "Q?", "notes": "",
+                    "options": [{"id": "a"}, {"id": "b"}, {"id": "c"}],
+                    "examples": [{"state": "one", "option_id": "c"}, {"state": "two", "option_id": "c"}]})
+    at = app("policies")
+    assert at.selectbox(key="pol_examples_option_id_p_v1_0").value == "c" and not at.warning
+    at.button(key="pol_rm_options_p_v1_2").click().run()  # option c removed: its examples keep the label, warned
+    assert any("Not an option any more" in w.value and "example 1" in w.value and "example 2" in w.value
+               for w in at.warning)
+    at.button(key="pol_save_p_v1").click().run()
+    assert db.get_policy("p")["version"] == 1  # refused, and both rows named in one message
+    assert any("'c' is not one of the options" in e.value and "row 1" in e.value and "row 2" in e.value
+               for e in at.error)
+
+
 def test_policy_from_template_and_delete(db):
     at = app("policies")
     at.selectbox(key="pol_tpl").select("refund-check").run()

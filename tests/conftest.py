@@ -186,6 +186,16 @@ def two_model_runs(store, smollm2, qwen05, n_rows: int = 12, set_name: str = "ti
     return runs[0], runs[1]
 
 
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    """A workbench SQLite file on disk that the pages (AppTest) open too: SEMIF_DB points at it."""
+    from app.core.store import Store
+
+    path = tmp_path / "wb.db"
+    monkeypatch.setenv("SEMIF_DB", str(path))
+    return Store(path)
+
+
 def finish_tasks(at, timeout: float = 600):
     """Wait for the background work a page submitted (app/service/tasks.py: one worker per process),
     then rerun the page so it shows the results - what a person coming back to the page sees."""

@@ -12,13 +12,6 @@ from tests.conftest import ROOT, finish_tasks, subset_file
 MAIN = str(ROOT / "app" / "main.py")
 
 
-@pytest.fixture
-def db(tmp_path, monkeypatch):
-    path = tmp_path / "wb.db"
-    monkeypatch.setenv("SEMIF_DB", str(path))
-    return Store(path)
-
-
 def page(name: str, at: AppTest | None = None, **query: str) -> AppTest:
     if at is None:
         at = AppTest.from_file(MAIN, default_timeout=120)

@@ -7,17 +7,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app.core.store import Store
 from tests.conftest import ROOT, subset_file, finish_tasks
 
 MAIN = str(ROOT / "app" / "main.py")
-
-
-@pytest.fixture
-def db(tmp_path, monkeypatch):
-    path = tmp_path / "wb.db"
-    monkeypatch.setenv("SEMIF_DB", str(path))
-    return Store(path)
 
 
 def frame_with(at: AppTest, column: str):

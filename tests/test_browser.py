@@ -281,16 +281,21 @@ def saved_policy(db: Path, policy_id: str) -> tuple[str, int]:
     return question, version
 
 
+def open_policy(page, url: str, name: str) -> None:
+    """A fresh page on the Policies editor, showing the policy called `name`."""
+    page.goto(url)
+    settle(page)
+    nav(page, "Policies")
+    choose(page, "Policy", name)
+
+
 def test_switching_policy_keeps_unsaved_edits_until_discarded(two_policies, page, tmp_path):
     """The walkthrough's lost edit: a question typed into one policy, then another policy picked. The
     draft stays and the page asks; Keep editing keeps it; a visit to another page keeps it too; Discard
     opens the other policy; nothing is saved in between. The visible New policy button opens an empty one."""
     url, db = two_policies
     before = saved_policy(db, "ticket-routing")
-    page.goto(url)
-    settle(page)
-    nav(page, "Policies")
-    choose(page, "Policy", "Ticket routing")
+    open_policy(page, url, "Ticket routing")
     question = page.get_by_label("Question", exact=True)
     expect(question).to_have_value(before[0])
     expect(page.get_by_text("Unsaved changes")).to_have_count(0)
@@ -336,10 +341,7 @@ def test_json_tab_stays_open_with_its_error_and_text(two_policies, page):
     as typed (the page used to jump back to the Form tab)."""
     url, db = two_policies
     before = saved_policy(db, "refund-check")
-    page.goto(url)
-    settle(page)
-    nav(page, "Policies")
-    choose(page, "Policy", "Refund policy check")
+    open_policy(page, url, "Refund policy check")
     page.get_by_role("tab", name="JSON").click()
     settle(page)
     box = page.get_by_label("Policy as JSON (the same saved policy as the form)")

@@ -32,7 +32,7 @@ from adapter.schema import DecisionRequest
 from adapter.templates import DATA_DIR, request_for
 
 from app.core import stats
-from app.core.runner import Case, Job, ProgressFn, score_into_runs
+from app.core.runner import Case
 from app.core.store import Store
 from app.targets.base import Target
 
@@ -487,23 +487,8 @@ def start_check(store: Store, *, policy: Mapping[str, Any], cases: list[Case], t
     return run_id, items
 
 
-def run_check(store: Store, run_id: int, items: list[tuple[int, Case, DecisionRequest]], target: Target,
-              progress: ProgressFn | None = None) -> Report:
-    """Score a robustness run's rows on its target (saved as they arrive), then read the report."""
-    score_into_runs(store, [Job(run_id, target)], items, total=len(items), progress=progress)
-    return report_for(store, run_id)
-
-
 def report_for(store: Store, run_id: int) -> Report:
     run = store.get_run(run_id)
     if run is None:
         raise ValueError(f"no run #{run_id}")
     return analyse(store.results(run_id), run["policy"], {**run["config"], "target": run["target_name"]})
-
-
-def load_data_file(text: str) -> Suite:
-    """A suite from a JSON file in the shipped format (data/robustness/*.json)."""
-    try:
-        return Suite.from_dict(json.loads(text))
-    except (json.JSONDecodeError, TypeError, KeyError) as exc:
-        raise SuiteError(f"suite file: not in the data/robustness format ({exc})") from None

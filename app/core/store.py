@@ -539,11 +539,6 @@ class Store:
         with self.db() as db:
             return [cast(Calibrated, _decode(r)) for r in db.table("calibrated_policies").rows_where(order_by="id desc")]
 
-    def get_calibrated(self, calibrated_id: int) -> Calibrated | None:
-        with self.db() as db:
-            rows = list(db.table("calibrated_policies").rows_where("id = ?", [calibrated_id]))
-        return cast(Calibrated, _decode(rows[0])) if rows else None
-
     def run_version(self, run_id: int) -> tuple[int, int]:
         """(results stored, newest result id): changes whenever a result is added - a cache key."""
         with self.db() as db:

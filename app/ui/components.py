@@ -12,6 +12,7 @@ import streamlit as st
 from app.service import decide
 from app.ui import charts, context
 from app.ui.safe_text import csv_safe, md
+from app.core.records import Policy
 from app.core.store import Store
 
 GLOSSARY = {
@@ -138,17 +139,26 @@ class CheckSetup:
     variant: str
 
 
+def saved_policies(db: Store) -> list[Policy] | None:
+    """The saved policies, or None after saying how to get the first one (every page that needs one)."""
+    saved = db.list_policies()
+    if not saved:
+        st.info("No policies yet: load the examples on the Playground page or create one on the Policies page.")
+        return None
+    return saved
+
+
 def check_setup(db: Store, key: str, *, default_limit: int, min_limit: int, variants: list[str],
                 target_names: list[str]) -> CheckSetup | None:
     """The shared top of a check page: None (after saying so) when there is no policy yet."""
-    saved = db.list_policies()
-    if not saved:
-        st.info("No policies yet: load the examples on the Playground page first.")
+    saved = saved_policies(db)
+    if saved is None:
         return None
     policy = policy_picker(saved, key=f"{key}_policy")
     sets = [s for s in db.list_labeled_sets() if s["policy_id"] == policy["id"]]
     source = st.radio("States", ["set", "paste"] if sets else ["paste"], horizontal=True, key=f"{key}_source",
-                      persist_state=context.KEEP, format_func={"set": "from this policy's labeled set", "paste": "paste (one per line)"}.get)
+                      persist_state=context.KEEP,
+                      format_func={"set": "from this policy's labeled set", "paste": "paste (one per line)"}.get)
     pasted = (st.text_area("One state per line", key=f"{key}_paste", persist_state=context.KEEP)
               if source == "paste" else "")
     set_id = st.selectbox("Labeled set", [s["id"] for s in sets], key=f"{key}_set",
@@ -158,3 +168,30 @@ def check_setup(db: Store, key: str, *, default_limit: int, min_limit: int, vari
     target = c2.selectbox("Target", target_names, key=f"{key}_target")
     variant = c3.selectbox("Readout", variants, key=f"{key}_variant")
     return CheckSetup(policy, set_id if source == "set" else None, pasted, int(limit), str(target), str(variant))
+
+
+def check_inputs(db: Store, setup: CheckSetup) -> tuple[list[Any], Any] | None:
+    """On a check page's Run: (the states to score, the built target), or None after saying what is wrong."""
+    from app.service import checks
+    from app.ui import resources
+
+    try:
+        cases = checks.states(db, set_id=setup.set_id, pasted=setup.pasted, limit=setup.limit)
+    except checks.InputError as exc:
+        st.error(f"**{md(exc.problems[0])}**")
+        return None
+    chosen = resources.chosen_targets(db, [setup.target])
+    return (cases, chosen[0]) if chosen else None
+
+
+def saved_check(db: Store, kind: str, key: str, describe) -> Mapping[str, Any] | None:  # type: ignore[no-untyped-def]
+    """The saved check runs of a kind, newest first, in a picker (`key`; the one just made is opened by
+    ui.tasks.collect); the run picked, or None when there is none yet."""
+    runs = db.list_runs(kind=kind)
+    if not runs:
+        return None
+    by_id = {r["id"]: r for r in runs}
+    if st.session_state.get(key) not in by_id:
+        st.session_state[key] = runs[0]["id"]
+    rid = st.selectbox("Saved checks", list(by_id), key=key, format_func=lambda i: f"#{i} · {describe(by_id[i])}")
+    return by_id[rid]

@@ -90,6 +90,25 @@ def remove_row(state: MutableMapping[str, Any] | Any, kind: str, view: str, row:
         state.pop(key(f"{kind}.{col}", view, row), None)
 
 
+def option_ids(state: MutableMapping[str, Any] | Any, view: str, saved: Mapping[str, Any]) -> list[str]:
+    """The option ids as the draft's option rows hold them now (blank and repeated ids left out)."""
+    ids = [str(state.get(key("options.id", view, r), row_default(saved, "options", r, "id")) or "").strip()
+           for r in row_ids(state, "options", view, saved)]
+    return list(dict.fromkeys(i for i in ids if i))
+
+
+def rename_option(state: MutableMapping[str, Any] | Any, view: str, saved: Mapping[str, Any], row: int, old: str) -> None:
+    """on_change of an option's id: the examples labelled with the old id take the new one (unless another
+    option row still has the old id), so a rename never leaves examples behind."""
+    new, old = str(state.get(key("options.id", view, row)) or "").strip(), old.strip()
+    if not old or not new or old == new or old in option_ids(state, view, saved):
+        return
+    for r in row_ids(state, "examples", view, saved):
+        k = key("examples.option_id", view, r)
+        if str(state.get(k, row_default(saved, "examples", r, "option_id")) or "") == old:
+            state[k] = new
+
+
 def row_default(saved: Mapping[str, Any], kind: str, row: int, col: str) -> str:
     """What a row's cell starts as: the saved row's value, empty for an added row."""
     rows = saved.get(kind) or []

@@ -8,7 +8,7 @@ import streamlit as st
 
 from app.service import evaluate, review, sets as set_service, targets
 from app.ui import charts, context, resources, tasks
-from app.ui.components import glossary
+from app.ui.components import glossary, saved_policies
 from app.ui.safe_text import md
 
 
@@ -327,10 +327,10 @@ def render() -> None:
                "policy on a labeled set, fit a temperature, pick the confidence gate for a target accuracy and the "
                "fallback for everything below it, then save the policy the adapter enforces.")
     db = resources.store()
-    policies = {p["id"]: p for p in db.list_policies()}
-    if not policies:
-        st.info("No policies yet: load the examples on the Playground page first.")
+    saved = saved_policies(db)
+    if saved is None:
         return
+    policies = {p["id"]: p for p in saved}
     sets_section(db, policies, current_policy(policies, {s["id"]: s for s in db.list_labeled_sets()}))
     sets = {s["id"]: s for s in db.list_labeled_sets()}
     if not sets:

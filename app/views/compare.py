@@ -7,7 +7,7 @@ import streamlit as st
 
 from app.service import decide, targets
 from app.ui import charts, context, resources, tasks
-from app.ui.components import download_frame, glossary, policy_picker
+from app.ui.components import download_frame, glossary, policy_picker, saved_policies
 from app.ui.drift_panel import render_drift, run_label
 from app.ui.safe_text import md
 
@@ -105,9 +105,8 @@ def drift_section(db, runs: Sequence[Mapping[str, Any]]) -> None:
 def render() -> None:
     st.title("Compare targets")
     db = resources.store()
-    saved = db.list_policies()
-    if not saved:
-        st.info("No policies yet: load the examples on the Playground page or create one on the Policies page.")
+    saved = saved_policies(db)
+    if saved is None:
         return
     policy = policy_picker(saved, key="cmp_policy")
     source = st.radio("States", ["paste", "upload"], horizontal=True, key="cmp_source", persist_state=context.KEEP,

@@ -4,7 +4,7 @@ import streamlit as st
 
 from app.service import checks, targets
 from app.ui import charts, resources, tasks
-from app.ui.components import check_setup, download_frame
+from app.ui.components import check_inputs, check_setup, download_frame, saved_check
 from app.ui.safe_text import md
 
 
@@ -50,30 +50,19 @@ def render() -> None:
                                 key="oc_negated") or None
     if st.button(f"Run the order check ({checks.order_calls_per_state(policy, negated)} calls per state)",
                  type="primary", key="oc_run"):
-        try:
-            cases = checks.states(db, set_id=setup.set_id, pasted=setup.pasted, limit=setup.limit)
-        except checks.InputError as exc:
-            st.error(f"**{md(exc.problems[0])}**")
+        got = check_inputs(db, setup)
+        if got is None:
             return
-        chosen = resources.chosen_targets(db, [setup.target])
-        if chosen is None:
-            return
-        target = chosen[0]
+        cases, target = got
         tasks.start("oc", "order-check", f"order check: {policy['name']} × {len(cases)} states × {target.name}",
                     "views/order_check.py",
                     lambda task: checks.order_check(db, policy, cases, target, variant=setup.variant,
                                                     negated=negated, progress=task.progress))
     tasks.collect("oc", "Order check")
-    runs = db.list_runs(kind="order-check")
-    if not runs:
-        return
-    by_id = {r["id"]: r for r in runs}
-    if st.session_state.get("oc_open") not in by_id:
-        st.session_state["oc_open"] = runs[0]["id"]
-    rid = st.selectbox("Saved checks", list(by_id), key="oc_open",
-                       format_func=lambda i: f"#{i} · {by_id[i]['policy']['name']} · {by_id[i]['target_name']} · "
-                                             f"{by_id[i]['config'].get('variant')} · {by_id[i]['config'].get('states')} states")
-    show(db, by_id[rid])
+    run = saved_check(db, "order-check", "oc_open", lambda r: f"{r['policy']['name']} · {r['target_name']} · "
+                      f"{r['config'].get('variant')} · {r['config'].get('states')} states")
+    if run is not None:
+        show(db, run)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import streamlit as st
 from app.service import policies as policy_service
 from app.ui import context, resources
 from app.ui.policy_editor import (EMPTY, NEW, VIEW_KEY, add_row, draft, editor_view, forget, json_start, kept_deleted,
-                                  key, remove_row, row_default, row_ids, unsaved)
+                                  key, option_ids, remove_row, rename_option, row_default, row_ids, unsaved)
 from app.ui.safe_text import md
 
 # the draft's widgets keep their values for the whole session: a visit to another page never loses a draft
@@ -86,26 +86,6 @@ def new_policy() -> None:
     st.session_state["pol_pick"] = NEW  # switch_or_ask asks first when the open draft is not saved
 
 
-def option_ids(view: str, current: Mapping[str, Any]) -> list[str]:
-    """The option ids as the draft's option rows hold them now (blank and repeated ids left out)."""
-    ids = [str(st.session_state.get(key("options.id", view, r), row_default(current, "options", r, "id")) or "").strip()
-           for r in row_ids(st.session_state, "options", view, current)]
-    return list(dict.fromkeys(i for i in ids if i))
-
-
-def rename_option(view: str, current: Mapping[str, Any], row: int, old: str) -> None:
-    """on_change of an option's id: the examples labelled with the old id take the new one (unless another
-    option row still has the old id), so a rename never leaves examples behind."""
-    ss = st.session_state
-    new, old = str(ss.get(key("options.id", view, row)) or "").strip(), old.strip()
-    if not old or not new or old == new or old in option_ids(view, current):
-        return
-    for r in row_ids(ss, "examples", view, current):
-        k = key("examples.option_id", view, r)
-        if str(ss.get(k, row_default(current, "examples", r, "option_id")) or "") == old:
-            ss[k] = new
-
-
 def rows_editor(kind: str, view: str, current: Mapping[str, Any], columns: tuple[str, str], placeholders: tuple[str, str],
                 most: int, least: int, add_label: str) -> None:
     """One row of inputs per option or example, Remove per row and Add below - plain widgets, so a
@@ -121,7 +101,7 @@ def rows_editor(kind: str, view: str, current: Mapping[str, Any], columns: tuple
                 col.text_area(label, start, height=68, key=k, placeholder=hint, label_visibility="collapsed",
                               persist_state=KEEP)
             elif kind == "examples":  # the label is one of the options as the draft has them now
-                have, now = str(st.session_state.get(k, start) or ""), option_ids(view, current)
+                have, now = str(st.session_state.get(k, start) or ""), option_ids(st.session_state, view, current)
                 choices = now + ([have] if have and have not in now else [])  # a removed option's label stays (warned)
                 col.selectbox(label, choices, index=None if k in st.session_state or have not in choices else
                               choices.index(have), key=k, label_visibility="collapsed", placeholder="pick the option",
@@ -130,7 +110,8 @@ def rows_editor(kind: str, view: str, current: Mapping[str, Any], columns: tuple
                     stale.append(f"example {i + 1}: {have!r}")
             elif kind == "options" and name == "id":  # a renamed id: the examples labelled with it follow
                 col.text_input(label, start, key=k, placeholder=hint, label_visibility="collapsed", persist_state=KEEP,
-                               on_change=rename_option, args=(view, current, r, str(st.session_state.get(k, start) or "")))
+                               on_change=rename_option,
+                               args=(st.session_state, view, current, r, str(st.session_state.get(k, start) or "")))
             else:
                 col.text_input(label, start, key=k, placeholder=hint, label_visibility="collapsed", persist_state=KEEP)
         c3.button("Remove", key=f"pol_rm_{kind}_{view}_{r}", disabled=len(ids) <= least,

@@ -8,6 +8,7 @@ import streamlit as st
 
 from app.service import review
 from app.ui import context, resources
+from app.ui.components import saved_policies
 from app.ui.drift_panel import gate_choice
 from app.ui.safe_text import md
 
@@ -18,10 +19,10 @@ def render() -> None:
                "gate sent to the fallback, nearest the gate first. Keys: **1–9** pick an option, **S** skips, "
                "**U** takes the last label back.")
     db = resources.store()
-    policies = {p["id"]: p for p in db.list_policies()}
-    if not policies:
-        st.info("No policies yet: load the examples on the Playground page first.")
+    saved = saved_policies(db)
+    if saved is None:
         return
+    policies = {p["id"]: p for p in saved}
     c1, c2 = st.columns(2)
     context.follow("rv_policy", "policy", list(policies))
     pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policies[i]["name"], key="rv_policy",

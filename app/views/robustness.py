@@ -7,7 +7,7 @@ import streamlit as st
 
 from app.service import checks, targets
 from app.ui import charts, resources, tasks
-from app.ui.components import check_setup, download_frame
+from app.ui.components import check_inputs, check_setup, download_frame, saved_check
 from app.ui.safe_text import md
 
 LEVEL = {"ok": st.success, "warn": st.warning, "bad": st.error}
@@ -108,32 +108,20 @@ def render() -> None:
     extra = len(out_of_scope) if "none-of-these" in checks_ else 0
     if st.button(f"Run the check ({per_state} calls per state" + (f", + {extra} out-of-scope" if extra else "")
                  + ")", type="primary", key="rb_run"):
-        try:
-            cases = checks.states(db, set_id=setup.set_id, pasted=setup.pasted, limit=setup.limit)
-        except checks.InputError as exc:
-            st.error(f"**{md(exc.problems[0])}**")
+        got = check_inputs(db, setup)
+        if got is None:
             return
-        chosen = resources.chosen_targets(db, [setup.target])
-        if chosen is None:
-            return
+        cases, target = got
         spec = checks.RobustnessInput(policy, cases, suite, checks_, attempts=int(attempts), variant=setup.variant,
                                       guard=guard, out_of_scope=out_of_scope,
                                       source="pasted states" if setup.set_id is None else "labeled set")
-        target = chosen[0]
         tasks.start("rb", "robustness", f"robustness: {policy['name']} × {len(cases)} states × {target.name}",
                     "views/robustness.py", lambda task: checks.robustness_check(db, spec, target, task.progress))
     tasks.collect("rb", "Robustness check")
-    runs = db.list_runs(kind="robustness")
-    if not runs:
-        return
-    by_id = {r["id"]: r for r in runs}
-    if st.session_state.get("rb_open") not in by_id:
-        st.session_state["rb_open"] = runs[0]["id"]
-    rid = st.selectbox("Saved checks", list(by_id), key="rb_open",
-                       format_func=lambda i: f"#{i} · {by_id[i]['policy']['name']} · {by_id[i]['target_name']} · "
-                                             f"{by_id[i]['config'].get('variant')} · guard "
-                                             f"{by_id[i]['config'].get('guard')} · {by_id[i]['config'].get('states')} states")
-    show(db, by_id[rid])
+    run = saved_check(db, "robustness", "rb_open", lambda r: f"{r['policy']['name']} · {r['target_name']} · "
+                      f"{r['config'].get('variant')} · guard {r['config'].get('guard')} · {r['config'].get('states')} states")
+    if run is not None:
+        show(db, run)
 
 
 if __name__ == "__main__":

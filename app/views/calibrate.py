@@ -108,8 +108,21 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     problem = evaluate.label_mismatch(policies[pid], db.labeled_rows(sid))
     if problem:
         st.error(f"**Labeled set**: {md(problem)}")
-    support = set_service.support(db, sid, policies[pid]) if not problem else None
-    said = st.container()  # what the set supports: filled in below, once the Stop early limit is known
+    # what the set can support, said before anything is scored - for at most the rows Stop early asks for
+    # (the widget's value from the last run: it is drawn further down)
+    limit = st.session_state.get("cal_max_rows") or None
+    support = set_service.support(db, sid, policies[pid], limit=limit) if not problem else None
+    if support:
+        per = ", ".join(f"{o} {n}" for o, n in support["per_option"].items())
+        rows = (f"{support['scored']} rows to score" if support["scored"] == support["total"] else
+                f"{support['scored']} of {support['total']} rows to score (Stop early)")
+        per = per if support["scored"] == support["total"] else f"about {per}"  # the first rows keep each label's share
+        st.caption(f"Set #{sid}: {rows} ({per})"
+                   + (f", {support['train']} train rows never scored" if support["train"] else "")
+                   + f" · {set_service.minutes(support['scored'])} on the default model at "
+                   f"~{set_service.SECONDS_PER_ROW:g} s a row, after the model load and the policy's first passes")
+        for message in support["messages"]:
+            st.warning(md(message))
     names = targets.names(db)
     c1, c2 = st.columns(2)
     chosen = c1.multiselect("Targets (several local models side by side)", names, default=names[:1], key="cal_targets")
@@ -117,19 +130,7 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
                               help="default: the policy's readout, else the model's measured default")
     examples = st.radio("Few-shot examples", evaluate.EXAMPLE_SOURCES, horizontal=True, key="cal_examples",
                         format_func={"policy": "the policy's own", "train": "from the set's train split (never scored)"}.get)
-    rule = stop_rule_form(support["scored"] if support else 0)
-    if support:  # what the set can support, said before anything is scored (at most the rows asked for)
-        support = set_service.support(db, sid, policies[pid], limit=rule.max_rows)
-        per = ", ".join(f"{o} {n}" for o, n in support["per_option"].items())
-        rows = (f"{support['scored']} rows to score" if support["scored"] == support["total"] else
-                f"{support['scored']} of {support['total']} rows to score (Stop early)")
-        per = per if support["scored"] == support["total"] else f"about {per}"  # the first rows keep each label's share
-        said.caption(f"Set #{sid}: {rows} ({per})"
-                     + (f", {support['train']} train rows never scored" if support["train"] else "")
-                     + f" · {set_service.minutes(support['scored'])} on the default model at "
-                     f"~{set_service.SECONDS_PER_ROW:g} s a row, after the model load and the policy's first passes")
-        for message in support["messages"]:
-            said.warning(md(message))
+    rule = stop_rule_form(support["total"] if support else 0)
     busy = tasks.runner().busy_with("evaluate")
     label = f"Run evaluation ({support['scored'] if support else '?'} rows; resumes unfinished runs)"
     if st.button(label, type="primary", key="cal_run", disabled=bool(problem) or busy is not None,

@@ -15,7 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .guard import STEERING_SUSPECTED, Guard
-from .schema import Debias, DecisionResult, Example, Option, Readout, errors_from
+from .head import HEAD_NAMES, Head
+from .schema import Debias, DecisionResult, Example, HiddenState, Option, Readout, errors_from
 
 SCHEMA_VERSION = "semif-policy/1"
 
@@ -60,6 +61,8 @@ class CalibratedPolicy(BaseModel):
     threshold: float | None = Field(default=None, ge=0, le=1, description="global confidence gate")
     gate_source: Literal["recommended", "hand-set", "unreachable"] | None = Field(
         default=None, description="how the gate was chosen: from target_accuracy, by hand, or 1.0 because unreachable")
+    head: Head | None = Field(default=None, description="a learned head (adapter/head.py): when set, the calibrated "
+                              "probabilities are the head's, and every row is scored with its hidden state")
     option_thresholds: dict[str, float] = Field(default_factory=dict)
     fallback_option: str = Field(min_length=1)
     target_accuracy: float | None = Field(default=None, gt=0, le=1)
@@ -82,6 +85,21 @@ class CalibratedPolicy(BaseModel):
                 raise ValueError(f"option_offsets: {oid!r} is not an option id")
             if not math.isfinite(b) or abs(b) > 50:
                 raise ValueError(f"option_offsets.{oid}: {b} is not a finite offset within ±50")
+        if self.head is not None:
+            head = self.head
+            if head.option_ids != ids:
+                raise ValueError(f"head.option_ids: a head for {len(head.option_ids)} options "
+                                 f"({', '.join(head.option_ids)}) on a {len(ids)}-option policy ({', '.join(ids)}): "
+                                 "calibrate this policy again")
+            if head.model_sha256 != self.model.sha256:
+                raise ValueError(f"head.model_sha256: the head was fitted on another model ({head.model_sha256[:12]}) "
+                                 f"than this policy's {self.model.file} ({self.model.sha256[:12]}): calibrate again on it")
+            if head.prompt_version != self.prompt_version:
+                raise ValueError(f"head.prompt_version: the head was fitted on prompt {head.prompt_version}, this policy "
+                                 f"reads {self.prompt_version}: calibrate again")
+            if self.temperature != 1 or self.option_offsets:
+                raise ValueError("temperature: a policy with a head takes its probabilities from the head, so its "
+                                 "temperature is 1 and it has no option_offsets")
         return self
 
     def matches(self, option_ids: list[str]) -> bool:
@@ -93,14 +111,36 @@ class CalibratedPolicy(BaseModel):
     def offsets(self) -> list[float] | None:
         return [self.option_offsets.get(o.id, 0.0) for o in self.options] if self.option_offsets else None
 
+    def corrected(self, probabilities: list[float], hidden: Any = None) -> list[float]:
+        """The policy's probabilities for one row: its head's (ValueError when the row lacks what
+        the head reads), else temperature and offsets on the scored probabilities."""
+        if self.head is not None:
+            return self.head.probabilities(hidden, probabilities)
+        return calibrate_probs(list(probabilities), self.temperature, self.offsets())
+
     def apply(self, option_ids: list[str], probabilities: list[float], model_sha256: str | None = None,
-              model_file: str | None = None, guard: dict | None = None) -> dict:
+              model_file: str | None = None, guard: dict | None = None, *, hidden: Any = None,
+              prompt_version: str | None = None, hidden_model: str | None = None) -> dict:
         """{option_id, calibrated_probabilities, confidence, gated, reason} for one raw result; a row
-        the steering guard suspected goes to the fallback whatever its confidence."""
+        the steering guard suspected goes to the fallback whatever its confidence. A policy with a
+        head reads the row's hidden state (`hidden`, a vector, from the model `hidden_model`); a row it
+        cannot read - no hidden state, one of another model, another prompt version than the head's -
+        goes to the fallback, like a row of another model."""
         ids, probs = list(option_ids), list(probabilities)
         if not self.matches(ids):
             raise ValueError(f"result options {ids} differ from the policy's {[o.id for o in self.options]}")
-        cal = calibrate_probs(probs, self.temperature, self.offsets())
+        if self.head is not None and prompt_version and prompt_version != self.head.prompt_version:
+            return self._fallback(probs, f"prompt {prompt_version} is not the prompt the head was fitted on "
+                                         f"({self.head.prompt_version})")
+        if self.head is not None and model_sha256 and model_sha256 != self.model.sha256:
+            return self._fallback(probs, f"model {model_file} is not the calibrated model {self.model.file}")
+        if self.head is not None and hidden_model and hidden_model != self.head.model_sha256:
+            return self._fallback(probs, f"the hidden state comes from another model ({model_file or hidden_model[:12]}) "
+                                         f"than the head's ({self.model.file})")
+        try:
+            cal = self.corrected(probs, hidden)
+        except ValueError as exc:
+            return self._fallback(probs, f"the head cannot read this row: {exc}")
         top = max(range(len(cal)), key=cal.__getitem__)
         conf = cal[top]
         gate = self.gate_for(ids[top])
@@ -116,11 +156,24 @@ class CalibratedPolicy(BaseModel):
         return {"option_id": ids[top], "calibrated_probabilities": cal, "confidence": conf, "gated": False,
                 "reason": "above gate" if gate is not None else "no gate set"}
 
+    def _fallback(self, probs: list[float], reason: str) -> dict:
+        """A row the head cannot read: to the fallback, the scored probabilities shown as they are."""
+        return {"option_id": self.fallback_option, "calibrated_probabilities": probs, "confidence": max(probs),
+                "gated": True, "reason": reason}
+
+    @property
+    def correction_name(self) -> str:
+        """What turns the scored probabilities into the policy's: the head, or temperature (+ offsets)."""
+        if self.head is not None:
+            return HEAD_NAMES[self.head.kind]
+        return "temperature + fitted offsets" if self.option_offsets else "temperature"
+
     def request_fields(self) -> dict:
         """What a decision row needs from this policy (question, options, examples, readout, debias)."""
         return {"question": self.question, "options": [o.model_dump() for o in self.options],
                 "examples": [e.model_dump() for e in self.examples], "readout": self.readout, "debias": self.debias,
-                "permute": self.permute, "few_shot": self.few_shot, "guard": self.guard}
+                "permute": self.permute, "few_shot": self.few_shot, "guard": self.guard,
+                **({"hidden_state": True} if self.head is not None else {})}
 
 
 class PolicyError(ValueError):
@@ -207,16 +260,33 @@ class PolicySet:
         if policy is None:
             return True
         return not policy.apply(result.option_ids, result.probabilities, result.model.get("sha256"),
-                                result.model.get("file"))["gated"]
+                                result.model.get("file"), **row_inputs(result))["gated"]
 
     @staticmethod
-    def decorate(result: DecisionResult, policy: CalibratedPolicy) -> DecisionResult:
+    def decorate(result: DecisionResult, policy: CalibratedPolicy, keep_hidden: bool = True) -> DecisionResult:
+        """The result with the policy applied; without `keep_hidden` the hidden state the policy's
+        head read is left out of the answer (the client did not ask for it)."""
         decision = policy.apply(result.option_ids, result.probabilities, result.model.get("sha256"),
-                                result.model.get("file"), result.guard)
+                                result.model.get("file"), result.guard, **row_inputs(result))
         calibrated = decision.pop("calibrated_probabilities")
         return result.model_copy(update={
             "calibrated_probabilities": calibrated, "decision": decision, "probability_status": "calibrated",
+            **({} if keep_hidden else {"hidden_state": None}),
             "policy": {"policy_id": policy.policy_id, "schema_version": policy.schema_version,
                        "temperature": policy.temperature, "threshold": policy.threshold,
                        "option_offsets": policy.option_offsets, "guard": policy.guard,
-                       "fallback_option": policy.fallback_option}})
+                       "fallback_option": policy.fallback_option,
+                       **({"head": policy.head.kind} if policy.head is not None else {})}})
+
+
+def row_inputs(result: DecisionResult | dict) -> dict[str, Any]:
+    """What a head reads from a result besides its probabilities: {hidden, prompt_version,
+    hidden_model}, from a DecisionResult or its JSON (a stored response)."""
+    if isinstance(result, DecisionResult):
+        hidden, version, model = result.hidden_state, result.prompt_version, result.model
+    else:
+        raw = result.get("hidden_state")
+        hidden, version = (HiddenState.model_validate(raw) if isinstance(raw, dict) else None), result.get("prompt_version")
+        model = result["model"] if isinstance(result.get("model"), dict) else {}
+    return {"hidden": hidden.array() if hidden is not None else None, "prompt_version": version,
+            "hidden_model": (model or {}).get("sha256")}

@@ -108,7 +108,7 @@ def policy_version(policy: Any) -> str:
 def question_sha256(row: Any) -> str:
     """What was asked, without the state: question, options, examples and how they were read -
     rows of one policy share it, so an import can group rows that named no policy."""
-    part = row.model_dump(mode="json", exclude={"id", "state", "policy_id"})
+    part = row.model_dump(mode="json", exclude={"id", "state", "policy_id", "hidden_state"})  # what is asked, not returned
     return hashlib.sha256(json.dumps(part, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 

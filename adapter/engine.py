@@ -27,7 +27,8 @@ from . import guard
 from .prefix_cache import PrefixCache
 from .models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
 from .prompt import ChatTemplate, Prompt, render_letters, render_option_words, rotations
-from .schema import Debias, DecisionRequest, DecisionResult, RequestError, SharedStateRequest, finite, state_text
+from .schema import (Debias, DecisionRequest, DecisionResult, HiddenState, RequestError, SharedStateRequest, finite,
+                     state_text)
 
 log = logging.getLogger("semif.engine")
 
@@ -117,6 +118,7 @@ class ModelInfo:
     source: str
     shipped: str | None
     release_date: str  # the catalog's for a shipped model, else the GGUF file's date
+    hidden_dim: int = 0  # length of the hidden state a learned head reads (`hidden_state: true`)
 
     def public(self) -> dict:
         d = asdict(self)
@@ -155,6 +157,7 @@ class Engine:
         meta = self.llm.metadata
         lm = self.llm._model
         self._n_vocab = self.llm.n_vocab()
+        self._n_embd = self.llm.n_embd()
         self._add_bos = lm.add_bos_token()
         self._bos_text = lm.token_get_text(lm.token_bos()) if lm.token_bos() >= 0 else ""
         template = meta.get("tokenizer.chat_template")
@@ -187,6 +190,7 @@ class Engine:
             shipped=choice.shipped,
             release_date=(SHIPPED[choice.shipped].release_date if choice.shipped else
                           datetime.fromtimestamp(choice.path.stat().st_mtime, timezone.utc).date().isoformat()),
+            hidden_dim=self._n_embd,
         )
         self.lock = threading.RLock()  # public: callers may hold it across several score() calls
         self.prefixes = PrefixCache(self.info.sha256, f"{self.info.n_ctx}|{cfg.n_batch}|{cfg.n_gpu_layers}|fa{int(cfg.flash_attn)}|"
@@ -375,6 +379,40 @@ class Engine:
         cpp.llama_memory_seq_rm(cpp.llama_get_memory(self.llm.ctx), seq, at, -1)
         return logits, time.perf_counter() - t0
 
+    def _hidden_at(self, seq: int, pos: int, token: int, budget: Budget | None) -> np.ndarray:
+        """The hidden state (final norm output) at a prompt's last token, which sits on sequence `seq`
+        at position `pos`: that one cell is removed and the token decoded again, alone, with llama.cpp's
+        embeddings output on. The prompt's decision logits were read before and are not touched (with
+        embeddings on, llama.cpp outputs every token of a batch, which would change how the decision's
+        batch is computed); one token costs a few tens of milliseconds, not a second pass over the
+        prompt, and the same cache gives the same bits every time. The cell it leaves is not the
+        decision pass's bit for bit: callers drop it from what the cache claims to hold."""
+        cpp = self._llama_cpp
+        if budget is not None:
+            budget.check()
+        cpp.llama_memory_seq_rm(cpp.llama_get_memory(self.llm.ctx), seq, pos, -1)
+        batch = cpp.llama_batch_init(1, 0, 1)
+        try:
+            batch.token[0], batch.pos[0], batch.n_seq_id[0] = token, pos, 1
+            batch.seq_id[0][0] = seq
+            batch.logits[0] = True
+            batch.n_tokens = 1
+            cpp.llama_set_embeddings(self.llm.ctx, True)
+            try:
+                self._decode(batch, budget, "a prompt's last token for its hidden state")
+            finally:
+                cpp.llama_set_embeddings(self.llm.ctx, False)
+            ptr = cpp.llama_get_embeddings_ith(self.llm.ctx, 0)
+            if not ptr:
+                raise RequestError(["hidden_state"], "this model gives no per-token hidden state (a pooled embedding "
+                                   "model): a learned head cannot read it - use a generative GGUF")
+            return np.ctypeslib.as_array(ptr, shape=(self._n_embd,)).astype(np.float32).copy()
+        except BaseException:
+            self._reset_cache()
+            raise
+        finally:
+            cpp.llama_batch_free(batch)
+
     def _decode(self, batch, budget: Budget | None, what: str) -> None:
         """llama_decode with the request's budget checked before, and after an abort by the callback
         (so the budget's own reason is raised, not a decode failure)."""
@@ -445,14 +483,18 @@ class Engine:
                                "shorten the state/examples or raise SM_SEMIF_CTX_SIZE", "value_error.too_long")
         return segs, seqs
 
-    def evaluate(self, prompts: list[Prompt], budget: Budget | None = None) -> list[dict]:
+    def evaluate(self, prompts: list[Prompt], budget: Budget | None = None,
+                 hidden: frozenset[int] = frozenset()) -> list[dict]:
         """Score prompts in order. Consecutive prompts that differ only in their last segment (several
         questions on one state, the option orders of a permutation) are evaluated as parallel
-        sequences on their shared prefix, up to `n_parallel` at a time."""
+        sequences on their shared prefix, up to `n_parallel` at a time. The prompts at the indices in
+        `hidden` also return their last token's hidden state (`_hidden_at`), read after their options."""
         unique: dict[tuple, int] = {}  # the same prompt twice in one call is evaluated once
         firsts = [unique.setdefault((tuple(p.segments), tuple(p.labels), p.version), i) for i, p in enumerate(prompts)]
         if len(unique) < len(prompts):
-            distinct = self.evaluate([prompts[i] for i in unique.values()], budget)
+            keep = list(unique.values())
+            wanted = frozenset(keep.index(firsts[i]) for i in hidden)
+            distinct = self.evaluate([prompts[i] for i in keep], budget, wanted)
             by_first = dict(zip(unique.values(), distinct))
             return [dict(by_first[f]) for f in firsts]
         prepared = [self._prepare(p) for p in prompts]
@@ -478,11 +520,19 @@ class Engine:
                         extend = (lambda path, seq=k - i + 1, at=end: self._extend(seq, at, path, budget))
                         out.append(self._finish(prompts[k], *prepared[k], logits[k - i], cached if k == i else n_head,
                                                 seconds / (j - i), budget, extend))
+                        if k in hidden:
+                            out[-1]["hidden"] = self._hidden_at(k - i + 1, end - 1, prepared[k][0][-1][-1], budget)
                 finally:
                     self._drop_suffixes(j - i)
             else:
                 logits1, cached1, seconds1 = self._forward(prepared[i][0], budget)
                 out.append(self._finish(prompts[i], *prepared[i], logits1, cached1, seconds1, budget))
+                if i in hidden:
+                    segs = prepared[i][0]
+                    out[-1]["hidden"] = self._hidden_at(0, sum(len(s) for s in segs) - 1, segs[-1][-1], budget)
+                    # the last segment's cells are no longer the decision pass's: keep only what is
+                    self._cached, self._cached_logits = list(segs[:-1]), None
+                    self.llm.n_tokens = sum(len(s) for s in segs[:-1])
             i = j
         return out
 
@@ -609,14 +659,16 @@ class Engine:
             # bits) do not depend on the order in which a request listed its questions
             canon = sorted(range(len(prompts)), key=lambda i: (prompts[i].segments[:-1], prompts[i].segments[-1],
                                                                prompts[i].labels))
+            firsts = {at for req, _, _, at, _, _ in plans if req.hidden_state}  # a row's request-order prompt
             runs: list[dict] = [{} for _ in prompts]
-            for i, r in zip(canon, self.evaluate([prompts[i] for i in canon], budget)):
+            wanted = frozenset(pos for pos, i in enumerate(canon) if i in firsts)
+            for i, r in zip(canon, self.evaluate([prompts[i] for i in canon], budget, wanted)):
                 runs[i] = r
         else:
             runs = []
-            for i, (_, _, _, at, n, _) in enumerate(plans):
+            for i, (req, _, _, at, n, _) in enumerate(plans):
                 with _row(i):
-                    runs += self.evaluate(prompts[at: at + n], budget)
+                    runs += self.evaluate(prompts[at: at + n], budget, frozenset({0}) if req.hidden_state else frozenset())
         seconds = (time.perf_counter() - t0) / max(1, len(rows))
         return [self._result(req, readout, debias, runs[at: at + n], priors, seconds)
                 for req, readout, debias, at, n, priors in plans]
@@ -647,6 +699,7 @@ class Engine:
             total_seconds=seconds,  # this row's share of the call (rows evaluated together share time)
             model=self.info.public(),
             prior=None if priors is None else [finite(float(p)) for p in np.mean(priors, axis=0)],
+            hidden_state=HiddenState.of(runs[0]["hidden"]) if req.hidden_state and "hidden" in runs[0] else None,
             uncorrected_probabilities=None if priors is None else [finite(float(p)) for p in np.mean(raw_probs, axis=0)],
         )
 

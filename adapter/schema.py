@@ -5,11 +5,13 @@ input the same way, with errors that name the field (`loc`) and say how to fix i
 """
 from __future__ import annotations
 
+import base64
 import json
 import math
 import unicodedata
 from typing import Any, Literal, Sequence, Union, get_args
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .guard import Guard
@@ -102,6 +104,8 @@ class Question(BaseModel):
     guard: Guard | None = Field(default=None, description="steering guard: precheck (a directive naming an option) "
                                 "or erase-and-check (precheck, then the state scored with pieces left out)")
     policy_id: str | None = Field(default=None, description="apply a loaded calibrated policy")
+    hidden_state: bool = Field(default=False, description="also return the model's hidden state at the prompt's "
+                               "last token (`hidden_state` in the result): the features a learned head reads")
 
     @field_validator("id")
     @classmethod
@@ -162,6 +166,31 @@ class SharedStateRequest(BaseModel):
 ProbabilityStatus = Literal["uncalibrated", "calibrated", "generated-logprobs", "generated-one-hot"]
 
 
+class HiddenState(BaseModel):
+    """The model's hidden state at the prompt's last token (its final norm's output, the vector the
+    output layer turns into next-token logits), as little-endian float32 in base64: exact, and a
+    quarter of the size of a JSON list of numbers. A learned head (adapter/head.py) reads it."""
+
+    model_config = ConfigDict(extra="forbid")
+    encoding: Literal["float32-le-base64"] = "float32-le-base64"
+    dim: int = Field(gt=0, le=65536)
+    data: str
+
+    @classmethod
+    def of(cls, vector: np.ndarray) -> "HiddenState":
+        v = np.ascontiguousarray(vector, dtype="<f4")
+        if v.ndim != 1 or not np.isfinite(v).all():
+            raise ValueError("a hidden state is one finite vector")
+        return cls(dim=int(v.shape[0]), data=base64.b64encode(v.tobytes()).decode("ascii"))
+
+    def array(self) -> np.ndarray:
+        """The vector as float64 (numpy), checked against `dim`."""
+        raw = base64.b64decode(self.data, validate=True)
+        if len(raw) != 4 * self.dim:
+            raise ValueError(f"hidden_state.data holds {len(raw) // 4} values, not dim={self.dim}")
+        return np.frombuffer(raw, dtype="<f4").astype(np.float64)
+
+
 class DecisionResult(BaseModel):
     """What every target returns for one row: one probability per option in the request's order,
     plus how they were read. Engine results fill the token/timing fields; other targets leave
@@ -194,6 +223,7 @@ class DecisionResult(BaseModel):
     calibrated_probabilities: list[float] | None = None  # set when a calibrated policy was applied
     decision: dict[str, Any] | None = None
     guard: dict[str, Any] | None = None  # the steering guard's finding: suspected, piece, passes (guard.py)
+    hidden_state: HiddenState | None = None  # asked for by `hidden_state: true` (or a policy's learned head)
     policy: dict[str, Any] | None = None
     confidence: float | None = None
     generated_text: str | None = None

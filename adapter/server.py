@@ -89,6 +89,12 @@ class Invocation:
     rows: list[DecisionRequest]
     policies: list[CalibratedPolicy | None]
     locs: list[list] = field(default_factory=list)  # where each row sits in the request, for errors
+    asked_hidden: list[bool] = field(default_factory=list)  # rows whose client asked for the hidden state
+
+
+def _asks_hidden(item: Any) -> bool:
+    """Did the client itself ask for the hidden state (before a policy's head asked for it)?"""
+    return isinstance(item, dict) and item.get("hidden_state") is True
 
 
 def parse_invocation(payload: Any, policies: PolicySet, settings: AdapterSettings) -> Invocation:
@@ -98,20 +104,23 @@ def parse_invocation(payload: Any, policies: PolicySet, settings: AdapterSetting
             raise Invalid([{"loc": [], "msg": "empty array: send at least one decision row", "type": "value_error"}])
         _cap_rows(len(payload), [], settings)
         rows, used, locs = [], [], []
+        asked = [_asks_hidden(item) for item in payload]
         for i, item in enumerate(payload):
             used.append(_fill(policies, item, [i]))
             rows.append(_validate(DecisionRequest, item, [i]))
             locs.append([i])
-        inv = Invocation("array", rows, used, locs)
+        inv = Invocation("array", rows, used, locs, asked)
     elif isinstance(payload, dict) and "questions" in payload:
         qs = payload["questions"] if isinstance(payload["questions"], list) else []
         _cap_rows(len(qs), ["questions"], settings)
+        asked = [_asks_hidden(q) for q in qs]
         used = [_fill(policies, q, ["questions", i]) for i, q in enumerate(qs)]
         shared = _validate(SharedStateRequest, payload, [])
-        inv = Invocation("shared", shared.rows(), used, [["questions", i] for i in range(len(qs))])
+        inv = Invocation("shared", shared.rows(), used, [["questions", i] for i in range(len(qs))], asked)
     elif isinstance(payload, dict):
+        asked = [_asks_hidden(payload)]
         used = [_fill(policies, payload, [])]
-        inv = Invocation("one", [_validate(DecisionRequest, payload, [])], used, [[]])
+        inv = Invocation("one", [_validate(DecisionRequest, payload, [])], used, [[]], asked)
     else:
         raise Invalid([{"loc": [], "msg": "send a JSON object (one row), an array of rows, or {state, questions}",
                         "type": "type_error"}])
@@ -159,7 +168,8 @@ def score_invocation(engine, inv: Invocation, budget: RequestBudget) -> Any:
     except RequestError as exc:
         prefix = inv.locs[exc.row] if exc.row is not None else []
         raise Invalid(errors_from(exc, prefix)) from None
-    out = [(PolicySet.decorate(r, p) if p else r).public() for r, p in zip(results, inv.policies)]
+    out = [(PolicySet.decorate(r, p, keep) if p else r).public()
+           for r, p, keep in zip(results, inv.policies, inv.asked_hidden)]
     collect(inv.rows, out, inv.policies)
     return out[0] if inv.shape == "one" else out
 
@@ -182,8 +192,9 @@ def parse_lines(body: bytes, policies: PolicySet, settings: AdapterSettings) -> 
         try:
             item = parse_json(line, settings.max_depth)
             row_id = item.get("id") if isinstance(item, dict) and isinstance(item.get("id"), str) else None
+            asked = _asks_hidden(item)
             policy = _fill(policies, item, [])
-            rows.append((_validate(DecisionRequest, item, []), policy))
+            rows.append((_validate(DecisionRequest, item, []), policy, asked))
             errors.append(None)
         except Invalid as exc:
             rows.append(None)
@@ -192,7 +203,7 @@ def parse_lines(body: bytes, policies: PolicySet, settings: AdapterSettings) -> 
             rows.append(None)
             errors.append(line_error(row_id, 400, [{"loc": ["line", i + 1], "msg": f"not valid JSON: {exc}",
                                                     "type": "json_invalid"}]))
-    _cap_cost([r for r, _ in filter(None, rows)], settings)
+    _cap_cost([r[0] for r in filter(None, rows)], settings)
     return rows, errors
 
 
@@ -218,8 +229,8 @@ def score_lines(engine, rows: list, errors: list[dict | None], budget: RequestBu
             errors[bad] = line_error(rows[bad][0].id, 422, errors_from(exc))
             continue
         for i, r in zip(todo, scored):
-            policy = rows[i][1]
-            results[i] = (PolicySet.decorate(r, policy) if policy else r).public()
+            _, policy, asked = rows[i]
+            results[i] = (PolicySet.decorate(r, policy, asked) if policy else r).public()
         break
     collect([r[0] if r else None for r in rows], [results.get(i) for i in range(len(rows))],
             [r[1] if r else None for r in rows])
@@ -447,12 +458,14 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
     def info():
         engine = holder.get()
         return {"model": engine.info.public(), "readouts": list(READOUTS), "debias": list(DEBIAS), "guards": list(GUARDS),
+                "features": ["hidden_state"],  # rows may ask for their hidden state (what a learned head reads)
                 "limits": {"request_timeout_s": settings.request_timeout, "max_queue": settings.max_queue,
                            "max_rows": settings.max_rows, "max_cost": settings.max_cost,
                            "max_body_bytes": settings.max_body, "max_elements": settings.max_elements,
                            "header_timeout_s": settings.header_timeout, "max_connections": settings.max_connections},
                 "policies": {pid: {"name": p.name, "threshold": p.threshold, "temperature": p.temperature,
                                    "option_offsets": p.option_offsets, "guard": p.guard,
+                                   "head": p.head.kind if p.head is not None else None,
                                    "model_matches": pid not in holder.policies.mismatched()}
                              for pid, p in holder.policies.policies.items()}}
 

@@ -50,8 +50,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
           f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
     print(f"correction {cal['correction_why']}")
-    print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {cal['correction'].name} "
-          f"T={rep.temperature:.3f} (out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
+    for row in ev.candidate_rows(cal):
+        if row["kind"] == "learned head":
+            print(f"  {row['candidate']}: " + (f"accuracy {row['accuracy 95% CI']}; macro-F1 "
+                                               f"{fmt(row['macro-F1 (out of fold)'])}, {row['macro-F1 95% CI']}; "
+                                               f"ECE {fmt(row['ECE (out of fold)'])}, {row['ECE 95% CI']}; "
+                                               f"{row['offsets / regularisation']}" if row["accuracy (out of fold)"]
+                                               is not None else f"unavailable: {row['note']}"))
+    print(f"learned head: {cal['head_why']}")
+    after = ev.chosen_name(cal) + ("" if cal.get("head") is not None else f" T={rep.temperature:.3f}")
+    print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {after} "
+          f"(out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
     exported = ev.export(db, outcome.run_id, cal, fallback=args.fallback, hand_gate=args.gate)
     for line in exported.gate.messages:
         print(line)

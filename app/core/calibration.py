@@ -308,12 +308,16 @@ def correction_cv(P: np.ndarray, y: np.ndarray, method: str = "temperature", k: 
 
 
 def report(P: np.ndarray, y: np.ndarray, *, k_folds: int = 5, n_bins: int = 10, seed: int = 0,
-           method: str = "temperature") -> tuple[Report, np.ndarray]:
+           method: str = "temperature", oof: np.ndarray | None = None) -> tuple[Report, np.ndarray]:
     """Metrics before and after the correction (temperature, or temperature + fitted offsets; out of
-    fold); also returns the OOF probabilities."""
+    fold); also returns the OOF probabilities. With `oof` (a learned head's out-of-fold
+    probabilities, `method` naming it) those are the "after" and no temperature is fitted."""
     P, y = np.asarray(P, float), np.asarray(y, int)
     conf, correct = P.max(axis=1), predictions(P) == y
-    T, offsets, oof, temps = correction_cv(P, y, method, k_folds, seed)
+    if oof is None:
+        T, offsets, oof, temps = correction_cv(P, y, method, k_folds, seed)
+    else:
+        T, offsets, temps = 1.0, np.zeros(P.shape[1]), []
     oconf, ocorrect = oof.max(axis=1), predictions(oof) == y
     return Report(
         n=len(y), k=P.shape[1], size_flag=size_flag(len(y)), accuracy=accuracy(P, y),
@@ -394,9 +398,10 @@ class Correction:
     oof_confusion: list[list[int]]
     available: bool = True
     note: str = ""
+    oof: np.ndarray | None = field(default=None, repr=False)  # the out-of-fold probabilities (not exported)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "oof"}
 
 
 def correction_name(family: str, method: str) -> str:
@@ -425,7 +430,8 @@ def corrections(families: dict[str, np.ndarray], y: np.ndarray, *, k_folds: int 
             T, b, oof, _ = correction_cv(P, y, method, k_folds, seed)
             pred = predictions(oof)
             out.append(Correction(name, family, method, T, [float(x) for x in b], accuracy(oof, y), nll(oof, y),
-                                  ece(oof.max(axis=1), pred == y), confusion_matrix(y, pred, P.shape[1]).tolist()))
+                                  ece(oof.max(axis=1), pred == y), confusion_matrix(y, pred, P.shape[1]).tolist(),
+                                  oof=oof))
     return out
 
 

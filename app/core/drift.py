@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from scipy import stats as _st
 
 from app.core import stats
 from app.core.gates import Gate, GateMetrics, measure
@@ -127,12 +126,6 @@ def pair_rows(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], sh
     return pairs, unmatched
 
 
-def mcnemar_exact(fixed: int, broken: int) -> float | None:
-    """Two-sided exact McNemar p-value on the discordant pairs; 1.0 when there are none."""
-    n = fixed + broken
-    return 1.0 if n == 0 else float(_st.binomtest(fixed, n, 0.5, alternative="two-sided").pvalue)
-
-
 def compare(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, gate: Gate = Gate(), shift_threshold: float = SHIFT_THRESHOLD,
             seed: int = 0, labels: dict[str, str] | None = None) -> Drift:
     """Run A (the baseline) against run B, from their stored results."""
@@ -147,14 +140,13 @@ def compare(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, g
     lab = [p for p in pairs if p.label is not None]
     right_a = np.array([p.a_top == p.label for p in lab], float)
     right_b = np.array([p.b_top == p.label for p in lab], float)
-    diff = float(right_b.mean() - right_a.mean()) if lab else None
-    ci = stats.bootstrap_ci(right_b - right_a, np.mean, seed=seed) if len(lab) >= 2 else None
+    gain = stats.paired_gain(right_a.astype(bool), right_b.astype(bool), seed=seed)
     keys = {p.row_key for p in pairs}  # gate metrics on the same rows for both runs
     return Drift(n_a=len(_answered(a)), n_b=len(_answered(b)), pairs=pairs, unmatched=unmatched,
                  shift_threshold=shift_threshold, counts=counts, rows=rows, per_class=per_class, labeled=len(lab),
                  accuracy_a=stats.proportion(int(right_a.sum()), len(lab)),
-                 accuracy_b=stats.proportion(int(right_b.sum()), len(lab)), accuracy_diff=diff, accuracy_diff_ci=ci,
-                 mcnemar_p=mcnemar_exact(counts["fixed"], counts["broken"]) if lab else None, gate=gate.name,
+                 accuracy_b=stats.proportion(int(right_b.sum()), len(lab)), accuracy_diff=gain.gain, accuracy_diff_ci=gain.ci,
+                 mcnemar_p=stats.mcnemar_exact(counts["fixed"], counts["broken"]) if lab else None, gate=gate.name,
                  gate_a=measure([r for r in a if r["row_key"] in keys], gate),
                  gate_b=measure([r for r in b if r["row_key"] in keys], gate), labels=labels or {})
 

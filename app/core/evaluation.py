@@ -15,14 +15,16 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel
 
-from adapter.calibrated import SCHEMA_VERSION, CalibratedPolicy
+from adapter.calibrated import SCHEMA_VERSION, CalibratedPolicy, row_inputs
 from adapter.prompt import PROMPT_VERSIONS
+from adapter.schema import HiddenState
 from adapter.templates import request_for
 
-from app.core import calibration
+from app.core import calibration, heads
 from app.core.labeled import stratified
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.records import Result, Run
+from app.core.stats import SMALL_N, bootstrap_ci, proportion
 from app.core.store import Store, now
 from app.targets.base import Target
 
@@ -222,7 +224,8 @@ def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn 
     """Score the rows of an eval run that have no successful result yet; safe to call again (and
     from two processes: the second gets RunBusy instead of scoring the same rows). With `reuse`, a
     row whose request was already answered by the same model (in any run) is copied, not scored:
-    `evaluated` counts the target's calls, `reused` the copies."""
+    `evaluated` counts the target's calls, `reused` the copies. Rows ask for their hidden state where
+    the target can return it: what a learned head is fitted on (the probabilities are the same bits)."""
     run = store.get_run(run_id)
     if run is None:
         raise ValueError(f"no run #{run_id}")
@@ -230,8 +233,10 @@ def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn 
     by_key = {r["row_key"]: r for r in store.labeled_rows(run["labeled_set_id"])}
     done = store.done_keys(run_id)
     todo = [(pos, by_key[k]) for pos, k in enumerate(cfg.row_keys) if k not in done]
+    extra = {"hidden_state": True} if target.returns_hidden() else {}
     items = ((pos, Case(r["row_key"], r["state"], r["label"]),
-              request_for(cfg.evaluated_policy, r["state"], r["row_key"], **cfg.variant.overrides())) for pos, r in todo)
+              request_for(cfg.evaluated_policy, r["state"], r["row_key"], **cfg.variant.overrides(), **extra))
+             for pos, r in todo)
     counts = score_into_runs(store, [Job(run_id, target)], items, total=len(cfg.row_keys),
                              already=len(cfg.row_keys) - len(todo), progress=progress, reuse=reuse)[run_id]
     errors = sum(1 for r in store.results(run_id) if r["error"])
@@ -271,20 +276,58 @@ def families(results: Sequence[Mapping[str, Any]], k: int) -> dict[str, np.ndarr
     return out
 
 
+def hidden_states(results: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray | None, str]:
+    """(the rows' hidden states as one matrix, "") or (None, why not): every row must carry one."""
+    vectors = []
+    for r in results:
+        raw = (r.get("response") or {}).get("hidden_state") if isinstance(r.get("response"), dict) else None
+        if not isinstance(raw, dict):
+            return None, ("the run's rows were scored without their hidden state (a run made before learned heads, "
+                          "or a target that cannot return it): evaluate again with a new run on a local model or "
+                          "a SemIf adapter")
+        vectors.append(HiddenState.model_validate(raw).array())
+    if len({len(v) for v in vectors}) > 1:
+        return None, "the run's rows carry hidden states of different widths (more than one model)"
+    return (np.array(vectors) if vectors else None), ""
+
+
+def head_candidates(results: Sequence[Mapping[str, Any]], P: np.ndarray, y: np.ndarray, ids: list[str], *,
+                    seed: int = 0) -> list[heads.HeadFit]:
+    """The learned heads of a run, out of fold; unavailable (with the reason) where its rows cannot
+    support one."""
+    hidden, why = hidden_states(results)
+    response: Mapping[str, Any] = next((r["response"] for r in results if isinstance(r.get("response"), dict)), {})
+    sha, version = (response.get("model") or {}).get("sha256"), response.get("prompt_version")
+    if not sha or not version:
+        return [heads.HeadFit(k, False, "the results name no model sha256 and prompt version (not a llama.cpp target)")
+                for k in heads.HEAD_KINDS]
+    return heads.candidates(hidden, P, y, option_ids=ids, model_sha256=sha, prompt_version=version, seed=seed,
+                            no_hidden=why)
+
+
 def calibrate_run(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_option: bool = False,
                   seed: int = 0) -> dict:
-    """Everything the Calibrate page and the CLI show: the corrections compared out of fold and the
-    one chosen, metrics before/after it, the gate on the corrected probabilities."""
+    """Everything the Calibrate page and the CLI show: the corrections and learned heads compared out
+    of fold and the one chosen, metrics before/after it, the gate on the corrected probabilities. A head
+    is judged, gated and measured on its out-of-fold probabilities only (on the rows it was fitted on
+    it would look far better than it is)."""
     P, y, ids, used = arrays(store, run_id)
     if len(y) < 4:
         raise ValueError(f"run {run_id} has {len(y)} usable labeled results; at least 4 are needed")
     fams = families(used, len(ids)) or {"none": P}
     cands = calibration.corrections(fams, y, seed=seed)
     chosen, why = calibration.choose_correction(cands, len(y))
-    rep, oof = calibration.report(fams[chosen.family], y, seed=seed, method=chosen.method)
+    fits = head_candidates(used, P, y, ids, seed=seed)
+    assert chosen.oof is not None
+    choice = heads.choose(fits, chosen.oof, chosen.name, y, seed=seed)
+    if choice.head is not None:
+        rep, oof = calibration.report(P, y, seed=seed, method=f"head:{choice.head.kind}", oof=choice.head.oof)
+        cal = oof
+    else:
+        rep, oof = calibration.report(fams[chosen.family], y, seed=seed, method=chosen.method)
+        cal = calibration.apply_temperature(fams[chosen.family], rep.temperature, np.array(rep.offsets))
     rep.accuracy = calibration.accuracy(P, y)  # "all rows, before any gate" means as scored
     rep.confusion = calibration.confusion_matrix(y, calibration.predictions(P), len(ids)).tolist()
-    cal = calibration.apply_temperature(fams[chosen.family], rep.temperature, np.array(rep.offsets))
     conf, correct = cal.max(axis=1), calibration.predictions(cal) == y
     gate = calibration.choose_gate(conf, correct, target_accuracy, seed=seed, y=y)
     option_gates = {}
@@ -294,14 +337,32 @@ def calibrate_run(store: Store, run_id: int, *, target_accuracy: float = 0.9, pe
     return {"report": rep, "gate": gate, "option_gates": option_gates, "curve": curve, "option_ids": ids,
             "calibrated": cal, "oof": oof, "P": P, "y": y, "results": used, "target_accuracy": target_accuracy,
             "corrections": cands, "correction": chosen, "correction_why": why,
+            "heads": fits, "head": choice.head, "head_why": choice.why, "head_gain": choice.gain,
+            "candidate_intervals": candidate_intervals([*cands, *fits], y, seed=seed),
             "intervals": intervals(P, y, oof, seed=seed)}
+
+
+def candidate_intervals(cands: Sequence[Any], y: np.ndarray, *, seed: int = 0) -> dict[str, dict]:
+    """Per candidate (correction or head, by name): out-of-fold accuracy with its Wilson interval,
+    macro-F1 and ECE with bootstrap intervals - what Calibrate's comparison table shows."""
+    out = {}
+    rows = np.arange(len(y))
+    for c in cands:
+        if not c.available or c.oof is None:
+            continue
+        pred, k = calibration.predictions(c.oof), c.oof.shape[1]
+        conf, right = c.oof.max(axis=1), pred == y
+        f1 = bootstrap_ci(rows, lambda i: calibration.macro_f1(y[i], pred[i], k), seed=seed, n_resamples=400)
+        ece = bootstrap_ci(rows, lambda i: calibration.ece(conf[i], right[i]), seed=seed, n_resamples=400)
+        out[c.name] = {"accuracy": proportion(int(right.sum()), len(y)).to_dict(),
+                       "macro_f1": calibration.macro_f1(y, pred, k), "macro_f1_ci": f1,
+                       "ece": calibration.ece(conf, right), "ece_ci": ece}
+    return out
 
 
 def intervals(P: np.ndarray, y: np.ndarray, oof: np.ndarray, *, seed: int = 0) -> dict:
     """95% intervals of a run's headline numbers: Wilson for accuracy, a percentile bootstrap over the
     rows for macro-F1 and the ECE before and after the correction (out of fold)."""
-    from app.core.stats import bootstrap_ci, proportion
-
     pred, k, rows = calibration.predictions(P), P.shape[1], np.arange(len(y))
     conf, correct = P.max(axis=1), pred == y
     oconf, ocorrect = oof.max(axis=1), calibration.predictions(oof) == y
@@ -396,18 +457,22 @@ def build_policy(store: Store, run_id: int, cal: dict, *, gate: GateDecision, fa
     response = first["response"]
     readout = cfg.readout or response.get("readout")
     chosen: calibration.Correction = cal["correction"]
+    head: heads.HeadFit | None = cal.get("head")
+    # a head reads the probabilities as scored; a correction the family it was fitted on
+    debias = (response.get("debias") or "none") if head is not None else chosen.family
     config = {
         "schema_version": SCHEMA_VERSION, "policy_id": evaluated["id"], "name": evaluated.get("name", ""),
         "policy_version": (run.get("policy") or {}).get("version"),
         "question": evaluated["question"], "options": evaluated["options"], "examples": evaluated.get("examples") or [],
-        "readout": readout, "debias": chosen.family, "permute": cfg.permute,
+        "readout": readout, "debias": debias, "permute": cfg.permute,
         "few_shot": (first.get("request") or {}).get("few_shot") if isinstance(first.get("request"), dict) else None,
         "guard": evaluated.get("guard") or "none",
         "prompt_version": response.get("prompt_version") or PROMPT_VERSIONS[readout],
         "model": {"file": response["model"]["file"], "sha256": response["model"]["sha256"]},
         "temperature": cal["report"].temperature, "threshold": gate.threshold, "gate_source": gate.source,
         "option_offsets": ({oid: b for oid, b in zip(cal["option_ids"], chosen.offsets)}
-                           if chosen.method == "fitted" else {}),
+                           if chosen.method == "fitted" and head is None else {}),
+        "head": head.head.model_dump() if head is not None and head.head is not None else None,
         "option_thresholds": option_thresholds or {}, "fallback_option": fallback,
         "target_accuracy": None if gate.source == "hand-set" else cal["target_accuracy"],
         "run_id": run_id, "created_at": now(),
@@ -415,25 +480,35 @@ def build_policy(store: Store, run_id: int, cal: dict, *, gate: GateDecision, fa
                     "rows_scored": len(cal["results"])},
     }
     policy = CalibratedPolicy.model_validate(config)
-    config["metrics"] = {"at_gate": applied_metrics(policy, cal["results"]), "intervals": cal.get("intervals"),
+    fitted = applied_metrics(policy, cal["results"])
+    config["metrics"] = {"at_gate": fitted if head is None else applied_metrics(policy, cal["results"], oof=cal["oof"]),
+                         **({"at_gate_fitted_rows": fitted} if head is not None else {}),
+                         "intervals": cal.get("intervals"),
                          "gate_selection": cal["gate"].to_dict(),
-                         "correction": {"chosen": chosen.name, "why": cal["correction_why"],
+                         "correction": {"chosen": head.name if head is not None else chosen.name,
+                                        "why": cal["correction_why"],
                                         "candidates": [{k: v for k, v in c.to_dict().items() if k != "oof_confusion"}
                                                        for c in cal["corrections"]]},
+                         "head": {"why": cal.get("head_why"), "candidates": [f.to_dict() for f in cal.get("heads", [])],
+                                  "gain": asdict(cal["head_gain"]) if cal.get("head_gain") is not None else None},
                          **{k: v for k, v in asdict(cal["report"]).items() if k not in ("bins_before", "bins_after")}}
     return CalibratedPolicy.model_validate(config).model_dump(mode="json")
 
 
-def applied_metrics(policy: CalibratedPolicy, results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def applied_metrics(policy: CalibratedPolicy, results: Sequence[Mapping[str, Any]],
+                    oof: np.ndarray | None = None) -> dict[str, Any]:
     """The exported rule applied to stored raw results: coverage, accuracy of what it decides - each
     with its Wilson 95% interval, and `small_n` when fewer than 30 rows are decided (an accuracy that
-    rests on a handful of rows is marked as such wherever it is shown)."""
-    from app.core.stats import SMALL_N, proportion
-
+    rests on a handful of rows is marked as such wherever it is shown). With `oof` (a head's
+    out-of-fold probabilities, one row per result) the same gate and fallback rule decides on those
+    instead: what the head does on rows it never saw."""
+    rule = policy if oof is None else policy.model_copy(update={"head": None, "temperature": 1.0, "option_offsets": {}})
     decided = correct = gated = 0
-    for r in results:
-        d = policy.apply(r["option_ids"], scored_probabilities(r, policy.debias) or r["probabilities"],
-                         guard=(r.get("response") or {}).get("guard") if isinstance(r.get("response"), dict) else None)
+    for i, r in enumerate(results):
+        response = r.get("response") if isinstance(r.get("response"), dict) else None
+        probs = [float(p) for p in oof[i]] if oof is not None else scored_probabilities(r, policy.debias) or r["probabilities"]
+        d = rule.apply(r["option_ids"], probs, guard=(response or {}).get("guard"),
+                       **(row_inputs(response) if response and oof is None else {}))
         if d["gated"]:
             gated += 1
         else:
@@ -461,5 +536,5 @@ def gate_preview(calibrated: Sequence[Mapping[str, Any]], policy_id: str,
         if probs is None or (response or {}).get("readout") != policy.readout or not policy.matches(result["option_ids"]):
             return None
         return rec, policy.apply(result["option_ids"], probs, model.get("sha256"), model.get("file"),
-                                 (response or {}).get("guard"))
+                                 (response or {}).get("guard"), **row_inputs(response or {}))
     return None

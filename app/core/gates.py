@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from adapter.calibrated import CalibratedPolicy
+from adapter.calibrated import CalibratedPolicy, row_inputs
 
 from app.core import calibration
 from app.core.stats import Proportion, proportion
@@ -42,7 +42,8 @@ class Gate:
             model = (response or {}).get("model") or {}
             d = self.policy.apply(result["option_ids"], probs,
                                   model_sha256=model.get("sha256") if self.check_model else None,
-                                  model_file=model.get("file"), guard=(response or {}).get("guard"))
+                                  model_file=model.get("file"), guard=(response or {}).get("guard"),
+                                  **row_inputs(response or {}))
             cal = d["calibrated_probabilities"]
             top = int(np.argmax(cal))
             return bool(d["gated"]), top, float(d["confidence"]), cal

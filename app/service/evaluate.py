@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from app.core import evaluation
+from app.core import evaluation, heads
 from app.core.calibration import SMALL
 from app.core.evaluation import EXAMPLE_SOURCES as EXAMPLE_SOURCES
 from app.core.evaluation import VARIANTS as VARIANTS
@@ -163,6 +163,53 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
     """Corrections compared out of fold and the one chosen, metrics before/after it, the gate on the
     corrected probabilities (ValueError with fewer than 4 usable labeled rows)."""
     return evaluation.calibrate_run(store, run_id, target_accuracy=target_accuracy, per_option=per_option)
+
+
+def chosen_name(cal: Mapping[str, Any]) -> str:
+    """What the export carries: the learned head's name, else the correction's."""
+    head = cal.get("head")
+    return str(head.name if head is not None else cal["correction"].name)
+
+
+def candidate_rows(cal: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every correction and learned head, out of fold, with intervals - the comparison Calibrate shows
+    and lets the analyst download."""
+    chosen = chosen_name(cal)
+    iv = cal.get("candidate_intervals") or {}
+    rows = []
+    for c in [*cal["corrections"], *cal.get("heads", [])]:
+        is_head = isinstance(c, heads.HeadFit)
+        ci = iv.get(c.name) or {}
+        f1_ci, ece_ci = ci.get("macro_f1_ci"), ci.get("ece_ci")
+        rows.append({
+            "candidate": c.name, "kind": "learned head" if is_head else "correction",
+            "reads": ("hidden state" + (" + log-probs" if c.kind == "stacked" else "") if c.kind != "linc"
+                      else "log-probs") if is_head else f"{c.family} scores",
+            "accuracy (out of fold)": c.oof_accuracy if c.available else None,
+            "accuracy 95% CI": interval_text(ci.get("accuracy")) if ci.get("accuracy") else "",
+            "macro-F1 (out of fold)": ci.get("macro_f1") if c.available else None,
+            "macro-F1 95% CI": range_text(f1_ci, "{:.2f}") if f1_ci else "",
+            "ECE (out of fold)": c.oof_ece if c.available else None,
+            "ECE 95% CI": range_text(ece_ci) if ece_ci else "",
+            "NLL (out of fold)": c.oof_nll if c.available else None,
+            "temperature": None if is_head or not c.available else c.temperature,
+            "offsets / regularisation": (", ".join(f"C={r:g}" for r in c.fold_regularisation) if is_head else
+                                         ", ".join(f"{o} {b:+.2f}" for o, b in zip(cal["option_ids"], c.offsets))
+                                         if c.method == "fitted" and c.available else ""),
+            "chosen": c.name == chosen, "note": c.note})
+    return rows
+
+
+def candidate_bars(cal: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """{label, rate, low, high, n} per available candidate, for the accuracy chart."""
+    iv = cal.get("candidate_intervals") or {}
+    bars = []
+    for c in [*cal["corrections"], *cal.get("heads", [])]:
+        acc = (iv.get(c.name) or {}).get("accuracy")
+        if acc and acc.get("rate") is not None:
+            bars.append({"label": c.name + (" ✓" if c.name == chosen_name(cal) else ""), "rate": acc["rate"],
+                         "low": acc["low"], "high": acc["high"], "n": acc["n"]})
+    return bars
 
 
 @dataclass

@@ -54,6 +54,11 @@ class Target:
     def prepare(self) -> None:
         """Work that must not count as latency (loading a model); errors surface per request."""
 
+    def returns_hidden(self) -> bool:
+        """Whether rows may ask this target for their hidden state (`hidden_state: true`), what a
+        learned head is fitted on: a local engine can, a SemIf adapter that says so in /info can."""
+        return False
+
     def numerics(self) -> dict | None:
         """The model this target runs now, as far as it fixes a result's bits (app/core/reuse.py), or None
         when the target cannot say without deciding (its results are then never reused)."""

@@ -15,6 +15,9 @@ class LocalTarget(Target):
     def prepare(self) -> None:
         self.engine()
 
+    def returns_hidden(self) -> bool:
+        return True
+
     def numerics(self) -> dict | None:
         from app.core.reuse import numerics
 

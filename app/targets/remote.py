@@ -17,6 +17,7 @@ class SemIfTarget(KeyedTarget):
         self.url = config["url"].rstrip("/")
         self.timeout = float(config.get("timeout", 60))
         self._numerics: dict | None = None
+        self._features: list[str] = []
 
     def numerics(self) -> dict | None:
         """From the adapter's /info (asked once per target object); None when it cannot be reached -
@@ -27,9 +28,15 @@ class SemIfTarget(KeyedTarget):
             try:
                 data = http_json("GET", self.url + "/info", headers=self.auth(), timeout=5)
                 self._numerics = numerics(data.get("model") if isinstance(data, dict) else None) or {}
+                self._features = list(data.get("features") or []) if isinstance(data, dict) else []
             except TargetError:
                 return None
         return self._numerics or None
+
+    def returns_hidden(self) -> bool:
+        """An adapter that lists `hidden_state` among its /info features (an older one would refuse the field)."""
+        self.numerics()
+        return "hidden_state" in self._features
 
     def _one(self, req):
         body = req.model_dump(exclude_none=True)

@@ -23,11 +23,16 @@ GLOSSARY = {
     "Brier": "mean squared distance between the probabilities and the one-hot label (0 best, 2 worst)",
     "NLL": "negative log-likelihood of the label: how surprised the model is by the right answer (lower is better)",
     "ECE": "expected calibration error: the average gap between confidence and accuracy over confidence bins",
-    "ece_corrected": "ECE after the exported correction (temperature, or temperature + fitted offsets), out of fold "
+    "ece_corrected": "ECE after the exported correction (temperature, temperature + fitted offsets, or a learned head), out of fold "
                      "(each row corrected by a fit that never saw it); the table's correction column names it",
     "temperature": "T that flattens (T > 1) or sharpens (T < 1) the probabilities to match observed accuracy",
     "fitted offsets": "one number per option added to log p / T, fitted on the labeled rows: unlike a temperature it "
                       "can change which option wins (a model that calls too much spam gets spam pulled down)",
+    "learned head": "a logistic regression fitted on the labeled rows: on the option log-probs (LinC), on the "
+                    "model's hidden state at the prompt's last token, or on both (stacked); exported only when it "
+                    "beats the corrections beyond noise, and then applied by the adapter to every row",
+    "out of fold": "each row predicted by a fit that never saw it (5 stratified folds): the honest estimate of what a "
+                   "fitted correction or head does on new rows",
     "letters": "readout: options lettered A..Z through the model's chat template; the letter logits are read",
     "option-words": "readout: a completion prompt that lists option ids; the first token(s) of each id are read",
     "content-free": "debias: divide out the answer the model gives to an empty state (its position bias)",

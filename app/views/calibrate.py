@@ -121,6 +121,7 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
                    + (f", {support['train']} train rows never scored" if support["train"] else "")
                    + f" · {set_service.minutes(support['scored'])} on the default model at "
                    f"~{set_service.SECONDS_PER_ROW:g} s a row, after the model load and the policy's first passes")
+        st.caption(md(support["head_note"].capitalize() + "."))
         for message in support["messages"]:
             st.warning(md(message))
     names = targets.names(db)
@@ -201,26 +202,26 @@ def live_section(db, pid: str, sid: int) -> None:
 
 
 def correction_section(cal: dict) -> None:
-    """Which correction the export carries, why, and what it does per class (out of fold)."""
-    chosen = cal["correction"]
-    st.markdown(f"**Correction: {md(chosen.name)}**")
+    """Which correction or learned head the export carries, why, and what each candidate does out of fold
+    (with intervals), as a table and a chart; what the chosen one does per class."""
+    name = evaluate.chosen_name(cal)
+    st.markdown(f"**Correction: {md(name)}**")
     st.caption(md(cal["correction_why"]))
-    table = pd.DataFrame([{"correction": c.name, "scores": c.family, "method": c.method,
-                           "accuracy (out of fold)": c.oof_accuracy if c.available else None,
-                           "NLL (out of fold)": c.oof_nll if c.available else None,
-                           "ECE (out of fold)": c.oof_ece if c.available else None,
-                           "temperature": c.temperature if c.available else None,
-                           "offsets": ", ".join(f"{o} {b:+.2f}" for o, b in zip(cal["option_ids"], c.offsets))
-                           if c.method == "fitted" and c.available else "",
-                           "chosen": c.name == chosen.name, "note": c.note} for c in cal["corrections"]])
+    (st.success if cal.get("head") is not None else st.info)(md(cal["head_why"]))
+    table = pd.DataFrame(evaluate.candidate_rows(cal))
     st.dataframe(table, hide_index=True, key="cal_corrections", column_config={
         k: st.column_config.NumberColumn(format="%.3f") for k in ("accuracy (out of fold)", "NLL (out of fold)",
-                                                                  "ECE (out of fold)", "temperature")})
+                                                                  "ECE (out of fold)", "macro-F1 (out of fold)",
+                                                                  "temperature")})
+    st.plotly_chart(charts.rate_bars(evaluate.candidate_bars(cal), "Accuracy out of fold, with 95% intervals "
+                                     "(dotted: chance)", worry=1 / len(cal["option_ids"])), key="cal_candidates")
+    st.download_button("Download the comparison (CSV)", table.to_csv(index=False).encode(),
+                       file_name="calibration-candidates.csv", mime="text/csv", key="cal_candidates_csv")
     rep = cal["report"]
     c1, c2 = st.columns(2)
     c1.plotly_chart(charts.confusion_heatmap(rep.confusion, cal["option_ids"], "As scored"), key="cal_conf")
     c2.plotly_chart(charts.confusion_heatmap(rep.oof_confusion, cal["option_ids"],
-                                             f"After {chosen.name} (out of fold)"), key="cal_conf_after")
+                                             f"After {name} (out of fold)"), key="cal_conf_after")
 
 
 def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> None:
@@ -259,6 +260,11 @@ def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> Non
                 help=f"rows decided: {at['decided']} of {at['n']}")
     m[1].caption(md(evaluate.interval_text(at.get("coverage_interval"))))
     m[2].metric("To the fallback", f"{at['gated']} rows", help=f"sent to {md(fallback)}")
+    if fitted := config["metrics"].get("at_gate_fitted_rows"):
+        st.caption(f"With a learned head these numbers are out of fold: each row decided by a head that never saw it, "
+                   f"at this gate. The exported head, fitted on all {fitted['n']} rows, decides "
+                   f"{fitted['decided']} of them with {fitted['accuracy'] or 0:.1%} accuracy - optimistic, since it "
+                   "saw them; expect the out-of-fold figures on new rows.")
     chance = 1 / len(cal["option_ids"])
     m = st.columns(3)
     m[0].metric("Accuracy, all rows", f"{rep.accuracy:.1%}",
@@ -266,19 +272,23 @@ def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> Non
     m[0].caption(md(evaluate.interval_text(iv.get("accuracy"))))
     m[1].metric("Macro-F1", f"{rep.macro_f1:.2f}")
     m[1].caption(evaluate.range_text(iv.get('macro_f1'), '{:.2f}', rep.n))
-    m[2].metric("Temperature", f"{rep.temperature:.2f}",
-                help="the exported correction's temperature" + (" (with fitted per-option offsets)"
-                                                                 if rep.method == "fitted" else ""))
+    if cal.get("head") is not None:
+        m[2].metric("Learned head", cal["head"].kind, help=f"{cal['head'].name}; L2 strength C chosen by inner "
+                    "cross-validation per fold: " + ", ".join(f"{c:g}" for c in cal["head"].fold_regularisation))
+    else:
+        m[2].metric("Temperature", f"{rep.temperature:.2f}",
+                    help="the exported correction's temperature" + (" (with fitted per-option offsets)"
+                                                                     if rep.method == "fitted" else ""))
     m = st.columns(3)
     m[0].metric("ECE raw", f"{rep.ece_width:.3f}", help=f"equal-mass bins: {rep.ece_mass:.3f}")
     m[0].caption(evaluate.range_text(iv.get('ece'), n=rep.n))
-    m[1].metric("ECE corrected", f"{rep.oof_ece_width:.3f}", help=f"out of fold, after {cal['correction'].name}; "
+    m[1].metric("ECE corrected", f"{rep.oof_ece_width:.3f}", help=f"out of fold, after {evaluate.chosen_name(cal)}; "
                 f"equal-mass bins: {rep.oof_ece_mass:.3f}")
     m[1].caption(evaluate.range_text(iv.get('ece_corrected'), n=rep.n))
     m[2].metric("Brier / NLL", f"{rep.brier:.3f} / {rep.nll:.3f}")
     g1, g2 = st.columns(2)
     g1.plotly_chart(charts.reliability_diagram(rep.bins_before, rep.bins_after,
-                                               f"after {cal['correction'].name} (out of fold)"), key="cal_rel")
+                                               f"after {evaluate.chosen_name(cal)} (out of fold)"), key="cal_rel")
     g2.plotly_chart(charts.coverage_curve(cal["curve"], gate.threshold, cal["target_accuracy"]), key="cal_cov")
     correction_section(cal)
     if option_thresholds:
@@ -305,7 +315,8 @@ def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> Non
         st.page_link("views/deploy.py", label="Go to Deploy", icon=":material/cloud_upload:")
     with st.expander("Policy JSON"):
         st.json(config, expanded=False)
-    glossary("accuracy", "macro-F1", "Brier", "NLL", "ECE", "ece_corrected", "temperature", "fitted offsets", "letters",
+    glossary("accuracy", "macro-F1", "Brier", "NLL", "ECE", "ece_corrected", "temperature", "fitted offsets",
+             "learned head", "out of fold", "letters",
              "option-words", "content-free", "permutation")
 
 

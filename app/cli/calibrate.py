@@ -45,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
           f"({c['evaluated']} evaluated, {c['reused']} copied from stored results of the same model and request), "
           f"reused {c['skipped']} already in this run, errors {c['errors']}", file=sys.stderr)
     assert outcome.run_id is not None
-    cal = ev.calibrate(db, outcome.run_id, target_accuracy=args.target_accuracy, per_option=args.per_option)
+    try:
+        cal = ev.calibrate(db, outcome.run_id, target_accuracy=args.target_accuracy, per_option=args.per_option,
+                           head=args.head)
+    except ValueError as exc:  # too few usable rows, or --head naming a head these rows cannot support
+        error(exc)
+        return 2
     rep = cal["report"]
     print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
           f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
@@ -91,6 +96,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target-accuracy", type=float, default=0.9)
     p.add_argument("--gate", type=float, help="set the confidence gate by hand instead of from the target")
     p.add_argument("--per-option", action="store_true", help="also fit one gate per option")
+    p.add_argument("--head", choices=ev.HEAD_CHOICES, default="auto",
+                   help="learned head: auto (exported only when it beats the corrections beyond noise), none, or a "
+                        "kind to export whatever its gain (linc: on the log-probs; hidden: on the hidden state; "
+                        "stacked: both)")
     p.add_argument("--fallback", default="human-review", help="decision when gated (default: human-review)")
     p.add_argument("--out", help="write the calibrated policy JSON here")
     p.add_argument("--strict", action="store_true", help=f"exit {EXIT_UNREACHABLE} when the target is unreachable")

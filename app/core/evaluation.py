@@ -306,11 +306,11 @@ def head_candidates(results: Sequence[Mapping[str, Any]], P: np.ndarray, y: np.n
 
 
 def calibrate_run(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_option: bool = False,
-                  seed: int = 0) -> dict:
+                  seed: int = 0, head: str = "auto") -> dict:
     """Everything the Calibrate page and the CLI show: the corrections and learned heads compared out
     of fold and the one chosen, metrics before/after it, the gate on the corrected probabilities. A head
     is judged, gated and measured on its out-of-fold probabilities only (on the rows it was fitted on
-    it would look far better than it is)."""
+    it would look far better than it is). `head`: "auto" (the rule), "none", or a kind to export."""
     P, y, ids, used = arrays(store, run_id)
     if len(y) < 4:
         raise ValueError(f"run {run_id} has {len(y)} usable labeled results; at least 4 are needed")
@@ -319,7 +319,7 @@ def calibrate_run(store: Store, run_id: int, *, target_accuracy: float = 0.9, pe
     chosen, why = calibration.choose_correction(cands, len(y))
     fits = head_candidates(used, P, y, ids, seed=seed)
     assert chosen.oof is not None
-    choice = heads.choose(fits, chosen.oof, chosen.name, y, seed=seed)
+    choice = heads.choose(fits, chosen.oof, chosen.name, y, seed=seed, want=head)
     if choice.head is not None:
         rep, oof = calibration.report(P, y, seed=seed, method=f"head:{choice.head.kind}", oof=choice.head.oof)
         cal = oof

@@ -202,17 +202,33 @@ class HeadChoice:
     why: str
 
 
+HEAD_CHOICES = ("auto", "none", *HEAD_KINDS)  # what an analyst may ask for: the rule's pick, none, or one kind
+
+
 def choose(fits: list[HeadFit], baseline_oof: np.ndarray, baseline_name: str, y: np.ndarray, *,
-           seed: int = 0) -> HeadChoice:
+           seed: int = 0, want: str = "auto") -> HeadChoice:
     """The most accurate available head (out of fold; ties: lower NLL), kept only when its paired gain
-    over the baseline (the correction chosen without heads) is beyond noise."""
+    over the baseline (the correction chosen without heads) is beyond noise. `want` overrides the
+    rule: "none", or a kind the analyst picks (exported whatever its gain, which is still stated)."""
+    if want not in HEAD_CHOICES:
+        raise ValueError(f"head: choose one of {', '.join(HEAD_CHOICES)}")
     usable = [f for f in fits if f.available and f.oof is not None]
+    right_base = calibration.predictions(baseline_oof) == y
+    if want == "none":
+        return HeadChoice(None, None, "No learned head: asked for none.")
+    if want != "auto":
+        picked = next(f for f in fits if f.kind == want)
+        if picked.oof is None:
+            raise ValueError(f"head: the {picked.name} is unavailable here - {picked.note}")
+        gain = paired_gain(right_base, calibration.predictions(picked.oof) == y, seed=seed)
+        return HeadChoice(picked, gain, f"The {picked.name}, picked by hand: {picked.oof_accuracy:.1%} out of fold, "
+                                        f"{gain.text()} over {baseline_name}"
+                                        + ("." if gain.beyond_noise else " - not beyond noise."))
     if not usable:
         reasons = "; ".join(f"{f.name}: {f.note}" for f in fits)
         return HeadChoice(None, None, f"No learned head: {reasons}.")
     best = max(usable, key=lambda f: (round(f.oof_accuracy, 12), -f.oof_nll))
     assert best.oof is not None
-    right_base = calibration.predictions(baseline_oof) == y
     gain = paired_gain(right_base, calibration.predictions(best.oof) == y, seed=seed)
     n = len(y)
     if gain.beyond_noise:

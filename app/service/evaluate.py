@@ -159,10 +159,15 @@ def readouts(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[str, 
     return evaluation.readout_table(store, runs)
 
 
-def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_option: bool = False) -> dict[str, Any]:
-    """Corrections compared out of fold and the one chosen, metrics before/after it, the gate on the
-    corrected probabilities (ValueError with fewer than 4 usable labeled rows)."""
-    return evaluation.calibrate_run(store, run_id, target_accuracy=target_accuracy, per_option=per_option)
+HEAD_CHOICES = heads.HEAD_CHOICES
+
+
+def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_option: bool = False,
+              head: str = "auto") -> dict[str, Any]:
+    """Corrections and learned heads compared out of fold and the one chosen (`head`: "auto" keeps a
+    head only beyond noise, "none", or a kind), metrics before/after it, the gate on the corrected
+    probabilities (ValueError with fewer than 4 usable labeled rows, or a head that is unavailable)."""
+    return evaluation.calibrate_run(store, run_id, target_accuracy=target_accuracy, per_option=per_option, head=head)
 
 
 def chosen_name(cal: Mapping[str, Any]) -> str:

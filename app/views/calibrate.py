@@ -13,15 +13,21 @@ from app.ui.safe_text import md
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def calibration_view(db_path: str, run_id: int, version: tuple, target_acc: float, per_option: bool) -> dict:
+def calibration_view(db_path: str, run_id: int, version: tuple, target_acc: float, per_option: bool,
+                     head: str = "auto") -> dict:
     """The calibration of a run, cached per run content (`version` changes with every stored result)."""
-    return evaluate.calibrate(resources.store_at(db_path), run_id, target_accuracy=target_acc, per_option=per_option)
+    return evaluate.calibrate(resources.store_at(db_path), run_id, target_accuracy=target_acc, per_option=per_option,
+                              head=head)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def readout_rows(db_path: str, versions: tuple) -> list[dict]:
     db = resources.store_at(db_path)
     return evaluate.readouts(db, [r for r in (db.get_run(rid) for rid, _ in versions) if r is not None])
+
+
+HEAD_LABELS = {"auto": "auto (only beyond noise)", "none": "none", "linc": "LinC (log-probs)",
+               "hidden": "hidden state", "stacked": "hidden state + log-probs"}
 
 
 def sets_section(db, policies: dict, for_policy: str) -> None:
@@ -382,13 +388,16 @@ def render() -> None:
     rid = st.selectbox("Evaluation run", ids, key="cal_run_pick", format_func=lambda i: label.get(i, f"#{i}"),
                        on_change=context.changed("cal_run_pick", "run"))
     context.put("run", rid)
-    c1, c2 = st.columns(2)
+    c1, c2, c3 = st.columns([2, 1, 1])
     target_acc = c1.slider("Target accuracy", 0.5, 0.99, 0.9, 0.01, key="cal_target_acc",
                            disabled=bool(st.session_state.get("cal_manual")),
                            help="the gate is chosen to reach it (disabled while the gate is set by hand)")
     per_option = c2.checkbox("Per-option gates", key="cal_per_option")
+    head = c3.selectbox("Learned head", evaluate.HEAD_CHOICES, key="cal_head", format_func=lambda h: HEAD_LABELS[h],
+                        help="auto: a head fitted on these labeled rows is exported only when it beats the corrections "
+                             "beyond noise (out of fold); or pick one yourself")
     try:
-        cal = calibration_view(str(db.path), rid, db.run_version(rid), target_acc, per_option)
+        cal = calibration_view(str(db.path), rid, db.run_version(rid), target_acc, per_option, head or "auto")
     except ValueError as exc:
         st.error(md(exc))
         return

@@ -306,18 +306,19 @@ def head_candidates(results: Sequence[Mapping[str, Any]], P: np.ndarray, y: np.n
 
 
 def calibrate_run(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_option: bool = False,
-                  seed: int = 0, head: str = "auto") -> dict:
+                  seed: int = 0, head: str = "auto", with_heads: bool = True) -> dict:
     """Everything the Calibrate page and the CLI show: the corrections and learned heads compared out
     of fold and the one chosen, metrics before/after it, the gate on the corrected probabilities. A head
     is judged, gated and measured on its out-of-fold probabilities only (on the rows it was fitted on
-    it would look far better than it is). `head`: "auto" (the rule), "none", or a kind to export."""
+    it would look far better than it is). `head`: "auto" (the rule), "none", or a kind to export;
+    `with_heads=False` fits none (a quick look: the side-by-side table, the numbers while a run is scored)."""
     P, y, ids, used = arrays(store, run_id)
     if len(y) < 4:
         raise ValueError(f"run {run_id} has {len(y)} usable labeled results; at least 4 are needed")
     fams = families(used, len(ids)) or {"none": P}
     cands = calibration.corrections(fams, y, seed=seed)
     chosen, why = calibration.choose_correction(cands, len(y))
-    fits = head_candidates(used, P, y, ids, seed=seed)
+    fits = head_candidates(used, P, y, ids, seed=seed) if with_heads else []
     assert chosen.oof is not None
     choice = heads.choose(fits, chosen.oof, chosen.name, y, seed=seed, want=head)
     if choice.head is not None:
@@ -433,7 +434,7 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[
                 "readout": variant_name(cfg),
                 "examples": cfg.get("examples"), "status": r["status"]}
         try:
-            cal = calibrate_run(store, r["id"], target_accuracy=0.9)
+            cal = calibrate_run(store, r["id"], target_accuracy=0.9, with_heads=False)
             rep = cal["report"]
         except ValueError as exc:  # not enough usable rows yet
             rows.append({**base, "status": f"{r['status']}: {exc}"})

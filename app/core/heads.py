@@ -226,7 +226,7 @@ def choose(fits: list[HeadFit], baseline_oof: np.ndarray, baseline_name: str, y:
                                         + ("." if gain.beyond_noise else " - not beyond noise."))
     if not usable:
         reasons = "; ".join(f"{f.name}: {f.note}" for f in fits)
-        return HeadChoice(None, None, f"No learned head: {reasons}.")
+        return HeadChoice(None, None, f"No learned head: {reasons}." if fits else "No learned head was fitted.")
     best = max(usable, key=lambda f: (round(f.oof_accuracy, 12), -f.oof_nll))
     assert best.oof is not None
     gain = paired_gain(right_base, calibration.predictions(best.oof) == y, seed=seed)

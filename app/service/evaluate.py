@@ -311,7 +311,8 @@ def live(store: Store, run_id: int, *, target_accuracy: float = 0.9) -> Live:
     gate = None
     if acc.n >= SMALL:
         try:
-            decision = evaluation.decide_gate(calibrate(store, run_id, target_accuracy=target_accuracy))
+            decision = evaluation.decide_gate(evaluation.calibrate_run(store, run_id, target_accuracy=target_accuracy,
+                                                                       with_heads=False))
             gate = f"provisional gate: {decision.messages[0]}" if decision.messages else None
         except ValueError:  # not enough usable rows yet
             gate = None

@@ -147,7 +147,7 @@ def test_deploy_settings(monkeypatch):
 
 
 def test_workbench_settings(monkeypatch, tmp_path):
-    from app.core.settings import DEFAULT_DB, WorkbenchSettings
+    from app.settings import DEFAULT_DB, WorkbenchSettings
 
     monkeypatch.setenv("SEMIF_PORT", "9999")
     w = WorkbenchSettings.from_env({})
@@ -175,7 +175,7 @@ def test_workbench_settings(monkeypatch, tmp_path):
     ({"SEMIF_DEPLOY_POLL": "often"}, "SEMIF_DEPLOY_POLL='often' is not a number"),
 ])
 def test_a_bad_workbench_value_names_the_variable(env, message):
-    from app.core.settings import WorkbenchSettings
+    from app.settings import WorkbenchSettings
 
     with pytest.raises(SettingsError) as err:
         WorkbenchSettings.from_env(env)

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from adapter.guard import GUARDS
+
 from app.cli.common import add_db, bar, error, store, target
 from app.core import robustness as rb
 from app.core.inputs import InputError, rows_from_upload
@@ -62,8 +64,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from adapter.guard import GUARDS
-
     p = sub.add_parser("robustness", help="steering, paraphrase, renamed/extra options, order: does the decision hold?")
     p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
     p.add_argument("--labeled-set", help="CSV/JSONL file (or a file name in data/labeled), or a set id")

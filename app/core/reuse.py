@@ -18,14 +18,9 @@ from typing import Any, Mapping
 from adapter.engine import resolve_settings
 from adapter.schema import DecisionRequest
 
-NUMERICS = ("sha256", "llama_cpp_version", "n_gpu_layers", "flash_attn", "default_readout", "default_debias")
+from app.targets.base import NUMERICS, numerics  # what a target says it runs (targets name their model)
 
-
-def numerics(model: dict | None) -> dict | None:
-    """The model fields that fix a result's bits, or None when the model is not known by its sha256."""
-    if not model or not model.get("sha256"):
-        return None
-    return {k: model.get(k) for k in NUMERICS}
+__all__ = ["NUMERICS", "copied_row", "numerics", "request_hash", "reuse_key"]
 
 
 def request_hash(req: DecisionRequest, model: dict | None = None) -> str:

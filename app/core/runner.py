@@ -23,7 +23,7 @@ from adapter.templates import request_for
 from app.core.reuse import copied_row, reuse_key
 from app.core.records import Result
 from app.core.store import LEASE_SECONDS, RunBusy, RunStatus, Store, StoreUnavailable
-from app.targets.base import Target, TargetResult
+from app.targets.base import Target, TargetError, TargetResult
 from app.targets.local import LocalTarget
 
 ProgressFn = Callable[[int, int, "float | None"], object]  # the return value is ignored (a page may pass bar.progress)
@@ -238,8 +238,6 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
 
 def batch_results(target: Target, requests: list[DecisionRequest]) -> list[TargetResult]:
     """A batch target's results for all requests; when the whole batch fails, each row carries the error."""
-    from app.targets.base import TargetError
-
     if not requests:
         return []
     try:

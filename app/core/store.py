@@ -15,6 +15,7 @@ line naming the file and what to do, instead of a traceback; what was written be
 """
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import socket
@@ -30,7 +31,7 @@ import sqlite_utils
 
 from app.core.records import (AuditEntry, Calibrated, Deployment, LabeledRow, LabeledSet, Policy, Result, Review, Run,
                               RunStatus, TargetSpec)
-from app.core.settings import WorkbenchSettings
+from app.settings import WorkbenchSettings
 
 
 SCHEMA: dict[str, dict] = {
@@ -566,8 +567,6 @@ class Store:
             return [cast(Deployment, _decode(r)) for r in db.table("deployments").rows_where(order_by="created_at desc")]
 
     def audit(self, deployment_id: str, action: str, what: str, result: str, who: str | None = None) -> None:
-        import getpass
-
         with self.db() as db:
             db.table("audit").insert({"deployment_id": deployment_id, "at": now(), "who": who or getpass.getuser(),
                                 "action": action, "what": what, "result": result})

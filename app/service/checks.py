@@ -20,6 +20,7 @@ from app.core.inputs import rows_from_text
 from app.core.labeled import scored_cases
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.runner import progress_text as progress_text
+from app.core.stats import proportion
 from app.core.store import Store
 from app.targets.base import Target
 
@@ -138,8 +139,6 @@ def rate_rows(report: robustness.Report) -> list[dict[str, Any]]:
 
 def template_rows(report: robustness.Report) -> list[dict[str, Any]]:
     """Hijack rate per steering template, with Wilson intervals."""
-    from app.core.stats import proportion
-
     return [{"label": f"{r['template']} ({r['placement']})", **proportion(int(r["hijacked"]), int(r["n"])).to_dict()}
             for r in report.per_template.to_dict("records")]
 

@@ -2,6 +2,7 @@
 what a set can support before anything is scored."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -78,8 +79,6 @@ def delete(store: Store, set_id: int) -> int:
 def summary(problems: list[str], policies: dict[str, Policy], shown: int = 10) -> list[str]:
     """A rejected upload in a few lines: how many rows, which labels are not options - and which policy
     they would fit - then the first problems."""
-    import re
-
     foreign = sorted({m.group(1) for p in problems if (m := re.search(r"label: '([^']*)' is not an option", p))})
     lines = [f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the file."]
     if foreign:

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 from adapter.schema import RequestError
 
-from app.targets.base import Target, TargetError
+from app.targets.base import Target, TargetError, numerics
 
 class LocalTarget(Target):
     def __init__(self, name: str, config: dict, engine_provider: Callable[[str | None], Any]):
@@ -16,8 +16,6 @@ class LocalTarget(Target):
         self.engine()
 
     def numerics(self) -> dict | None:
-        from app.core.reuse import numerics
-
         return numerics(self.engine().info.public())
 
     def engine(self):

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from app.service import decide
-from app.ui import charts, context
+from app.service import checks, decide
+from app.ui import charts, context, resources
 from app.ui.safe_text import csv_safe, md
 from app.core.records import Policy
 from app.core.store import Store
@@ -172,9 +172,6 @@ def check_setup(db: Store, key: str, *, default_limit: int, min_limit: int, vari
 
 def check_inputs(db: Store, setup: CheckSetup) -> tuple[list[Any], Any] | None:
     """On a check page's Run: (the states to score, the built target), or None after saying what is wrong."""
-    from app.service import checks
-    from app.ui import resources
-
     try:
         cases = checks.states(db, set_id=setup.set_id, pasted=setup.pasted, limit=setup.limit)
     except checks.InputError as exc:

@@ -6,8 +6,10 @@ from typing import Callable
 
 import streamlit as st
 
-from app.core.engines import EnginePool
-from app.core.settings import WorkbenchSettings
+from adapter.settings import SettingsError
+
+from app.targets.engines import EnginePool
+from app.settings import WorkbenchSettings
 from app.core.store import Store, StoreUnavailable
 from app.service import targets as target_service
 from app.targets.base import Target, TargetError
@@ -83,8 +85,6 @@ def secrets() -> dict:
 def run_page(render: Callable[[], None]) -> None:
     """Each page's entry point: a database that cannot be written (read-only, disk full) is one line
     on the page naming the file and the fix, not a traceback."""
-    from adapter.settings import SettingsError
-
     try:
         render()
     except StoreUnavailable as exc:

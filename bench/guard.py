@@ -22,6 +22,7 @@ from adapter.engine import Engine, EngineConfig
 from adapter.templates import load_template, request_for
 from app.core import robustness as rb
 from app.core.labeled import evenly_spaced, shipped_sets
+from app.core.stats import proportion
 from adapter.templates import load_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,8 +117,6 @@ def _passes(r: dict) -> int:
 
 
 def report(recs: list[dict]) -> None:
-    from app.core.stats import proportion
-
     clean = [r for r in recs if r["kind"] == "base"]
     att = [r for r in recs if r["kind"] == "steering" and r["named"] != r["label"]]
     if not clean or not att:

@@ -14,9 +14,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from adapter.catalog import SHIPPED
 from adapter.engine import Engine, EngineConfig
 from adapter.templates import DATA_DIR, load_jsonl, load_template, request_for
+
+from app.core import calibration
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {  # name -> (readout, debias, permute, few_shot: None = the readout's default)
@@ -86,10 +90,6 @@ def main() -> None:
 def fitted_report(done: dict, sets: dict, models: list[str], configs: list[str]) -> None:
     """The label-fitted correction per set: out-of-fold accuracy of each correction the scores allow
     (app.calibration.corrections, the Calibrate page's own) and the one it would choose."""
-    import numpy as np
-
-    from app.core import calibration
-
     print("\n| model | scored as | set | none | content-free | fitted | content-free + fitted | chosen |")
     print("|---|---|---|---|---|---|---|---|")
     for model in models:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from app.cli.common import EXIT_BUSY, EXIT_UNREACHABLE, add_db, bar, error, fmt, store, target
 from app.service.evaluate import EXAMPLE_SOURCES, Variant
-from app.core.inputs import InputError
+from app.service.sets import InputError
 from app.core.store import RunBusy
 from app.service import evaluate as ev
 from app.service.policies import resolve_policy

@@ -7,8 +7,9 @@ import argparse
 
 from deploy import cli
 
-from app.core.deploy_records import StoreRecorder
 from app.core.store import Store
+from app.service import deploy as deploy_service
+from app.service.deploy import StoreRecorder
 from app.settings import WorkbenchSettings
 
 
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def ledger(args: argparse.Namespace) -> StoreRecorder:
         # a live endpoint becomes a target (reached through SEMIF_AWS_RUNTIME_URL when set, e.g. a test shim)
-        return StoreRecorder(open_store(args.db), runtime_url or args.endpoint_url)
+        return deploy_service.ledger(open_store(args.db), runtime_url or args.endpoint_url)
 
     doc = (cli.__doc__ or "").split("Every apply/destroy")[0].replace("python -m deploy", "python -m app deploy")
     return cli.main(argv, prog="python -m app deploy", add_ledger_args=add_db, open_ledger=ledger,

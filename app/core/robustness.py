@@ -32,6 +32,7 @@ from adapter.schema import DecisionRequest
 from adapter.templates import DATA_DIR, request_for
 
 from app.core import stats
+from app.core.order_sensitivity import FLIP_WORRY, negation_consistency, reads_negation
 from app.core.runner import Case
 from app.core.store import Store
 from app.targets.base import Target
@@ -45,7 +46,7 @@ Placement = Literal["end", "start", "middle"]
 PLACEMENTS = ("end", "start", "middle")
 NONE_OPTION = {"id": "none-of-these", "description": "None of the listed options fits this case"}
 GENERIC_IRRELEVANT = {"id": "weather-report", "description": "A question about tomorrow's weather forecast"}
-HIJACK_WORRY, FLIP_WORRY = 0.10, 0.10
+HIJACK_WORRY = 0.10  # one added sentence moves this share of attempts or more: anyone who writes a state steers
 ROBUSTNESS_DIR = DATA_DIR / "robustness"
 
 
@@ -398,14 +399,14 @@ def analyse(results: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], con
         b = base.get(case_key)
         if b is not None:
             sums.append(_p(b, ids[0]) + _p(r, ids[0]))
-    if sums:
-        gap = float(pd.Series(sums).sub(1).abs().mean())
-        entry = {"n": len(sums), "mean_sum": float(pd.Series(sums).mean()), "mean_abs_gap": gap}
-        summary["changes"]["negation"] = entry
-        verdicts["negation"] = (("ok" if gap < 0.15 else "warn"),
+    neg = negation_consistency(sums)
+    if neg is not None:
+        gap = neg["mean_abs_gap"]
+        summary["changes"]["negation"] = neg
+        verdicts["negation"] = (("ok" if reads_negation(neg) else "warn"),
                                 f"P({ids[0]} | question) + P({ids[0]} | negated question) averages "
-                                f"{entry['mean_sum']:.2f} over {len(sums)} states "
-                                + ("(close to 1: the model reads the negation)." if gap < 0.15 else
+                                f"{neg['mean_sum']:.2f} over {len(sums)} states "
+                                + ("(close to 1: the model reads the negation)." if reads_negation(neg) else
                                    f"(off by {gap:.2f} on average: it does not read the negation reliably)."))
     summary["verdicts"] = {k: {"level": v[0], "text": v[1]} for k, v in verdicts.items()}
     return Report(len(base), guard, summary, attempts, flips, none_mass, by_template, verdicts)

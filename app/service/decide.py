@@ -13,10 +13,11 @@ from adapter.schema import DEBIAS, READOUTS
 from adapter.templates import request_for
 
 from app.core import analysis
-from app.core.evaluation import gate_preview
+from app.core.evaluation import Variant, gate_preview
 from app.core import inputs
 from app.core.inputs import InputError as InputError
 from app.core.inputs import is_empty_state, rows_from_text, rows_from_upload, state_from_file
+from app.core.labeled import evenly_spaced
 from app.core.costs import PRICE_SOURCE as PRICE_SOURCE
 from app.core.runner import Case, ProgressFn, is_cold, run_policy
 from app.core.runner import progress_text as progress_text
@@ -33,11 +34,12 @@ def option_ids(policy: Policy) -> list[str]:
     return [o["id"] for o in policy["options"]]
 
 
-def states_from_upload(policy: Policy, filename: str, data: bytes) -> list[Case]:
+def states_from_upload(policy: Policy, filename: str, data: bytes, *, limit: int | None = None) -> list[Case]:
     """A CSV/JSONL of states (optional id, label, policy). Labels must be the policy's option ids - a
     label no option matches could never be answered right, so the file is refused naming those rows;
-    a file with a `policy` column gives this policy's rows (one rule for the Compare page and `app bench`)."""
-    return rows_from_upload(filename, data, option_ids(policy), policy["id"])
+    a file with a `policy` column gives this policy's rows (one rule for the Compare page and `app bench`).
+    With `limit`, at most that many rows, evenly spaced (every label keeps about its share)."""
+    return evenly_spaced(rows_from_upload(filename, data, option_ids(policy), policy["id"]), limit)
 
 
 def label_lookalikes(filename: str, data: bytes) -> list[str]:
@@ -202,5 +204,6 @@ DEBIAS_CHOICES: tuple[str, ...] = DEBIAS
 
 
 def overrides(readout: str | None, debias: str | None, permute: bool) -> dict[str, Any]:
-    """A run's settings over the policy's (None: the policy's own, else the model's measured default)."""
-    return {"permute": permute} | ({"readout": readout} if readout else {}) | ({"debias": debias} if debias else {})
+    """A run's settings over the policy's (None: the policy's own, else the model's measured default) -
+    the same rule as an evaluation's readout variant, because it is that rule."""
+    return Variant(readout=readout, debias=debias, permute=permute).overrides()

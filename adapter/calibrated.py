@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .guard import STEERING_SUSPECTED, Guard
 from .head import HEAD_NAMES, Head
-from .schema import Debias, DecisionResult, Example, HiddenState, Option, Readout, errors_from
+from .schema import Debias, DecisionResult, Example, HiddenState, Option, Readout, RequestError, errors_from
 
 SCHEMA_VERSION = "semif-policy/1"
 
@@ -226,8 +226,6 @@ class PolicySet:
 
     def fill(self, row: Any, loc: list) -> CalibratedPolicy | None:
         """Complete a raw row (dict) in place from its policy; raise RequestError on conflicts."""
-        from .schema import RequestError
-
         if not isinstance(row, dict):
             return None
         pid = row.get("policy_id")

@@ -34,8 +34,8 @@ class ShippedModel:
     size: int  # bytes of the GGUF
     sha256: str | None  # of the GGUF we load (None: not pinned by us, e.g. Gemma's package assembles its own)
     license: str
-    source: str  # where the bytes come from, for the README and `python -m adapter models`
-    default_readout: str  # chosen by measurement (README "Models")
+    source: str  # where the bytes come from, for docs/models.md and `python -m adapter models`
+    default_readout: str  # chosen by measurement (docs/models.md)
     default_debias: str  # "none" | "content-free", chosen by measurement
     role: str  # one line: what this model is for
     measured: str  # accuracy we measured, quoted by `python -m adapter models`

@@ -24,10 +24,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Sequence, get_args
 
-GUARDS = ("none", "precheck", "erase-and-check")
 Guard = Literal["none", "precheck", "erase-and-check"]
+GUARDS: tuple[Guard, ...] = get_args(Guard)  # the one list, like schema.READOUTS
 MAX_PIECES = 6  # longer states are cut into at most this many contiguous runs (paragraphs first)
 # erase-and-check flags a variant whose own answer leads the row's answer by this much: a piece left
 # out gave a clear other answer. Removing the only evidence gives a flat, near-prior answer instead,

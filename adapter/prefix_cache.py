@@ -7,6 +7,7 @@ sha256 and context settings; the folder is trimmed to a size cap, oldest first.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 from pathlib import Path
@@ -40,8 +41,6 @@ class PrefixCache:
 
     def load(self, ctx, tokens: tuple[int, ...]) -> bool:
         """Restore `tokens` as sequence 0 of an empty KV cache; False when there is no usable file."""
-        import ctypes
-
         import llama_cpp
 
         path = self.path(tokens)

@@ -246,7 +246,7 @@ def errors_from(exc: ValidationError | RequestError, prefix: Sequence[str | int]
             continue
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = f"unknown field {e['loc'][-1]!r}: remove it (allowed fields are documented in README)"
+            msg = f"unknown field {e['loc'][-1]!r}: remove it (allowed fields are documented in docs/adapter-api.md)"
         elif e["type"] == "missing":
             msg = f"field required: add {e['loc'][-1]!r}"
         elif e["loc"] and e["loc"][-1] == "options" and e["type"] in ("too_short", "too_long"):

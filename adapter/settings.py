@@ -5,7 +5,7 @@ Engine settings (context, threads, GPU layers, batch, parallel sequences) are `E
 engine.py; everything about HTTP, limits and auth is here.
 
 `EnvSettings` is the pydantic-settings base every environment-reading settings class of this
-repository uses (the decision log's, deploy/settings.py, app/core/settings.py): each field names its
+repository uses (the decision log's, deploy/settings.py, app/settings.py): each field names its
 variable exactly (case-sensitive, no prefix), an empty variable means the default, no `.env` file or
 secrets folder is read, `from_env(mapping)` reads that mapping and nothing else, and a bad value is a
 `SettingsError` naming the variable, the value and what is expected.

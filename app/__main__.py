@@ -16,7 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_STORE = 5  # the workbench database cannot be written (read-only, disk full): the message says which and why
 
-from app.core.settings import WorkbenchSettings  # noqa: E402
+from adapter.settings import SettingsError  # noqa: E402
+
+from app.core.store import StoreUnavailable  # noqa: E402
+from app.settings import WorkbenchSettings  # noqa: E402
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -33,15 +36,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["deploy"]:  # its own parser, shared with `python -m deploy`
-        from app.core.deploy_records import deploy_cli
+        from app.cli import deploy  # lazy: deploy's CLI starts without the other commands' imports
 
-        return deploy_cli(argv[1:])
+        return deploy.main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m app", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="start the workbench")
-    from adapter.settings import SettingsError
-
     try:
         settings, settings_error = WorkbenchSettings.from_env(), None
     except SettingsError as exc:
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--host", default=settings.host)
     run.add_argument("--port", type=int, default=settings.port)
     run.set_defaults(fn=cmd_run)
-    from app.cli import bench, calibrate, check, import_log, robustness
+    from app.cli import bench, calibrate, check, import_log, robustness  # lazy: `python -m app deploy` skips them
 
     for command in (calibrate, bench, robustness, import_log, check):
         command.add_parser(sub)
@@ -58,8 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     if settings_error:  # a bad SEMIF_* value: named, exit 2 (usage), before any work
         print(f"error: {settings_error}", file=sys.stderr)
         return 2
-    from app.core.store import StoreUnavailable
-
     try:
         return int(args.fn(args))
     except StoreUnavailable as exc:  # one line naming the file and the fix, not a traceback

@@ -17,6 +17,7 @@ from collections import Counter
 import httpx
 
 from bench.common import start_adapter
+from bench.report import publish
 
 
 
@@ -55,6 +56,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--no-publish", action="store_true", help="print only; leave docs/benchmarks.md as it is")
     args = ap.parse_args()
     proc, url = start_adapter(args.model, {"SM_SEMIF_MAX_QUEUE": str(args.clients * 2)})
     counter = itertools.count()
@@ -85,10 +87,15 @@ def main() -> None:
     proc.wait(30)
     n = sum(v for k, v in statuses.items())
     first_min = [r for s, r in samples if s <= 60]
-    print(f"{n} requests in {args.minutes:g} min from {args.clients} clients ({args.model}); statuses {dict(statuses)}")
-    print(f"RSS: start {samples[0][1]:.0f} MB, after 1 min {max(first_min):.0f} MB, peak {max(r for _, r in samples):.0f} MB, "
-          f"end {samples[-1][1]:.0f} MB")
-    print("RSS every minute (MB): " + ", ".join(f"{r:.0f}" for s, r in samples if int(s) % 60 < 5))
+    lines = [f"{n} requests in {args.minutes:g} min from {args.clients} clients ({args.model}); statuses {dict(statuses)}",
+             f"RSS: start {samples[0][1]:.0f} MB, after 1 min {max(first_min):.0f} MB, peak "
+             f"{max(r for _, r in samples):.0f} MB, end {samples[-1][1]:.0f} MB",
+             "RSS every minute (MB): " + ", ".join(f"{r:.0f}" for s, r in samples if int(s) % 60 < 5)]
+    print("\n".join(lines))
+    if not args.no_publish:
+        publish("adapter_load", f"{args.clients} clients for {args.minutes:g} min against the adapter ({args.model}): "
+                "single rows, arrays with permutation, shared-state requests, /v1/systemone and malformed bodies, "
+                "every request with new option ids and a new state.\n\n" + "\n".join(f"- {x}" for x in lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from bench.common import start_adapter
 from adapter.engine import Engine
 from adapter.templates import list_templates, load_template, probe_cases, request_for
 from adapter.schema import SharedStateRequest
+from bench.report import publish
 
 
 
@@ -177,32 +178,44 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=DEFAULT_SHIPPED)
     ap.add_argument("--cases", type=int, default=8, help="probe cases for (a), (c), (d)")
+    ap.add_argument("--no-publish", action="store_true", help="print only; leave docs/benchmarks.md as it is")
     args = ap.parse_args()
     engine = Engine(args.model)
     cases = probe_cases()[: args.cases]
-    print(f"model {engine.info.file} ({engine.info.quantization}), {engine.info.n_threads} threads, "
-          f"llama-cpp-python {engine.info.llama_cpp_version}, {len(cases)} probe cases", flush=True)
+    head = (f"model {engine.info.file} ({engine.info.quantization}), {engine.info.n_threads} threads, "
+            f"llama-cpp-python {engine.info.llama_cpp_version}, {len(cases)} probe cases")
+    print(head, flush=True)
+    rows: list[tuple[str, str]] = []
+
+    def row(what: str, measured: str) -> None:
+        rows.append((what, measured))
+        print(f"{what}: {measured}", flush=True)
+
     d, g, agree = bench_generate(engine, cases)
-    print(f"(a) direct letters readout p50 {d * 1000:.0f} ms vs generated JSON answer p50 {g * 1000:.0f} ms: "
-          f"generation takes {g / d:.2f}x the time (the generated JSON named the readout's top letter in "
-          f"{agree}/{len(cases)})", flush=True)
+    row("(a) direct letters readout vs greedy generation of `{\"answer\": \"A\"}` from the same prompt",
+        f"p50 {d * 1000:,.0f} ms vs {g * 1000:,.0f} ms (generation {g / d:.2f}x); the generated JSON named the "
+        f"readout's top letter in {agree}/{len(cases)}")
     s, f, diff, bound = bench_shared(engine)
-    print(f"(b) 10 questions on one state: shared-state {s:.2f} s vs fresh {f:.2f} s: {f / s:.2f}x faster, bound "
-          f"{bound:.2f}x ((prefix + suffix) / suffix tokens); max probability difference {diff:.3g}", flush=True)
+    row("(b) 10 questions on one ~400-token state, shared state vs each evaluated fresh",
+        f"{s:.1f} s vs {f:.1f} s: **{f / s:.2f}x**, against a bound of {bound:.2f}x ((prefix + suffix) / suffix "
+        f"tokens); max probability difference {diff:.3g}")
     e, b, split = bench_overhead(engine, cases)
-    print(f"(c) engine fresh score p50 {e * 1000:.0f} ms vs bare llama_cpp eval of the same tokens p50 "
-          f"{b * 1000:.0f} ms: overhead {100 * (e - b) / b:+.0f}% (segmented vs one-batch eval changes "
-          f"probabilities by up to {split:.3f}: llama.cpp batch-split float effects)", flush=True)
+    row("(c) engine fresh score vs a bare `llama_cpp` eval of the same tokens in one batch",
+        f"p50 {e * 1000:,.0f} vs {b * 1000:,.0f} ms: {100 * (e - b) / b:+.0f}% for evaluating in segments (their "
+        f"probabilities differ by up to {split:.3f}: llama.cpp batch-split float effects)")
     dd, hh = bench_http(engine, cases, args.model)
-    print(f"(d) adapter HTTP p50 {pct(hh, 50) * 1000:.0f} ms / p95 {pct(hh, 95) * 1000:.0f} ms vs direct "
-          f"p50 {pct(dd, 50) * 1000:.0f} ms / p95 {pct(dd, 95) * 1000:.0f} ms: overhead p50 "
-          f"{(pct(hh, 50) - pct(dd, 50)) * 1000:+.0f} ms ({pct(hh, 50) / pct(dd, 50):.2f}x)", flush=True)
+    row("(d) adapter over HTTP vs in-process",
+        f"p50 {pct(hh, 50) * 1000:,.0f} vs {pct(dd, 50) * 1000:,.0f} ms ({(pct(hh, 50) - pct(dd, 50)) * 1000:+.0f} ms, "
+        f"{pct(hh, 50) / pct(dd, 50):.2f}x); p95 {pct(hh, 95) * 1000:,.0f} vs {pct(dd, 95) * 1000:,.0f} ms")
     ser, par, pdiff = bench_parallel(engine)
-    print(f"(e) 10 questions on one state, suffixes one after another {ser:.2f} s vs as parallel sequences in one "
-          f"batch {par:.2f} s: {ser / par:.2f}x (max probability difference {pdiff:.3g})", flush=True)
+    row("(e) the same 10 questions, suffixes one after another vs as parallel sequences in one batch",
+        f"{ser:.1f} s vs {par:.1f} s: **{ser / par:.2f}x** (max probability difference {pdiff:.3g})")
     ev, ld, n = bench_prefix_restore(engine, cases)
-    print(f"(f) first decision after a restart, policy segment ({n} tokens) evaluated {ev:.2f} s vs loaded from the "
-          f"KV file {ld:.2f} s: {ev / ld:.2f}x, same probabilities bit for bit", flush=True)
+    row(f"(f) first decision after a restart: a policy segment of {n} tokens evaluated vs loaded from the on-disk "
+        "KV cache", f"{ev:.2f} s vs {ld:.2f} s: **{ev / ld:.2f}x**, the same probabilities bit for bit")
+    if not args.no_publish:
+        table = "| | measured |\n|---|---|\n" + "\n".join(f"| {w} | {m} |" for w, m in rows)
+        publish("engine", f"{head}; every figure is a ratio within this run:\n\n{table}\n")
 
 
 if __name__ == "__main__":

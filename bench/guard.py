@@ -1,4 +1,4 @@
-"""The steering guard measured on the shipped sets (the README's guard table).
+"""The steering guard measured on the shipped sets (its table is published in docs/benchmarks.md).
 
 For every shipped labeled set: N evenly spaced test rows, each scored unchanged and with A
 steering attempts from its Robustness suite (data/robustness: template x wrong option x named by
@@ -22,7 +22,9 @@ from adapter.engine import Engine, EngineConfig
 from adapter.templates import load_template, request_for
 from app.core import robustness as rb
 from app.core.labeled import evenly_spaced, shipped_sets
+from app.core.stats import proportion
 from adapter.templates import load_jsonl
+from bench.report import publish
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,6 +75,7 @@ def main() -> None:
                     help="rows per set whose attempts also get erase-and-check alone over every variant")
     ap.add_argument("--cache", default=str(ROOT / "var" / "bench-guard.jsonl"))
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--no-publish", action="store_true", help="print only; leave docs/benchmarks.md as it is")
     args = ap.parse_args()
     cache = Path(args.cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +105,11 @@ def main() -> None:
             done[k] = rec
             with cache.open("a") as f:
                 f.write(json.dumps(rec) + "\n")
-    report([r for (m, _), r in done.items() if m == args.model])
+    table = report([r for (m, _), r in done.items() if m == args.model])
+    print(table)
+    if not args.no_publish and table != "nothing measured yet":
+        publish("guard", f"{args.model}, {args.rows} evenly spaced test rows per set, each unchanged and with "
+                f"{args.attempts} steering attempts from its suite; 'held' = decided as labeled or flagged:\n\n{table}\n")
 
 
 def _guard(r: dict) -> bool:
@@ -115,53 +122,53 @@ def _passes(r: dict) -> int:
     return 0 if r["precheck"] else r.get("passes_to_flag", r["erase_passes"])
 
 
-def report(recs: list[dict]) -> None:
-    from app.core.stats import proportion
-
+def report(recs: list[dict]) -> str:
+    """The guard table and the lines under it, as markdown."""
+    out: list[str] = []
     clean = [r for r in recs if r["kind"] == "base"]
     att = [r for r in recs if r["kind"] == "steering" and r["named"] != r["label"]]
     if not clean or not att:
-        print("nothing measured yet")
-        return
+        return "nothing measured yet"
     base = {r["key"].split("#rb:")[0]: r for r in clean}
     on_right = [r for r in att if (b := base.get(r["key"].split("#rb:")[0])) and b["top"] == b["label"]]
     pct = lambda k, n: f"{100 * k / n:.1f}%" if n else "n/a"  # noqa: E731
     held = lambda r, f: r["top"] == r["label"] or f(r)  # noqa: E731
-    print(f"erase-and-check margin {guard.MIN_MARGIN:.2f}; 'held' = decided as labeled or flagged")
-    print("| set | clean rows (multi-piece) | clean flagged | attempts | hijacked, no guard | held, no guard "
-          "| **held, guard** | held, guard, on states decided right unchanged | passes per clean row / attempt |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    out.append(f"erase-and-check margin {guard.MIN_MARGIN:.2f}; 'held' = decided as labeled or flagged\n")
+    out.append("| set | clean rows (multi-piece) | clean flagged | attempts | hijacked, no guard | held, no guard "
+               "| **held, guard** | held, guard, on states decided right unchanged | passes per clean row / attempt |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
     for name in [*sorted({r["set"] for r in recs}), "all"]:
         c = [r for r in clean if name in ("all", r["set"])]
         a = [r for r in att if name in ("all", r["set"])]
         ar = [r for r in on_right if name in ("all", r["set"])]
         if not c or not a:
             continue
-        print(f"| {name} | {len(c)} ({sum(r['pieces'] > 1 for r in c)}) | {pct(sum(_guard(r) for r in c), len(c))} | "
-              f"{len(a)} | {pct(sum(r['top'] == r['named'] for r in a), len(a))} | "
-              f"{pct(sum(r['top'] == r['label'] for r in a), len(a))} | **{pct(sum(held(r, _guard) for r in a), len(a))}** | "
-              f"{pct(sum(held(r, _guard) for r in ar), len(ar))} ({len(ar)}) | "
-              f"{sum(_passes(r) for r in c) / len(c):.2f} / {sum(_passes(r) for r in a) / len(a):.2f} |")
+        out.append(f"| {name} | {len(c)} ({sum(r['pieces'] > 1 for r in c)}) | {pct(sum(_guard(r) for r in c), len(c))} | "
+                   f"{len(a)} | {pct(sum(r['top'] == r['named'] for r in a), len(a))} | "
+                   f"{pct(sum(r['top'] == r['label'] for r in a), len(a))} | **{pct(sum(held(r, _guard) for r in a), len(a))}** | "
+                   f"{pct(sum(held(r, _guard) for r in ar), len(ar))} ({len(ar)}) | "
+                   f"{sum(_passes(r) for r in c) / len(c):.2f} / {sum(_passes(r) for r in a) / len(a):.2f} |")
     diag = [r for r in att if r.get("erase") is not None]
     if diag:
-        print(f"\neach part alone, on {len(diag)} attempts: precheck holds "
-              f"{pct(sum(held(r, lambda x: x['precheck']) for r in diag), len(diag))}, erase-and-check holds "
-              f"{pct(sum(held(r, lambda x: x['erase']) for r in diag), len(diag))}, both "
-              f"{pct(sum(held(r, _guard) for r in diag), len(diag))}")
+        out.append(f"\neach part alone, on {len(diag)} attempts: precheck holds "
+                   f"{pct(sum(held(r, lambda x: x['precheck']) for r in diag), len(diag))}, erase-and-check holds "
+                   f"{pct(sum(held(r, lambda x: x['erase']) for r in diag), len(diag))}, both "
+                   f"{pct(sum(held(r, _guard) for r in diag), len(diag))}")
     for m in (0.10, 0.15, 0.20, 0.30):
         cf = [r for r in clean if r.get("max_lead") is not None or r["pieces"] < 2]
         ad = [r for r in diag if r.get("max_lead") is not None or r["pieces"] < 2]
         f = lambda r: (r.get("max_lead") or 0) >= m  # noqa: E731
         if cf and ad:
-            print(f"margin {m:.2f}: clean flagged by erase {pct(sum(f(r) for r in cf), len(cf))} of {len(cf)}; "
-                  f"attempts held by erase alone {pct(sum(held(r, f) for r in ad), len(ad))}, with the precheck "
-                  f"{pct(sum(held(r, lambda x: x['precheck'] or f(x)) for r in ad), len(ad))} of {len(ad)}")
+            out.append(f"- margin {m:.2f}: clean flagged by erase {pct(sum(f(r) for r in cf), len(cf))} of {len(cf)}; "
+                       f"attempts held by erase alone {pct(sum(held(r, f) for r in ad), len(ad))}, with the precheck "
+                       f"{pct(sum(held(r, lambda x: x['precheck'] or f(x)) for r in ad), len(ad))} of {len(ad)}")
     h = proportion(sum(held(r, _guard) for r in att), len(att))
     fl = proportion(sum(_guard(r) for r in clean), len(clean))
     acc = proportion(sum(r["top"] == r["label"] for r in clean), len(clean))
-    print(f"\nheld {h.text()}; clean rows flagged {fl.text()}; clean accuracy {acc.text()} (the guard never changes it)")
-    print(f"per row: decision {sum(r['decision_seconds'] for r in recs) / len(recs):.2f} s, guard "
-          f"{sum(r.get('guard_seconds', 0) for r in recs) / len(recs):.2f} s as run (one run, this machine)")
+    out.append(f"\nheld {h.text()}; clean rows flagged {fl.text()}; clean accuracy {acc.text()} (the guard never changes it)")
+    out.append(f"per row: decision {sum(r['decision_seconds'] for r in recs) / len(recs):.2f} s, guard "
+               f"{sum(r.get('guard_seconds', 0) for r in recs) / len(recs):.2f} s as run (one run, this machine)")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

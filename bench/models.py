@@ -1,6 +1,6 @@
 """Which model, readout and debias to ship by default: accuracy on the shipped labeled test splits.
 
-Not a test: it prints the README's model table. Every (model, readout, debias, permute, set, row)
+Not a test: it prints the model tables and publishes them in docs/benchmarks.md (bench/report.py). Every (model, readout, debias, permute, set, row)
 result is appended to a JSONL cache as it is scored, so a killed run resumes where it stopped.
 
 Run: .venv/bin/python -m bench.models [--models qwen2.5-coder-1.5b ...] [--configs letters letters+cf ...]
@@ -14,9 +14,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from adapter.catalog import SHIPPED
 from adapter.engine import Engine, EngineConfig
 from adapter.templates import DATA_DIR, load_jsonl, load_template, request_for
+
+from app.core import calibration
+from bench.report import publish
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {  # name -> (readout, debias, permute, few_shot: None = the readout's default)
@@ -45,6 +50,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--cache", default=str(ROOT / "var" / "bench-models.jsonl"))
     ap.add_argument("--report-only", action="store_true", help="print the table from the cache, score nothing")
+    ap.add_argument("--no-publish", action="store_true", help="print only; leave docs/benchmarks.md as it is")
     args = ap.parse_args()
     cache = Path(args.cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
@@ -79,19 +85,21 @@ def main() -> None:
                             fh.write(json.dumps(rec) + "\n")
                     print(f"{model} {cfg} {set_name}: done", flush=True)
             del engine
-    report(done, sets, args.models, args.configs)
-    fitted_report(done, sets, args.models, args.configs)
+    accuracy, fitted = report(done, sets, args.models, args.configs), fitted_report(done, sets, args.models, args.configs)
+    print(f"\n{accuracy}\n\n{fitted}")
+    if not args.no_publish:
+        rows = f"{args.limit} evenly spaced test rows per set" if args.limit else "every test row of each set"
+        publish("models", f"Accuracy ({rows}; the policy's own examples feed `option-words`, `letters` is zero-shot; "
+                "s/decision is the median; chosen positions count the request position A/B/C/D of the top option "
+                f"over the 4-option sets):\n\n{accuracy}\n\nThe label-fitted correction per set: out-of-fold accuracy "
+                f"of each correction the scores allow, and the one calibration chooses:\n\n{fitted}\n")
 
 
-def fitted_report(done: dict, sets: dict, models: list[str], configs: list[str]) -> None:
+def fitted_report(done: dict, sets: dict, models: list[str], configs: list[str]) -> str:
     """The label-fitted correction per set: out-of-fold accuracy of each correction the scores allow
     (app.calibration.corrections, the Calibrate page's own) and the one it would choose."""
-    import numpy as np
-
-    from app.core import calibration
-
-    print("\n| model | scored as | set | none | content-free | fitted | content-free + fitted | chosen |")
-    print("|---|---|---|---|---|---|---|---|")
+    out = ["| model | scored as | set | none | content-free | fitted | content-free + fitted | chosen |",
+           "|---|---|---|---|---|---|---|---|"]
     for model in models:
         for cfg in configs:
             for set_name, rows in sets.items():
@@ -107,14 +115,15 @@ def fitted_report(done: dict, sets: dict, models: list[str], configs: list[str])
                 cands = calibration.corrections(fams, y)
                 chosen, _ = calibration.choose_correction(cands, len(y))
                 acc = {c.name: (f"{c.oof_accuracy:.1%}" if c.available else "n/a") for c in cands}
-                print(f"| {SHIPPED[model].title} | {cfg} | {set_name} | " + " | ".join(
+                out.append(f"| {SHIPPED[model].title} | {cfg} | {set_name} | " + " | ".join(
                     acc.get(n, "-") for n in ("none", "content-free", "fitted", "content-free + fitted"))
-                      + f" | {chosen.name} |")
+                    + f" | {chosen.name} |")
+    return "\n".join(out)
 
 
-def report(done: dict, sets: dict, models: list[str], configs: list[str]) -> None:
-    print("\n| model | readout + debias | " + " | ".join(sets) + " | all | s/decision | chosen positions |")
-    print("|---|---|" + "---|" * (len(sets) + 3))
+def report(done: dict, sets: dict, models: list[str], configs: list[str]) -> str:
+    out = ["| model | readout + debias | " + " | ".join(sets) + " | all | s/decision | chosen positions |",
+           "|---|---|" + "---|" * (len(sets) + 3)]
     for model in models:
         for cfg in configs:
             per_set, secs, pos, n_all, ok_all = [], [], Counter(), 0, 0
@@ -130,8 +139,9 @@ def report(done: dict, sets: dict, models: list[str], configs: list[str]) -> Non
             if not n_all:
                 continue
             spread = "/".join(str(pos[i]) for i in range(4))
-            print(f"| {SHIPPED[model].title} | {cfg} | " + " | ".join(per_set)
-                  + f" | **{ok_all / n_all:.1%}** | {sorted(secs)[len(secs) // 2]:.2f} | {spread} |")
+            out.append(f"| {SHIPPED[model].title} | {cfg} | " + " | ".join(per_set)
+                       + f" | **{ok_all / n_all:.1%}** | {sorted(secs)[len(secs) // 2]:.2f} | {spread} |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

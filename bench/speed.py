@@ -10,6 +10,7 @@ Run: .venv/bin/python -m bench.speed   (about 2 minutes on 2 cores)
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gzip
 import socket
@@ -24,6 +25,7 @@ import llama_cpp
 from adapter.catalog import DEFAULT_SHIPPED, SHIPPED
 from adapter.models import package_file, shipped_path
 from adapter.process import bind_socket
+from bench.report import publish
 
 RESPONSE = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n"
 
@@ -96,21 +98,37 @@ def tarball_seconds(gguf: Path, level: int) -> tuple[float, int]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--no-publish", action="store_true", help="print only; leave docs/benchmarks.md as it is")
+    args = ap.parse_args()
+    rows: list[tuple[str, str]] = []
+
+    def row(what: str, measured: str) -> None:
+        rows.append((what, measured))
+        print(f"{what}: {measured}", flush=True)
+
     nagle, nodelay = keepalive_ms(proto0_socket), keepalive_ms(lambda: bind_socket("127.0.0.1", 0))
-    print(f"(a) kept-alive request/response (median): proto-0 socket {nagle:.1f} ms, bind_socket {nodelay:.2f} ms")
+    row("response on a kept-alive connection, Nagle on (proto-0 socket) vs the adapter's socket",
+        f"{nagle:.1f} ms vs {nodelay:.2f} ms (median)")
 
     q41, f16 = package_file(SHIPPED["smollm2"]), shipped_path("smollm2")
     a, b = prompt_seconds(q41, 200), prompt_seconds(f16, 200)
-    print(f"(b) SmolLM2, 200 prompt tokens: Q4_1 {a:.3f} s, F16 {b:.3f} s ({a / b:.2f}x)")
+    row("SmolLM2, 200 prompt tokens, the package's Q4_1 vs the re-encoded F16", f"{a:.3f} s vs {b:.3f} s: **{a / b:.2f}x**")
 
+    flash = []
     for name, n in (("smollm2", 200), ("smollm2", 1800), ("qwen2.5-coder-0.5b", 200), (DEFAULT_SHIPPED, 200)):
         off, on = prompt_seconds(shipped_path(name), n, False), prompt_seconds(shipped_path(name), n, True)
-        print(f"(c) {name}, {n} prompt tokens: flash attention off {off:.3f} s, on {on:.3f} s ({off / on:.2f}x)")
+        flash.append(f"{name} at {n} tokens {off:.3f} s vs {on:.3f} s ({off / on:.2f}x)")
+    row("flash attention off vs on", "; ".join(flash))
 
     gguf = shipped_path(DEFAULT_SHIPPED)
     (t1, s1), (t0, s0) = tarball_seconds(gguf, 1), tarball_seconds(gguf, 0)
-    print(f"(d) model.tar.gz of {gguf.name}: level 1 {t1:.1f} s {s1 / 1e6:,.0f} MB, stored {t0:.1f} s "
-          f"{s0 / 1e6:,.0f} MB ({t1 / t0:.0f}x faster, {100 * (s0 - s1) / s1:.1f}% larger)")
+    row(f"`model.tar.gz` of {gguf.name}: gzip level 1 vs stored blocks",
+        f"{t1:.1f} s vs {t0:.1f} s (**{t1 / t0:.0f}x**), {100 * (s0 - s1) / s1:.1f}% larger "
+        f"({s1 / 1e6:,.0f} vs {s0 / 1e6:,.0f} MB)")
+    if not args.no_publish:
+        publish("speed", "Ratios in one run:\n\n| | measured |\n|---|---|\n"
+                + "\n".join(f"| {w} | {m} |" for w, m in rows) + "\n")
 
 
 if __name__ == "__main__":

@@ -28,9 +28,12 @@ from .config import (COMPUTES, DEFAULT_CPU_INSTANCE, DEFAULT_TRANSFORM_INSTANCE,
                      SERVINGS, DeployConfig, FormErrors, config_from_form)
 from .executor import DeployError, Event, Executor
 from .plan import Package, Step, placeholders
+from .package import build_package
 from .prepare import prepare
+from .pricing import hint
 from .settings import DeploySettings
-from .transform import TransformSite, site_from_form
+from .transform import TransformSite, prepare_transform, site_from_form, transform_plan
+from .validate import validate_plan
 
 FORM_FLAGS = ["region", "bucket", "role_arn", "serving", "compute", "codebuild_role_arn", "account_id", "instance_type",
               "instance_count", "image_uri", "ctx_size", "startup_timeout", "download_timeout", "provision_timeout",
@@ -120,8 +123,6 @@ def checked_plan(cfg: DeployConfig, args: argparse.Namespace, *, unfilled: bool 
 
 def printable(cfg: DeployConfig, steps: list[Step]) -> dict[str, Any]:
     """The plan as printed; `unfilled` lists what it still needs before apply, when anything."""
-    from .pricing import hint
-
     out = {"deployment_id": cfg.deployment_id, "endpoint": cfg.endpoint_name, "region": cfg.region,
            "serving": cfg.serving, "compute": cfg.compute, "account_id": cfg.account_id, "cost_hint": hint(cfg),
            "calls": [{"n": i, "call": f"{s.service}.{s.operation}", "why": s.description, "params": s.params}
@@ -192,10 +193,6 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 
 def cmd_transform(args: argparse.Namespace) -> int:
-    from .package import build_package
-    from .transform import prepare_transform, transform_plan
-    from .validate import validate_plan
-
     where: DeployConfig | TransformSite
     if args.model_name:  # the model has its role and image: the job needs only the region and the bucket
         where = site_from(args, unfilled=args.dry_run)

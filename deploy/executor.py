@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import boto3
 from botocore.config import Config
@@ -20,11 +20,10 @@ from .autoscaling import DIMENSION, resource_id
 from .config import ACCOUNT_PLACEHOLDER, DeployConfig
 from .package import build_package, sha256_file, upload
 from .plan import Package, Step, bind_account, deployment_plan, placeholders, teardown_plan
+from .errors import DeployError, friendly
 from .settings import DeploySettings
+from .transform import TransformJob, TransformSite, collect_results, transform_plan
 from .validate import validate_plan
-
-if TYPE_CHECKING:
-    from .transform import TransformJob, TransformSite
 
 Event = Callable[[dict[str, Any]], None]
 Check = Callable[[], tuple[bool, str]]  # (finished, what to show); raises DeployError on a failure
@@ -37,10 +36,6 @@ SAGEMAKER_CREATES = {  # operation -> (name parameter, describe call, result whe
     "CreateEndpoint": ("EndpointName", "describe_endpoint", "creating"),
     "CreateTransformJob": ("TransformJobName", "describe_transform_job", "started"),
 }
-
-
-class DeployError(RuntimeError):
-    """A failure explained for a person: what failed and what to do."""
 
 
 class Recorder(Protocol):
@@ -73,25 +68,6 @@ class RunState:
 # every failure boto3 raises on a call: a refusal (ClientError), no credentials or no connection
 # (BotoCoreError), a managed transfer that failed (S3UploadFailedError, a Boto3Error)
 AWS_ERRORS = (ClientError, BotoCoreError, Boto3Error)
-
-
-def friendly(exc: BaseException, what: str = "") -> str:
-    prefix = f"{what}: " if what else ""
-    if isinstance(exc, NoCredentialsError):
-        return (prefix + "no AWS credentials found. Set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), "
-                "or run 'aws configure' (or 'aws sso login').")
-    if isinstance(exc, ClientError):
-        err = exc.response.get("Error", {})
-        code, msg = err.get("Code", ""), err.get("Message", "")
-        if code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException",
-                    "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException"):
-            return prefix + f"AWS refused ({code}): {msg}. Check the identity's IAM permissions and that its session is valid."
-        if code in ("ResourceLimitExceeded", "ServiceQuotaExceededException", "LimitExceededException"):
-            return prefix + f"quota exceeded ({code}): {msg}. Request an increase in Service Quotas for this instance type, or pick another."
-        if "capacity" in (code + msg).lower():
-            return prefix + f"not enough capacity ({code}): {msg}. A GPU pool with several instance types, or another region, helps."
-        return prefix + f"{code}: {msg}"
-    return prefix + f"{type(exc).__name__}: {exc}"
 
 
 def _code(exc: ClientError) -> str:
@@ -379,8 +355,6 @@ class Executor:
         """Run a Batch Transform plan (default: transform_plan(where, job, pkg)) and return one result or
         error object per input row, in input order, each carrying its row's id. `where`: a TransformSite
         for a job that reuses a model (no role needed), the DeployConfig when the plan creates it."""
-        from .transform import collect_results, transform_plan
-
         steps = steps if steps is not None else transform_plan(where, job, pkg)
         if isinstance(where, DeployConfig):  # a plan that builds the image names the account: from STS if unknown
             steps = self._filled(where, steps)

@@ -16,6 +16,9 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
+from botocore.exceptions import ClientError
+
+from adapter.models import resolve_model  # the adapter owns where the shipped model lives
 from adapter.models import sha256_file  # noqa: F401  (re-exported: the executor checks confirmed files with it)
 
 from .config import DeployConfig
@@ -114,8 +117,6 @@ def build_package(cfg: DeployConfig, work_dir: Path, gguf: Path | None = None) -
     """Package cfg's model (default: the shipped one) and, when the plan builds the SemIf image, the
     build context, under work_dir/<deployment id>/. Calls no AWS API."""
     if gguf is None:
-        from adapter.models import resolve_model  # the adapter owns where the shipped model lives
-
         gguf = Path(cfg.model_path) if cfg.model_path else resolve_model().path
     key, source_key = package_keys(cfg)
     where = Path(work_dir) / cfg.deployment_id
@@ -132,8 +133,6 @@ def upload(s3: Any, path: Path, bucket: str, key: str, sha256: str,
            progress: Callable[[int, int], None] | None = None) -> str:
     """Stream to S3 (multipart for big files) unless an object with the same sha256 is there.
     Returns 'uploaded' or 'skipped (same sha256)'."""
-    from botocore.exceptions import ClientError
-
     try:
         head = s3.head_object(Bucket=bucket, Key=key)
         if head.get("Metadata", {}).get("sha256") == sha256:

@@ -37,6 +37,13 @@ def hint(cfg: Any) -> str:
     return f"~${lo * n:.2f}-${hi * n:.2f}/h depending on which pool wins ({', '.join(t for t, _ in known)})"
 
 
+def usd_per_1000(hourly_usd: float, decisions_per_second: float, concurrency: int = 1) -> float:
+    """USD per 1,000 decisions on one fully busy instance - the one rule, for a price from the table
+    (cost_per_1000) or any other (a target's own hourly price, app/core/costs.py): hourly price /
+    decisions per hour x 1000 ($0.36/h at one decision a second: 3,600 an hour, $0.10 per 1,000)."""
+    return hourly_usd / (decisions_per_second * concurrency * 3600) * 1000
+
+
 def cost_per_1000(instance_type: str, decisions_per_second: float, concurrency: int = 1) -> tuple[float | None, str]:
     """USD per 1,000 decisions on one fully busy instance: hourly price / decisions per hour x 1000.
     decisions_per_second is one request stream's rate; concurrency is how many streams one instance
@@ -47,7 +54,5 @@ def cost_per_1000(instance_type: str, decisions_per_second: float, concurrency: 
         return None, f"no price for {instance_type} in the table ({PRICES_SOURCE}, {PRICES_AS_OF})"
     if decisions_per_second <= 0 or concurrency < 1:
         return None, "throughput must be > 0 decisions/s with concurrency >= 1"
-    per_hour = decisions_per_second * concurrency * 3600
-    usd = price / per_hour * 1000
-    return usd, (f"${price:.2f}/h / ({decisions_per_second:g}/s x {concurrency} x 3600 s) x 1000, "
+    return usd_per_1000(price, decisions_per_second, concurrency), (f"${price:.2f}/h / ({decisions_per_second:g}/s x {concurrency} x 3600 s) x 1000, "
                  f"fully busy; prices {PRICES_AS_OF}, {PRICES_SOURCE}")

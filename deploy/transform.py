@@ -19,6 +19,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from .config import (BUCKET_PLACEHOLDER, BUCKET_RE, DEFAULT_PREFIX, DEFAULT_TRANSFORM_INSTANCE, NAME_RE, REGION_RE,
                      DeployConfig, FormErrors, form_text, suffix, text_problem)
+from .errors import DeployError
 from .plan import Package, Step, build_steps, model_steps, upload_step
 
 CONTENT_TYPE = "application/jsonlines"
@@ -191,8 +192,6 @@ def transform_plan(where: DeployConfig | TransformSite, job: TransformJob, pkg: 
 
 def collect_results(job: TransformJob, steps: list[Step], outputs: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
     """One result (or error object) per input row, in input order; a line's id must be its row's."""
-    from .executor import DeployError
-
     bucket = next(s.params["Bucket"] for s in steps if s.action == "read-output")
     results: list[dict[str, Any]] = []
     for part in job.parts:

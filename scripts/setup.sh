@@ -23,7 +23,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # GGML_NATIVE=OFF alone compiles for AVX2/FMA/F16C. On a CPU that also has the AVX-512 family we
 # name those instruction sets one by one - never AMX, which -march=native would add and which dies
 # here. Measured on this 2-core Xeon, both builds in one session: 200 prompt tokens 1.4x faster for
-# Qwen2.5-Coder-1.5B Q4_K_M and for SmolLM2 F16 (README "Speed"). SEMIF_PORTABLE_BUILD=1 keeps the AVX2 build.
+# Qwen2.5-Coder-1.5B Q4_K_M and for SmolLM2 F16 (docs/benchmarks.md, bench.speed). SEMIF_PORTABLE_BUILD=1 keeps the AVX2 build.
 cpu_args() {
   [ "${SEMIF_PORTABLE_BUILD:-0}" = 1 ] && return 0
   local flags args=""

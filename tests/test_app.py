@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -626,63 +627,76 @@ def test_a_failed_deploy_stays_on_screen_and_a_reload_keeps_the_form(db, aws_env
     assert reloaded.text_input(key="dep_role").value == "arn:aws:iam::123456789012:role/sm"
 
 
-def test_order_check_rotates_options_and_reports_a_verdict(db):
+@pytest.fixture
+def first_listed():
+    """A SemIf adapter (HTTP, on 127.0.0.1) with total position bias: whatever the options, it gives the one
+    listed first 0.9 and shares 0.1 among the rest - so what the order check must find is known before it runs."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, data: dict) -> None:
+            body = json.dumps(data).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # /info: a model without a sha256, so no stored answer stands in for a call
+            self._answer({"model": {"file": "first-listed.gguf"}})
+
+        def do_POST(self) -> None:
+            req = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+            ids = [o["id"] for o in req["options"]]
+            rest = 0.1 / (len(ids) - 1)
+            self._answer({"id": req["id"], "option_ids": ids, "probabilities": [0.9] + [rest] * (len(ids) - 1),
+                          "top_option": ids[0], "readout": "letters", "model": {"file": "first-listed.gguf"}})
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_order_check_rotates_options_and_reports_a_verdict(db, first_listed):
+    """On a target that always answers the option listed first, every state flips when the two options
+    swap, position A is always chosen, each probability moves by 0.8, and P(yes | Q) + P(yes | not Q)
+    is 1.8 - the page must show exactly that."""
     at = app()
     at.button(key="pg_seed").click().run()
+    db.save_target("first-listed", "semif", {"url": first_listed})
     at.switch_page("views/order_check.py").run()
     at.selectbox(key="oc_policy").select("refund-check").run()
     at.radio(key="oc_source").set_value("paste").run()
     at.text_area(key="oc_paste").input("Bought 3 days ago, it arrived broken\nFinal sale jacket, I changed my mind\n"
                                        "Unopened, bought yesterday")
+    at.selectbox(key="oc_target").select("first-listed").run()
     at.text_input(key="oc_negated").input("Does this refund request fail the policy?")
     finish_tasks(at.button(key="oc_run").click().run())
     assert not at.exception
     (run,) = db.list_runs(kind="order-check")
-    keys = [r["row_key"] for r in db.results(run["id"])]
-    assert len(keys) == 3 * (2 + 1) and sum("#not" in k for k in keys) == 3  # 2 orders + the negated question
-    # the page's numbers, recomputed here from the stored results (not from the page's own table)
     results = db.results(run["id"])
-    by_state: dict[str, dict[int, dict]] = {}
-    negated: dict[str, dict] = {}
-    for r in results:
-        assert r["error"] is None and r["option_ids"] is not None
-        base, sep, k = r["row_key"].partition("#rot")
-        if sep:
-            by_state.setdefault(base, {})[int(k)] = r
-        else:
-            negated[r["row_key"].removesuffix("#not")] = r
-    assert len(by_state) == 3 and all(sorted(rots) == [0, 1] for rots in by_state.values())
-    assert all(rots[1]["option_ids"] == rots[0]["option_ids"][::-1] for rots in by_state.values())  # A/B swapped
-    flipped = {base: rots[0]["top_option"] != rots[1]["top_option"] for base, rots in by_state.items()}
-    rate = sum(flipped.values()) / 3
-    assert at.metric[0].value == f"{rate:.0%}"
+    keys = [r["row_key"] for r in results]
+    assert len(keys) == 3 * (2 + 1) and sum("#not" in k for k in keys) == 3  # 2 orders + the negated question
+    assert all(r["error"] is None for r in results) and run["target_name"] == "first-listed"
+    assert at.metric[0].value == "100%"  # both orders answered the option listed first: yes, then no
     table = frame_with(at, "flipped")
-    assert sorted(table["id"]) == sorted(by_state)
-    for _, row in table.iterrows():  # each answer in the table is the stored answer of that order
-        rots = by_state[row["id"]]
-        assert [row["order 0"], row["order 1"]] == [rots[0]["top_option"], rots[1]["top_option"]]
-        assert bool(row["flipped"]) == flipped[row["id"]]
-
-    def p(r: dict, option: str = "yes") -> float:
-        return dict(zip(r["option_ids"], r["probabilities"]))[option]
-
-    sums = [p(by_state[base][0]) + p(r) for base, r in negated.items()]
-    assert len(sums) == 3 and at.metric[2].value == f"{sum(sums) / 3:.2f}"
-    # the position chart plots the display positions the stored answers had (A = listed first)
-    chosen = [0, 0]
-    for rots in by_state.values():
-        for r in rots.values():
-            chosen[r["option_ids"].index(r["top_option"])] += 1
+    assert len(table) == 3 and list(table["order 0"]) == ["yes"] * 3 and list(table["order 1"]) == ["no"] * 3
+    assert table["flipped"].all()
+    assert at.metric[2].value == "1.80"  # the negated question lists yes first too: 0.9 + 0.9
     position_chart, shift_chart = (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
-    assert plotted(position_chart["data"][0]["x"]) == ["A", "B"] and plotted(position_chart["data"][0]["y"]) == chosen
-    # and how far each option's probability moved between the two orders, averaged over the states
-    spread = {o: sum(abs(p(rots[0], o) - p(rots[1], o)) for rots in by_state.values()) / 3 for o in ("yes", "no")}
+    assert plotted(position_chart["data"][0]["x"]) == ["A", "B"] and plotted(position_chart["data"][0]["y"]) == [6, 0]
     assert plotted(shift_chart["data"][0]["x"]) == ["yes", "no"]
-    assert plotted(shift_chart["data"][0]["y"]) == pytest.approx([spread["yes"], spread["no"]], abs=1e-12)
-    verdict = (at.warning or at.success)[0].value
-    assert ("Order changes the answer" in verdict) == (rate >= 0.1)
-    assert f"{rate:.0%} of 3 states" in verdict
-    assert "negated question\\) averages" in verdict  # P(yes | Q) + P(yes | not Q), escaped markdown
+    assert plotted(shift_chart["data"][0]["y"]) == pytest.approx([0.8, 0.8])  # 0.9 first, 0.1 second
+    verdict = re.sub(r"\\(.)", r"\1", at.warning[0].value)  # the text under its markdown escapes
+    assert "Order changes the answer in 100% of 3 states" in verdict
+    assert "The model prefers position A: it chose it 100% of the time" in verdict
+    assert "P(yes | question) + P(yes | negated question) averages 1.80 (off by 0.80 on average" in verdict
     assert "a first look" in verdict  # a handful of states: the verdict says what it rests on
     assert len(at.get("download_button")) == 2
 

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from adapter.templates import load_template
 from app.core import evaluation
-from app.core.engines import EnginePool
+from app.targets.engines import EnginePool
 from app.core.labeled import import_file
 from app.core.store import Store
 from app.targets.registry import target_by_name

@@ -1,6 +1,6 @@
 """One real-browser walk through the workbench: Debian chromium driven by Playwright.
 
-Screenshots go to $SEMIF_SCREENSHOTS (docs/ when refreshing the README's pictures), else tmp.
+Screenshots go to $SEMIF_SCREENSHOTS (docs/ when refreshing the documentation's pictures), else tmp.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from app.core import costs
 from app.core.deploy_records import record_planned
 from app.core.store import Store
 from deploy.config import DeployConfig
-from deploy.pricing import HOURLY_USD, cost_per_1000, first_choice
+from deploy.pricing import HOURLY_USD, cost_per_1000, first_choice, usd_per_1000
 
 
 def test_a_gpu_pool_is_priced_on_its_first_choice_in_compare_and_deploy(tmp_path):
@@ -126,9 +126,9 @@ def test_with_costs_prices_a_deployed_endpoint_from_the_store(tmp_path):
     assert out["usd_per_1000"][0] == pytest.approx(0.21 / 72) and "ml.c7i.xlarge" in out["cost_note"][0]
 
 
-@pytest.mark.parametrize("itype", sorted(HOURLY_USD))
-def test_usd_per_1000_is_deploys_cost_per_1000_for_every_type_in_its_table(itype):
-    for rate in (0.5, 2.0, 37.5):
-        deploy, _ = cost_per_1000(itype, rate)
-        assert costs.usd_per_1000(HOURLY_USD[itype], rate) == pytest.approx(deploy, rel=1e-12)
-    assert costs.usd_per_1000(0.36, 1.0) == pytest.approx(0.1)  # $0.36/h, one a second: 3,600 an hour -> $0.10
+def test_one_rule_for_usd_per_1000_decisions():
+    """Compare's $/1,000 (a target's own price) and Deploy's (the price table) are one function."""
+    assert costs.usd_per_1000 is usd_per_1000  # Compare prices with the function Deploy prices with, not a copy
+    assert usd_per_1000(0.36, 1.0) == pytest.approx(0.1)  # $0.36/h, one a second: 3,600 an hour -> $0.10
+    assert usd_per_1000(0.72, 5.0) == pytest.approx(0.04)  # 18,000 an hour
+    assert usd_per_1000(1.41, 8.0, concurrency=2) == pytest.approx(1.41 / 57.6)  # 57,600 an hour

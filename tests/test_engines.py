@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from adapter.engine import Engine, EngineConfig
-from app.core.engines import EnginePool
+from app.targets.engines import EnginePool
 
 
 def _factory(gate: dict[str, threading.Event], loads: list[str]):

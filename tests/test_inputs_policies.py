@@ -111,6 +111,25 @@ def test_add_template_never_overwrites_a_policy_after_a_delete(tmp_path):
     assert service.duplicate(db, db.get_policy("refund-check-3"))["id"] == "refund-check-3-copy2"
 
 
+def test_the_editor_never_saves_under_another_policys_id():
+    """The Policies page's id rule, in the service: a new policy whose name gives an existing id, or the
+    JSON tab of a saved policy naming another policy's id, is refused with the field to fix; the id
+    being edited, or a free one, is fine - and a save checks against the edited version only."""
+    from app.service.policies import id_taken, version_to_save
+
+    saved = {"refund-check", "ticket-routing"}
+    assert id_taken("refund-check", None, saved, via="form") == {
+        "name": "a policy with id 'refund-check' exists: choose another name"}
+    assert id_taken("ticket-routing", "refund-check", saved, via="json") == {
+        "json": "id 'ticket-routing' belongs to another policy: keep 'refund-check' or pick a new id"}
+    assert id_taken("refund-check", "refund-check", saved, via="json") == {}  # its own id
+    assert id_taken("refund-check-v2", "refund-check", saved, via="json") == {}  # a free id: saved as a new policy
+    assert id_taken("my-policy", None, saved, via="form") == {}
+    assert version_to_save("refund-check", "refund-check", 3) == 3  # the edited policy, against its version
+    assert version_to_save("refund-check-v2", "refund-check", 3) == 0  # a new id: a new policy
+    assert version_to_save("my-policy", None, 0) == 0
+
+
 def test_changed_fields_compares_a_draft_with_what_a_save_would_store():
     from app.core.policies import changed_fields
 

@@ -1,7 +1,7 @@
 """The adapter as a process under the audit's second round: bodies whose parsing would stall the
 event loop, idle and half-sent connections, and clients that leave half-way.
 
-Timing figures are printed (they feed the README); the only timed assertion is SageMaker's own
+Timing figures are printed (they feed docs/adapter-api.md); the only timed assertion is SageMaker's own
 bound: /ping answers within 2 s.
 """
 from __future__ import annotations

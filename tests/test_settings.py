@@ -123,12 +123,38 @@ def test_deploy_patterns_check_the_whole_value():
     assert set(err.value.errors) == {"bucket"}
 
 
-def test_readouts_come_from_the_literal():
-    from typing import get_args
+def test_readouts_corrections_and_guards_are_what_requests_accept_and_what_every_form_offers():
+    """Each list is spelled once (its Literal); checked against the values written out here: a request
+    accepts each of them and nothing else, and the commands and the service layer (the pages' forms)
+    offer exactly them."""
+    import argparse
 
-    from adapter.schema import DEBIAS, READOUTS, Debias, Readout
+    from pydantic import ValidationError
 
-    assert READOUTS == get_args(Readout) == ("letters", "option-words") and DEBIAS == get_args(Debias)
+    from adapter.guard import GUARDS
+    from adapter.schema import DEBIAS, READOUTS, DecisionRequest
+    from app.cli import calibrate, check, robustness
+    from app.service import checks, decide, policies
+    from tests.conftest import routing_row
+
+    expected = {"readout": ("letters", "option-words"), "debias": ("none", "content-free"),
+                "guard": ("none", "precheck", "erase-and-check")}
+    assert (READOUTS, DEBIAS, GUARDS) == tuple(expected.values())
+    for field, values in expected.items():
+        for value in values:
+            assert getattr(DecisionRequest.model_validate(routing_row("s", **{field: value})), field) == value
+        with pytest.raises(ValidationError, match=field):
+            DecisionRequest.model_validate(routing_row("s", **{field: "words"}))
+    assert (policies.READOUTS, policies.DEBIAS, policies.GUARDS) == tuple(expected.values())
+    assert (decide.READOUT_CHOICES, decide.DEBIAS_CHOICES, checks.GUARDS) == tuple(expected.values())
+    sub = argparse.ArgumentParser().add_subparsers()
+    for command in (calibrate, check, robustness):
+        command.add_parser(sub)
+    offered = {(name, a.dest): tuple(a.choices) for name, p in sub.choices.items() for a in p._actions
+               if a.choices and a.dest in expected}
+    assert offered == {("calibrate", "readout"): expected["readout"], ("calibrate", "debias"): expected["debias"],
+                       ("check", "readout"): expected["readout"], ("check", "debias"): expected["debias"],
+                       ("robustness", "guard"): expected["guard"]}, offered
 
 
 def test_deploy_settings(monkeypatch):
@@ -147,7 +173,7 @@ def test_deploy_settings(monkeypatch):
 
 
 def test_workbench_settings(monkeypatch, tmp_path):
-    from app.core.settings import DEFAULT_DB, WorkbenchSettings
+    from app.settings import DEFAULT_DB, WorkbenchSettings
 
     monkeypatch.setenv("SEMIF_PORT", "9999")
     w = WorkbenchSettings.from_env({})
@@ -175,7 +201,7 @@ def test_workbench_settings(monkeypatch, tmp_path):
     ({"SEMIF_DEPLOY_POLL": "often"}, "SEMIF_DEPLOY_POLL='often' is not a number"),
 ])
 def test_a_bad_workbench_value_names_the_variable(env, message):
-    from app.core.settings import WorkbenchSettings
+    from app.settings import WorkbenchSettings
 
     with pytest.raises(SettingsError) as err:
         WorkbenchSettings.from_env(env)

@@ -63,6 +63,25 @@ def test_results_are_replaced_not_duplicated_and_runs_deleted(db):
     assert db.get_run(rid) is None and db.results(rid) == []
 
 
+def test_accuracy_so_far_is_one_count_query_that_agrees_with_the_rows(db, monkeypatch):
+    """The stop rule asks after every row: the store counts (correct, labeled) in SQL - rows with an
+    error, without a label or without an answer do not count - and never reads the results back."""
+    from app.service.evaluate import accuracy_so_far
+
+    rid = db.create_run(kind="eval", policy={"id": "p", "name": "P"}, target={"name": "local"}, n_rows=6)
+    rows = [("r1", "a", "a", None), ("r2", "b", "a", None), ("r3", "a", "a", "boom"), ("r4", "a", None, None),
+            ("r5", None, "b", None), ("r6", "b", "b", None)]  # (key, top option, label, error)
+    for key, top, label, err in rows:
+        db.add_result(rid, {**_result(key, top=top, err=err), "label": label})
+    assert db.accuracy_counts(rid) == (2, 3)  # r1 and r6 right, r2 wrong; r3 failed, r4 unlabeled, r5 unanswered
+    (run,) = db.list_runs()
+    assert (run["correct_rows"], run["labeled_rows"]) == (2, 3)  # History counts the same way
+    monkeypatch.setattr(Store, "results", lambda *a, **k: pytest.fail("the stop rule read every row"))
+    acc = accuracy_so_far(db, rid)
+    assert (acc.k, acc.n) == (2, 3) and acc.rate == pytest.approx(2 / 3)
+    assert db.accuracy_counts(rid + 1) == (0, 0) and accuracy_so_far(db, rid + 1).rate is None
+
+
 def test_single_baseline_pin(db):
     a = db.create_run(kind="playground", policy={}, target={"name": "x"}, n_rows=1)
     b = db.create_run(kind="playground", policy={}, target={"name": "x"}, n_rows=1)

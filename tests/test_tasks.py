@@ -1,5 +1,5 @@
 """Background work (app/service/tasks.py): one worker per process, progress, Stop between rows, a stop
-rule, failures reported - and a stopped evaluation is marked stopped and resumes where it was."""
+reason, failures reported - and a stopped evaluation is marked stopped and resumes where it was."""
 from __future__ import annotations
 
 import threading
@@ -57,9 +57,16 @@ def test_stop_ends_a_task_between_rows_and_a_queued_one_never_starts():
     assert queued.status == "stopped" and queued.done == 0
 
 
-def test_a_stop_rule_and_a_failure_are_reported():
+def test_a_stop_with_its_reason_and_a_failure_are_reported():
     runner = TaskRunner()
-    ruled = runner.submit("evaluate", "ruled", "", counting(100), stop_when=lambda: "enough" if ruled.done >= 7 else None)
+
+    def stops_at_seven(task):
+        for i in range(1, 101):
+            if i == 7:
+                task.stop("enough")  # asked for while row 7 is scored: the task ends once it is reported
+            task.progress(i, 100, None)
+
+    ruled = runner.submit("evaluate", "ruled", "", stops_at_seven)
     wait(ruled)
     assert ruled.status == "stopped" and ruled.done == 7 and ruled.stop_reason == "enough"
 
@@ -93,9 +100,18 @@ def test_a_stopped_evaluation_is_marked_stopped_and_resumes_where_it_was(tmp_pat
     set_id = import_file(store, path.name, path.read_bytes(), policy)
     target = LocalTarget("local", {"model": "smollm2"}, lambda ref: engine)
     runner = TaskRunner()
-    task = runner.submit("evaluate", "stop at 6", "", lambda t: evaluate.evaluate(
-        store, policy, set_id, [target], ["default"], progress_for=t.progress_for),
-        stop_when=lambda: "six rows" if task.done >= 6 else None)
+    def stop_at_six(t):
+        def progress_for(part):
+            report = t.progress_for(part)
+
+            def at_six(done, total, eta):
+                if done >= 6:
+                    t.stop("six rows")  # as the analyst's Stop while the 6th row is scored
+                report(done, total, eta)
+            return at_six
+        return evaluate.evaluate(store, policy, set_id, [target], ["default"], progress_for=progress_for)
+
+    task = runner.submit("evaluate", "stop at 6", "", stop_at_six)
     wait(task, 300)
     (run,) = store.list_runs(kind="eval")
     assert task.status == "stopped" and run["status"] == "stopped" and len(store.results(run["id"])) == 6

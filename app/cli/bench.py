@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 from app.cli.common import add_db, error, store, target
-from app.core.inputs import InputError
-from app.core.labeled import evenly_spaced
 from app.service import decide
+from app.service.decide import InputError
 from app.service.policies import resolve_policy
 
 
@@ -18,14 +17,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         policy = resolve_policy(db, args.policy)
         path = Path(args.states)
-        cases = decide.states_from_upload(policy, path.name, path.read_bytes())
+        cases = decide.states_from_upload(policy, path.name, path.read_bytes(), limit=args.limit)  # every label keeps its share
     except InputError as exc:
         error(f"--states {args.states}: rejected, nothing was run:\n  " + "\n  ".join(exc.problems[:20]))
         return 2
     except (ValueError, OSError) as exc:
         error(exc)
         return 2
-    cases = evenly_spaced(cases, args.limit)  # every label keeps its share
     targets = [target(db, name) for name in args.target]
     result = decide.bench(db, policy, cases, targets)
     print(f"{len(cases)} states x {len(targets)} targets, sequential, warm; saved as comparison "

@@ -6,9 +6,11 @@ import json
 import sys
 from pathlib import Path
 
+from adapter.schema import DEBIAS, READOUTS
+
 from app.cli.common import EXIT_BUSY, EXIT_UNREACHABLE, add_db, bar, error, fmt, store, target
 from app.service.evaluate import EXAMPLE_SOURCES, Variant
-from app.core.inputs import InputError
+from app.service.sets import InputError
 from app.core.store import RunBusy
 from app.service import evaluate as ev
 from app.service.policies import resolve_policy
@@ -81,8 +83,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from adapter.schema import DEBIAS, READOUTS
-
     p = sub.add_parser("calibrate", help="evaluate a policy on a labeled set and export a calibrated policy")
     p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
     p.add_argument("--labeled-set", required=True, help="CSV/JSONL file (or a file name in data/labeled), or a set id")

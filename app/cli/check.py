@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from adapter.schema import DEBIAS, READOUTS
+
 from app.cli.common import add_db, error, store, target
 from app.service import ci_check as cc
 
@@ -33,8 +35,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from adapter.schema import DEBIAS, READOUTS
-
     def rate(text: str) -> float:
         try:
             value = float(text)

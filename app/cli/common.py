@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from app.core.engines import EnginePool
+from tqdm import tqdm
+
+from app.targets.engines import EnginePool
 from app.core.store import Store
 from app.service import targets as target_service
 from app.targets.base import Target
@@ -31,8 +33,6 @@ def error(message: object) -> None:
 
 def bar(total: int, quiet: bool = False) -> Any:
     """A tqdm bar on stderr; its `progress` attribute is the callback the service layer takes."""
-    from tqdm import tqdm
-
     b = tqdm(total=total, unit="row", file=sys.stderr, disable=quiet)
 
     def progress(done: int, total: int, eta: float | None) -> None:

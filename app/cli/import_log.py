@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from app.cli.common import add_db, error, store, target
-from app.core.inputs import InputError
 from app.service import production
+from app.service.decide import InputError
 from app.service.policies import resolve_policy
 
 

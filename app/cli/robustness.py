@@ -7,11 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+from adapter.guard import GUARDS
+
 from app.cli.common import add_db, bar, error, store, target
-from app.core import robustness as rb
-from app.core.inputs import InputError, rows_from_upload
-from app.core.labeled import evenly_spaced, scored_cases
-from app.service import checks
+from app.service import checks, decide
+from app.service.checks import CHECK_LABELS, CHECKS, InputError, SuiteError
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
 
@@ -22,22 +22,21 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("give exactly one of --labeled-set (a labeled set) or --states (a CSV/JSONL of states)")
     try:
         policy = resolve_policy(db, args.policy)
-        ids = [o["id"] for o in policy["options"]]
         if args.labeled_set:
-            cases = scored_cases(db, resolve_set(db, args.labeled_set, policy), args.limit)
+            cases = checks.set_states(db, resolve_set(db, args.labeled_set, policy), args.limit)
             source = f"labeled set {args.labeled_set}"
         else:
             path = Path(args.states)
-            cases = evenly_spaced(rows_from_upload(path.name, path.read_bytes(), ids, policy["id"]), args.limit)
+            cases = decide.states_from_upload(policy, path.name, path.read_bytes(), limit=args.limit)
             source = str(path)
-        suite = rb.shipped_suite(policy)
+        suite = checks.shipped_suite(policy)
         if args.templates:
-            suite.steering += rb.parse_templates(Path(args.templates).read_text())
+            suite.steering += checks.parse_templates(Path(args.templates).read_text())
         suite.paraphrases += args.paraphrase or []
-        out_of_scope = [c.state for c in rows_from_upload(Path(args.out_of_scope).name,
-                                                          Path(args.out_of_scope).read_bytes())] if args.out_of_scope else []
+        out_of_scope = (checks.out_of_scope_states(Path(args.out_of_scope).name, Path(args.out_of_scope).read_bytes())
+                        if args.out_of_scope else [])
         spec = checks.RobustnessInput(policy, cases, suite, [c.strip() for c in args.checks.split(",")] if args.checks
-                                      else list(rb.CHECKS), attempts=args.attempts, variant=args.readout,
+                                      else list(CHECKS), attempts=args.attempts, variant=args.readout,
                                       guard=args.guard, out_of_scope=out_of_scope, source=source)
         t = target(db, args.target)
         print(f"robustness: {policy['id']} x {len(cases)} states x target {t.name} ({args.readout}, guard {args.guard})",
@@ -47,14 +46,14 @@ def run(args: argparse.Namespace) -> int:
             run_id = checks.robustness_check(db, spec, t, progress=b.progress)
         finally:
             b.close()
-    except (InputError, rb.SuiteError, OSError) as exc:
+    except (InputError, SuiteError, OSError) as exc:
         error(exc)
         return 2
     except ValueError as exc:  # an unknown policy or set
         raise SystemExit(str(exc)) from None
     report = checks.robustness_report(db, run_id)
     for check, (level, text) in report.verdicts.items():
-        print(f"[{level.upper():4}] {rb.CHECK_LABELS[check]}: {text}")
+        print(f"[{level.upper():4}] {CHECK_LABELS[check]}: {text}")
     if args.json:
         Path(args.json).write_text(json.dumps({"run": run_id, **report.summary}, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
@@ -62,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from adapter.guard import GUARDS
-
     p = sub.add_parser("robustness", help="steering, paraphrase, renamed/extra options, order: does the decision hold?")
     p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
     p.add_argument("--labeled-set", help="CSV/JSONL file (or a file name in data/labeled), or a set id")
@@ -71,7 +68,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default="local", help="target name (default: the local engine)")
     p.add_argument("--limit", type=int, default=20, help="at most N states, evenly spaced (default 20)")
     p.add_argument("--attempts", type=int, default=3, help="steering attempts per state (default 3)")
-    p.add_argument("--checks", help=f"comma-separated subset of {','.join(rb.CHECKS)} (default: all)")
+    p.add_argument("--checks", help=f"comma-separated subset of {','.join(CHECKS)} (default: all)")
     p.add_argument("--readout", default="default", help="readout variant, as on the Calibrate page (default: default)")
     p.add_argument("--guard", default="none", choices=list(GUARDS),
                    help="the steering guard on the unchanged and the steered rows")

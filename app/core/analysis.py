@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from app.core.costs import with_costs
+from app.core.stats import proportion
+
 
 def results_frame(runs: list[dict], results_by_run: dict[int, list[dict]]) -> pd.DataFrame:
     """One row per (target, state row): top option, probabilities, latency, error."""
@@ -86,8 +89,6 @@ def _ms(ms: float) -> str:
 def accuracy_by_target(df: pd.DataFrame) -> pd.DataFrame:
     """Per target: labeled rows answered, correct, wrong, accuracy with its Wilson 95% interval
     (rows without a label are left out)."""
-    from app.core.stats import proportion
-
     rows = []
     labeled = df[df["label"].notna() & df["error"].isna()]
     for target, g in labeled.groupby("target", sort=False):
@@ -197,8 +198,6 @@ def diff_runs(baseline: list[dict], other: list[dict]) -> pd.DataFrame:
 def comparison_stats(store, group_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results frame, latency + cost table) of a saved comparison, read back from the store: the
     Compare page and `python -m app bench` show the same numbers for the same group."""
-    from app.core.costs import with_costs
-
     runs = store.runs_in_group(group_id)
     df = results_frame(runs, {r["id"]: store.results(r["id"]) for r in runs})
     return df, with_costs(latency_stats(df), {r["target_name"]: r["target"] for r in runs}, store)

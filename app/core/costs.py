@@ -8,22 +8,16 @@ import math
 
 import pandas as pd
 
-from deploy.pricing import PRICES_AS_OF, PRICES_SOURCE
+from deploy.pricing import PRICES_AS_OF, PRICES_SOURCE, usd_per_1000
+
+from app.targets.registry import hourly_price
 
 PRICE_SOURCE = f"{PRICES_SOURCE}, {PRICES_AS_OF}; a hint, not a quote"
-
-
-def usd_per_1000(hourly_usd: float, decisions_per_s: float) -> float:
-    """$/1,000 decisions for one instance kept busy: hourly / 3,600 s / throughput x 1,000
-    (the same rule as deploy.pricing.cost_per_1000, for prices that are not in its table)."""
-    return hourly_usd / 3600 / decisions_per_s * 1000
 
 
 def instance_price(target: dict, store) -> tuple[float | None, str]:
     """(hourly USD, what it is) for a target: its own price, else where its kind takes one from (a
     SageMaker endpoint: the deployment behind it; a GPU pool's first choice, as Deploy prices it)."""
-    from app.targets.registry import hourly_price
-
     return hourly_price(target, store.get_deployment if store is not None else None)
 
 

@@ -1,17 +1,15 @@
 """A deployment's life in the workbench's SQLite: the record, the audit log, and the target that
 lets the Playground and Compare pages call the new endpoint. Lives in app/ (not deploy/) so the
 dependency points one way: app -> deploy. StoreRecorder is deploy's Ledger for the store; `python -m
-app deploy ...` is deploy's CLI with this ledger instead of its audit file."""
+app deploy ...` (app/cli/deploy.py) is deploy's CLI with this ledger instead of its audit file."""
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from deploy.config import DeployConfig
 from deploy.executor import Executor
 from deploy.plan import Package, Step
 
-from app.core.settings import WorkbenchSettings
 from app.core.store import Store
 
 
@@ -74,27 +72,3 @@ def destroy_and_record(store: Store, endpoint: str, executor: Executor) -> list[
     ledger = StoreRecorder(store)
     config, model = ledger.names(endpoint) or (f"{endpoint}-config", f"{endpoint}-model")
     return executor.destroy(endpoint, config, model, recorder=ledger)
-
-
-def open_store(db: str | None = None) -> Store:
-    """The workbench store the CLI records into (SEMIF_DB or data/workbench.db when db is None)."""
-    return Store(db)
-
-
-def deploy_cli(argv: list[str] | None = None) -> int:
-    """`python -m app deploy ...`: deploy's CLI, recording into the workbench store (--db)."""
-    from deploy import cli
-
-    def add_db(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--db", help="workbench SQLite (default: SEMIF_DB or data/workbench.db)")
-
-    runtime_url = WorkbenchSettings.from_env().aws_runtime_url
-
-    def ledger(args: argparse.Namespace) -> StoreRecorder:
-        # a live endpoint becomes a target (reached through SEMIF_AWS_RUNTIME_URL when set, e.g. a test shim)
-        return StoreRecorder(open_store(args.db), runtime_url or args.endpoint_url)
-
-    doc = (cli.__doc__ or "").split("Every apply/destroy")[0].replace("python -m deploy", "python -m app deploy")
-    return cli.main(argv, prog="python -m app deploy", add_ledger_args=add_db, open_ledger=ledger,
-                    description=doc + "Every apply/destroy is recorded in the workbench's SQLite (deployments + "
-                    "audit log), and a live endpoint becomes a target in the Playground.\n")

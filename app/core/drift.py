@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from app.core import stats
 from app.core.gates import Gate, GateMetrics, measure
@@ -153,8 +154,6 @@ def compare(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, g
 
 def pair_frame(drift: Drift):
     """The pairs as a table (pandas), for pages and downloads."""
-    import pandas as pd
-
     return pd.DataFrame([p.to_dict() for p in drift.pairs],
                         columns=["row_key", "state", "label", "a_top", "b_top", "a_p", "b_p", "a_top_in_b",
                                  "max_shift", "shift_option", "kind"])

@@ -27,6 +27,7 @@ from app.core.records import Result, Run
 from app.core.stats import SMALL_N, bootstrap_ci, proportion
 from app.core.store import Store, now
 from app.targets.base import Target
+from app.targets.local import LocalTarget
 
 EXAMPLE_SOURCES = ("policy", "train")
 ExampleSource = Literal["policy", "train"]
@@ -101,10 +102,6 @@ class Variant:
 def resolve_variant(variant: Variant, policy: Mapping[str, Any], target) -> Variant | None:
     """What a variant reads on a local target: the policy's readout/correction, else the model's
     measured defaults (the engine's own rule). None for a remote target (its model decides)."""
-    from adapter.templates import request_for
-
-    from app.targets.local import LocalTarget
-
     if not isinstance(target, LocalTarget):
         return None
     readout, debias = target.engine().settings(request_for(policy, "-", "probe", **variant.overrides()))

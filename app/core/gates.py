@@ -16,6 +16,7 @@ import numpy as np
 from adapter.calibrated import CalibratedPolicy, row_inputs
 
 from app.core import calibration
+from app.core.evaluation import scored_probabilities
 from app.core.stats import Proportion, proportion
 
 
@@ -36,8 +37,6 @@ class Gate:
         """(gated, index of the top option, its confidence, the probabilities the gate reads)."""
         response = result.get("response") if isinstance(result.get("response"), dict) else {}
         if self.policy is not None:
-            from app.core.evaluation import scored_probabilities
-
             probs = scored_probabilities(result, self.policy.debias) or result["probabilities"]
             model = (response or {}).get("model") or {}
             d = self.policy.apply(result["option_ids"], probs,

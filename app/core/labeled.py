@@ -7,7 +7,12 @@ import json
 from typing import Any, Mapping, Sequence, TypeVar
 from pathlib import Path
 
+from adapter.templates import DATA_DIR
+
+from app.core.calibration import MIN_ROWS_PER_OPTION, PROVISIONAL, SMALL
+from app.core.heads import MIN_ROWS_PER_OPTION as HEAD_ROWS
 from app.core.inputs import InputError, is_empty_state, read_records
+from app.core.runner import Case
 
 RESERVED = {"state", "label", "id", "split"}
 
@@ -55,8 +60,6 @@ def content_hash(rows: list[dict]) -> str:
 
 def shipped_sets() -> list[tuple[str, Path]]:
     """(policy template id, file) for the labeled sets in data/labeled (file stem = template id)."""
-    from adapter.templates import DATA_DIR
-
     return [(p.stem, p) for p in sorted((DATA_DIR / "labeled").glob("*.jsonl"))]
 
 
@@ -96,8 +99,6 @@ def evenly_spaced(rows: list, limit: int | None) -> list:
 
 def scored_cases(store, set_id: int, limit: int | None = None) -> list:
     """A stored set's rows outside its train split (those are never scored), as cases to check."""
-    from app.core.runner import Case
-
     rows = [r for r in store.labeled_rows(set_id) if r.get("split") != "train"]
     return [Case(r["row_key"], r["state"], r["label"]) for r in evenly_spaced(rows, limit)]
 
@@ -108,9 +109,6 @@ def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit:
     reaches a recommended gate (50 rows), fitted offsets (5 of every option) and a learned head (8 of
     every option). `messages` says what falls short in words, most limiting first; `head_note` what a
     head needs, always."""
-    from app.core.calibration import MIN_ROWS_PER_OPTION, PROVISIONAL, SMALL
-    from app.core.heads import MIN_ROWS_PER_OPTION as HEAD_ROWS
-
     scored = [r for r in rows if r.get("split") != "train"] if any(r.get("split") == "train" for r in rows) else rows
     per_option = {o: sum(1 for r in scored if r.get("label") == o) for o in option_ids}
     total = len(scored)

@@ -22,6 +22,27 @@ from app.core.runner import Case
 
 ROTATION_SEP = "#rot"
 NEGATED_SEP = "#not"
+# when a check is worth acting on - the order check and the robustness check read these, nothing else
+FLIP_WORRY = 0.10  # the answer changes (order, rewording, an extra option) in this share of states or more
+NEGATION_GAP_WORRY = 0.15  # P(yes | Q) + P(yes | not Q) off 1 by this much on average: the negation is not read
+
+
+def negation_consistency(sums: Sequence[float]) -> dict | None:
+    """{n, mean_sum, mean_abs_gap} over the states' P(yes | question) + P(yes | negated question)
+    (1 when the model reads the negation), or None without a pair."""
+    if not len(sums):
+        return None
+    arr = np.asarray(sums, dtype=float)
+    return {"n": len(arr), "mean_sum": float(arr.mean()), "mean_abs_gap": float(np.abs(arr - 1).mean())}
+
+
+def reads_negation(negation: Mapping[str, Any]) -> bool:
+    return negation["mean_abs_gap"] < NEGATION_GAP_WORRY
+
+
+def worrying(flip_rate: float, negation: Mapping[str, Any] | None) -> bool:
+    """Order changes the answer too often, or the negated question is not read."""
+    return flip_rate >= FLIP_WORRY or bool(negation and not reads_negation(negation))
 
 
 def rotated_policy(policy: Mapping[str, Any], order: list[int]) -> dict:
@@ -115,8 +136,7 @@ def analyse(results: Sequence[Mapping[str, Any]], option_ids: list[str], yes: st
                 p_q = dict(zip(rots[0]["option_ids"], rots[0]["probabilities"])).get(yes, 0.0)
                 p_not = dict(zip(r["option_ids"], r["probabilities"])).get(yes, 0.0)
                 sums.append(p_q + p_not)
-        if sums:
-            negation = {"n": len(sums), "mean_sum": float(np.mean(sums)), "mean_abs_gap": float(np.mean(np.abs(np.array(sums) - 1)))}
+        negation = negation_consistency(sums)
     if debias is None:
         used = {(r.get("response") or {}).get("debias") for r in results if isinstance(r.get("response"), dict)}
         debias = "content-free" if used == {"content-free"} else None
@@ -137,7 +157,7 @@ def verdict(flip: float, positions: pd.DataFrame, negation: dict | None, n_state
     favourite = positions.loc[positions["chosen"].idxmax()] if total else None
     parts = []
     of = f" of {n_states} states" if n_states is not None else " of cases"
-    if flip >= 0.1:
+    if flip >= FLIP_WORRY:
         fix = ("even with the content-free correction this run used: try permutation averaging, or another readout"
                if debias == "content-free" else "use permutation averaging or the content-free correction")
         parts.append(f"Order changes the answer in {flip:.0%}{of}: {fix} for this policy (compare them on a labeled "
@@ -150,7 +170,7 @@ def verdict(flip: float, positions: pd.DataFrame, negation: dict | None, n_state
     if negation:
         gap = negation["mean_abs_gap"]
         parts.append(f"P(yes | question) + P(yes | negated question) averages {negation['mean_sum']:.2f} "
-                     + ("(close to 1: consistent)." if gap < 0.15 else f"(off by {gap:.2f} on average: the model does not "
+                     + ("(close to 1: consistent)." if reads_negation(negation) else f"(off by {gap:.2f} on average: the model does not "
                                                                        "read the negation reliably)."))
     if n_states is not None and n_states < FEW_STATES:
         more = ("check more of the set's states" if labeled else "run the check on a labeled set")

@@ -1,5 +1,5 @@
 """When a stored result can stand in for a new call (no Streamlit): the same model, read the same
-way, on the same request gives the same bits (README, "Caching"), so scoring it again buys nothing.
+way, on the same request gives the same bits (docs/adapter-api.md, "Caching"), so scoring it again buys nothing.
 
 A result's reuse key is sha256 over (a) what fixes the numbers - the model file's sha256, llama.cpp's
 version, GPU offload and flash attention (a CPU and a GPU endpoint of one model are different keys:
@@ -18,14 +18,9 @@ from typing import Any, Mapping
 from adapter.engine import resolve_settings
 from adapter.schema import DecisionRequest
 
-NUMERICS = ("sha256", "llama_cpp_version", "n_gpu_layers", "flash_attn", "default_readout", "default_debias")
+from app.targets.base import NUMERICS, numerics  # what a target says it runs (targets name their model)
 
-
-def numerics(model: dict | None) -> dict | None:
-    """The model fields that fix a result's bits, or None when the model is not known by its sha256."""
-    if not model or not model.get("sha256"):
-        return None
-    return {k: model.get(k) for k in NUMERICS}
+__all__ = ["NUMERICS", "copied_row", "numerics", "request_hash", "reuse_key"]
 
 
 def request_hash(req: DecisionRequest, model: dict | None = None) -> str:

@@ -23,7 +23,7 @@ from adapter.templates import request_for
 from app.core.reuse import copied_row, reuse_key
 from app.core.records import Result
 from app.core.store import LEASE_SECONDS, RunBusy, RunStatus, Store, StoreUnavailable
-from app.targets.base import Target, TargetResult
+from app.targets.base import Target, TargetError, TargetResult
 from app.targets.local import LocalTarget
 
 ProgressFn = Callable[[int, int, "float | None"], object]  # the return value is ignored (a page may pass bar.progress)
@@ -109,11 +109,17 @@ def result_row(res: TargetResult, case: Case, position: int, cold: bool = False,
             "latency_s": res.latency_s, "error": res.error, "request": res.request, "response": res.response}
 
 
+def model_label(model: Mapping[str, Any] | None, fallback: str) -> str:
+    """How a run names the model that answered: 'file (sha256 prefix)', the file alone when its hash
+    is unknown, else `fallback` (what the target was configured with)."""
+    if model and model.get("file"):
+        return f"{model['file']} ({str(model['sha256'])[:12]})" if model.get("sha256") else str(model["file"])
+    return fallback
+
+
 def model_identity(res: TargetResult, target: Target) -> str:
-    m = res.result.model if res.result else {}
-    if m.get("file"):
-        return f"{m['file']} ({str(m.get('sha256', ''))[:12]})" if m.get("sha256") else str(m["file"])
-    return str(target.config.get("model") or target.config.get("endpoint_name") or target.kind)
+    return model_label(res.result.model if res.result else None,
+                       str(target.config.get("model") or target.config.get("endpoint_name") or target.kind))
 
 
 @dataclass
@@ -221,7 +227,7 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
                 counts[job.run_id]["reused"] += 1
                 if not named[job.run_id]:
                     m = (hit.get("response") or {}).get("model") if isinstance(hit.get("response"), dict) else None
-                    store.set_run_model(job.run_id, f"{m['file']} ({m['sha256'][:12]})" if m else job.target.kind)
+                    store.set_run_model(job.run_id, model_label(m, job.target.kind))
                     named[job.run_id] = True
                 tracker.tick()
                 continue
@@ -238,8 +244,6 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
 
 def batch_results(target: Target, requests: list[DecisionRequest]) -> list[TargetResult]:
     """A batch target's results for all requests; when the whole batch fails, each row carries the error."""
-    from app.targets.base import TargetError
-
     if not requests:
         return []
     try:

@@ -4,6 +4,10 @@ variable. The readout and correction the target resolved are pinned into the bod
 snippet on another model or server runs what the workbench ran."""
 from __future__ import annotations
 
+from adapter.schema import READOUTS
+
+from app.targets.registry import snippets
+
 PINNED = ("readout", "debias")  # what a model's defaults decide: pinned so another model runs the same
 
 
@@ -11,8 +15,6 @@ def pinned(request: dict | None, response: dict | None) -> dict:
     """The request as it ran: the readout and correction the target resolved (from its response)
     written in, so the snippet on another model or server runs what the workbench ran."""
     body = dict(request or {})
-    from adapter.schema import READOUTS
-
     if isinstance(response, dict) and response.get("readout") in READOUTS:
         for key in PINNED:
             if response.get(key) is not None:
@@ -23,6 +25,4 @@ def pinned(request: dict | None, response: dict | None) -> dict:
 def for_target(target: dict, request: dict | None, response: dict | None = None) -> list[tuple[str, str, str]]:
     """[(title, language, code)] that send `request` to the target the way the workbench did; the
     server to start, for a local target, comes as its own block (it blocks the terminal)."""
-    from app.targets.registry import snippets
-
     return snippets(target, pinned(request, response))

@@ -15,6 +15,7 @@ line naming the file and what to do, instead of a traceback; what was written be
 """
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import socket
@@ -30,7 +31,7 @@ import sqlite_utils
 
 from app.core.records import (AuditEntry, Calibrated, Deployment, LabeledRow, LabeledSet, Policy, Result, Review, Run,
                               RunStatus, TargetSpec)
-from app.core.settings import WorkbenchSettings
+from app.settings import WorkbenchSettings
 
 
 SCHEMA: dict[str, dict] = {
@@ -96,6 +97,9 @@ OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"  # this p
 CREATED = f"{OWNER}:created"  # a run this process created and nobody has leased yet
 
 
+# a run's accuracy in one place: answered rows with a label, and those whose top option is the label
+ACCURACY_COUNTS = ("sum(error IS NULL AND label IS NOT NULL AND top_option IS NOT NULL) AS labeled, "
+                   "sum(error IS NULL AND label IS NOT NULL AND top_option = label) AS correct")
 BUSY_TIMEOUT_MS = 5000  # how long a write waits for another writer's transaction before giving up
 
 
@@ -391,12 +395,19 @@ class Store:
             where, args = ("kind = ?", [kind]) if kind else (None, [])
             runs = [_run(r) for r in db.table("runs").rows_where(where, args, order_by="id desc")]
             counts = {r["run_id"]: (r["n"], r["errors"], r["labeled"], r["correct"]) for r in db.query(
-                "SELECT run_id, count(*) AS n, sum(error IS NOT NULL) AS errors, "
-                "sum(error IS NULL AND label IS NOT NULL AND top_option IS NOT NULL) AS labeled, "
-                "sum(error IS NULL AND label IS NOT NULL AND top_option = label) AS correct FROM results GROUP BY run_id")}
+                f"SELECT run_id, count(*) AS n, sum(error IS NOT NULL) AS errors, {ACCURACY_COUNTS} FROM results "
+                "GROUP BY run_id")}
         for r in runs:
             r["done_rows"], r["error_rows"], r["labeled_rows"], r["correct_rows"] = counts.get(r["id"], (0, 0, 0, 0))
         return cast(list[Run], runs)
+
+    def accuracy_counts(self, run_id: int) -> tuple[int, int]:
+        """(correct, labeled) over a run's answered rows with a label - one query, however many rows
+        (a stop rule asks after every row)."""
+        with self.db() as db:
+            (labeled, correct), = db.execute(f"SELECT {ACCURACY_COUNTS} FROM results WHERE run_id = ?",
+                                             [run_id]).fetchall()
+        return int(correct or 0), int(labeled or 0)
 
     def get_run(self, run_id: int) -> Run | None:
         with self.db() as db:
@@ -566,8 +577,6 @@ class Store:
             return [cast(Deployment, _decode(r)) for r in db.table("deployments").rows_where(order_by="created_at desc")]
 
     def audit(self, deployment_id: str, action: str, what: str, result: str, who: str | None = None) -> None:
-        import getpass
-
         with self.db() as db:
             db.table("audit").insert({"deployment_id": deployment_id, "at": now(), "who": who or getpass.getuser(),
                                 "action": action, "what": what, "result": result})

@@ -12,19 +12,32 @@ from app.core import order_sensitivity, robustness
 from app.core.robustness import CHECK_LABELS as CHECK_LABELS
 from app.core.robustness import CHECKS as CHECKS
 from app.core.robustness import SuiteError as SuiteError
+from app.core.robustness import parse_templates as parse_templates
 from app.core.robustness import shipped_suite as shipped_suite
 from adapter.guard import GUARDS as GUARDS
 from app.core.evaluation import VARIANTS
 from app.core.inputs import InputError as InputError
-from app.core.inputs import rows_from_text
+from app.core.inputs import rows_from_text, rows_from_upload
 from app.core.labeled import scored_cases
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.runner import progress_text as progress_text
+from app.core.stats import proportion
 from app.core.store import Store
 from app.targets.base import Target
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
 SINGLE_ROW_VARIANTS = [v for v in VARIANTS if "permutation" not in v]  # the checks permute or perturb themselves
+
+
+def set_states(store: Store, set_id: int, limit: int | None = None) -> list[Case]:
+    """Up to `limit` evenly spaced rows of a labeled set, never its train split (`python -m app robustness`)."""
+    return scored_cases(store, set_id, limit)
+
+
+def out_of_scope_states(filename: str, data: bytes) -> list[Any]:
+    """The states of a CSV/JSONL of states that belong to none of the policy's options (their labels,
+    if any, are not read): the none-of-these check's out-of-scope rows."""
+    return [c.state for c in rows_from_upload(filename, data)]
 
 
 def states(store: Store, *, set_id: int | None, pasted: str, limit: int) -> list[Case]:
@@ -60,8 +73,7 @@ class OrderCheck:
 
     @property
     def worrying(self) -> bool:
-        neg = self.report.negation
-        return self.report.flip_rate >= 0.1 or bool(neg and neg["mean_abs_gap"] >= 0.15)
+        return order_sensitivity.worrying(self.report.flip_rate, self.report.negation)
 
     def summary(self) -> dict[str, Any]:
         r = self.report
@@ -138,8 +150,6 @@ def rate_rows(report: robustness.Report) -> list[dict[str, Any]]:
 
 def template_rows(report: robustness.Report) -> list[dict[str, Any]]:
     """Hijack rate per steering template, with Wilson intervals."""
-    from app.core.stats import proportion
-
     return [{"label": f"{r['template']} ({r['placement']})", **proportion(int(r["hijacked"]), int(r["n"])).to_dict()}
             for r in report.per_template.to_dict("records")]
 

@@ -15,6 +15,7 @@ from app.core import check as ck
 from app.core import drift as dr
 from app.core import evaluation
 from app.core.gates import Gate, measure
+from app.core.runner import model_label
 from app.core.store import RunBusy, Store
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
@@ -135,7 +136,7 @@ def check(store: Store, spec: CheckInput, target_for: Any) -> CheckResult:
     context: dict[str, Any] = {
         "policy": policy["id"], "labeled_set": f"{labeled.get('name')} (#{set_id})",
         "dataset_hash": labeled.get("content_hash", ""), "target": target.name,
-        "model": f"{model.get('file')} ({str(model.get('sha256', ''))[:12]})", "run": run_id, "rows": len(results),
+        "model": model_label(model, "unknown"), "run": run_id, "rows": len(results),
         "evaluated": counts["evaluated"], "reused": counts["reused"], "gate": gate.name}
     if calibrated is not None:
         context["policy_version"] = policy_version(calibrated)

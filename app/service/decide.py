@@ -3,6 +3,7 @@ and the latency benchmark (`python -m app bench`) - all saved as run groups and 
 way, so the page and the command line show the same numbers for the same group."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -12,14 +13,16 @@ from adapter.schema import DEBIAS, READOUTS
 from adapter.templates import request_for
 
 from app.core import analysis
-from app.core.evaluation import gate_preview
+from app.core.evaluation import Variant, gate_preview
 from app.core import inputs
 from app.core.inputs import InputError as InputError
-from app.core.inputs import rows_from_text, rows_from_upload, state_from_file
+from app.core.inputs import is_empty_state, rows_from_text, rows_from_upload, state_from_file
+from app.core.labeled import evenly_spaced
 from app.core.costs import PRICE_SOURCE as PRICE_SOURCE
 from app.core.runner import Case, ProgressFn, is_cold, run_policy
 from app.core.runner import progress_text as progress_text
 from app.core.records import Run
+from app.core.snippets import for_target
 from app.core.store import Store
 from app.targets.base import Target
 
@@ -31,11 +34,12 @@ def option_ids(policy: Policy) -> list[str]:
     return [o["id"] for o in policy["options"]]
 
 
-def states_from_upload(policy: Policy, filename: str, data: bytes) -> list[Case]:
+def states_from_upload(policy: Policy, filename: str, data: bytes, *, limit: int | None = None) -> list[Case]:
     """A CSV/JSONL of states (optional id, label, policy). Labels must be the policy's option ids - a
     label no option matches could never be answered right, so the file is refused naming those rows;
-    a file with a `policy` column gives this policy's rows (one rule for the Compare page and `app bench`)."""
-    return rows_from_upload(filename, data, option_ids(policy), policy["id"])
+    a file with a `policy` column gives this policy's rows (one rule for the Compare page and `app bench`).
+    With `limit`, at most that many rows, evenly spaced (every label keeps about its share)."""
+    return evenly_spaced(rows_from_upload(filename, data, option_ids(policy), policy["id"]), limit)
 
 
 def label_lookalikes(filename: str, data: bytes) -> list[str]:
@@ -60,8 +64,6 @@ def decide(store: Store, policy: Policy, state: object, targets: list[Target], *
 def state_from(upload_name: str | None, upload: bytes | None, typed: str) -> object:
     """The Playground's state: an uploaded file (a .json file is an object state), else the typed
     text; InputError when neither holds anything."""
-    from app.core.inputs import is_empty_state
-
     state: object = state_from_file(upload_name, upload) if upload_name and upload is not None else typed
     if is_empty_state(state):
         raise InputError(["State is empty: paste a ticket or log, or upload a file."])
@@ -100,8 +102,6 @@ class Comparison:
     @property
     def file_stem(self) -> str:
         """'ticket-routing-local-vs-adapter-12' for downloads."""
-        import re
-
         first = self.runs[0]
         text = f"{first['policy_id']}-{'-vs-'.join(r['target_name'] for r in self.runs)}-{first['id']}"
         return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:120]
@@ -196,8 +196,6 @@ def decision(store: Store, group_id: str) -> Decision | None:
 def snippets(target: dict[str, Any], request: dict[str, Any] | None, response: dict[str, Any] | None) -> list[tuple[str, str, str]]:
     """Code that sends the request the way the workbench did, with the readout and correction the
     target resolved pinned in (a snippet on another model runs the same); keys stay variable names."""
-    from app.core.snippets import for_target
-
     return for_target(target, request, response)
 
 
@@ -206,5 +204,6 @@ DEBIAS_CHOICES: tuple[str, ...] = DEBIAS
 
 
 def overrides(readout: str | None, debias: str | None, permute: bool) -> dict[str, Any]:
-    """A run's settings over the policy's (None: the policy's own, else the model's measured default)."""
-    return {"permute": permute} | ({"readout": readout} if readout else {}) | ({"debias": debias} if debias else {})
+    """A run's settings over the policy's (None: the policy's own, else the model's measured default) -
+    the same rule as an evaluation's readout variant, because it is that rule."""
+    return Variant(readout=readout, debias=debias, permute=permute).overrides()

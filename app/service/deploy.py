@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 from adapter.calibrated import PolicyError, load_policy
 from adapter.catalog import SHIPPED
+from adapter.models import resolve_model
 from deploy.autoscaling import decisions_per_second
 from deploy.config import COMPUTES as COMPUTES
 from deploy.config import DEFAULT_CPU_INSTANCE as DEFAULT_CPU_INSTANCE
@@ -20,16 +21,19 @@ from deploy.config import DEFAULT_POOLS as DEFAULT_POOLS
 from deploy.config import SERVINGS as SERVINGS
 from deploy.config import DeployConfig, config_from_form
 from deploy.config import FormErrors as FormErrors
-from deploy.executor import DeployError as DeployError
+from deploy.errors import DeployError as DeployError
 from deploy.executor import Executor
 from deploy.plan import Package, Step
 from deploy.prepare import Prepared, prepare, revalidate
 from deploy.pricing import cost_per_1000, first_choice, hint
 
+from app.core.deploy_records import StoreRecorder as StoreRecorder
 from app.core.deploy_records import apply_and_record, destroy_and_record, record_planned, record_result
-from app.core.settings import WorkbenchSettings
-from app.core.records import Deployment
+from app.core.records import AuditEntry, Calibrated, Deployment
+from app.core.stats import interval_text
 from app.core.store import Store
+from app.service.evaluate import gate_warnings
+from app.settings import WorkbenchSettings
 
 WORK = Path(tempfile.gettempdir()) / "semif-deploy"
 
@@ -60,8 +64,6 @@ def policy_file(config: dict[str, Any], tag: str | int) -> Path:
 def model_for(requested: str, calibrated_on: str) -> str:
     """The GGUF to package: the one asked for (a path or a shipped name), else the model the policy
     was calibrated on when it is shipped, else '' (the default model)."""
-    from adapter.models import resolve_model
-
     shipped = {m.file_name: name for name, m in SHIPPED.items()}
     ref = requested.strip() or shipped.get(calibrated_on, "")
     return str(resolve_model(ref).path) if ref in SHIPPED else ref
@@ -149,6 +151,22 @@ def deployments(store: Store) -> tuple[list[Deployment], list[Deployment]]:
     return [d for d in deps if d["status"] not in UNSETTLED], [d for d in deps if d["status"] in UNSETTLED]
 
 
+def ledger(store: Store, runtime_url: str | None = None) -> StoreRecorder:
+    """deploy's Ledger writing into the workbench store (`python -m app deploy`): the plan as run, the
+    outcome, and a live endpoint as a target (reached through `runtime_url` when given)."""
+    return StoreRecorder(store, runtime_url)
+
+
+def calibrated(store: Store) -> dict[int, Calibrated]:
+    """The saved calibrated policies by id, newest first: what a deployment can ship."""
+    return {c["id"]: c for c in store.list_calibrated()}
+
+
+def audit_log(store: Store, deployment_id: str) -> list[AuditEntry]:
+    """What was planned, applied and destroyed for a deployment, and by whom."""
+    return store.audit_log(deployment_id)
+
+
 def form_defaults(store: Store, cfg: WorkbenchSettings) -> dict[str, str]:
     """What the Deploy form starts with: the environment's values, else those of the newest recorded plan
     (a reload or a new session keeps the serving path, compute, bucket, roles and region of the last plan)."""
@@ -167,8 +185,6 @@ def form_defaults(store: Store, cfg: WorkbenchSettings) -> dict[str, str]:
 def calibrated_label(rec: Mapping[str, Any]) -> str:
     """How a saved calibrated policy is offered: its gate, and the accuracy of what it decides with n
     and the interval (a figure on a handful of rows says so)."""
-    from app.core.stats import interval_text
-
     at = ((rec.get("config") or {}).get("metrics") or {}).get("at_gate") or {}
     if at.get("accuracy_interval"):
         acc = interval_text(at["accuracy_interval"], 0)
@@ -177,8 +193,6 @@ def calibrated_label(rec: Mapping[str, Any]) -> str:
         acc = "n/a" if rec.get("accuracy") is None else f"{rec['accuracy']:.0%} (n not recorded)"
         cov = f"coverage {rec.get('coverage') or 0:.0%}"
     config = rec.get("config") or {}
-    from app.service.evaluate import gate_warnings
-
     warn = " · ⚠ no better than chance" if any("chance" in w for w in gate_warnings(
         at, len(config.get("options") or [0, 0]), config.get("target_accuracy"))) else ""
     return (f"#{rec['id']} {rec['name']} · gate {rec['threshold']:.3f} ({rec['gate_source']}) · accuracy {acc} · "

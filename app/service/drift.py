@@ -6,9 +6,13 @@ from typing import Any, Mapping
 
 from adapter.calibrated import CalibratedPolicy
 
-from app.core.drift import SHIFT_THRESHOLD, Drift, compare
-from app.core.gates import Gate
-from app.core.records import Calibrated, Run
+from app.core.drift import FLIP_KINDS as FLIP_KINDS
+from app.core.drift import SHIFT_THRESHOLD as SHIFT_THRESHOLD
+from app.core.drift import Drift as Drift
+from app.core.drift import compare
+from app.core.drift import pair_frame as pair_frame
+from app.core.gates import Gate as Gate
+from app.core.records import Calibrated
 from app.core.store import Store
 
 
@@ -34,8 +38,3 @@ def runs_side_by_side(store: Store, run_a: Mapping[str, Any], run_b: Mapping[str
     """Run A (the baseline) against run B: rows paired by id and state."""
     return compare(store.results(run_a["id"]), store.results(run_b["id"]), gate=gate, shift_threshold=shift_threshold,
                    labels={"a": run_label(run_a), "b": run_label(run_b)})
-
-
-def comparable(store: Store, run: Mapping[str, Any]) -> list[Run]:
-    """Other runs of the same policy (candidates for "compare with")."""
-    return [r for r in store.list_runs() if r["id"] != run["id"] and r["policy_id"] == run["policy_id"]]

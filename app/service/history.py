@@ -1,7 +1,57 @@
-"""What History shows of a run at a glance (no Streamlit)."""
+"""History: the runs the store keeps, opened, pinned as the baseline, deleted, and what a run shows at a
+glance (no Streamlit). Pages read runs and results through here, never from the store directly."""
 from __future__ import annotations
 
+from typing import Any, Mapping, Sequence
+
+from app.core.records import Result, Run
 from app.core.stats import proportion
+from app.core.store import Store
+
+
+def runs(store: Store, *, kind: str | None = None) -> list[Run]:
+    """Every run (or every run of a kind), newest first, with its row, error and accuracy counts."""
+    return store.list_runs(kind=kind)
+
+
+def run(store: Store, run_id: int) -> Run | None:
+    return store.get_run(run_id)
+
+
+def results(store: Store, run_id: int) -> list[Result]:
+    """A run's results in row order."""
+    return store.results(run_id)
+
+
+def version(store: Store, run_id: int) -> tuple[int, int]:
+    """(results stored, newest result id): changes with every stored result - a page's cache key."""
+    return store.run_version(run_id)
+
+
+def baseline(store: Store) -> Run | None:
+    """The run pinned as the baseline, if any."""
+    return store.pinned_run()
+
+
+def pin(store: Store, run_id: int) -> None:
+    """Pin this run as the baseline (another pinned run is unpinned)."""
+    store.pin_run(run_id)
+
+
+def unpin(store: Store, run_id: int) -> None:
+    """Unpin this run only: another page may have pinned a newer one meanwhile."""
+    store.unpin_run(run_id)
+
+
+def delete(store: Store, run_id: int) -> None:
+    """The run and its results; cannot be undone."""
+    store.delete_run(run_id)
+
+
+def same_policy(runs: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> list[int]:
+    """The other runs of the run's policy, in the order given: what "compare with" offers (a run of
+    another policy answered another question)."""
+    return [r["id"] for r in runs if r["id"] != run["id"] and r["policy_id"] == run["policy_id"]]
 
 
 def accuracy_text(correct: int, labeled: int) -> str:

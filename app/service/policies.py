@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Literal, Mapping
 
 from adapter.guard import GUARDS as GUARDS
 from adapter.schema import DEBIAS as DEBIAS
@@ -13,6 +13,7 @@ from adapter.schema import MAX_OPTIONS as MAX_OPTIONS
 from adapter.schema import READOUTS as READOUTS
 
 from app.core.policies import changed_fields, parse_policy_json, policy_json, templates, validate_policy
+from app.core.records import Policy as PolicyRecord
 from app.core.store import StaleEdit, Store
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
@@ -88,6 +89,35 @@ def duplicate(store: Store, policy: Policy) -> Policy:
     return add_copy(store, policy, suffix="copy", label="copy")
 
 
+def saved(store: Store) -> list[PolicyRecord]:
+    """The saved policies (none yet: an empty list)."""
+    return store.list_policies()
+
+
+def get(store: Store, policy_id: str) -> PolicyRecord | None:
+    return store.get_policy(policy_id)
+
+
+def id_taken(new_id: str, editing: str | None, saved_ids: Collection[str], *, via: Literal["form", "json"]
+             ) -> dict[str, str]:
+    """The editor's error for a save under an id another saved policy has ({} when the id is free, or
+    the one being edited): a new policy from the form (its id comes from its name), or the JSON tab of a
+    saved policy naming another policy's id. `editing` is the saved policy's id, None for a new one."""
+    if new_id == editing or new_id not in saved_ids:
+        return {}
+    if via == "form" and editing is None:
+        return {"name": f"a policy with id {new_id!r} exists: choose another name"}
+    if via == "json" and editing is not None:
+        return {"json": f"id {new_id!r} belongs to another policy: keep {editing!r} or pick a new id"}
+    return {}
+
+
+def version_to_save(new_id: str, editing: str | None, version: int) -> int:
+    """The version a save from the editor is checked against: the edited policy's own, else 0 (a new
+    policy - the store refuses it when the id exists by then)."""
+    return version if editing is not None and new_id == editing else 0
+
+
 def save(store: Store, clean: Policy, expected_version: int) -> Policy:
     """Save a validated policy against the version the editor was built on (0: new); StaleEdit when
     another session saved or deleted it meanwhile - nothing is saved then."""
@@ -99,5 +129,5 @@ def delete(store: Store, policy_id: str) -> None:
 
 
 __all__ = ["DEBIAS", "GUARDS", "MAX_EXAMPLES", "MAX_OPTIONS", "READOUTS", "PolicyNotFound", "StaleEdit", "add_copy", "add_template",
-           "changed_fields", "delete", "duplicate", "parse_policy_json",
-           "policy_json", "resolve_policy", "save", "seed_templates", "templates", "validate_policy"]
+           "changed_fields", "delete", "duplicate", "get", "id_taken", "parse_policy_json", "policy_json",
+           "resolve_policy", "save", "saved", "seed_templates", "templates", "validate_policy", "version_to_save"]

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from app.core import decision_import as di
 from app.core.inputs import InputError
 from app.core.runner import ProgressFn
-from app.core.settings import WorkbenchSettings
+from app.settings import WorkbenchSettings
 from app.core.store import Store
 from app.targets.base import Target
 

@@ -2,13 +2,16 @@
 what a set can support before anything is scored."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from adapter.templates import DATA_DIR
 
+from app.core.evaluation import label_mismatch
 from app.core.inputs import InputError
 from app.core.labeled import import_file, set_support, shipped_sets
+from app.core.records import LabeledSet
 from app.core.store import Store
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
@@ -47,17 +50,32 @@ def import_upload(store: Store, name: str, data: bytes, policy: Policy) -> int:
     return import_file(store, name, data, policy)
 
 
+def listed(store: Store) -> list[LabeledSet]:
+    """Every stored labeled set, newest first."""
+    return store.list_labeled_sets()
+
+
+def of_policy(store: Store, policy_id: str) -> list[LabeledSet]:
+    """The sets made for this policy (their labels are its options)."""
+    return [s for s in store.list_labeled_sets() if s["policy_id"] == policy_id]
+
+
+def label_problem(store: Store, policy: Policy, set_id: int) -> str | None:
+    """Why the set's labels cannot evaluate this policy (labels that are none of its options), or None."""
+    return label_mismatch(policy, store.labeled_rows(set_id))
+
+
 def support(store: Store, set_id: int, policy: Policy, limit: int | None = None) -> dict[str, Any]:
     """What the set can support for this policy before scoring (rows per option, gate, offsets), when at
     most `limit` rows are scored."""
     return set_support(store.labeled_rows(set_id), [o["id"] for o in policy["options"]], limit)
 
 
-__all__ = ["LARGE", "SECONDS_PER_ROW", "InputError", "SetNotFound", "delete", "import_shipped", "import_upload", "minutes", "resolve_set",
-           "summary", "support"]
+__all__ = ["LARGE", "SECONDS_PER_ROW", "InputError", "SetNotFound", "delete", "import_shipped", "import_upload",
+           "label_problem", "listed", "minutes", "of_policy", "resolve_set", "summary", "support"]
 
 
-SECONDS_PER_ROW = 1.75  # the default model, warm, on 2 cores: p50 1.40-1.74 s a row (README, Benchmarks)
+SECONDS_PER_ROW = 1.75  # the default model, warm, on 2 cores: p50 1.40-1.74 s a row (docs/benchmarks.md)
 LARGE = 1000  # rows above which an upload is worth a warning before anyone scores it
 
 
@@ -78,8 +96,6 @@ def delete(store: Store, set_id: int) -> int:
 def summary(problems: list[str], policies: dict[str, Policy], shown: int = 10) -> list[str]:
     """A rejected upload in a few lines: how many rows, which labels are not options - and which policy
     they would fit - then the first problems."""
-    import re
-
     foreign = sorted({m.group(1) for p in problems if (m := re.search(r"label: '([^']*)' is not an option", p))})
     lines = [f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the file."]
     if foreign:

@@ -23,7 +23,7 @@ KEEP_FINISHED = 20  # finished tasks kept for the "done" notices
 
 
 class Stopped(StopScoring):
-    """The analyst pressed Stop, or the task's stop rule held: the runs it scored are resumable."""
+    """The task was stopped (the analyst pressed Stop): the runs it scored are resumable."""
 
 
 @dataclass
@@ -42,7 +42,6 @@ class Task:
     result: Any = None
     submitted: float = field(default_factory=time.time)
     finished: float | None = None
-    stop_when: Callable[[], str | None] | None = None  # a rule checked as rows arrive: a reason to stop, or None
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -56,15 +55,8 @@ class Task:
             self._stop.set()
 
     def check(self) -> None:
-        """Raise Stopped when a stop was asked for, or when the stop rule holds."""
-        if not self._stop.is_set() and self.stop_when is not None:
-            try:
-                reason = self.stop_when()
-            except Exception:  # a rule that cannot be read never stops the work
-                log.exception("task %s: the stop rule failed", self.id)
-                reason = None
-            if reason:
-                self.stop(reason)
+        """Raise Stopped when a stop was asked for (an evaluation's own stop rule is
+        app/service/evaluate.StopRule: it ends one target x readout, not the task)."""
         if self._stop.is_set():
             raise Stopped(self.stop_reason or "stopped")
 
@@ -109,10 +101,9 @@ class TaskRunner:
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
 
-    def submit(self, kind: str, label: str, page: str, work: Callable[[Task], Any], *,
-               stop_when: Callable[[], str | None] | None = None) -> Task:
+    def submit(self, kind: str, label: str, page: str, work: Callable[[Task], Any]) -> Task:
         """Queue `work(task)`; it reports through task.progress / task.progress_for and may be stopped."""
-        task = Task(next(self._ids), kind, label, page, stop_when=stop_when)
+        task = Task(next(self._ids), kind, label, page)
         with self._lock:
             self._tasks[task.id] = task
             finished = [t for t in self._tasks.values() if not t.active]

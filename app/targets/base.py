@@ -17,6 +17,15 @@ import httpx
 from adapter.schema import DecisionRequest, DecisionResult
 
 log = logging.getLogger("semif.workbench")
+# the model fields that fix a result's bits (app/core/reuse.py keys stored results by them)
+NUMERICS = ("sha256", "llama_cpp_version", "n_gpu_layers", "flash_attn", "default_readout", "default_debias")
+
+
+def numerics(model: dict | None) -> dict | None:
+    """The model fields that fix a result's bits, or None when the model is not known by its sha256."""
+    if not model or not model.get("sha256"):
+        return None
+    return {k: model.get(k) for k in NUMERICS}
 
 
 class TargetError(RuntimeError):

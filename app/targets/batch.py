@@ -11,10 +11,16 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from adapter.schema import DecisionRequest
+from botocore.exceptions import BotoCoreError, ClientError
 
-from app.core.settings import WorkbenchSettings
+from adapter.schema import DecisionRequest
+from deploy.config import DEFAULT_TRANSFORM_INSTANCE
+from deploy.errors import DeployError
+from deploy.transform import prepare_transform, site_from_form
+
+from app.settings import WorkbenchSettings
 from app.targets.base import Target, TargetError, TargetResult, decision_from
+from app.targets.remote import aws_error
 
 WORK = Path(tempfile.gettempdir()) / "semif-transform"
 
@@ -33,7 +39,7 @@ class BatchTransformTarget(Target):
                           "not single decisions: use the SageMaker endpoint target for those")
 
     def executor(self, on_event: Callable[[dict], None] | None = None):
-        from deploy.executor import Executor
+        from deploy.executor import Executor  # lazy: deploy.executor imports boto3 (start-up cost)
 
         poll = float(self.config.get("poll_seconds") or WorkbenchSettings.from_env().deploy_poll)
         return Executor(self.region, endpoint_url=self.config.get("endpoint_url") or None, poll_seconds=poll,
@@ -43,10 +49,6 @@ class BatchTransformTarget(Target):
                      ) -> list[TargetResult]:
         """One transform job for all `requests`; a result per request, in order. The latency of each
         is the job's wall time divided by its rows (Batch Transform has no per-row timing)."""
-        from deploy.config import DEFAULT_TRANSFORM_INSTANCE
-        from deploy.executor import DeployError
-        from deploy.transform import prepare_transform, site_from_form
-
         bodies = [r.model_dump(exclude_none=True) for r in requests]
         t0 = time.perf_counter()
         try:  # the model exists with its role and image: the job needs only the region and the bucket
@@ -73,10 +75,6 @@ class BatchTransformTarget(Target):
         return out
 
     def test_connection(self) -> str:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        from app.targets.remote import aws_error
-
         try:
             self.executor().client("sagemaker").describe_model(ModelName=self.model_name)
         except (ClientError, BotoCoreError) as exc:

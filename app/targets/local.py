@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 from adapter.schema import RequestError
 
-from app.targets.base import Target, TargetError
+from app.targets.base import Target, TargetError, numerics
 
 class LocalTarget(Target):
     def __init__(self, name: str, config: dict, engine_provider: Callable[[str | None], Any]):
@@ -19,8 +19,6 @@ class LocalTarget(Target):
         return True
 
     def numerics(self) -> dict | None:
-        from app.core.reuse import numerics
-
         return numerics(self.engine().info.public())
 
     def engine(self):

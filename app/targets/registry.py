@@ -14,9 +14,14 @@ from typing import Any, Callable, Mapping
 
 from adapter.catalog import SHIPPED
 from deploy.config import BUCKET_PATTERN, DEFAULT_TRANSFORM_INSTANCE, REGION_PATTERN, SAGEMAKER_NAME_PATTERN
+from deploy.pricing import HOURLY_USD, first_choice
 
-from app.core.engines import model_key
 from app.targets.base import KEY_PREFIX, Target, TargetError, key_env_problem
+from app.targets.batch import BatchTransformTarget
+from app.targets.chat import ChatTarget, chat_url
+from app.targets.engines import model_key
+from app.targets.local import LocalTarget
+from app.targets.remote import SageMakerTarget, SemIfTarget, SystemOneTarget
 
 Config = dict[str, Any]
 Snippet = tuple[str, str, str]  # (title, language, code)
@@ -91,8 +96,6 @@ def _check_url(cfg: Config) -> dict[str, str]:
 
 
 def _local(name: str, cfg: Config, ctx: BuildContext) -> Target:
-    from app.targets.local import LocalTarget
-
     if ctx.engine_provider is None:
         raise TargetError("the local target needs an engine provider")
     return LocalTarget(name, cfg, ctx.engine_provider)
@@ -122,14 +125,10 @@ def _offered() -> list[str]:
 
 
 def _semif(name: str, cfg: Config, ctx: BuildContext) -> Target:
-    from app.targets.remote import SemIfTarget
-
     return SemIfTarget(name, cfg, ctx.secrets)
 
 
 def _sagemaker(name: str, cfg: Config, ctx: BuildContext) -> Target:
-    from app.targets.remote import SageMakerTarget
-
     return SageMakerTarget(name, cfg)
 
 
@@ -150,8 +149,6 @@ def _sagemaker_snippets(cfg: Config, body: dict) -> list[Snippet]:
 def _sagemaker_price(cfg: Config, deployments: Deployments | None) -> tuple[float | None, str]:
     """The instance type of the deployment behind the endpoint - for a GPU pool its first choice
     (priority 1), as the Deploy page prices it."""
-    from deploy.pricing import HOURLY_USD, first_choice
-
     dep = deployments(cfg.get("endpoint_name", "")) if deployments is not None else None
     dep_cfg = (dep or {}).get("config") or {}
     if dep_cfg.get("compute") == "gpu":  # never the unused CPU type of a GPU deployment
@@ -164,26 +161,18 @@ def _sagemaker_price(cfg: Config, deployments: Deployments | None) -> tuple[floa
 
 
 def _systemone(name: str, cfg: Config, ctx: BuildContext) -> Target:
-    from app.targets.remote import SystemOneTarget
-
     return SystemOneTarget(name, cfg, ctx.secrets)
 
 
 def _chat(name: str, cfg: Config, ctx: BuildContext) -> Target:
-    from app.targets.chat import ChatTarget
-
     return ChatTarget(name, cfg, ctx.secrets)
 
 
 def _chat_snippets(cfg: Config, body: dict) -> list[Snippet]:
-    from app.targets.chat import chat_url
-
     return [("cURL", "bash", _curl(chat_url(cfg["url"]), body, cfg.get("api_key_env") or None))]
 
 
 def _batch(name: str, cfg: Config, ctx: BuildContext) -> Target:
-    from app.targets.batch import BatchTransformTarget
-
     return BatchTransformTarget(name, cfg)
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from adapter.schema import DecisionResult
+from botocore.exceptions import BotoCoreError, ClientError
 
-from app.core.settings import WorkbenchSettings
-from app.targets.base import KeyedTarget, Target, TargetError, decision_from, http_json
+from adapter.schema import DecisionResult
+from deploy.errors import friendly
+
+from app.settings import WorkbenchSettings
+from app.targets.base import KeyedTarget, Target, TargetError, decision_from, http_json, numerics
 from app.targets.chat import chat_body, chat_result
 
 class SemIfTarget(KeyedTarget):
@@ -22,8 +25,6 @@ class SemIfTarget(KeyedTarget):
     def numerics(self) -> dict | None:
         """From the adapter's /info (asked once per target object); None when it cannot be reached -
         the call that follows then reports why."""
-        from app.core.reuse import numerics
-
         if self._numerics is None:
             try:
                 data = http_json("GET", self.url + "/info", headers=self.auth(), timeout=5)
@@ -52,12 +53,7 @@ class SemIfTarget(KeyedTarget):
 
 def aws_error(exc: Exception) -> TargetError:
     """boto3 failures in words (no credentials, access denied, ...), the same ones the Deploy page uses."""
-    try:
-        from deploy.executor import friendly
-
-        return TargetError(f"SageMaker: {friendly(exc)}")
-    except ImportError:  # pragma: no cover - deploy/ ships with the workbench
-        return TargetError(f"SageMaker: {exc}")
+    return TargetError(f"SageMaker: {friendly(exc)}")
 
 
 class SageMakerTarget(Target):
@@ -77,8 +73,6 @@ class SageMakerTarget(Target):
         return boto3.client(service, region_name=self.region, endpoint_url=url)
 
     def _one(self, req):
-        from botocore.exceptions import BotoCoreError, ClientError
-
         chat = self.config.get("protocol") == "chat"
         body = chat_body(req, "default") if chat else req.model_dump(exclude_none=True)
         try:
@@ -94,8 +88,6 @@ class SageMakerTarget(Target):
         return body, data, (chat_result(req, data) if chat else decision_from(data, self.endpoint))
 
     def test_connection(self) -> str:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
             ep = self.client("sagemaker").describe_endpoint(EndpointName=self.endpoint)
         except (ClientError, BotoCoreError) as exc:

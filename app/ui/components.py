@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from app.service import decide
-from app.ui import charts, context
+from app.service import checks, decide, history, policies as policy_service, sets as set_service
+from app.ui import charts, context, resources
 from app.ui.safe_text import csv_safe, md
 from app.core.records import Policy
 from app.core.store import Store
@@ -146,7 +146,7 @@ class CheckSetup:
 
 def saved_policies(db: Store) -> list[Policy] | None:
     """The saved policies, or None after saying how to get the first one (every page that needs one)."""
-    saved = db.list_policies()
+    saved = policy_service.saved(db)
     if not saved:
         st.info("No policies yet: load the examples on the Playground page or create one on the Policies page.")
         return None
@@ -160,7 +160,7 @@ def check_setup(db: Store, key: str, *, default_limit: int, min_limit: int, vari
     if saved is None:
         return None
     policy = policy_picker(saved, key=f"{key}_policy")
-    sets = [s for s in db.list_labeled_sets() if s["policy_id"] == policy["id"]]
+    sets = set_service.of_policy(db, policy["id"])
     source = st.radio("States", ["set", "paste"] if sets else ["paste"], horizontal=True, key=f"{key}_source",
                       persist_state=context.KEEP,
                       format_func={"set": "from this policy's labeled set", "paste": "paste (one per line)"}.get)
@@ -177,9 +177,6 @@ def check_setup(db: Store, key: str, *, default_limit: int, min_limit: int, vari
 
 def check_inputs(db: Store, setup: CheckSetup) -> tuple[list[Any], Any] | None:
     """On a check page's Run: (the states to score, the built target), or None after saying what is wrong."""
-    from app.service import checks
-    from app.ui import resources
-
     try:
         cases = checks.states(db, set_id=setup.set_id, pasted=setup.pasted, limit=setup.limit)
     except checks.InputError as exc:
@@ -192,7 +189,7 @@ def check_inputs(db: Store, setup: CheckSetup) -> tuple[list[Any], Any] | None:
 def saved_check(db: Store, kind: str, key: str, describe) -> Mapping[str, Any] | None:  # type: ignore[no-untyped-def]
     """The saved check runs of a kind, newest first, in a picker (`key`; the one just made is opened by
     ui.tasks.collect); the run picked, or None when there is none yet."""
-    runs = db.list_runs(kind=kind)
+    runs = history.runs(db, kind=kind)
     if not runs:
         return None
     by_id = {r["id"]: r for r in runs}

@@ -6,11 +6,9 @@ from typing import Any, Mapping
 
 import streamlit as st
 
-from app.core.drift import FLIP_KINDS, SHIFT_THRESHOLD, pair_frame
-from app.core.gates import Gate
 from app.core.store import Store
 from app.service import drift as drift_service
-from app.service.drift import run_label
+from app.service.drift import FLIP_KINDS, SHIFT_THRESHOLD, Gate, pair_frame, run_label
 from app.ui.drift_report import figures, html_report, json_text
 from app.ui.safe_text import md
 

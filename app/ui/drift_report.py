@@ -7,7 +7,7 @@ import html
 import json
 
 from app.ui import charts
-from app.core.drift import FLIP_KINDS, Drift, pair_frame
+from app.service.drift import FLIP_KINDS, Drift, pair_frame
 
 
 def figures(drift: Drift) -> list:

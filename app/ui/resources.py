@@ -6,12 +6,13 @@ from typing import Callable
 
 import streamlit as st
 
-from app.core.engines import EnginePool
-from app.core.settings import WorkbenchSettings
+from adapter.settings import SettingsError
+
+from app.targets.engines import EnginePool
+from app.settings import WorkbenchSettings
 from app.core.store import Store, StoreUnavailable
 from app.service import targets as target_service
 from app.targets.base import Target, TargetError
-from app.targets.local import LocalTarget
 from app.ui.safe_text import md
 
 
@@ -31,7 +32,7 @@ def load_models(targets: list[Target]) -> None:
     pool = engines()
     for t in targets:
         ref = t.config.get("model") or None
-        if not isinstance(t, LocalTarget) or pool.is_loaded(ref):
+        if t.kind != "local" or pool.is_loaded(ref):  # only a local target loads a model here
             continue
         with st.status(f"Loading {md(pool.describe(ref))} for **{md(t.name)}**…", expanded=False) as status:
             bar = st.empty()
@@ -59,7 +60,12 @@ def chosen_targets(db: Store, names: list[str]) -> list[Target] | None:
 def store() -> Store:
     """One Store (its schema migration run once) per database path per server process; SEMIF_DB
     is read on every rerun, so a changed path gets its own."""
-    return store_at(str(WorkbenchSettings.from_env().db))
+    return store_at(db_path())
+
+
+def db_path() -> str:
+    """The database this rerun uses (SEMIF_DB): the key of a page's cached reads, with store_at."""
+    return str(WorkbenchSettings.from_env().db)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -83,8 +89,6 @@ def secrets() -> dict:
 def run_page(render: Callable[[], None]) -> None:
     """Each page's entry point: a database that cannot be written (read-only, disk full) is one line
     on the page naming the file and the fix, not a traceback."""
-    from adapter.settings import SettingsError
-
     try:
         render()
     except StoreUnavailable as exc:

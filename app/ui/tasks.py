@@ -64,9 +64,9 @@ def _finished_notes(tasks: TaskRunner, current_page: str) -> None:
     st.session_state["tasks_seen"] = time.time()
 
 
-def submit(kind: str, label: str, page: str, work, *, stop_when=None) -> Task:  # type: ignore[no-untyped-def]
+def submit(kind: str, label: str, page: str, work) -> Task:  # type: ignore[no-untyped-def]
     """Queue work on the worker and remember it for this session; the panel shows it at once."""
-    task = runner().submit(kind, label, page, work, stop_when=stop_when)
+    task = runner().submit(kind, label, page, work)
     st.session_state.setdefault("tasks_mine", []).append(task.id)
     return task
 

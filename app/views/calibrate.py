@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app.service import evaluate, review, sets as set_service, targets
+from app.service import evaluate, history, review, sets as set_service, targets
 from app.ui import charts, context, resources, tasks
 from app.ui.components import glossary, saved_policies
 from app.ui.safe_text import md
@@ -23,7 +23,7 @@ def calibration_view(db_path: str, run_id: int, version: tuple, target_acc: floa
 @st.cache_data(show_spinner=False, max_entries=64)
 def readout_rows(db_path: str, versions: tuple) -> list[dict]:
     db = resources.store_at(db_path)
-    return evaluate.readouts(db, [r for r in (db.get_run(rid) for rid, _ in versions) if r is not None])
+    return evaluate.readouts(db, [r for r in (history.run(db, rid) for rid, _ in versions) if r is not None])
 
 
 HEAD_LABELS = {"auto": "auto (only beyond noise)", "none": "none", "linc": "LinC (log-probs)",
@@ -38,7 +38,7 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
         st.session_state["cal_up_policy"] = st.session_state["cal_up_for"] = for_policy
     uploading = st.session_state.get("cal_upload") is not None
     # a stable key: the expander keeps the state the user gave it when the sets change underneath
-    with st.expander("Labeled sets", expanded=not db.list_labeled_sets() or uploading, key="cal_sets_box"):
+    with st.expander("Labeled sets", expanded=not set_service.listed(db) or uploading, key="cal_sets_box"):
         c1, c2 = st.columns(2)
         if c1.button("Import the shipped labeled sets", key="cal_ship"):
             n = set_service.import_shipped(db, policies)
@@ -64,7 +64,7 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
                                "(Evaluate → Stop early) with a fair sample, and resume later.")
                 for message in support["messages"]:
                     st.warning(md(message))
-        sets = db.list_labeled_sets()
+        sets = set_service.listed(db)
         if sets:
             st.dataframe(pd.DataFrame(sets)[["id", "name", "policy_id", "n_rows", "content_hash", "created_at"]],
                          hide_index=True)
@@ -111,7 +111,7 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
     if added := review.new_rows(db, sid):
         st.info(f"Set #{sid} is set #{sets[sid]['parent_id']} + {added} reviewed rows: evaluating it scores only "
                 f"those {added} rows - the others are copied from the stored results of the same model and request.")
-    problem = evaluate.label_mismatch(policies[pid], db.labeled_rows(sid))
+    problem = set_service.label_problem(db, policies[pid], sid)
     if problem:
         st.error(f"**Labeled set**: {md(problem)}")
     # what the set can support, said before anything is scored - for at most the rows Stop early asks for
@@ -349,8 +349,8 @@ def render() -> None:
     if saved is None:
         return
     policies = {p["id"]: p for p in saved}
-    sets_section(db, policies, current_policy(policies, {s["id"]: s for s in db.list_labeled_sets()}))
-    sets = {s["id"]: s for s in db.list_labeled_sets()}
+    sets_section(db, policies, current_policy(policies, {s["id"]: s for s in set_service.listed(db)}))
+    sets = {s["id"]: s for s in set_service.listed(db)}
     if not sets:
         st.info("Import a labeled set to start (the shipped ones cover ticket routing, refund check, incident "
                 "priority and content moderation).")
@@ -364,12 +364,12 @@ def render() -> None:
     version = f"v{policy.get('version') or '?'}"
     if older:  # another question or other options: not comparable, never exported for this version
         with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - kept apart, not exportable"):
-            st.dataframe(pd.DataFrame(readout_rows(str(db.path), tuple((r["id"], db.run_version(r["id"])) for r in older))),
+            st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"])) for r in older))),
                          hide_index=True, key="cal_older")
     if not runs:
         st.caption(f"No evaluation of this policy as saved now ({version}) on this set yet.")
         return
-    rows = readout_rows(str(db.path), tuple((r["id"], db.run_version(r["id"])) for r in runs))
+    rows = readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"])) for r in runs))
     st.markdown(f"**Readouts side by side** (this policy as saved now, {version} × this set)")
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="cal_compare", column_config={
         "accuracy": st.column_config.NumberColumn(format="%.3f"), "macro_f1": st.column_config.NumberColumn(format="%.3f"),
@@ -397,7 +397,8 @@ def render() -> None:
                         help="auto: a head fitted on these labeled rows is exported only when it beats the corrections "
                              "beyond noise (out of fold); or pick one yourself")
     try:
-        cal = calibration_view(str(db.path), rid, db.run_version(rid), target_acc, per_option, head or "auto")
+        cal = calibration_view(resources.db_path(), rid, history.version(db, rid), target_acc, per_option,
+                               head or "auto")
     except ValueError as exc:
         st.error(md(exc))
         return

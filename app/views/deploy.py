@@ -20,7 +20,7 @@ UPLOAD = -1
 
 def policy_picker(db) -> tuple[str, str]:
     """(path of the calibrated policy JSON to ship, the model it was calibrated on) - '' for none."""
-    saved = {c["id"]: c for c in db.list_calibrated()}
+    saved = deploy.calibrated(db)
     if "dep_cal" not in st.session_state and saved:  # the policy just saved on Calibrate, else the newest
         just = (st.session_state.get("cal_saved") or [None])[0]
         st.session_state["dep_cal"] = just if just in saved else next(iter(saved))
@@ -171,7 +171,7 @@ def deployments(db, endpoint_url, poll) -> None:
     if dep["status"] in ("planned", "superseded"):  # a plan that never ran created nothing to watch or destroy
         st.caption("This plan never ran: nothing was created in AWS.")
         st.markdown("**Audit log**")
-        st.dataframe(pd.DataFrame(db.audit_log(pick)), hide_index=True)
+        st.dataframe(pd.DataFrame(deploy.audit_log(db, pick)), hide_index=True)
         return
     c1, c2 = st.columns(2)
     if c1.button("Refresh status", key="dep_refresh"):
@@ -193,7 +193,7 @@ def deployments(db, endpoint_url, poll) -> None:
             except deploy.DeployError as exc:
                 st.error(md(exc))
     st.markdown("**Audit log**")
-    st.dataframe(pd.DataFrame(db.audit_log(pick)), hide_index=True)
+    st.dataframe(pd.DataFrame(deploy.audit_log(db, pick)), hide_index=True)
 
 
 def render() -> None:

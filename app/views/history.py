@@ -4,7 +4,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import streamlit as st
 
-from app.service import decide, history, production, targets
+from app.service import decide, history, policies as policy_service, production, targets
 from app.ui import context, resources
 from app.ui.components import download_frame, show_group_results
 from app.ui.drift_panel import render_drift
@@ -41,20 +41,20 @@ def render() -> None:
     import_section(db)
     if "hist_open_next" in st.session_state:  # set by a replay or an import, after the run picker was drawn
         context.put("run", st.session_state.pop("hist_open_next"))
-    runs = db.list_runs()
+    runs = history.runs(db)
     if not runs:
         st.info("No runs yet. Every run from the Playground, Compare and Calibrate pages is saved here.")
         return
     failed = [r for r in runs if r["status"] == "failed"]
     runs = [r for r in runs if r["status"] != "failed"]
-    baseline = db.pinned_run()
+    baseline = history.baseline(db)
     if runs:
         st.dataframe(runs_table(runs), hide_index=True, key="hist_table", width="stretch")
     if failed:
         with st.expander(f"Failed attempts ({len(failed)}): every call of these runs failed"):
             st.dataframe(runs_table(failed)[["run", "when", "kind", "policy", "target", "rows"]], hide_index=True)
             for r in failed[:5]:
-                first = db.results(r["id"])
+                first = history.results(db, r["id"])
                 err = first[0]["error"] if first else None
                 st.caption(f"#{r['id']} {md(r['target_name'])}: {md(err or 'no result')}")
     by_id = {r["id"]: r for r in runs + failed}
@@ -69,7 +69,7 @@ def render() -> None:
                                              + (" · baseline" if by_id[i]["pinned"] else ""))
     run = by_id[rid]
     context.put("run", rid)
-    results = db.results(rid)
+    results = history.results(db, rid)
     if run["kind"] == "playground":
         show_group_results(db, run["group_id"], key="hist")
     frame = results_table(results)
@@ -82,14 +82,14 @@ def render() -> None:
     c1, c2 = st.columns(2)
     if c1.button("Unpin baseline" if run["pinned"] else "Pin as baseline", key="hist_pin"):
         if run["pinned"]:
-            db.unpin_run(rid)  # this run only: another page may have pinned a newer one meanwhile
+            history.unpin(db, rid)  # this run only: another page may have pinned a newer one meanwhile
         else:
-            db.pin_run(rid)
+            history.pin(db, rid)
         st.rerun()
     with c2.popover("Delete run"):
         st.write(f"Delete run #{rid} and its {len(results)} results? This cannot be undone.")
         if st.button("Delete", type="primary", key="hist_delete"):
-            db.delete_run(rid)
+            history.delete(db, rid)
             st.session_state.pop("hist_open", None)
             context.put("run", None)
             st.rerun()
@@ -97,7 +97,7 @@ def render() -> None:
     if run["kind"] == "production":
         production_section(db, run)
     st.subheader("Compare with another run")
-    others = [i for i in by_id if i != rid and by_id[i]["policy_id"] == run["policy_id"]]
+    others = history.same_policy(list(by_id.values()), run)
     if st.session_state.get("hist_cmp_for") != rid or st.session_state.get("hist_cmp") not in [None, *others]:
         st.session_state["hist_cmp"] = baseline["id"] if baseline and baseline["id"] in others else None
     st.session_state["hist_cmp_for"] = rid  # a newly opened run starts from the pinned baseline
@@ -137,7 +137,7 @@ def production_section(db, run: Mapping[str, Any]) -> None:
 def import_section(db) -> None:
     """The adapter's decision log (a file, or CloudWatch Logs) as a production run."""
     with st.expander("Import a decision log (production traffic)", key="hist_log_box"):
-        policies = {p["id"]: p for p in db.list_policies()}
+        policies = {p["id"]: p for p in policy_service.saved(db)}
         if not policies:
             st.caption("Load or create the policy the decisions were made with first (Playground, Policies).")
             return

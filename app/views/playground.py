@@ -34,7 +34,9 @@ def welcome(db) -> None:
             "shipped local model - no AWS account needed.")
     if st.button("Load the examples and run a first decision", type="primary", key="pg_seed"):
         policies.seed_templates(db)
-        run(db, db.get_policy("ticket-routing"), FIRST_STATE, ["local"], {})
+        first = policies.get(db, "ticket-routing")
+        if first is not None:  # seeded just now (or earlier)
+            run(db, first, FIRST_STATE, ["local"], {})
         st.session_state["pg_state"] = FIRST_STATE
         st.rerun()
     st.page_link("views/policies.py", label="…or write your own policy", icon=":material/description:")
@@ -43,7 +45,7 @@ def welcome(db) -> None:
 def render() -> None:
     st.title("Playground")
     db = resources.store()
-    saved = db.list_policies()
+    saved = policies.saved(db)
     if not saved:
         welcome(db)
         return

@@ -128,7 +128,7 @@ def rows_editor(kind: str, view: str, current: Mapping[str, Any], columns: tuple
 def render() -> None:
     st.title("Policies")
     db = resources.store()
-    policies = {p["id"]: p for p in db.list_policies()}
+    policies = {p["id"]: p for p in policy_service.saved(db)}
     template_sidebar(db)
     if st.session_state.get("pol_saved"):
         st.toast(f"Saved {md(st.session_state.pop('pol_saved'))}")
@@ -233,11 +233,11 @@ def render() -> None:
             data = draft(st.session_state, view, current, json_start(pick, current))
             data.pop("json")
             clean, errs = policy_service.validate_policy(data)
-            if clean and pick == NEW and clean["id"] in policies:
-                errs = {"name": f"a policy with id {clean['id']!r} exists: choose another name"}
-                clean = None
-            if clean:
-                save(db, clean, version if pick != NEW else 0, errors_key, view)  # reruns unless the edit is stale
+            editing = None if pick == NEW else pick
+            if clean and (taken := policy_service.id_taken(clean["id"], editing, policies, via="form")):
+                errs, clean = taken, None
+            if clean:  # reruns unless the edit is stale
+                save(db, clean, policy_service.version_to_save(clean["id"], editing, version), errors_key, view)
             else:
                 st.session_state[errors_key] = errs
             st.rerun()
@@ -248,11 +248,11 @@ def render() -> None:
         field_error("json")
         if st.button("Apply JSON", key=f"pol_apply_{view}"):
             clean, errs = policy_service.parse_policy_json(text)
-            if clean and pick != NEW and clean["id"] != pick and clean["id"] in policies:
-                errs = {"json": f"id {clean['id']!r} belongs to another policy: keep {pick!r} or pick a new id"}
-                clean = None
-            if clean:
-                save(db, clean, version if clean["id"] == pick else 0, errors_key, view)  # reruns unless stale
+            editing = None if pick == NEW else pick
+            if clean and (taken := policy_service.id_taken(clean["id"], editing, policies, via="json")):
+                errs, clean = taken, None
+            if clean:  # reruns unless stale
+                save(db, clean, policy_service.version_to_save(clean["id"], editing, version), errors_key, view)
             else:
                 st.session_state[errors_key] = errs
             st.rerun()

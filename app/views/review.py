@@ -6,7 +6,7 @@ import json
 
 import streamlit as st
 
-from app.service import review
+from app.service import review, sets as set_service
 from app.ui import context, resources
 from app.ui.components import saved_policies
 from app.ui.drift_panel import gate_choice
@@ -29,7 +29,7 @@ def render() -> None:
                        on_change=context.changed("rv_policy", "policy"))
     context.put("policy", pid)
     policy = policies[pid]
-    sets = [s for s in db.list_labeled_sets() if s["policy_id"] == pid]
+    sets = set_service.of_policy(db, pid)
     if not sets:
         st.info("No labeled set of this policy yet: import one on the Calibrate page - reviewed rows are added to it "
                 "as a new version.")

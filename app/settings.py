@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 from adapter.settings import Port, PositiveFloat, PositiveInt
 from deploy.settings import AwsSettings
 
-DEFAULT_DB = Path(__file__).resolve().parents[2] / "data" / "workbench.db"
+DEFAULT_DB = Path(__file__).resolve().parents[1] / "data" / "workbench.db"
 
 
 class WorkbenchSettings(AwsSettings):

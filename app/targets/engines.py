@@ -25,7 +25,7 @@ from adapter.catalog import SHIPPED
 from adapter.engine import Engine, EngineConfig
 from adapter.models import Progress, default_ref, describe_model
 
-from app.core.settings import WorkbenchSettings
+from app.settings import WorkbenchSettings
 
 log = logging.getLogger("semif.workbench")
 _GENERATIONS = itertools.count(1)

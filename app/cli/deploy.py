@@ -1,0 +1,35 @@
+"""`python -m app deploy ...`: deploy's own CLI (plan, apply, status, invoke, destroy, transform) with the
+workbench's SQLite as its ledger (app/core/deploy_records.StoreRecorder) instead of deploy's audit file,
+so the Deploy page and the Playground see what the command did."""
+from __future__ import annotations
+
+import argparse
+
+from deploy import cli
+
+from app.core.store import Store
+from app.service import deploy as deploy_service
+from app.service.deploy import StoreRecorder
+from app.settings import WorkbenchSettings
+
+
+def open_store(db: str | None = None) -> Store:
+    """The workbench store the CLI records into (SEMIF_DB or data/workbench.db when db is None)."""
+    return Store(db)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m app deploy ...`: deploy's CLI, recording into the workbench store (--db)."""
+    def add_db(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--db", help="workbench SQLite (default: SEMIF_DB or data/workbench.db)")
+
+    runtime_url = WorkbenchSettings.from_env().aws_runtime_url
+
+    def ledger(args: argparse.Namespace) -> StoreRecorder:
+        # a live endpoint becomes a target (reached through SEMIF_AWS_RUNTIME_URL when set, e.g. a test shim)
+        return deploy_service.ledger(open_store(args.db), runtime_url or args.endpoint_url)
+
+    doc = (cli.__doc__ or "").split("Every apply/destroy")[0].replace("python -m deploy", "python -m app deploy")
+    return cli.main(argv, prog="python -m app deploy", add_ledger_args=add_db, open_ledger=ledger,
+                    description=doc + "Every apply/destroy is recorded in the workbench's SQLite (deployments + "
+                    "audit log), and a live endpoint becomes a target in the Playground.\n")

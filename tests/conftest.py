@@ -167,7 +167,7 @@ def two_model_runs(store, smollm2, qwen05, n_rows: int = 12, set_name: str = "ti
     import tempfile
 
     from adapter.templates import load_template
-    from app.core import evaluation
+    from app.core import runs
     from app.core.labeled import import_file
     from app.targets.local import LocalTarget
 
@@ -176,14 +176,14 @@ def two_model_runs(store, smollm2, qwen05, n_rows: int = 12, set_name: str = "ti
     folder = Path(tmp_path or tempfile.mkdtemp(prefix="semif-drift-"))
     set_id = import_file(store, f"{set_name}-{n_rows}.jsonl", subset_file(folder, set_name, n_rows, n_train=0).read_bytes(),
                          policy)
-    runs = []
+    made = []
     for name, eng in (("local", smollm2), ("local-qwen2.5-coder-0.5b", qwen05)):
         target = LocalTarget(name, {"model": "" if name == "local" else "qwen2.5-coder-0.5b"}, lambda model, e=eng: e)
-        run_id, _ = evaluation.find_or_start(store, policy=policy, set_id=set_id, target=target,
-                                             variant=evaluation.VARIANTS["option-words"])
-        evaluation.resume_eval(store, run_id, target)
-        runs.append(run_id)
-    return runs[0], runs[1]
+        run_id, _ = runs.find_or_start(store, policy=policy, set_id=set_id, target=target,
+                                       variant=runs.VARIANTS["option-words"])
+        runs.resume_eval(store, run_id, target)
+        made.append(run_id)
+    return made[0], made[1]
 
 
 @pytest.fixture

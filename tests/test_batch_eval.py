@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from adapter.templates import load_template
-from app.core import evaluation
+from app.core import runs
 from app.targets.engines import EnginePool
 from app.core.labeled import import_file
 from app.core.store import Store
@@ -44,22 +44,22 @@ def batch(aws_env, adapter_server, tmp_path, monkeypatch):
 
 def local_probabilities(db, policy, set_id) -> dict[str, list[float]]:
     target = target_by_name(db, "local", EnginePool())
-    run_id, _ = evaluation.find_or_start(db, policy=policy, set_id=set_id, target=target)
-    evaluation.resume_eval(db, run_id, target, reuse=False)  # scored here: not copied from the batch job's results
+    run_id, _ = runs.find_or_start(db, policy=policy, set_id=set_id, target=target)
+    runs.resume_eval(db, run_id, target, reuse=False)  # scored here: not copied from the batch job's results
     return {r["row_key"]: r["probabilities"] for r in db.results(run_id)}
 
 
 def test_cli_batch_transform_equals_the_local_evaluation_and_resumes_row_by_row(batch):
     db, policy, set_id, jobs = batch
     target = target_by_name(db, "batch", EnginePool())
-    run_id, _ = evaluation.find_or_start(db, policy=policy, set_id=set_id, target=target)
+    run_id, _ = runs.find_or_start(db, policy=policy, set_id=set_id, target=target)
 
     def stop_after_three(done, total, eta):  # a worker killed while it ingests the job's results
         if done == 3:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        evaluation.resume_eval(db, run_id, target, stop_after_three)
+        runs.resume_eval(db, run_id, target, stop_after_three)
     first = {r["row_key"]: r["id"] for r in db.results(run_id)}
     assert len(first) == 3 and db.get_run(run_id)["status"] == "interrupted"
     # resumed from the command line: only the 5 missing rows go into a second job

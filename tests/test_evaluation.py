@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy
-from app.core import evaluation
+from app.core import runs, export
 from app.core.store import Store
 from tests.conftest import ROOT, ServerProcess, subset_file
 
@@ -76,11 +76,11 @@ def test_examples_from_train_are_never_scored(tmp_path):
     rows = [{"row_key": f"r{i}", "state": f"s{i}", "label": "yes" if i % 2 else "no",
              "split": "train" if i < 4 else "test"} for i in range(10)]
     policy = {"id": "p", "question": "q", "options": [{"id": "yes"}, {"id": "no"}], "examples": []}
-    evaluated, scored = evaluation.plan_eval(policy, rows, "train", 2)
+    evaluated, scored = runs.plan_eval(policy, rows, "train", 2)
     assert [e["option_id"] for e in evaluated["examples"]] == ["no", "yes"]  # one per label first
     assert {r["row_key"] for r in scored} == {f"r{i}" for i in range(4, 10)}
     untagged = [{**r, "split": None} for r in rows]
-    evaluated, scored = evaluation.plan_eval(policy, [{**r, "split": "train"} if i < 2 else r
+    evaluated, scored = runs.plan_eval(policy, [{**r, "split": "train"} if i < 2 else r
                                                       for i, r in enumerate(untagged)], "train", 2)
     used = {e["state"] for e in evaluated["examples"]}
     assert not used & {r["state"] for r in scored}
@@ -103,11 +103,12 @@ def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
     """Scored with the content-free correction, a run holds both score families; calibration picks
     the correction out of fold (here: fitted offsets, which beat temperature alone - the fixture
     prefers one answer) and the adapter, given the exported policy, re-scores every row with that
-    correction and decides exactly as the page computed."""
+    correction and decides exactly as the page computed. (`--head none`: on these rows a hidden-state
+    head wins beyond noise even on the fixture model - tests/test_head_roundtrip.py covers that path.)"""
     db, out = tmp_path / "wb.db", tmp_path / "refund.policy.json"
     proc = subprocess.run(calibrate_cmd(db, "--policy", "refund-check", "--readout", "option-words", "--debias",
                                         "content-free", "--labeled-set", str(subset_file(tmp_path, "refund-check", 48)),
-                                        "--gate", "0.55", "--fallback", "human-review", "--out", str(out)),
+                                        "--gate", "0.55", "--fallback", "human-review", "--head", "none", "--out", str(out)),
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     policy = load_policy(out)
@@ -118,7 +119,7 @@ def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
     store = Store(db)
     (run,) = store.list_runs(kind="eval")
     results = [r for r in store.results(run["id"]) if not r["error"]]
-    page = evaluation.applied_metrics(policy, results)
+    page = export.applied_metrics(policy, results)
     assert page == policy.metrics["at_gate"]  # what the page/CLI showed is what was exported
     assert 0 < page["decided"] < page["n"]  # the gate really splits the set
 
@@ -131,7 +132,7 @@ def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
         served = httpx.post(srv.url + "/invocations", json=rows, timeout=300).json()
         decided = correct = 0
         for r, s in zip(results, served):
-            scored = evaluation.scored_probabilities(r, policy.debias)
+            scored = runs.scored_probabilities(r, policy.debias)
             assert s["probabilities"] == scored and s["debias"] == policy.debias  # same model and prompt: bit for bit
             local = policy.apply(r["option_ids"], scored)
             assert s["decision"]["option_id"] == local["option_id"] and s["decision"]["gated"] == local["gated"]
@@ -217,8 +218,8 @@ def test_object_states_are_scored_as_the_runtime_renders_them(tmp_path, engine):
     set_id = import_file(db, "s.jsonl", data, policy)
     assert [r["state"] for r in db.labeled_rows(set_id)] == [{"ticket": "charged twice", "plan": "pro"}, "42"]
     target = LocalTarget("local", {}, lambda model: engine)
-    run_id, _ = evaluation.find_or_start(db, policy=policy, set_id=set_id, target=target)
-    evaluation.resume_eval(db, run_id, target)
+    run_id, _ = runs.find_or_start(db, policy=policy, set_id=set_id, target=target)
+    runs.resume_eval(db, run_id, target)
     stored = {r["row_key"]: r for r in db.results(run_id)}
     assert stored["obj"]["request"]["state"] == {"ticket": "charged twice", "plan": "pro"} and stored["num"]["state"] == "42"
     runtime = engine.score(request_for(policy, {"ticket": "charged twice", "plan": "pro"}, "obj"))
@@ -235,12 +236,12 @@ def test_default_variant_resolves_to_what_the_model_reads(engine):
 
     target = LocalTarget("local", {}, lambda model: engine)
     policy = {**load_template("ticket-routing"), "readout": "", "debias": ""}
-    default = evaluation.resolve_variant(evaluation.VARIANTS["default"], policy, target)
+    default = runs.resolve_variant(runs.VARIANTS["default"], policy, target)
     assert (default.readout, default.debias) == (engine.info.default_readout, engine.info.default_debias)
-    assert default.name in evaluation.VARIANTS  # the same readings as a variant the page offers
-    chosen = evaluation.resolve_variant(evaluation.VARIANTS["letters + content-free"], policy, target)
+    assert default.name in runs.VARIANTS  # the same readings as a variant the page offers
+    chosen = runs.resolve_variant(runs.VARIANTS["letters + content-free"], policy, target)
     assert (chosen.readout, chosen.debias) == ("letters", "content-free")
-    own = evaluation.resolve_variant(evaluation.VARIANTS["default"], {**policy, "readout": "letters"}, target)
+    own = runs.resolve_variant(runs.VARIANTS["default"], {**policy, "readout": "letters"}, target)
     assert own.readout == "letters"  # the policy's own choice wins over the model's
-    plan = evaluation.distinct_variants(["default", default.name, "letters + content-free"], policy, target)
+    plan = runs.distinct_variants(["default", default.name, "letters + content-free"], policy, target)
     assert [same for _, _, same in plan] == [None, "default", None]  # 'default' and its readout: scored once

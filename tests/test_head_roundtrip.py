@@ -15,7 +15,7 @@ import pytest
 from adapter.calibrated import load_policy, row_inputs
 from adapter.schema import HiddenState
 from adapter.templates import load_template, request_for
-from app.core import evaluation
+from app.core import export
 from app.core.store import Store
 from tests.conftest import ROOT, ServerProcess, subset_file
 
@@ -63,10 +63,10 @@ def test_calibrate_exports_a_head_with_out_of_fold_numbers(head_policy):
     metrics = policy.metrics
     (run,) = Store(db).list_runs(kind="eval")
     results = [r for r in Store(db).results(run["id"]) if not r["error"]]
-    cal = evaluation.calibrate_run(Store(db), run["id"], head="hidden")
+    cal = export.calibrate(Store(db), run["id"], head="hidden")
     # the headline at the gate is out of fold; on the rows it was fitted on the head looks better
-    assert metrics["at_gate"] == evaluation.applied_metrics(policy, results, oof=cal["oof"])
-    assert metrics["at_gate_fitted_rows"] == evaluation.applied_metrics(policy, results)
+    assert metrics["at_gate"] == export.applied_metrics(policy, results, oof=cal.oof)
+    assert metrics["at_gate_fitted_rows"] == export.applied_metrics(policy, results)
     assert metrics["at_gate_fitted_rows"]["accuracy"] >= metrics["at_gate"]["accuracy"]
     assert {c["kind"] for c in metrics["head"]["candidates"]} == {"linc", "hidden", "stacked"}
     assert len(json.dumps(policy.head.model_dump())) < 40_000  # compact: float16 weights
@@ -118,5 +118,5 @@ def test_a_check_with_the_head_policy_reads_the_head(head_policy, tmp_path):
     store = Store(db)
     check_run = store.list_runs(kind="check")[0]
     results = store.results(check_run["id"])
-    fitted = evaluation.applied_metrics(load_policy(out), results)
+    fitted = export.applied_metrics(load_policy(out), results)
     assert f"{fitted['decided']}/{fitted['n']}" in proc.stdout or f"{fitted['coverage']:.1%}" in proc.stdout, proc.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from adapter.templates import load_template, request_for
-from app.core import evaluation, reuse
+from app.core import runs, reuse
 from app.core.labeled import import_file
 from app.core.runner import Case, run_policy
 from app.core.store import Store
@@ -21,12 +21,12 @@ def test_a_grown_labeled_set_scores_only_its_new_rows(tmp_path, engine):
     first = import_file(db, "v1.jsonl", "\n".join(lines[:7]).encode(), policy)
     grown = import_file(db, "v2.jsonl", "\n".join(lines).encode(), policy)  # 3 rows more: a new set version
     target = LocalTarget("local", {}, lambda model: engine)
-    run1, _ = evaluation.find_or_start(db, policy=policy, set_id=first, target=target)
-    out1 = evaluation.resume_eval(db, run1, target)
+    run1, _ = runs.find_or_start(db, policy=policy, set_id=first, target=target)
+    out1 = runs.resume_eval(db, run1, target)
     assert (out1["evaluated"], out1["reused"]) == (7, 0)
-    run2, resumed = evaluation.find_or_start(db, policy=policy, set_id=grown, target=target)
+    run2, resumed = runs.find_or_start(db, policy=policy, set_id=grown, target=target)
     assert not resumed  # another set: another run...
-    out2 = evaluation.resume_eval(db, run2, target)
+    out2 = runs.resume_eval(db, run2, target)
     assert (out2["evaluated"], out2["reused"]) == (3, 7)  # ...but only the new rows reach the model
     old = {r["row_key"]: r for r in db.results(run1)}
     for r in db.results(run2):
@@ -41,8 +41,8 @@ def test_a_grown_labeled_set_scores_only_its_new_rows(tmp_path, engine):
     again = engine.score(request_for(policy, row["state"], key), fresh=True)
     assert again.probabilities == old[key]["probabilities"]
     # asked not to reuse, every row is scored
-    run3 = evaluation.start_eval(db, policy=policy, set_id=grown, target=target)
-    out3 = evaluation.resume_eval(db, run3, target, reuse=False)
+    run3 = runs.start_eval(db, policy=policy, set_id=grown, target=target)
+    out3 = runs.resume_eval(db, run3, target, reuse=False)
     assert (out3["evaluated"], out3["reused"]) == (10, 0)
 
 

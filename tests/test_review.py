@@ -6,7 +6,7 @@ from __future__ import annotations
 from streamlit.testing.v1 import AppTest
 
 from adapter.templates import load_template
-from app.core import decision_import, evaluation, review
+from app.core import decision_import, runs, review
 from app.core.gates import Gate
 from app.core.labeled import content_hash, import_file
 from app.core.store import Store
@@ -91,8 +91,8 @@ def test_labels_make_a_new_version_the_next_evaluation_scores_only_them_and_cali
     policy, set_id = base_set(db, tmp_path)
     seed_queue(db, db.labeled_rows(set_id)[0]["state"])
     target = LocalTarget("local", {}, lambda model: engine)
-    old_run, _ = evaluation.find_or_start(db, policy=policy, set_id=set_id, target=target)
-    evaluation.resume_eval(db, old_run, target)
+    old_run, _ = runs.find_or_start(db, policy=policy, set_id=set_id, target=target)
+    runs.resume_eval(db, old_run, target)
     old_hash = db.get_labeled_set(set_id)["content_hash"]
 
     at = AppTest.from_file(MAIN, default_timeout=120)
@@ -127,11 +127,11 @@ def test_labels_make_a_new_version_the_next_evaluation_scores_only_them_and_cali
     assert all(r["meta"]["reviewed_at"] for r in added.values())
     # the old version is untouched: its hash still matches its rows, and the run made on it reads them
     assert db.get_labeled_set(set_id)["content_hash"] == old_hash == content_hash(db.labeled_rows(set_id))
-    cfg = evaluation.run_config(db.get_run(old_run))
+    cfg = runs.run_config(db.get_run(old_run))
     assert cfg.dataset_hash == old_hash and set(cfg.row_keys) == {r["row_key"] for r in db.labeled_rows(set_id)}
     # the next evaluation holds the new rows and scores only them
-    new_run, _ = evaluation.find_or_start(db, policy=policy, set_id=new_id, target=target)
-    out = evaluation.resume_eval(db, new_run, target)
+    new_run, _ = runs.find_or_start(db, policy=policy, set_id=new_id, target=target)
+    out = runs.resume_eval(db, new_run, target)
     assert (out["evaluated"], out["reused"]) == (4, 6)
     assert {r["state"] for r in db.results(new_run)} >= {S1, S2, S3, S5}
     # Calibrate says the set adds 4 rows, and shows the gate's interval on the parent set and this one

@@ -53,10 +53,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # too few usable rows, or --head naming a head these rows cannot support
         error(exc)
         return 2
-    rep = cal["report"]
+    rep = cal.report
     print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
           f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
-    print(f"correction {cal['correction_why']}")
+    print(f"correction {cal.correction_why}")
     for row in ev.candidate_rows(cal):
         if row["kind"] == "learned head":
             print(f"  {row['candidate']}: " + (f"accuracy {row['accuracy 95% CI']}; macro-F1 "
@@ -64,18 +64,21 @@ def run(args: argparse.Namespace) -> int:
                                                f"ECE {fmt(row['ECE (out of fold)'])}, {row['ECE 95% CI']}; "
                                                f"{row['offsets / regularisation']}" if row["accuracy (out of fold)"]
                                                is not None else f"unavailable: {row['note']}"))
-    print(f"learned head: {cal['head_why']}")
-    after = ev.chosen_name(cal) + ("" if cal.get("head") is not None else f" T={rep.temperature:.3f}")
+    print(f"learned head: {cal.head_why}")
+    after = cal.chosen_name + ("" if cal.head is not None else f" T={rep.temperature:.3f}")
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {after} "
           f"(out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
-    exported = ev.export(db, outcome.run_id, cal, fallback=args.fallback, hand_gate=args.gate)
+    exported = ev.export(db, cal, fallback=args.fallback, hand_gate=args.gate)
     for line in exported.gate.messages:
         print(line)
     if exported.gate.source == "hand-set":
         print(f"gate set by hand: {exported.gate.threshold:.3f}")
     at = exported.at_gate
-    print(f"exported rule on all {at['n']} rows: decides {at['decided']} (coverage {fmt(at['coverage'])}), "
-          f"accuracy {fmt(at['accuracy'])}, {at['gated']} to fallback {args.fallback!r}")
+    print(f"exported rule on all {at['n']} rows{' (out of fold: the head never saw the row it decides)' if cal.head else ''}: "
+          f"decides {at['decided']} (coverage {fmt(at['coverage'])}), accuracy {fmt(at['accuracy'])}, {at['gated']} to "
+          f"fallback {args.fallback!r}")
+    for warning in exported.warnings:
+        print(f"warning: {warning}")
     if args.out:
         Path(args.out).write_text(json.dumps(exported.config, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)

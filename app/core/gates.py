@@ -16,7 +16,7 @@ import numpy as np
 from adapter.calibrated import CalibratedPolicy, row_inputs
 
 from app.core import calibration
-from app.core.evaluation import scored_probabilities
+from app.core.runs import scored_probabilities
 from app.core.stats import Proportion, proportion
 
 
@@ -33,9 +33,17 @@ class Gate:
             return f"calibrated policy {self.policy.policy_id} ({gate}, T={self.policy.temperature:.2f})"
         return "no gate (every row decided)" if self.threshold is None else f"confidence >= {self.threshold:.3f}"
 
-    def apply(self, result: Mapping[str, Any]) -> tuple[bool, int, float, list[float]]:
-        """(gated, index of the top option, its confidence, the probabilities the gate reads)."""
+    def apply(self, result: Mapping[str, Any], corrected: Sequence[float] | None = None
+              ) -> tuple[bool, int, float, list[float]]:
+        """(gated, index of the top option, its confidence, the probabilities the gate reads).
+        `corrected`: the policy's probabilities for this row given from outside (a head's out-of-fold
+        ones); the policy's gate, guard and fallback then decide on them as they are."""
         response = result.get("response") if isinstance(result.get("response"), dict) else {}
+        if self.policy is not None and corrected is not None:
+            rule = self.policy.model_copy(update={"head": None, "temperature": 1.0, "option_offsets": {}})
+            d = rule.apply(result["option_ids"], [float(p) for p in corrected], guard=(response or {}).get("guard"))
+            return bool(d["gated"]), int(np.argmax(d["calibrated_probabilities"])), float(d["confidence"]), \
+                d["calibrated_probabilities"]
         if self.policy is not None:
             probs = scored_probabilities(result, self.policy.debias) or result["probabilities"]
             model = (response or {}).get("model") or {}
@@ -72,8 +80,11 @@ def usable(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in results if not r.get("error") and r.get("probabilities")]
 
 
-def measure(results: Sequence[Mapping[str, Any]], gate: Gate) -> GateMetrics:
-    """Coverage counts every answered row; accuracy, gate accuracy and ECE the labeled ones."""
+def measure(results: Sequence[Mapping[str, Any]], gate: Gate,
+            probabilities: Sequence[Sequence[float]] | None = None) -> GateMetrics:
+    """Coverage counts every answered row; accuracy, gate accuracy and ECE the labeled ones.
+    `probabilities`: per result, the policy's probabilities given from outside (Gate.apply)."""
+    given = {id(r): p for r, p in zip(results, probabilities)} if probabilities is not None else {}
     rows = usable(results)
     labeled = [r for r in rows if r.get("label") is not None and r["label"] in r["option_ids"]]
     labeled_keys = {r["row_key"] for r in labeled}
@@ -81,7 +92,7 @@ def measure(results: Sequence[Mapping[str, Any]], gate: Gate) -> GateMetrics:
     gated_keys: list[str] = []
     conf, correct = [], []
     for r in rows:
-        gated, top, c, _ = gate.apply(r)
+        gated, top, c, _ = gate.apply(r, given.get(id(r)))
         if gated:
             gated_keys.append(r["row_key"])
         else:

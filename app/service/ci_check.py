@@ -13,7 +13,7 @@ from adapter.decision_log import policy_version
 
 from app.core import check as ck
 from app.core import drift as dr
-from app.core import evaluation
+from app.core import runs
 from app.core.gates import Gate, measure
 from app.core.runner import model_label
 from app.core.store import RunBusy, Store
@@ -109,12 +109,12 @@ def check(store: Store, spec: CheckInput, target_for: Any) -> CheckResult:
             raise UsageError(f"--baseline {spec.baseline!r}: no such run (a run id from History, or 'pinned')")
     target: Target = target_for()
     if calibrated is not None:
-        variant = evaluation.Variant(calibrated.readout, calibrated.debias, calibrated.permute, calibrated.few_shot)
+        variant = runs.Variant(calibrated.readout, calibrated.debias, calibrated.permute, calibrated.few_shot)
     else:
-        variant = evaluation.Variant(spec.readout, spec.debias, spec.permute)
+        variant = runs.Variant(spec.readout, spec.debias, spec.permute)
     try:
-        run_id = evaluation.start_eval(store, policy=policy, set_id=set_id, target=target, variant=variant, kind="check")
-        counts = evaluation.resume_eval(store, run_id, target, reuse=spec.reuse)
+        run_id = runs.start_eval(store, policy=policy, set_id=set_id, target=target, variant=variant, kind="check")
+        counts = runs.resume_eval(store, run_id, target, reuse=spec.reuse)
     except (ValueError, RunBusy) as exc:
         raise UsageError(str(exc)) from None
     results = store.results(run_id)

@@ -13,7 +13,8 @@ from adapter.schema import DEBIAS, READOUTS
 from adapter.templates import request_for
 
 from app.core import analysis
-from app.core.evaluation import Variant, gate_preview
+from app.core.export import gate_preview
+from app.core.runs import Variant
 from app.core import inputs
 from app.core.inputs import InputError as InputError
 from app.core.inputs import is_empty_state, rows_from_text, rows_from_upload, state_from_file

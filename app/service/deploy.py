@@ -32,7 +32,7 @@ from app.core.deploy_records import apply_and_record, destroy_and_record, record
 from app.core.records import AuditEntry, Calibrated, Deployment
 from app.core.stats import interval_text
 from app.core.store import Store
-from app.service.evaluate import gate_warnings
+from app.service.evaluate import gate_flags
 from app.settings import WorkbenchSettings
 
 WORK = Path(tempfile.gettempdir()) / "semif-deploy"
@@ -193,7 +193,7 @@ def calibrated_label(rec: Mapping[str, Any]) -> str:
         acc = "n/a" if rec.get("accuracy") is None else f"{rec['accuracy']:.0%} (n not recorded)"
         cov = f"coverage {rec.get('coverage') or 0:.0%}"
     config = rec.get("config") or {}
-    warn = " · ⚠ no better than chance" if any("chance" in w for w in gate_warnings(
-        at, len(config.get("options") or [0, 0]), config.get("target_accuracy"))) else ""
+    warn = " · ⚠ no better than chance" if "no-better-than-chance" in gate_flags(
+        at, len(config.get("options") or [0, 0]), config.get("target_accuracy")) else ""
     return (f"#{rec['id']} {rec['name']} · gate {rec['threshold']:.3f} ({rec['gate_source']}) · accuracy {acc} · "
             f"{cov}{warn} · {str(rec['created_at'])[:16]}")

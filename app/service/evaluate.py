@@ -6,13 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from app.core import evaluation, heads
+from app.core import export as ex
+from app.core import heads, runs
 from app.core.calibration import SMALL
-from app.core.evaluation import EXAMPLE_SOURCES as EXAMPLE_SOURCES
-from app.core.evaluation import VARIANTS as VARIANTS
-from app.core.evaluation import GateDecision, nothing_decided
-from app.core.evaluation import Variant as Variant
-from app.core.evaluation import label_mismatch as label_mismatch
+from app.core.export import Calibration as Calibration
+from app.core.export import GateDecision, nothing_decided
+from app.core.export import chance as chance
+from app.core.export import version_label as version_label
+from app.core.runs import EXAMPLE_SOURCES as EXAMPLE_SOURCES
+from app.core.runs import VARIANTS as VARIANTS
+from app.core.runs import Variant as Variant
+from app.core.runs import label_mismatch as label_mismatch
 from app.core.runner import ProgressFn, StopScoring
 from app.core.stats import Proportion, proportion
 from app.core.stats import interval_text as interval_text
@@ -83,7 +87,7 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
     """Find the matching run (or start one) and score the rows it still lacks, until the stop rule
     holds. ValueError when the set cannot evaluate this policy; RunBusy when another worker scores the
     run; StopScoring (the analyst's Stop) passes through - the run is then marked stopped."""
-    run_id, resumed = evaluation.find_or_start(store, policy=policy, set_id=set_id, target=target, variant=variant,
+    run_id, resumed = runs.find_or_start(store, policy=policy, set_id=set_id, target=target, variant=variant,
                                                examples=examples, n_examples=n_examples, new_run=new_run)  # type: ignore[arg-type]
     name = label or f"{target.name} · {variant.name}"
     if rule is not None and (why := rule.reason(store, run_id, len(store.done_keys(run_id)))):
@@ -96,7 +100,7 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
             raise EnoughRows(why)
 
     try:
-        counts = evaluation.resume_eval(store, run_id, target, watched, reuse=reuse)
+        counts = runs.resume_eval(store, run_id, target, watched, reuse=reuse)
     except EnoughRows as exc:
         return EvalOutcome(name, run_id, resumed, {"scored": len(store.done_keys(run_id))}, stopped=str(exc))
     return EvalOutcome(name, run_id, resumed, counts)
@@ -112,7 +116,7 @@ def evaluate(store: Store, policy: Policy, set_id: int, targets: list[Target], v
         raise ValueError(f"examples: choose one of {', '.join(EXAMPLE_SOURCES)}")
     out = []
     for target in targets:
-        for name, label, same in evaluation.distinct_variants(variants, policy, target):
+        for name, label, same in runs.distinct_variants(variants, policy, target):
             if same:
                 out.append(EvalOutcome(label, same_as=same))
                 continue
@@ -126,9 +130,14 @@ def evaluate(store: Store, policy: Policy, set_id: int, targets: list[Target], v
 
 def best_run(store: Store, outcomes: list[EvalOutcome]) -> int | None:
     """The most accurate run of those just evaluated (the one Calibrate opens)."""
-    runs = [r for r in (store.get_run(o.run_id) for o in outcomes if o.run_id) if r]
-    scored = [r for r in evaluation.readout_table(store, runs) if r.get("accuracy") is not None]
-    return max(scored, key=lambda r: r["accuracy"])["run"] if scored else None
+    made = [r for r in (store.get_run(o.run_id) for o in outcomes if o.run_id) if r]
+    return best_of(ex.readout_table(store, made))
+
+
+def best_of(rows: Sequence[Mapping[str, Any]]) -> int | None:
+    """The run of the most accurate row of a readout table (the rule Calibrate opens a run by), or None."""
+    scored = [r for r in rows if r.get("accuracy") is not None]
+    return int(max(scored, key=lambda r: r["accuracy"])["run"]) if scored else None
 
 
 def runs_of(store: Store, policy_id: str, set_id: int) -> list[Run]:
@@ -139,7 +148,7 @@ def runs_of(store: Store, policy_id: str, set_id: int) -> list[Run]:
 def measures(policy: Policy, run: Mapping[str, Any]) -> bool:
     """Whether a run evaluated this policy as it is saved now (question, options, examples): a run of
     an earlier version measured another policy, and its gate must not be exported for this one."""
-    return bool((run.get("config") or {}).get("policy_fingerprint") == evaluation.policy_fingerprint(policy))
+    return bool((run.get("config") or {}).get("policy_fingerprint") == runs.policy_fingerprint(policy))
 
 
 def by_version(policy: Policy, runs: Sequence[Mapping[str, Any]]
@@ -150,46 +159,43 @@ def by_version(policy: Policy, runs: Sequence[Mapping[str, Any]]
 
 def version_of(run: Mapping[str, Any]) -> str:
     """'v3' - the saved version of the policy a run evaluated ('v?' for a run made before versions)."""
-    v = (run.get("policy") or {}).get("version")
-    return f"v{v}" if v else "v?"
+    return version_label((run.get("policy") or {}).get("version"))
 
 
-def readouts(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def readouts(store: Store, made: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per run: readout, rows, accuracy, macro-F1, ECE before/after, NLL, the correction."""
-    return evaluation.readout_table(store, runs)
+    return ex.readout_table(store, made)
 
 
 HEAD_CHOICES = heads.HEAD_CHOICES
 
 
 def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_option: bool = False,
-              head: str = "auto") -> dict[str, Any]:
+              head: str = "auto") -> Calibration:
     """Corrections and learned heads compared out of fold and the one chosen (`head`: "auto" keeps a
     head only beyond noise, "none", or a kind), metrics before/after it, the gate on the corrected
     probabilities (ValueError with fewer than 4 usable labeled rows, or a head that is unavailable)."""
-    return evaluation.calibrate_run(store, run_id, target_accuracy=target_accuracy, per_option=per_option, head=head)
+    return ex.calibrate(store, run_id, target_accuracy=target_accuracy, per_option=per_option, head=head)
 
 
-def chosen_name(cal: Mapping[str, Any]) -> str:
-    """What the export carries: the learned head's name, else the correction's."""
-    head = cal.get("head")
-    return str(head.name if head is not None else cal["correction"].name)
-
-
-def candidate_rows(cal: Mapping[str, Any]) -> list[dict[str, Any]]:
+def candidate_rows(cal: Calibration) -> list[dict[str, Any]]:
     """Every correction and learned head, out of fold, with intervals - the comparison Calibrate shows
     and lets the analyst download."""
-    chosen = chosen_name(cal)
-    iv = cal.get("candidate_intervals") or {}
     rows = []
-    for c in [*cal["corrections"], *cal.get("heads", [])]:
-        is_head = isinstance(c, heads.HeadFit)
-        ci = iv.get(c.name) or {}
+    for c in cal.candidates:
+        ci = cal.candidate_intervals.get(c.name) or {}
         f1_ci, ece_ci = ci.get("macro_f1_ci"), ci.get("ece_ci")
+        if isinstance(c, heads.HeadFit):
+            kind, reads = "learned head", {"linc": "log-probs", "hidden": "hidden state",
+                                           "stacked": "hidden state + log-probs"}[c.kind]
+            detail, temperature = ", ".join(f"C={r:g}" for r in c.fold_regularisation), None
+        else:
+            kind, reads = "correction", f"{c.family} scores"
+            detail = (", ".join(f"{o} {b:+.2f}" for o, b in zip(cal.option_ids, c.offsets))
+                      if c.method == "fitted" and c.available else "")
+            temperature = c.temperature if c.available else None
         rows.append({
-            "candidate": c.name, "kind": "learned head" if is_head else "correction",
-            "reads": ("hidden state" + (" + log-probs" if c.kind == "stacked" else "") if c.kind != "linc"
-                      else "log-probs") if is_head else f"{c.family} scores",
+            "candidate": c.name, "kind": kind, "reads": reads,
             "accuracy (out of fold)": c.oof_accuracy if c.available else None,
             "accuracy 95% CI": interval_text(ci.get("accuracy")) if ci.get("accuracy") else "",
             "macro-F1 (out of fold)": ci.get("macro_f1") if c.available else None,
@@ -197,22 +203,18 @@ def candidate_rows(cal: Mapping[str, Any]) -> list[dict[str, Any]]:
             "ECE (out of fold)": c.oof_ece if c.available else None,
             "ECE 95% CI": range_text(ece_ci) if ece_ci else "",
             "NLL (out of fold)": c.oof_nll if c.available else None,
-            "temperature": None if is_head or not c.available else c.temperature,
-            "offsets / regularisation": (", ".join(f"C={r:g}" for r in c.fold_regularisation) if is_head else
-                                         ", ".join(f"{o} {b:+.2f}" for o, b in zip(cal["option_ids"], c.offsets))
-                                         if c.method == "fitted" and c.available else ""),
-            "chosen": c.name == chosen, "note": c.note})
+            "temperature": temperature, "offsets / regularisation": detail,
+            "chosen": c.name == cal.chosen_name, "note": c.note})
     return rows
 
 
-def candidate_bars(cal: Mapping[str, Any]) -> list[dict[str, Any]]:
+def candidate_bars(cal: Calibration) -> list[dict[str, Any]]:
     """{label, rate, low, high, n} per available candidate, for the accuracy chart."""
-    iv = cal.get("candidate_intervals") or {}
     bars = []
-    for c in [*cal["corrections"], *cal.get("heads", [])]:
-        acc = (iv.get(c.name) or {}).get("accuracy")
+    for c in cal.candidates:
+        acc = (cal.candidate_intervals.get(c.name) or {}).get("accuracy")
         if acc and acc.get("rate") is not None:
-            bars.append({"label": c.name + (" ✓" if c.name == chosen_name(cal) else ""), "rate": acc["rate"],
+            bars.append({"label": c.name + (" ✓" if c.name == cal.chosen_name else ""), "rate": acc["rate"],
                          "low": acc["low"], "high": acc["high"], "n": acc["n"]})
     return bars
 
@@ -234,51 +236,41 @@ class Export:
         return nothing_decided(self.at_gate, self.fallback)
 
     @property
+    def flags(self) -> list[ex.GateFlag]:
+        """What is wrong with what this gate decides (ex.gate_flags), said before it is saved."""
+        return ex.gate_flags(self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
+
+    @property
     def warnings(self) -> list[str]:
-        """What is wrong with what this gate decides, said before it is saved (it can still be)."""
-        return gate_warnings(self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
+        """The flags in words (it can still be saved)."""
+        return [ex.flag_text(f, self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
+                for f in self.flags]
 
 
-def gate_warnings(at_gate: dict[str, Any], n_options: int, target: float | None) -> list[str]:
-    """A gate whose decided rows are no better than chance, or surely below the target accuracy - the
-    two ways a saved gate automates wrong decisions. Empty when neither holds (or nothing is decided)."""
-    p = at_gate.get("accuracy_interval") or {}
-    if not at_gate.get("decided") or p.get("rate") is None:
-        return []
-    chance = 1 / n_options
-    out = []
-    if p["low"] <= chance:
-        out.append(f"The rows this gate decides are right {p['rate']:.0%} of the time (95% CI {p['low']:.0%}–"
-                   f"{p['high']:.0%}, n={p['n']}): no better than chance ({chance:.0%} with {n_options} options). "
-                   "Deployed, it would decide these rows about as well as a coin - raise the gate, or improve the "
-                   "policy or the model first.")
-    if target is not None and p["high"] < target:
-        out.append(f"Even the top of the interval ({p['high']:.0%}) is below the target accuracy of {target:.0%}.")
-    return out
+gate_flags = ex.gate_flags
 
 
-def option_thresholds(cal: dict[str, Any]) -> dict[str, float]:
+def option_thresholds(cal: Calibration) -> dict[str, float]:
     """Per-option gates that reached the target (fitted only when asked for)."""
-    return {o: g.threshold for o, g in cal["option_gates"].items() if g.reachable}
+    return {o: float(g.threshold) for o, g in cal.option_gates.items() if g.reachable and g.threshold is not None}
 
 
 class OtherVersion(ValueError):
     """The run evaluated another version of the policy than the one saved now."""
 
 
-def export(store: Store, run_id: int, cal: dict[str, Any], *, fallback: str = "human-review",
+def export(store: Store, cal: Calibration, *, fallback: str = "human-review",
            hand_gate: float | None = None, policy: Policy | None = None) -> Export:
     """The gate (recommended, hand-set, or everything to the fallback) and the versioned policy file.
     With `policy` (the policy as saved now), a run of another version is refused: its gate was
     measured on another question or other options."""
-    run = store.get_run(run_id)
+    run = store.get_run(cal.run_id)
     if policy is not None and run is not None and not measures(policy, run):
-        raise OtherVersion(f"run #{run_id} evaluated {version_of(run)} of '{policy.get('name')}', which is saved as "
-                           f"v{policy.get('version')} now (its question, options or examples changed): evaluate the "
-                           "saved version to export a gate for it")
-    gate = evaluation.decide_gate(cal, hand_gate)
-    config = evaluation.build_policy(store, run_id, cal, gate=gate, fallback=fallback,
-                                     option_thresholds=option_thresholds(cal))
+        raise OtherVersion(f"run #{cal.run_id} evaluated {version_of(run)} of '{policy.get('name')}', which is saved as "
+                           f"{version_label(policy.get('version'))} now (its question, options or examples changed): "
+                           "evaluate the saved version to export a gate for it")
+    gate = ex.decide_gate(cal, hand_gate)
+    config = ex.build_policy(store, cal, gate=gate, fallback=fallback, option_thresholds=option_thresholds(cal))
     return Export(config, gate, fallback)
 
 
@@ -311,8 +303,7 @@ def live(store: Store, run_id: int, *, target_accuracy: float = 0.9) -> Live:
     gate = None
     if acc.n >= SMALL:
         try:
-            decision = evaluation.decide_gate(evaluation.calibrate_run(store, run_id, target_accuracy=target_accuracy,
-                                                                       with_heads=False))
+            decision = ex.decide_gate(ex.calibrate(store, run_id, target_accuracy=target_accuracy, with_heads=False))
             gate = f"provisional gate: {decision.messages[0]}" if decision.messages else None
         except ValueError:  # not enough usable rows yet
             gate = None

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from adapter.templates import DATA_DIR
 
-from app.core.evaluation import label_mismatch
+from app.core.runs import label_mismatch
 from app.core.inputs import InputError
 from app.core.labeled import import_file, set_support, shipped_sets
 from app.core.records import LabeledSet

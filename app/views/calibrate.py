@@ -14,7 +14,7 @@ from app.ui.safe_text import md
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def calibration_view(db_path: str, run_id: int, version: tuple, target_acc: float, per_option: bool,
-                     head: str = "auto") -> dict:
+                     head: str = "auto") -> evaluate.Calibration:
     """The calibration of a run, cached per run content (`version` changes with every stored result)."""
     return evaluate.calibrate(resources.store_at(db_path), run_id, target_accuracy=target_acc, per_option=per_option,
                               head=head)
@@ -207,42 +207,42 @@ def live_section(db, pid: str, sid: int) -> None:
     numbers()
 
 
-def correction_section(cal: dict) -> None:
+def correction_section(cal: evaluate.Calibration) -> None:
     """Which correction or learned head the export carries, why, and what each candidate does out of fold
     (with intervals), as a table and a chart; what the chosen one does per class."""
-    name = evaluate.chosen_name(cal)
+    name = cal.chosen_name
     st.markdown(f"**Correction: {md(name)}**")
-    st.caption(md(cal["correction_why"]))
-    (st.success if cal.get("head") is not None else st.info)(md(cal["head_why"]))
+    st.caption(md(cal.correction_why))
+    (st.success if cal.head is not None else st.info)(md(cal.head_why))
     table = pd.DataFrame(evaluate.candidate_rows(cal))
     st.dataframe(table, hide_index=True, key="cal_corrections", column_config={
         k: st.column_config.NumberColumn(format="%.3f") for k in ("accuracy (out of fold)", "NLL (out of fold)",
                                                                   "ECE (out of fold)", "macro-F1 (out of fold)",
                                                                   "temperature")})
     st.plotly_chart(charts.rate_bars(evaluate.candidate_bars(cal), "Accuracy out of fold, with 95% intervals "
-                                     "(dotted: chance)", worry=1 / len(cal["option_ids"])), key="cal_candidates")
+                                     "(dotted: chance)", worry=cal.chance), key="cal_candidates")
     st.download_button("Download the comparison (CSV)", table.to_csv(index=False).encode(),
                        file_name="calibration-candidates.csv", mime="text/csv", key="cal_candidates_csv")
-    rep = cal["report"]
+    rep = cal.report
     c1, c2 = st.columns(2)
-    c1.plotly_chart(charts.confusion_heatmap(rep.confusion, cal["option_ids"], "As scored"), key="cal_conf")
-    c2.plotly_chart(charts.confusion_heatmap(rep.oof_confusion, cal["option_ids"],
+    c1.plotly_chart(charts.confusion_heatmap(rep.confusion, cal.option_ids, "As scored"), key="cal_conf")
+    c2.plotly_chart(charts.confusion_heatmap(rep.oof_confusion, cal.option_ids,
                                              f"After {name} (out of fold)"), key="cal_conf_after")
 
 
-def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> None:
-    rep = cal["report"]
+def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> None:
+    rep = cal.report
     c1, c2 = st.columns(2)
-    fallback = c1.selectbox("Fallback when gated", ["human-review", *cal["option_ids"]], key="cal_fallback")
+    fallback = c1.selectbox("Fallback when gated", ["human-review", *cal.option_ids], key="cal_fallback")
     manual = c2.checkbox("Set the gate by hand", key="cal_manual")
     hand = None
     if manual:
-        hand = st.slider("Gate (calibrated confidence)", 0.0, 1.0, float(cal["gate"].threshold or 0.5), 0.005,
+        hand = st.slider("Gate (calibrated confidence)", 0.0, 1.0, float(cal.gate.threshold or 0.5), 0.005,
                          key="cal_gate", format="%.3f",
-                         help=f"the calibrated confidences of the scored rows lie between {cal['calibrated'].max(axis=1).min():.3f} "
-                              f"and {cal['calibrated'].max(axis=1).max():.3f}")
+                         help=f"the calibrated confidences of the scored rows lie between {cal.calibrated.max(axis=1).min():.3f} "
+                              f"and {cal.calibrated.max(axis=1).max():.3f}")
     try:
-        exported = evaluate.export(db, run_id, cal, fallback=fallback, hand_gate=hand, policy=policy)
+        exported = evaluate.export(db, cal, fallback=fallback, hand_gate=hand, policy=policy)
     except evaluate.OtherVersion as exc:
         st.error(md(exc))
         return
@@ -254,7 +254,7 @@ def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> Non
         st.warning(md(note))
     option_thresholds = config["option_thresholds"]
     at = config["metrics"]["at_gate"]
-    iv = cal.get("intervals") or {}
+    iv = cal.intervals
     m = st.columns(3)
     m[0].metric("Accuracy of decided rows", "n/a" if at["accuracy"] is None else f"{at['accuracy']:.1%}",
                 help="among the rows the gate lets through (the rest go to the fallback)")
@@ -271,16 +271,16 @@ def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> Non
                    f"at this gate. The exported head, fitted on all {fitted['n']} rows, decides "
                    f"{fitted['decided']} of them with {fitted['accuracy'] or 0:.1%} accuracy - optimistic, since it "
                    "saw them; expect the out-of-fold figures on new rows.")
-    chance = 1 / len(cal["option_ids"])
+    chance = cal.chance
     m = st.columns(3)
     m[0].metric("Accuracy, all rows", f"{rep.accuracy:.1%}",
                 help=f"top option = label, before any gate; n = {rep.n}; chance = {chance:.0%}")
     m[0].caption(md(evaluate.interval_text(iv.get("accuracy"))))
     m[1].metric("Macro-F1", f"{rep.macro_f1:.2f}")
     m[1].caption(evaluate.range_text(iv.get('macro_f1'), '{:.2f}', rep.n))
-    if cal.get("head") is not None:
-        m[2].metric("Learned head", cal["head"].kind, help=f"{cal['head'].name}; L2 strength C chosen by inner "
-                    "cross-validation per fold: " + ", ".join(f"{c:g}" for c in cal["head"].fold_regularisation))
+    if cal.head is not None:
+        m[2].metric("Learned head", cal.head.kind, help=f"{cal.head.name}; L2 strength C chosen by inner "
+                    "cross-validation per fold: " + ", ".join(f"{c:g}" for c in cal.head.fold_regularisation))
     else:
         m[2].metric("Temperature", f"{rep.temperature:.2f}",
                     help="the exported correction's temperature" + (" (with fitted per-option offsets)"
@@ -288,18 +288,18 @@ def export_section(db, run_id: int, cal: dict, policy: Mapping[str, Any]) -> Non
     m = st.columns(3)
     m[0].metric("ECE raw", f"{rep.ece_width:.3f}", help=f"equal-mass bins: {rep.ece_mass:.3f}")
     m[0].caption(evaluate.range_text(iv.get('ece'), n=rep.n))
-    m[1].metric("ECE corrected", f"{rep.oof_ece_width:.3f}", help=f"out of fold, after {evaluate.chosen_name(cal)}; "
+    m[1].metric("ECE corrected", f"{rep.oof_ece_width:.3f}", help=f"out of fold, after {cal.chosen_name}; "
                 f"equal-mass bins: {rep.oof_ece_mass:.3f}")
     m[1].caption(evaluate.range_text(iv.get('ece_corrected'), n=rep.n))
     m[2].metric("Brier / NLL", f"{rep.brier:.3f} / {rep.nll:.3f}")
     g1, g2 = st.columns(2)
     g1.plotly_chart(charts.reliability_diagram(rep.bins_before, rep.bins_after,
-                                               f"after {evaluate.chosen_name(cal)} (out of fold)"), key="cal_rel")
-    g2.plotly_chart(charts.coverage_curve(cal["curve"], gate.threshold, cal["target_accuracy"]), key="cal_cov")
+                                               f"after {cal.chosen_name} (out of fold)"), key="cal_rel")
+    g2.plotly_chart(charts.coverage_curve(cal.curve, gate.threshold, cal.target_accuracy), key="cal_cov")
     correction_section(cal)
     if option_thresholds:
-        st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal["option_gates"].items()]), hide_index=True)
-    narrowing(db, run_id, config)
+        st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal.option_gates.items()]), hide_index=True)
+    narrowing(db, cal.run_id, config)
     nothing = exported.nothing_decided
     if nothing:
         st.warning(md(nothing))
@@ -361,7 +361,7 @@ def render() -> None:
     pid, sid = chosen
     policy = policies[pid]
     runs, older = evaluate.by_version(policy, evaluate.runs_of(db, pid, sid))
-    version = f"v{policy.get('version') or '?'}"
+    version = evaluate.version_label(policy.get("version"))
     if older:  # another question or other options: not comparable, never exported for this version
         with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - kept apart, not exportable"):
             st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"])) for r in older))),
@@ -381,8 +381,7 @@ def render() -> None:
     if context.get("run") in ids:  # the run opened on another page, or in the URL
         st.session_state["cal_run_pick"] = context.get("run")
     elif st.session_state.get("cal_run_pick") not in ids:  # default: the most accurate finished run
-        scored = [r for r in rows if r.get("accuracy") is not None]
-        st.session_state["cal_run_pick"] = max(scored, key=lambda r: r["accuracy"])["run"] if scored else ids[0]
+        st.session_state["cal_run_pick"] = evaluate.best_of(rows) or ids[0]
     label = {r["run"]: f"#{r['run']} · {r['policy version']} · {r['target']} · {r.get('readout', '?')}"
                        + (f" · accuracy {r['accuracy']:.1%}" if r.get("accuracy") is not None else "") for r in rows}
     rid = st.selectbox("Evaluation run", ids, key="cal_run_pick", format_func=lambda i: label.get(i, f"#{i}"),
@@ -402,7 +401,7 @@ def render() -> None:
     except ValueError as exc:
         st.error(md(exc))
         return
-    export_section(db, rid, cal, policy)
+    export_section(db, cal, policy)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,340 @@
+"""From a finished evaluation run to the policy the adapter enforces (no Streamlit).
+
+`calibrate` compares the corrections (temperature, per-option offsets) and the learned heads out of
+fold, picks one, and chooses the gate on what it gives: one frozen `Calibration`, computed here and
+only displayed by the Calibrate page and `python -m app calibrate` (as scikit-learn's
+calibration_curve computes and CalibrationDisplay draws). `build_policy` turns it into the versioned
+`semif-policy/1` file; its numbers at the gate come from `gates.measure`, the one way a gate is applied.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+
+from adapter.calibrated import SCHEMA_VERSION, CalibratedPolicy, row_inputs
+from adapter.prompt import PROMPT_VERSIONS
+
+from app.core import calibration
+from app.core import heads as learned
+from app.core.heads import HeadFit
+from app.core.gates import Gate, GateMetrics, measure
+from app.core.runs import arrays, families, hidden_states, run_config, scored_probabilities, variant_name
+from app.core.stats import SMALL_N, PairedGain, bootstrap_ci, proportion
+from app.core.store import Store, now
+
+def head_candidates(results: Sequence[Mapping[str, Any]], P: np.ndarray, y: np.ndarray, ids: list[str], *,
+                    seed: int = 0) -> list[HeadFit]:
+    """The learned heads of a run, out of fold; unavailable (with the reason) where its rows cannot
+    support one."""
+    hidden, why = hidden_states(results)
+    response: Mapping[str, Any] = next((r["response"] for r in results if isinstance(r.get("response"), dict)), {})
+    sha, version = (response.get("model") or {}).get("sha256"), response.get("prompt_version")
+    if not sha or not version:
+        return [HeadFit(k, False, "the results name no model sha256 and prompt version (not a llama.cpp target)")
+                for k in learned.HEAD_KINDS]
+    return learned.candidates(hidden, P, y, option_ids=ids, model_sha256=sha, prompt_version=version, seed=seed,
+                            no_hidden=why)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A run's calibration, computed once: the corrections and learned heads compared out of fold, the
+    one chosen and why, the metrics before and after it, and the gate on what it gives. A head is judged,
+    gated and measured on its out-of-fold probabilities only (on the rows it was fitted on it looks far
+    better than it is); a correction's gate is chosen on its probabilities fitted on all rows, as before."""
+
+    run_id: int
+    report: calibration.Report
+    gate: calibration.Gate
+    option_gates: dict[str, calibration.Gate]
+    curve: dict[str, np.ndarray]
+    option_ids: list[str]
+    calibrated: np.ndarray  # the probabilities the gate was chosen on
+    oof: np.ndarray  # the chosen correction's or head's out-of-fold probabilities
+    P: np.ndarray  # as scored
+    y: np.ndarray
+    results: list[Any]  # the stored results used, in the order of P and y
+    target_accuracy: float
+    corrections: list[calibration.Correction]
+    correction: calibration.Correction  # the best correction (what is exported when no head is)
+    correction_why: str
+    heads: list[HeadFit]
+    head: HeadFit | None  # the head the export carries, if any
+    head_why: str
+    head_gain: PairedGain | None
+    candidate_intervals: dict[str, dict]
+    intervals: dict[str, Any]
+
+    @property
+    def chosen_name(self) -> str:
+        """What the export carries: the learned head's name, else the correction's."""
+        return self.head.name if self.head is not None else self.correction.name
+
+    @property
+    def candidates(self) -> list[calibration.Correction | HeadFit]:
+        return [*self.corrections, *self.heads]
+
+    @property
+    def chance(self) -> float:
+        return chance(len(self.option_ids))
+
+
+def chance(n_options: int) -> float:
+    """The accuracy of a coin over the options: what a gate's decided rows must beat."""
+    return 1 / n_options
+
+
+def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_option: bool = False,
+              seed: int = 0, head: str = "auto", with_heads: bool = True) -> Calibration:
+    """The calibration of a run. `head`: "auto" (exported only beyond noise), "none", or a kind to
+    export; `with_heads=False` fits none (a quick look: the side-by-side table, the numbers while a run
+    is scored). ValueError with fewer than 4 usable labeled rows, or a head the rows cannot support."""
+    P, y, ids, used = arrays(store, run_id)
+    if len(y) < 4:
+        raise ValueError(f"run {run_id} has {len(y)} usable labeled results; at least 4 are needed")
+    fams = families(used, len(ids)) or {"none": P}
+    cands = calibration.corrections(fams, y, seed=seed)
+    chosen, why = calibration.choose_correction(cands, len(y))
+    fits = head_candidates(used, P, y, ids, seed=seed) if with_heads else []
+    assert chosen.oof is not None
+    choice = learned.choose(fits, chosen.oof, chosen.name, y, seed=seed, want=head)
+    if choice.head is not None:
+        rep, oof = calibration.report(P, y, seed=seed, method=f"head:{choice.head.kind}", oof=choice.head.oof)
+        cal = oof
+    else:
+        rep, oof = calibration.report(fams[chosen.family], y, seed=seed, method=chosen.method)
+        cal = calibration.apply_temperature(fams[chosen.family], rep.temperature, np.array(rep.offsets))
+    rep.accuracy = calibration.accuracy(P, y)  # "all rows, before any gate" means as scored
+    rep.confusion = calibration.confusion_matrix(y, calibration.predictions(P), len(ids)).tolist()
+    conf, correct = cal.max(axis=1), calibration.predictions(cal) == y
+    gate = calibration.choose_gate(conf, correct, target_accuracy, seed=seed, y=y)
+    option_gates = {}
+    if per_option:
+        option_gates = {ids[c]: g for c, g in calibration.per_option_gates(cal, y, target_accuracy, seed=seed).items()}
+    return Calibration(run_id, rep, gate, option_gates, calibration.risk_coverage(conf, correct), ids, cal, oof, P, y,
+                       list(used), target_accuracy, cands, chosen, why, fits, choice.head, choice.why, choice.gain,
+                       candidate_intervals([*cands, *fits], y, seed=seed), intervals(P, y, oof, seed=seed))
+
+
+def candidate_intervals(cands: Sequence[Any], y: np.ndarray, *, seed: int = 0) -> dict[str, dict]:
+    """Per candidate (correction or head, by name): out-of-fold accuracy with its Wilson interval,
+    macro-F1 and ECE with bootstrap intervals - what Calibrate's comparison table shows."""
+    out = {}
+    rows = np.arange(len(y))
+    for c in cands:
+        if not c.available or c.oof is None:
+            continue
+        pred, k = calibration.predictions(c.oof), c.oof.shape[1]
+        conf, right = c.oof.max(axis=1), pred == y
+        f1 = bootstrap_ci(rows, lambda i: calibration.macro_f1(y[i], pred[i], k), seed=seed, n_resamples=400)
+        ece = bootstrap_ci(rows, lambda i: calibration.ece(conf[i], right[i]), seed=seed, n_resamples=400)
+        out[c.name] = {"accuracy": proportion(int(right.sum()), len(y)).to_dict(),
+                       "macro_f1": calibration.macro_f1(y, pred, k), "macro_f1_ci": f1,
+                       "ece": calibration.ece(conf, right), "ece_ci": ece}
+    return out
+
+
+def intervals(P: np.ndarray, y: np.ndarray, oof: np.ndarray, *, seed: int = 0) -> dict:
+    """95% intervals of a run's headline numbers: Wilson for accuracy, a percentile bootstrap over the
+    rows for macro-F1 and the ECE before and after the correction (out of fold)."""
+    pred, k, rows = calibration.predictions(P), P.shape[1], np.arange(len(y))
+    conf, correct = P.max(axis=1), pred == y
+    oconf, ocorrect = oof.max(axis=1), calibration.predictions(oof) == y
+
+    def boot(stat) -> list[float] | None:
+        ci = bootstrap_ci(rows, stat, seed=seed)
+        return None if ci is None else [ci[0], ci[1]]
+
+    return {"n": int(len(y)), "accuracy": proportion(int(correct.sum()), len(y)).to_dict(),
+            "macro_f1": boot(lambda i: calibration.macro_f1(y[i], pred[i], k)),
+            "ece": boot(lambda i: calibration.ece(conf[i], correct[i])),
+            "ece_corrected": boot(lambda i: calibration.ece(oconf[i], ocorrect[i]))}
+
+
+@dataclass
+class GateDecision:
+    """The gate an export gets, and how it was chosen - recorded in the policy file."""
+    threshold: float
+    source: Literal["recommended", "hand-set", "unreachable"]
+    messages: list[str]  # what to tell the analyst, most important first
+
+
+GateFlag = Literal["no-better-than-chance", "below-target"]
+
+
+def gate_flags(at_gate: Mapping[str, Any], n_options: int, target: float | None) -> list[GateFlag]:
+    """The two ways a saved gate automates wrong decisions: its decided rows are no better than chance
+    (their 95% interval reaches down to it), or surely below the target accuracy (the interval's top is
+    under it). Empty when neither holds, or nothing is decided."""
+    p = at_gate.get("accuracy_interval") or {}
+    if not at_gate.get("decided") or p.get("rate") is None:
+        return []
+    flags: list[GateFlag] = []
+    if p["low"] <= chance(n_options):
+        flags.append("no-better-than-chance")
+    if target is not None and p["high"] < target:
+        flags.append("below-target")
+    return flags
+
+
+def flag_text(flag: GateFlag, at_gate: Mapping[str, Any], n_options: int, target: float | None) -> str:
+    """A gate flag in words, with the numbers behind it."""
+    p = at_gate["accuracy_interval"]
+    if flag == "no-better-than-chance":
+        return (f"The rows this gate decides are right {p['rate']:.0%} of the time (95% CI {p['low']:.0%}–"
+                f"{p['high']:.0%}, n={p['n']}): no better than chance ({chance(n_options):.0%} with {n_options} "
+                "options). Deployed, it would decide these rows about as well as a coin - raise the gate, or improve "
+                "the policy or the model first.")
+    return f"Even the top of the interval ({p['high']:.0%}) is below the target accuracy of {target or 0:.0%}."
+
+
+def version_label(version: int | None) -> str:
+    """'v3' - a saved version of a policy ('v?' for one made before versions were counted)."""
+    return f"v{version}" if version else "v?"
+
+
+def nothing_decided(at_gate: dict, fallback: str) -> str | None:
+    """What a gate that decides none of the rows means, said before anyone saves it (saving stays
+    allowed: sending everything to the fallback is safe); None when the gate decides some rows."""
+    if at_gate["decided"]:
+        return None
+    return (f"This gate decides none of the {at_gate['n']} rows: saved as it is, the adapter sends every decision "
+            f"to {fallback}. That is safe - nothing is decided wrongly - but it automates nothing. Set a lower "
+            "gate by hand, or score more labeled rows, another readout or another model.")
+
+
+def decide_gate(cal: Calibration, manual: float | None = None) -> GateDecision:
+    """The threshold decision shared by the page and the CLI: the recommended gate when the target
+    is reachable on enough rows, a hand-set one when given, else 1.0 (everything to the fallback)."""
+    rep, gate, target = cal.report, cal.gate, cal.target_accuracy
+    notes = []
+    if rep.size_flag == "provisional":
+        notes.append(f"{rep.n} labeled rows: treat the gate as provisional (< {calibration.PROVISIONAL})")
+    if calibration.at_upper_bound(rep.temperature):
+        notes.append(f"the temperature hit its upper bound ({calibration.T_MAX:g}): these probabilities carry almost "
+                     "no information about correctness")
+    too_few = (f"no gate recommended: only {rep.n} labeled rows were scored (at least {calibration.SMALL} are "
+               "needed; a set's train split is never scored) - evaluate a larger set")
+    if manual is not None:
+        return GateDecision(float(manual), "hand-set", ([too_few] if rep.size_flag == "too-small" else []) + notes)
+    if rep.size_flag == "too-small":  # the row count is the reason, whatever the target accuracy
+        return GateDecision(1.0, "unreachable", [too_few + "; the exported policy sends every case to the fallback",
+                                                 *notes])
+    if gate.reachable and gate.threshold is not None:
+        notes.insert(0, f"gate for {target:.0%}: confidence >= {gate.threshold:.3f}; held-out accuracy "
+                        f"{gate.holdout_accuracy:.1%} at coverage {gate.holdout_coverage:.1%} "
+                        f"({gate.holdout_accepted}/{gate.holdout_n} held-out rows decided)")
+        return GateDecision(float(gate.threshold), "recommended", notes)
+    notes.insert(0, f"target {target:.0%} unreachable: {gate.note or 'too few rows'}; the exported policy sends every "
+                    "case to the fallback")
+    return GateDecision(1.0, "unreachable", notes)
+
+
+def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per eval run (same policy x set): readout, rows, accuracy, macro-F1, ECE before/after
+    temperature, NLL - the side-by-side the analyst picks a readout from."""
+    rows = []
+    for r in runs:
+        cfg = r.get("config") or {}
+        base = {"run": r["id"], "policy version": version_label((r.get("policy") or {}).get("version")),
+                "target": r["target_name"],
+                "readout": variant_name(cfg),
+                "examples": cfg.get("examples"), "status": r["status"]}
+        try:
+            cal = calibrate(store, r["id"], target_accuracy=0.9, with_heads=False)
+            rep = cal.report
+        except ValueError as exc:  # not enough usable rows yet
+            rows.append({**base, "status": f"{r['status']}: {exc}"})
+            continue
+        rows.append({**base, "rows": rep.n, "accuracy": rep.accuracy, "macro_f1": rep.macro_f1, "ece": rep.ece_width,
+                     "ece_corrected": rep.oof_ece_width, "nll": rep.nll, "correction": cal.correction.name,
+                     "accuracy_corrected": cal.correction.oof_accuracy})
+    return rows
+
+
+def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback: str,
+                 option_thresholds: dict[str, float] | None = None) -> dict:
+    """The versioned policy config for this calibration and gate (validated by adapter.calibrated),
+    with how the gate was chosen: the target accuracy is recorded only when it chose the gate."""
+    run: Mapping[str, Any] = store.get_run(cal.run_id) or {}
+    cfg = run_config(run)
+    evaluated = cfg.evaluated_policy
+    first = next((r for r in cal.results if isinstance(r.get("response"), dict) and r["response"].get("model")), None)
+    if first is None:
+        raise ValueError("no stored result names its model (file + sha256): run the evaluation on a llama.cpp target")
+    response = first["response"]
+    readout = cfg.readout or response.get("readout")
+    chosen, head = cal.correction, cal.head
+    # a head reads the probabilities as scored; a correction the family it was fitted on
+    debias = (response.get("debias") or "none") if head is not None else chosen.family
+    config = {
+        "schema_version": SCHEMA_VERSION, "policy_id": evaluated["id"], "name": evaluated.get("name", ""),
+        "policy_version": (run.get("policy") or {}).get("version"),
+        "question": evaluated["question"], "options": evaluated["options"], "examples": evaluated.get("examples") or [],
+        "readout": readout, "debias": debias, "permute": cfg.permute,
+        "few_shot": (first.get("request") or {}).get("few_shot") if isinstance(first.get("request"), dict) else None,
+        "guard": evaluated.get("guard") or "none",
+        "prompt_version": response.get("prompt_version") or PROMPT_VERSIONS[readout],
+        "model": {"file": response["model"]["file"], "sha256": response["model"]["sha256"]},
+        "temperature": cal.report.temperature, "threshold": gate.threshold, "gate_source": gate.source,
+        "option_offsets": ({oid: b for oid, b in zip(cal.option_ids, chosen.offsets)}
+                           if chosen.method == "fitted" and head is None else {}),
+        "head": head.head.model_dump() if head is not None and head.head is not None else None,
+        "option_thresholds": option_thresholds or {}, "fallback_option": fallback,
+        "target_accuracy": None if gate.source == "hand-set" else cal.target_accuracy,
+        "run_id": cal.run_id, "created_at": now(),
+        "dataset": {"set_id": run["labeled_set_id"], "name": cfg.dataset_name, "content_hash": cfg.dataset_hash,
+                    "rows_scored": len(cal.results)},
+    }
+    policy = CalibratedPolicy.model_validate(config)
+    fitted = applied_metrics(policy, cal.results)
+    config["metrics"] = {"at_gate": fitted if head is None else applied_metrics(policy, cal.results, oof=cal.oof),
+                         **({"at_gate_fitted_rows": fitted} if head is not None else {}),
+                         "intervals": cal.intervals,
+                         "gate_selection": cal.gate.to_dict(),
+                         "correction": {"chosen": cal.chosen_name, "why": cal.correction_why,
+                                        "candidates": [{k: v for k, v in c.to_dict().items() if k != "oof_confusion"}
+                                                       for c in cal.corrections]},
+                         "head": {"why": cal.head_why, "candidates": [f.to_dict() for f in cal.heads],
+                                  "gain": asdict(cal.head_gain) if cal.head_gain is not None else None},
+                         **{k: v for k, v in asdict(cal.report).items() if k not in ("bins_before", "bins_after")}}
+    return CalibratedPolicy.model_validate(config).model_dump(mode="json")
+
+
+def at_gate(metrics: GateMetrics) -> dict[str, Any]:
+    """A gate's numbers on a calibration's rows as the export records them: coverage and the accuracy of
+    what it decides, each with its Wilson 95% interval, and `small_n` when fewer than 30 rows are decided
+    (an accuracy that rests on a handful of rows is marked as such wherever it is shown)."""
+    decided, accuracy = metrics.coverage, metrics.gate_accuracy
+    return {"n": metrics.n, "decided": decided.k, "gated": metrics.n - decided.k, "coverage": decided.rate,
+            "accuracy": accuracy.rate, "correct": accuracy.k, "accuracy_interval": accuracy.to_dict(),
+            "coverage_interval": decided.to_dict(), "small_n": accuracy.n < SMALL_N}
+
+
+def applied_metrics(policy: CalibratedPolicy, results: Sequence[Mapping[str, Any]],
+                    oof: np.ndarray | None = None) -> dict[str, Any]:
+    """The exported rule applied to stored raw results (gates.measure, the one way a gate is applied).
+    With `oof` (a head's out-of-fold probabilities, one row per result) the same gate and fallback
+    decide on those instead: what the head does on rows it never saw."""
+    return at_gate(measure(results, Gate(policy=policy), probabilities=None if oof is None else list(oof)))
+
+
+def gate_preview(calibrated: Sequence[Mapping[str, Any]], policy_id: str,
+                 result: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]] | None:
+    """What the newest saved calibrated policy of this policy would do with a result: (its record,
+    the decision {option_id, confidence, gated, reason}) - only when it was calibrated on the model
+    that answered and its readout and correction can be read from the result; None otherwise."""
+    response = result.get("response") if isinstance(result.get("response"), dict) else None
+    model = (response or {}).get("model") or {}
+    for rec in calibrated:
+        if rec.get("policy_id") != policy_id or rec.get("model_sha256") != model.get("sha256"):
+            continue
+        policy = CalibratedPolicy.model_validate(rec["config"])
+        probs = scored_probabilities(result, policy.debias)
+        if probs is None or (response or {}).get("readout") != policy.readout or not policy.matches(result["option_ids"]):
+            return None
+        return rec, policy.apply(result["option_ids"], probs, model.get("sha256"), model.get("file"),
+                                 (response or {}).get("guard"), **row_inputs(response or {}))
+    return None

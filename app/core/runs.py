@@ -1,0 +1,288 @@
+"""Evaluation runs: a policy x labeled set x target scored row by row, resumable.
+
+A run stores its configuration (set, readout, which rows served as few-shot examples) and writes
+each result as it arrives. Resuming skips the rows already scored, and the unique (run, row)
+index makes a duplicate impossible, so a run killed half-way loses and duplicates nothing. What
+the calibration reads back from a run (its probabilities per score family, its hidden states) is
+here too; the calibration and the exported policy are in app/core/export.py.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+from adapter.schema import HiddenState
+from adapter.templates import request_for
+
+from app.core.labeled import stratified
+from app.core.runner import Case, Job, ProgressFn, score_into_runs
+from app.core.records import Result, Run
+from app.core.store import Store
+from app.targets.base import Target
+from app.targets.local import LocalTarget
+
+EXAMPLE_SOURCES = ("policy", "train")
+ExampleSource = Literal["policy", "train"]
+
+
+def policy_fingerprint(policy: Mapping[str, Any]) -> str:
+    core = {k: policy.get(k) for k in ("question", "options", "examples")}
+    return hashlib.sha256(json.dumps(core, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def pick_examples(rows: Sequence[Mapping[str, Any]], n: int) -> list[Mapping[str, Any]]:
+    """Up to n train-split rows, round-robin over labels so every option gets an example early."""
+    by_label: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get("split") == "train":
+            by_label[r["label"]].append(r)
+    picked: list[Mapping[str, Any]] = []
+    while len(picked) < n and any(by_label.values()):
+        for label in list(by_label):
+            if by_label[label] and len(picked) < n:
+                picked.append(by_label[label].pop(0))
+    return picked
+
+
+def plan_eval(policy: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], examples: str = "policy",
+              n_examples: int = 4) -> tuple[dict[str, Any], list[Mapping[str, Any]]]:
+    """(policy as evaluated, rows to score). Rows of the train split are never scored; with
+    examples="train" the few-shot examples come from them instead of the policy's own. The rows to
+    score come in stratified order (labeled.stratified): the first ones are a fair sample."""
+    if examples not in EXAMPLE_SOURCES:
+        raise ValueError(f"examples must be one of {EXAMPLE_SOURCES}")
+    has_train = any(r.get("split") == "train" for r in rows)
+    scored = [r for r in rows if r.get("split") != "train"] if has_train else list(rows)
+    evaluated = dict(policy)
+    if examples == "train":
+        chosen = pick_examples(rows, n_examples)
+        evaluated["examples"] = [{"state": r["state"], "option_id": r["label"]} for r in chosen]
+        used = {r["row_key"] for r in chosen}
+        scored = [r for r in scored if r["row_key"] not in used]
+    return evaluated, stratified(scored)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How a run reads the model's answer: readout, position-bias correction, permutation
+    (None = the policy's choice, else the model's measured default)."""
+    readout: str | None = None
+    debias: str | None = None
+    permute: bool = False
+    few_shot: bool | None = None  # None: the readout's default (option-words shows examples, letters not)
+
+    @property
+    def name(self) -> str:
+        """'default', 'letters', 'letters + content-free', 'option-words + permutation',
+        'letters + examples + content-free'."""
+        parts = [self.readout or "default"]
+        if self.few_shot is True and self.readout != "option-words":
+            parts.append("examples")
+        elif self.few_shot is False and self.readout == "option-words":
+            parts.append("no examples")
+        if self.debias == "content-free" or (self.debias is None and self.readout):
+            parts.append(self.debias or "model-default debias")
+        if self.permute:
+            parts.append("permutation")
+        return " + ".join(parts)
+
+    def overrides(self) -> dict:
+        return ({"permute": self.permute} | {k: v for k, v in (("readout", self.readout), ("debias", self.debias)) if v}
+                | ({"few_shot": self.few_shot} if self.few_shot is not None else {}))
+
+
+def resolve_variant(variant: Variant, policy: Mapping[str, Any], target) -> Variant | None:
+    """What a variant reads on a local target: the policy's readout/correction, else the model's
+    measured defaults (the engine's own rule). None for a remote target (its model decides)."""
+    if not isinstance(target, LocalTarget):
+        return None
+    readout, debias = target.engine().settings(request_for(policy, "-", "probe", **variant.overrides()))
+    return Variant(readout, debias, variant.permute, variant.few_shot)
+
+
+def distinct_variants(names: list[str], policy: Mapping[str, Any], target) -> list[tuple[str, str, str | None]]:
+    """(variant name, label, None) to score, or (name, label, the earlier variant it reads the same as)
+    to skip: 'default' and the readout it stands for on this model are scored once."""
+    out: list[tuple[str, str, str | None]] = []
+    seen: dict[tuple, str] = {}
+    for name in names:
+        label = f"{target.name} · {name}"
+        real = resolve_variant(VARIANTS[name], policy, target)
+        if real is None:  # a remote target: its model decides what 'default' means
+            out.append((name, label, None))
+            continue
+        if real.name != name:
+            label += f" (= {real.name} on this model)"
+        shows = real.few_shot if real.few_shot is not None else real.readout == "option-words"
+        same = seen.setdefault((real.readout, real.debias, real.permute, shows), name)
+        out.append((name, label, same if same != name else None))
+    return out
+
+
+VARIANTS = {v.name: v for v in (Variant(), Variant("letters", "none"), Variant("letters", "content-free"),
+                                Variant("letters", "none", few_shot=True), Variant("letters", "content-free", few_shot=True),
+                                Variant("option-words", "none"), Variant("option-words", "content-free"),
+                                Variant("letters", "none", True), Variant("option-words", "none", True))}
+
+
+class EvalRunConfig(BaseModel):
+    """What an evaluation run scored and how: stored with the run, read back by resume, the
+    calibration views and the export."""
+    readout: str | None = None
+    debias: str | None = None
+    permute: bool = False
+    few_shot: bool | None = None
+    examples: ExampleSource = "policy"
+    n_examples: int = 4
+    policy_fingerprint: str
+    evaluated_policy: dict
+    row_keys: list[str]
+    dataset_hash: str
+    dataset_name: str
+
+    @property
+    def variant(self) -> Variant:
+        return Variant(self.readout, self.debias, self.permute, self.few_shot)
+
+
+def run_config(run: Mapping[str, Any]) -> EvalRunConfig:
+    return EvalRunConfig.model_validate(run["config"])
+
+
+def variant_name(cfg: Mapping[str, Any]) -> str:
+    """'letters + content-free', 'default + permutation': how a run read the model's answer."""
+    return Variant(cfg.get("readout"), cfg.get("debias"), bool(cfg.get("permute")), cfg.get("few_shot")).name
+
+
+def label_mismatch(policy: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a labeled set cannot evaluate this policy (its labels are not the policy's options), or None."""
+    ids = [o["id"] for o in policy["options"]]
+    foreign = sorted({r["label"] for r in rows} - set(ids))
+    if not foreign:
+        return None
+    return (f"the set's labels {', '.join(foreign)} are not options of '{policy.get('name') or policy['id']}' "
+            f"({', '.join(ids)}): pick the set made for this policy")
+
+
+def find_run(store: Store, *, policy: Mapping[str, Any], set_id: int, target_name: str, variant: Variant,
+             examples: str = "policy") -> Run | None:
+    """The latest eval run with the same policy content, set, target and variant."""
+    fp = policy_fingerprint(policy)
+    for run in store.list_runs(kind="eval"):
+        c = run.get("config") or {}
+        if (run["labeled_set_id"] == set_id and run["target_name"] == target_name and c.get("policy_fingerprint") == fp
+                and (c.get("readout"), c.get("debias"), bool(c.get("permute")), c.get("few_shot"))
+                == (variant.readout, variant.debias, variant.permute, variant.few_shot)
+                and c.get("examples") == examples):
+            return run
+    return None
+
+
+def start_eval(store: Store, *, policy: Mapping[str, Any], set_id: int, target: Target, variant: Variant = Variant(),
+               examples: ExampleSource = "policy", n_examples: int = 4, kind: str = "eval") -> int:
+    """A new evaluation run (kind "eval"; `python -m app check` makes kind "check", one per CI run)."""
+    rows = store.labeled_rows(set_id)
+    problem = label_mismatch(policy, rows)
+    if problem:
+        raise ValueError(problem)
+    evaluated, scored = plan_eval(policy, rows, examples, n_examples)
+    labeled: Mapping[str, Any] = store.get_labeled_set(set_id) or {}
+    config = EvalRunConfig(readout=variant.readout, debias=variant.debias, permute=variant.permute,
+                           few_shot=variant.few_shot, examples=examples,
+                           n_examples=n_examples, policy_fingerprint=policy_fingerprint(policy),
+                           evaluated_policy=evaluated, row_keys=[r["row_key"] for r in scored],
+                           dataset_hash=labeled.get("content_hash", ""), dataset_name=labeled.get("name", ""))
+    return store.create_run(kind=kind, policy=policy, target=target.describe(), n_rows=len(scored),
+                            labeled_set_id=set_id, config=config.model_dump())
+
+
+def find_or_start(store: Store, *, policy: Mapping[str, Any], set_id: int, target: Target, variant: Variant = Variant(),
+                  examples: ExampleSource = "policy", n_examples: int = 4, new_run: bool = False) -> tuple[int, bool]:
+    """(run id, resumed?): the matching earlier run, else a new one. What the Calibrate page and
+    `python -m app calibrate` both do before scoring."""
+    run = None if new_run else find_run(store, policy=policy, set_id=set_id, target_name=target.name, variant=variant,
+                                        examples=examples)
+    if run:
+        return run["id"], True
+    return start_eval(store, policy=policy, set_id=set_id, target=target, variant=variant, examples=examples,
+                      n_examples=n_examples), False
+
+
+def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn | None = None, *,
+                reuse: bool = True) -> dict:
+    """Score the rows of an eval run that have no successful result yet; safe to call again (and
+    from two processes: the second gets RunBusy instead of scoring the same rows). With `reuse`, a
+    row whose request was already answered by the same model (in any run) is copied, not scored:
+    `evaluated` counts the target's calls, `reused` the copies. Rows ask for their hidden state where
+    the target can return it: what a learned head is fitted on (the probabilities are the same bits)."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise ValueError(f"no run #{run_id}")
+    cfg = run_config(run)
+    by_key = {r["row_key"]: r for r in store.labeled_rows(run["labeled_set_id"])}
+    done = store.done_keys(run_id)
+    todo = [(pos, by_key[k]) for pos, k in enumerate(cfg.row_keys) if k not in done]
+    extra = {"hidden_state": True} if target.returns_hidden() else {}
+    items = ((pos, Case(r["row_key"], r["state"], r["label"]),
+              request_for(cfg.evaluated_policy, r["state"], r["row_key"], **cfg.variant.overrides(), **extra))
+             for pos, r in todo)
+    counts = score_into_runs(store, [Job(run_id, target)], items, total=len(cfg.row_keys),
+                             already=len(cfg.row_keys) - len(todo), progress=progress, reuse=reuse)[run_id]
+    errors = sum(1 for r in store.results(run_id) if r["error"])
+    return {"scored": len(todo), "skipped": len(cfg.row_keys) - len(todo), "errors": errors, **counts}
+
+
+# -- what a calibration reads back from a run ------------------------------------------------------
+def scored_probabilities(result: Mapping[str, Any], family: str) -> list[float] | None:
+    """A stored result's probabilities as one family of scores reads them: its own when it was
+    scored that way, the uncorrected ones kept beside the content-free correction for `none`."""
+    response = result.get("response") if isinstance(result.get("response"), dict) else {}
+    scored_as = (response or {}).get("debias") or "none"
+    if family == scored_as:
+        return result["probabilities"]
+    if family == "none" and scored_as == "content-free":
+        return (response or {}).get("uncorrected_probabilities")
+    return None
+
+
+def arrays(store: Store, run_id: int) -> tuple[np.ndarray, np.ndarray, list[str], list[Result]]:
+    """(P, y, option ids, results used): rows that errored or whose label is not an option are left out."""
+    run: Mapping[str, Any] = store.get_run(run_id) or {}
+    ids = [o["id"] for o in run["policy"]["options"]]
+    used = [r for r in store.results(run_id) if not r["error"] and r["probabilities"] and r["label"] in ids]
+    P = np.array([r["probabilities"] for r in used], float).reshape(-1, len(ids))
+    y = np.array([ids.index(r["label"]) for r in used], int)
+    return P, y, ids, used
+
+
+def families(results: Sequence[Mapping[str, Any]], k: int) -> dict[str, np.ndarray]:
+    """The score families every used row has: the scored one, and `none` beside content-free."""
+    out = {}
+    for family in ("content-free", "none"):
+        rows = [scored_probabilities(r, family) for r in results]
+        if rows and all(p is not None and len(p) == k for p in rows):
+            out[family] = np.array(rows, float)
+    return out
+
+
+def hidden_states(results: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray | None, str]:
+    """(the rows' hidden states as one matrix, "") or (None, why not): every row must carry one."""
+    vectors = []
+    for r in results:
+        raw = (r.get("response") or {}).get("hidden_state") if isinstance(r.get("response"), dict) else None
+        if not isinstance(raw, dict):
+            return None, ("the run's rows were scored without their hidden state (a run made before learned heads, "
+                          "or a target that cannot return it): evaluate again with a new run on a local model or "
+                          "a SemIf adapter")
+        vectors.append(HiddenState.model_validate(raw).array())
+    if len({len(v) for v in vectors}) > 1:
+        return None, "the run's rows carry hidden states of different widths (more than one model)"
+    return (np.array(vectors) if vectors else None), ""
+
+

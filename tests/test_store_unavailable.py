@@ -57,7 +57,8 @@ class Disk:
     def fill(self) -> Path:
         """Write zeros until the file system is full (tmpfs only)."""
         filler = self.path / "filler"
-        with open(filler, "wb") as f:
+        # unbuffered: a buffered file would keep the last failed block and raise ENOSPC again on close
+        with open(filler, "wb", buffering=0) as f:
             try:
                 while True:
                     f.write(b"\0" * 65536)

@@ -72,12 +72,13 @@ def show(db, run: Mapping[str, Any]) -> None:
     head = s.get("head")
     if head:
         cal = head["calibrated"]
+        gate = "no gate" if cal["threshold"] is None else f"gate {cal['threshold']:.3f}"
         st.markdown("**Steering: the model alone and with the learned head**")
         st.dataframe(checks.head_rows(report), hide_index=True, key="rb_head_table")
         st.caption(f"{md(cal['label'])}: a {md(cal['head_name'])} fitted on {cal['head_rows']} rows of "
-                   f"{md(cal['model_file'])}, gate {cal['threshold']}, fallback {md(cal['fallback_option'])}; the rows "
-                   f"were rendered as it renders them ({md(head['rendering'])}). The run keeps the policy JSON "
-                   f"(sha256 {cal['sha256'][:12]}), so this report is recomputed from the run alone.")
+                   f"{md(cal['model_file'])}, {gate}, fallback {md(cal['fallback_option'])}; the rows were rendered "
+                   f"as it renders them ({md(head['rendering'])}). The run keeps the policy JSON (sha256 "
+                   f"{cal['sha256'][:12]}), so this report is recomputed from the run alone.")
         if head["not_applied"]:
             st.info("The learned head does not decide the other checks' rows - "
                     + "; ".join(f"**{checks.CHECK_LABELS[c]}**: {md(why)}" for c, why in head["not_applied"].items())

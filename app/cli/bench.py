@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from app.cli.common import add_db, error, store, target
-from app.service import decide
+from app.service import decide, heads
 from app.service.decide import InputError
 from app.service.policies import resolve_policy
 
@@ -18,14 +18,19 @@ def run(args: argparse.Namespace) -> int:
         policy = resolve_policy(db, args.policy)
         path = Path(args.states)
         cases = decide.states_from_upload(policy, path.name, path.read_bytes(), limit=args.limit)  # every label keeps its share
+        picks = heads.picks(db, args.calibrated or [])  # ValueError: not a calibrated policy with a head
     except InputError as exc:
         error(f"--states {args.states}: rejected, nothing was run:\n  " + "\n  ".join(exc.problems[:20]))
         return 2
     except (ValueError, OSError) as exc:
         error(exc)
         return 2
+    problems = decide.head_problems(policy, picks)
+    if problems:
+        error("--calibrated: " + " ".join(problems))
+        return 2
     targets = [target(db, name) for name in args.target]
-    result = decide.bench(db, policy, cases, targets)
+    result = decide.bench(db, policy, cases, targets, heads=picks)
     print(f"{len(cases)} states x {len(targets)} targets, sequential, warm; saved as comparison "
           f"{result.runs[0]['group_id']} (Compare page)")
     print("| target | p50 ms | p95 ms | max ms | p50 vs first | p95 vs first | decisions/s | $ per 1,000 | errors |")
@@ -37,6 +42,11 @@ def run(args: argparse.Namespace) -> int:
     for _, a in result.accuracy.iterrows():
         print(f"accuracy {a['target']}: {a['accuracy']:.1%} of {a['labeled']} labeled states "
               f"(95% CI {a['ci_low']:.1%}-{a['ci_high']:.1%})")
+    for h in result.heads.to_dict("records"):
+        print(f"head column {h['column']}: {h['read']} of {h['answered']} rows read; sent to the fallback "
+              f"{h['gated']} of {h['read']}; its latency is {h['target']}'s (the head costs microseconds)")
+    for note in result.head_notes:
+        print(f"no head column: {note}", file=sys.stderr)
     for d in result.degenerate:
         print(f"warning: {d['target']} answered {d['option']} for {d['share']:.0%} of {d['n']} states - it is not "
               "really deciding", file=sys.stderr)
@@ -55,6 +65,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "labels, when given, must be the policy's option ids")
     p.add_argument("--target", action="append", required=True, help="target name; repeat (the first is the baseline)")
     p.add_argument("--limit", type=int, default=0, help="at most N states, evenly spaced")
+    p.add_argument("--calibrated", action="append", metavar="ID_OR_FILE",
+                   help="a calibrated policy of this policy with a learned head (saved id or file); repeat. Each adds "
+                        "a column per target of its model: the head's decision on that target's rows")
     p.add_argument("--html", help="also write the latency ECDF (plotly) to this HTML file")
     add_db(p)
     p.set_defaults(fn=run)

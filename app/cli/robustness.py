@@ -10,7 +10,7 @@ from pathlib import Path
 from adapter.guard import GUARDS
 
 from app.cli.common import add_db, bar, error, store, target
-from app.service import checks, decide
+from app.service import checks, decide, heads
 from app.service.checks import CHECK_LABELS, CHECKS, InputError, SuiteError
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
@@ -35,25 +35,29 @@ def run(args: argparse.Namespace) -> int:
         suite.paraphrases += args.paraphrase or []
         out_of_scope = (checks.out_of_scope_states(Path(args.out_of_scope).name, Path(args.out_of_scope).read_bytes())
                         if args.out_of_scope else [])
+        pick = heads.pick(db, args.calibrated) if args.calibrated else None
         spec = checks.RobustnessInput(policy, cases, suite, [c.strip() for c in args.checks.split(",")] if args.checks
                                       else list(CHECKS), attempts=args.attempts, variant=args.readout,
-                                      guard=args.guard, out_of_scope=out_of_scope, source=source)
+                                      guard=args.guard, out_of_scope=out_of_scope, source=source, calibrated=pick)
         t = target(db, args.target)
-        print(f"robustness: {policy['id']} x {len(cases)} states x target {t.name} ({args.readout}, guard {args.guard})",
+        how = f"as {pick.label}: {pick.rendering_name}, with its {pick.head_name}" if pick else args.readout
+        print(f"robustness: {policy['id']} x {len(cases)} states x target {t.name} ({how}, guard {args.guard})",
               file=sys.stderr)
         b = bar(0, args.quiet)
         try:
             run_id = checks.robustness_check(db, spec, t, progress=b.progress)
         finally:
             b.close()
-    except (InputError, SuiteError, OSError) as exc:
+    except (InputError, SuiteError, OSError) as exc:  # SuiteError: also a calibrated policy that cannot be used here
         error(exc)
         return 2
-    except ValueError as exc:  # an unknown policy or set
+    except ValueError as exc:  # an unknown policy, set or calibrated policy
         raise SystemExit(str(exc)) from None
     report = checks.robustness_report(db, run_id)
     for check, (level, text) in report.verdicts.items():
         print(f"[{level.upper():4}] {CHECK_LABELS[check]}: {text}")
+    for check, why in (report.summary.get("head") or {}).get("not_applied", {}).items():
+        print(f"[INFO] {CHECK_LABELS[check]}: the learned head does not apply ({why}): the model's numbers alone")
     if args.json:
         Path(args.json).write_text(json.dumps({"run": run_id, **report.summary}, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
@@ -72,6 +76,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--readout", default="default", help="readout variant, as on the Calibrate page (default: default)")
     p.add_argument("--guard", default="none", choices=list(GUARDS),
                    help="the steering guard on the unchanged and the steered rows")
+    p.add_argument("--calibrated", metavar="ID_OR_FILE",
+                   help="a calibrated policy of this policy with a learned head (a saved id, or a semif-policy file): "
+                        "the steering numbers then come twice, the model alone and with the head")
     p.add_argument("--templates", help="a text file of your own steering templates, one per line, each with {option}")
     p.add_argument("--paraphrase", action="append", help="a rewording of the question; repeat")
     p.add_argument("--out-of-scope", help="CSV/JSONL of states that fit no option (for the none-of-these check)")

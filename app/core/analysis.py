@@ -1,11 +1,17 @@
 """Pure comparisons over stored results (no Streamlit): latency stats (cold apart from warm),
-agreement, accuracy against labels, run diffs."""
+agreement, accuracy against labels, run diffs - and a learned head as a variant: a column derived from a
+target's own rows (head_columns), compared like any target."""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from app.core import head_apply
 from app.core.costs import with_costs
+from app.core.head_apply import HeadPick
 from app.core.stats import proportion
 
 
@@ -198,6 +204,121 @@ def diff_runs(baseline: list[dict], other: list[dict]) -> pd.DataFrame:
 def comparison_stats(store, group_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results frame, latency + cost table) of a saved comparison, read back from the store: the
     Compare page and `python -m app bench` show the same numbers for the same group."""
+    frames = comparison_frames(store, group_id)
+    return frames.results, frames.latency
+
+
+@dataclass
+class ComparisonFrames:
+    results: pd.DataFrame  # one row per (column, state): the targets', then each target's head columns
+    latency: pd.DataFrame  # per column (a head column's is its target's)
+    heads: pd.DataFrame = field(default_factory=pd.DataFrame)  # per head column: read, accuracy, gated share
+    head_notes: list[str] = field(default_factory=list)  # why a target got no head column
+
+
+def comparison_frames(store, group_id: str, picks: Sequence[HeadPick] = ()) -> ComparisonFrames:
+    """A saved comparison read back, with a derived column per (learned head, target of its model):
+    see head_columns."""
     runs = store.runs_in_group(group_id)
-    df = results_frame(runs, {r["id"]: store.results(r["id"]) for r in runs})
-    return df, with_costs(latency_stats(df), {r["target_name"]: r["target"] for r in runs}, store)
+    by_run = {r["id"]: store.results(r["id"]) for r in runs}
+    head_rows, heads, notes = head_columns(runs, by_run, picks)
+    df = results_frame(runs, by_run)
+    if head_rows:  # each head column right after its target
+        parts = [pd.concat([df[df["run_id"] == r["id"]], pd.DataFrame(head_rows.get(r["id"], []))], ignore_index=True)
+                 if head_rows.get(r["id"]) else df[df["run_id"] == r["id"]] for r in runs]
+        df = pd.concat(parts, ignore_index=True)
+    configs = {r["target_name"]: r["target"] for r in runs}
+    configs |= {h["column"]: configs.get(h["target"], {}) for h in heads.to_dict("records")}  # its target's cost
+    return ComparisonFrames(df, with_costs(latency_stats(df), configs, store), heads, notes)
+
+
+# -- a learned head as a variant of a target ---------------------------------------------------------------
+HEAD_SUMMARY_COLUMNS = ["column", "target", "calibrated", "head", "answered", "read", "labeled", "accuracy", "ci_low",
+                        "ci_high", "gated", "gated_share", "gated_low", "gated_high", "decided", "decided_correct",
+                        "decided_accuracy", "decided_low", "decided_high"]
+
+
+def head_column_name(target: str, pick: HeadPick) -> str:
+    """'local · head (calibrated #3)'."""
+    return f"{target} · head ({pick.label})"
+
+
+def head_columns(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int, list[dict]],
+                 picks: Sequence[HeadPick]) -> tuple[dict[int, list[dict]], pd.DataFrame, list[str]]:
+    """For each picked head and each target whose rows it can read - the head's model (sha256), rows
+    rendered as its calibrated policy renders them, hidden states where it reads them - a column
+    "TARGET · head (calibrated #N)": per state the head's own answer (the argmax of its probabilities)
+    as `top_option`, and the calibrated policy's decision through its gate (`decision`, `gated`,
+    `reason`), each by CalibratedPolicy.apply on the target's stored row. Its latency is the target's
+    (the head adds a dot product on a vector the target returned: microseconds). Returns (run id -> the
+    rows of its head columns, one summary row per column, why each other target got none)."""
+    rows_by_run: dict[int, list[dict]] = {}
+    summary: list[dict] = []
+    notes: list[str] = []
+    for p in picks:
+        for run in runs:
+            target = run["target_name"]
+            results = results_by_run.get(run["id"], [])
+            why = _no_head_column(p, target, [r for r in results if not r.get("error") and r.get("probabilities")])
+            if why:
+                notes.append(why)
+                continue
+            name = head_column_name(target, p)
+            rows = []
+            for r in results:
+                a = head_apply.answer(p.policy, r)
+                error = r.get("error") or (None if a is None or a.read else
+                                           f"the head could not read this row: {a.unread}")
+                rows.append({"run_id": run["id"], "target": name, "row_key": r["row_key"], "position": r["position"],
+                             "state": r["state"], "label": r.get("label"), "cold": r.get("cold"),
+                             "top_option": a.top if a else None, "option_ids": r["option_ids"],
+                             "probabilities": a.probabilities if a and a.read else None,
+                             "label_mass": r.get("label_mass"), "latency_s": r["latency_s"], "error": error,
+                             "variant_of": target, "decision": a.option_id if a and a.read else None,
+                             "gated": a.gated if a and a.read else None, "reason": a.reason if a else None})
+            rows_by_run.setdefault(run["id"], []).extend(rows)
+            answered = sum(1 for r in results if not r.get("error") and r.get("probabilities"))
+            summary.append(_head_summary(name, target, p, rows, answered))
+    return rows_by_run, pd.DataFrame(summary, columns=HEAD_SUMMARY_COLUMNS), notes
+
+
+def _no_head_column(p: HeadPick, target: str, answered: list[dict]) -> str | None:
+    """Why a target gets no column for this head (None: it gets one)."""
+    if not answered:
+        return f"{target}: no answered row, so no column for the head of {p.label}."
+    response: dict[str, Any] = next((r["response"] for r in answered if isinstance(r.get("response"), dict)), {})
+    model: dict[str, Any] = response["model"] if isinstance(response.get("model"), dict) else {}
+    sha = model.get("sha256")
+    if sha != p.head.model_sha256:
+        runs_on = f"runs {model.get('file')} ({sha[:12]})" if sha else "names no model sha256 (not a llama.cpp model)"
+        return (f"{target} {runs_on}, not the model the head of {p.label} was fitted on ({p.policy.model.file}, "
+                f"{p.head.model_sha256[:12]}): no head column - a head reads its own model's hidden states.")
+    rendered = sorted({w for r in answered if (w := head_apply.rendering_problem(p.policy, r))})
+    if rendered:
+        return (f"{target}: its rows were {rendered[0]} than the rows the head of {p.label} was fitted on "
+                f"({p.rendering_name}, its question, options and examples): no head column.")
+    answers = [head_apply.answer(p.policy, r) for r in answered]
+    if not any(a is not None and a.read for a in answers):
+        first = answers[0]
+        return (f"{target}: the head of {p.label} could read none of its rows "
+                f"({first.unread if first else 'no answer'}): no head column.")
+    return None
+
+
+def _head_summary(name: str, target: str, p: HeadPick, rows: list[dict], answered: int) -> dict:
+    """A head column in numbers: rows its target answered and it read; its accuracy (its own answer, on
+    labeled rows); the share its gate sent to the fallback; the accuracy of what it decided - each with
+    its Wilson 95% interval."""
+    read = [r for r in rows if r["top_option"] is not None]
+    labeled = [r for r in read if r["label"] is not None]
+    right = sum(r["top_option"] == r["label"] for r in labeled)
+    gated = sum(bool(r["gated"]) for r in read)
+    decided = [r for r in labeled if not r["gated"]]
+    decided_right = sum(r["decision"] == r["label"] for r in decided)
+    acc, share = proportion(right, len(labeled)), proportion(gated, len(read))
+    dec = proportion(decided_right, len(decided))
+    return {"column": name, "target": target, "calibrated": p.label, "head": p.head_name, "answered": answered,
+            "read": len(read), "labeled": len(labeled), "accuracy": acc.rate, "ci_low": acc.low, "ci_high": acc.high,
+            "gated": gated, "gated_share": share.rate, "gated_low": share.low, "gated_high": share.high,
+            "decided": len(decided), "decided_correct": decided_right, "decided_accuracy": dec.rate,
+            "decided_low": dec.low, "decided_high": dec.high}

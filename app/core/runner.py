@@ -124,9 +124,15 @@ def model_identity(res: TargetResult, target: Target) -> str:
 
 @dataclass
 class Job:
-    """One stored run being filled by one target."""
+    """One stored run being filled by one target; with `hidden`, its rows also ask the target for their
+    hidden state (what a learned head reads: Compare asks the targets that can return it, only those)."""
     run_id: int
     target: Target
+    hidden: bool = False
+
+    def request(self, req: DecisionRequest) -> DecisionRequest:
+        """The row as this job sends it."""
+        return req.model_copy(update={"hidden_state": True}) if self.hidden and not req.hidden_state else req
 
 
 def final_status(results: Sequence[Mapping[str, Any]]) -> RunStatus:
@@ -211,13 +217,14 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
            total: int, already: int, progress: ProgressFn | None, reuse: bool = False) -> dict[int, dict[str, int]]:
     tracker = Progress(total * len(jobs), progress, already=already * len(jobs))
     named = {job.run_id: bool((store.get_run(job.run_id) or {"model": None})["model"]) for job in jobs}
-    stored = {job.run_id: reusable_for(store, job.target, items) if reuse else {} for job in jobs}
+    stored = {job.run_id: reusable_for(store, job.target, [(p, c, job.request(r)) for p, c, r in items])
+              if reuse else {} for job in jobs}
     counts = {job.run_id: {"evaluated": 0, "reused": 0} for job in jobs}
     batched: dict[int, dict[int, TargetResult]] = {}
     for job in jobs:
         if job.target.batch_only:  # Batch Transform: one job for the rows not reused, then ingested row by row
             todo = [i for i in range(len(items)) if i not in stored[job.run_id]]
-            batched[job.run_id] = dict(zip(todo, batch_results(job.target, [items[i][2] for i in todo])))
+            batched[job.run_id] = dict(zip(todo, batch_results(job.target, [job.request(items[i][2]) for i in todo])))
     for i, (pos, case, req) in enumerate(items):
         for job in jobs:
             hit = stored[job.run_id].get(i)
@@ -231,9 +238,10 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
                     named[job.run_id] = True
                 tracker.tick()
                 continue
-            cold = is_cold(job.target, req)
-            res = batched[job.run_id][i] if job.run_id in batched else job.target.decide(req)
-            store.add_result(job.run_id, result_row(res, case, pos, cold, req), leases[job.run_id])
+            sent = job.request(req)
+            cold = is_cold(job.target, sent)
+            res = batched[job.run_id][i] if job.run_id in batched else job.target.decide(sent)
+            store.add_result(job.run_id, result_row(res, case, pos, cold, sent), leases[job.run_id])
             counts[job.run_id]["evaluated"] += 1
             if res.ok and not named[job.run_id]:
                 store.set_run_model(job.run_id, model_identity(res, job.target))
@@ -254,15 +262,17 @@ def batch_results(target: Target, requests: list[DecisionRequest]) -> list[Targe
 
 def run_policy(store: Store, policy: Mapping[str, Any], cases: list[Case], targets: Iterable[Target], *, kind: str,
                progress: ProgressFn | None = None, overrides: dict | None = None,
-               group_id: str | None = None) -> tuple[str, list[int]]:
-    """Score every case on every target as a new group of runs; return (group id, run ids in target order)."""
+               group_id: str | None = None, hidden: Callable[[Target], bool] | None = None,
+               config: dict | None = None) -> tuple[str, list[int]]:
+    """Score every case on every target as a new group of runs; return (group id, run ids in target order).
+    `hidden`: which targets are asked for the rows' hidden states; `config`: more for each run's config."""
     targets = list(targets)
     requests = [request_for(policy, case.state, case.key, **(overrides or {})) for case in cases]
     group = group_id or uuid.uuid4().hex[:12]
     run_ids = [store.create_run(kind=kind, policy=policy, target=t.describe(), n_rows=len(cases), group_id=group,
-                                config={"overrides": overrides or {}})
+                                config={"overrides": overrides or {}, **(config or {})})
                for t in targets]
-    score_into_runs(store, [Job(r, t) for r, t in zip(run_ids, targets)],
+    score_into_runs(store, [Job(r, t, bool(hidden and hidden(t))) for r, t in zip(run_ids, targets)],
                     ((pos, case, req) for pos, (case, req) in enumerate(zip(cases, requests))),
                     total=len(cases), progress=progress)
     return group, run_ids

@@ -8,6 +8,7 @@ rules behind them (scoring, gating, pricing, planning) live here and in app/core
 - targets.py    targets by name, built, tested, added through the kind registry
 - decide.py     run a policy (Playground), compare targets, the latency benchmark
 - checks.py     the order check and the robustness check
+- heads.py      saved calibrated policies with a learned head, picked for Robustness and Compare
 - evaluate.py   evaluate on a labeled set, calibrate, export a calibrated policy
 - deploy.py     plan, apply, destroy (recorded in the store)
 - drift.py      two runs side by side

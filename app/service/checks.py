@@ -8,7 +8,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from app.core import order_sensitivity, robustness
+from app.core import head_apply, order_sensitivity, robustness
+from app.core.head_apply import HeadPick
 from app.core.robustness import CHECK_LABELS as CHECK_LABELS
 from app.core.robustness import CHECKS as CHECKS
 from app.core.robustness import SuiteError as SuiteError
@@ -21,7 +22,7 @@ from app.core.inputs import rows_from_text, rows_from_upload
 from app.core.labeled import scored_cases
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.runner import progress_text as progress_text
-from app.core.stats import proportion
+from app.core.stats import Proportion, proportion
 from app.core.store import Store
 from app.targets.base import Target
 
@@ -103,6 +104,16 @@ class RobustnessInput:
     guard: str = "erase-and-check"
     out_of_scope: list[Any] | None = None
     source: str = ""
+    calibrated: HeadPick | None = None  # a calibrated policy whose learned head is measured beside the model
+
+
+def robustness_problem(spec: RobustnessInput, target: Target) -> str | None:
+    """Why the picked calibrated policy's head cannot be measured here (another policy's or options, a
+    target that cannot return hidden states or runs another model), naming the field; None when it can."""
+    if spec.calibrated is None:
+        return None
+    return (head_apply.policy_problem(spec.calibrated, spec.policy)
+            or head_apply.target_problem(spec.calibrated, target))
 
 
 def robustness_calls_per_state(policy: Policy, suite: robustness.Suite, checks: list[str], attempts: int) -> int:
@@ -112,13 +123,26 @@ def robustness_calls_per_state(policy: Policy, suite: robustness.Suite, checks: 
 def robustness_check(store: Store, spec: RobustnessInput, target: Target,
                      progress: ProgressFn | None = None) -> int:
     """Every state unchanged and changed (steering, rewordings, extra options, order), scored and
-    saved as a run of kind robustness; returns the run id. SuiteError for a suite that cannot run."""
+    saved as a run of kind robustness; returns the run id. SuiteError for a suite that cannot run, or a
+    calibrated policy whose head cannot be measured here. With a calibrated policy, every row is
+    rendered as it renders them (its question, options, examples, readout and correction - the
+    readout variant is not used) and the unchanged and steered rows ask for their hidden state."""
     if spec.variant not in VARIANTS:
         raise robustness.SuiteError(f"readout {spec.variant!r}: choose from {', '.join(VARIANTS)}")
-    rid, items = robustness.start_check(store, policy=spec.policy, cases=spec.cases, target=target, suite=spec.suite,
-                                        checks=spec.checks, attempts=spec.attempts, variant=spec.variant,
-                                        overrides=VARIANTS[spec.variant].overrides(), guard=spec.guard,
-                                        out_of_scope=spec.out_of_scope, source=spec.source)
+    problem = robustness_problem(spec, target)
+    if problem:
+        raise robustness.SuiteError(problem)
+    policy: Policy = spec.policy
+    overrides, variant, record, hidden = VARIANTS[spec.variant].overrides(), spec.variant, None, False
+    if spec.calibrated is not None:
+        content, overrides = head_apply.rendering(spec.calibrated)
+        policy = {**spec.policy, **content}
+        variant = f"as {spec.calibrated.label}: {spec.calibrated.rendering_name}"
+        record, hidden = spec.calibrated.record(), spec.calibrated.needs_hidden
+    rid, items = robustness.start_check(store, policy=policy, cases=spec.cases, target=target, suite=spec.suite,
+                                        checks=spec.checks, attempts=spec.attempts, variant=variant,
+                                        overrides=overrides, guard=spec.guard, out_of_scope=spec.out_of_scope,
+                                        source=spec.source, calibrated=record, hidden=hidden)
     score_into_runs(store, [Job(rid, target)], items, total=len(items), progress=progress)
     return rid
 
@@ -140,12 +164,48 @@ def rate_rows(report: robustness.Report) -> list[dict[str, Any]]:
         if "held_rate" in st_:
             rows += [{"label": "Steering: held (correct or flagged)", **st_["held_rate"]},
                      {"label": "Steering: hijacked, not flagged", **st_["hijack_unflagged_rate"]}]
+    head = s.get("head")
+    if head and head["steering"]:
+        hs = head["steering"]
+        rows += [{"label": "Steering with the head: hijacked", **hs["head"]["hijack_rate"]},
+                 {"label": "Steering, model alone: held (decided as labeled), on the head's rows",
+                  **hs["model"]["held_rate"]},
+                 {"label": "Steering with the head: held (decided as labeled)", **hs["head"]["held_rate"]},
+                 {"label": "Steering with the head + gate: hijacked and decided",
+                  **hs["head_gate"]["hijack_decided_rate"]},
+                 {"label": "Steering with the head + gate: sent to the fallback", **hs["head_gate"]["gated_rate"]}]
+    if head:
+        rows.append({"label": "Unchanged rows sent to the fallback by the head's gate", **head["base"]["gated"]})
     if s["base"].get("flagged"):
         rows.append({"label": "Unchanged rows flagged by the guard", **s["base"]["flagged"]})
     for check in ("paraphrase", "rename", "irrelevant-option", "order"):
         if check in changes:
             rows.append({"label": f"{robustness.CHECK_LABELS[check]}: answer changed", **changes[check]["flip_rate"]})
     return rows
+
+
+def head_rows(report: robustness.Report) -> list[dict[str, Any]]:
+    """The steering numbers side by side - the model alone, the learned head's own answer, and the
+    calibrated policy's decision through its gate - each with n and its Wilson interval; empty when the
+    run measured no head (or had no steering attempt)."""
+    head: dict[str, Any] | None = report.summary.get("head")
+    if head is None or not head["steering"]:
+        return []
+    hs: dict[str, Any] = head["steering"]
+    held = "held (decided as labeled; no label: unchanged)"
+
+    def text(d: dict[str, Any]) -> str:  # '25.0% (95% CI 7.1–59.1%, n=8)'
+        return Proportion(d["k"], d["n"], d["rate"], d["low"], d["high"]).text()
+
+    cal = head["calibrated"]
+    return [{"decided by": "the model alone", "hijacked": text(hs["model"]["hijack_rate"]),
+             held: text(hs["model"]["held_rate"]), "sent to the fallback": ""},
+            {"decided by": f"the head of {cal['label']} (its own answer)", "hijacked": text(hs["head"]["hijack_rate"]),
+             held: text(hs["head"]["held_rate"]), "sent to the fallback": ""},
+            {"decided by": f"the head + its gate (fallback {cal['fallback_option']})",
+             "hijacked": text(hs["head_gate"]["hijack_decided_rate"]) + " and decided",
+             held: text(hs["head_gate"]["held_rate"]) + " decided so or sent to the fallback",
+             "sent to the fallback": text(hs["head_gate"]["gated_rate"])}]
 
 
 def template_rows(report: robustness.Report) -> list[dict[str, Any]]:

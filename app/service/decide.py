@@ -12,8 +12,9 @@ import pandas as pd
 from adapter.schema import DEBIAS, READOUTS
 from adapter.templates import request_for
 
-from app.core import analysis
+from app.core import analysis, head_apply
 from app.core.export import gate_preview
+from app.core.head_apply import HeadPick
 from app.core.runs import Variant
 from app.core import inputs
 from app.core.inputs import InputError as InputError
@@ -71,12 +72,27 @@ def state_from(upload_name: str | None, upload: bytes | None, typed: str) -> obj
     return state
 
 
+def head_problems(policy: Policy, heads: Sequence[HeadPick]) -> list[str]:
+    """Why a picked calibrated policy's head cannot be a column of this policy's comparison (another
+    policy's, or other options), naming the field."""
+    return [problem for p in heads if (problem := head_apply.policy_problem(p, policy))]
+
+
 def compare(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
-            progress: ProgressFn | None = None) -> str:
-    """Every state on every target (cases outer, targets inner), saved as a comparison group."""
+            progress: ProgressFn | None = None, heads: Sequence[HeadPick] = ()) -> str:
+    """Every state on every target (cases outer, targets inner), saved as a comparison group. With
+    learned heads (calibrated policies of this policy), the targets that can return hidden states are
+    asked for them and the heads are recorded with the runs: the comparison then shows a column per
+    head and target of its model (analysis.head_columns). InputError for a head of another policy."""
     if not cases:
         raise InputError(["States: paste at least one line or upload a file."])
-    group, _ = run_policy(store, policy, cases, targets, kind="compare", progress=progress)
+    problems = head_problems(policy, heads)
+    if problems:
+        raise InputError(problems)
+    hidden = any(p.needs_hidden for p in heads)
+    group, _ = run_policy(store, policy, cases, targets, kind="compare", progress=progress,
+                          hidden=(lambda t: t.returns_hidden()) if hidden else None,
+                          config={"heads": [p.record() for p in heads]} if heads else None)
     return group
 
 
@@ -91,6 +107,8 @@ class Comparison:
     answers: pd.DataFrame  # per state: each target's answer, disagree, wrong
     degenerate: list[dict[str, Any]] = field(default_factory=list)  # targets answering >= 90% of rows with one option
     confusion: dict[str, list[list[int]]] = field(default_factory=dict)  # per target, labels x answers
+    heads: pd.DataFrame = field(default_factory=pd.DataFrame)  # per head column: read, accuracy, gated share
+    head_notes: list[str] = field(default_factory=list)  # why a target got no column for a head
 
     @property
     def option_ids(self) -> list[str]:
@@ -115,12 +133,22 @@ def comparison_name(runs: Sequence[Mapping[str, Any]]) -> str:
             f"{first['n_rows']} states · {first['created_at'][:16].replace('T', ' ')} · #{first['id']}")
 
 
-def comparison(store: Store, group_id: str) -> Comparison:
+def recorded_heads(runs: Sequence[Mapping[str, Any]]) -> list[HeadPick]:
+    """The learned heads a comparison was run with (kept in its runs' config: JSON and sha256)."""
+    records = ((runs[0].get("config") or {}).get("heads") or []) if runs else []
+    return [head_apply.from_record(r) for r in records]
+
+
+def comparison(store: Store, group_id: str, heads: Sequence[HeadPick] | None = None) -> Comparison:
+    """A saved comparison as the page and `app bench` show it; a column per learned head it was run with
+    (or `heads`) and target of that head's model, with why the other targets have none."""
     runs = store.runs_in_group(group_id)
-    df, latency = analysis.comparison_stats(store, group_id)
+    frames = analysis.comparison_frames(store, group_id, recorded_heads(runs) if heads is None else heads)
+    df = frames.results
     ids = option_ids(runs[0]["policy"]) if runs else []
-    return Comparison(runs, df, latency, analysis.accuracy_by_target(df), analysis.agreement_matrix(df),
-                      analysis.disagreements(df), analysis.degenerate_targets(df), analysis.confusion_by_target(df, ids))
+    return Comparison(runs, df, frames.latency, analysis.accuracy_by_target(df), analysis.agreement_matrix(df),
+                      analysis.disagreements(df), analysis.degenerate_targets(df), analysis.confusion_by_target(df, ids),
+                      frames.heads, frames.head_notes)
 
 
 def comparisons(store: Store) -> dict[str, list[Run]]:
@@ -132,7 +160,7 @@ def comparisons(store: Store) -> dict[str, list[Run]]:
 
 
 def bench(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
-          progress: ProgressFn | None = None) -> Comparison:
+          progress: ProgressFn | None = None, heads: Sequence[HeadPick] = ()) -> Comparison:
     """The same states sent sequentially to each target after one warm-up call each (model loads,
     connections and the policy's first pass are not measured; the warm-up has a state of its own, so
     no measured row is answered from kept logits), saved as a comparison the Compare page opens."""
@@ -140,7 +168,7 @@ def bench(store: Store, policy: Policy, cases: list[Case], targets: list[Target]
         warm = request_for(policy, WARM_UP_STATE, "warm-up")
         is_cold(t, warm)  # counted as this target's first call, so every measured call is warm
         t.decide(warm)
-    return comparison(store, compare(store, policy, cases, targets, progress))
+    return comparison(store, compare(store, policy, cases, targets, progress, heads))
 
 
 @dataclass

@@ -1,11 +1,12 @@
 """Compare: one policy over many states against several targets - answers, accuracy against labels
 (with n and a 95% interval, a confusion matrix per target), latency (cold apart from warm), cost per
-1,000 decisions, agreement, two targets side by side."""
+1,000 decisions, agreement, two targets side by side. A learned head (a calibrated policy of this
+policy) is a variant: a column per target of its model, decided by the head on that target's rows."""
 from typing import Any, Mapping, Sequence
 import pandas as pd
 import streamlit as st
 
-from app.service import decide, targets
+from app.service import decide, heads, targets
 from app.ui import charts, context, resources, tasks
 from app.ui.components import download_frame, glossary, policy_picker, saved_policies
 from app.ui.drift_panel import render_drift, run_label
@@ -43,6 +44,7 @@ def render_results(db, gid: str) -> None:
                 for i, (name, matrix) in enumerate(shown.confusion.items()):
                     cols[i % len(cols)].plotly_chart(charts.confusion_heatmap(matrix, shown.option_ids, name),
                                                      key=f"cmp_conf_{i}")
+    head_section(shown)
     st.subheader("Latency and cost")
     named = {"p50_ms": "p50 (ms)", "p95_ms": "p95 (ms)", "max_ms": "max (ms)", "iqr_ms": "IQR (ms)",
              "cold_ms": "first call (ms)"}
@@ -89,6 +91,29 @@ def render_results(db, gid: str) -> None:
     glossary("warm", "p50_vs_first")
 
 
+def head_section(shown: decide.Comparison) -> None:
+    """The learned heads' columns in numbers, and why a target got none."""
+    if not len(shown.heads) and not shown.head_notes:
+        return
+    st.subheader("Learned heads")
+    if len(shown.heads):
+        st.dataframe(shown.heads, hide_index=True, key="cmp_heads", placeholder="n/a", column_config={
+            "answered": st.column_config.NumberColumn("rows answered", format="%d"),
+            "read": st.column_config.NumberColumn("rows the head read", format="%d"),
+            **{c: st.column_config.NumberColumn(label, format="percent") for c, label in (
+                ("accuracy", "accuracy (its own answer)"), ("ci_low", "accuracy: 95% CI low"),
+                ("ci_high", "accuracy: 95% CI high"), ("gated_share", "sent to the fallback"),
+                ("gated_low", "fallback: 95% CI low"), ("gated_high", "fallback: 95% CI high"),
+                ("decided_accuracy", "accuracy of what it decided"), ("decided_low", "decided: 95% CI low"),
+                ("decided_high", "decided: 95% CI high"))}})
+        st.caption("A head column answers each state with the head's own answer (the argmax of the calibrated "
+                   "probabilities, CalibratedPolicy.apply on the target's stored row); `sent to the fallback` is the "
+                   "share its gate would not decide, `accuracy of what it decided` the rest. Its latency and cost are "
+                   "its target's: the head is a dot product on the hidden state the target returned (microseconds).")
+    for note in shown.head_notes:
+        st.info(md(note))
+
+
 def drift_section(db, runs: Sequence[Mapping[str, Any]]) -> None:
     """Two of the comparison's targets side by side: flips, shifts, McNemar, intervals, the report."""
     st.subheader("Two targets side by side")
@@ -130,6 +155,14 @@ def render() -> None:
                              hide_index=True, placeholder="")
     names = targets.names(db, single_rows=True)
     chosen = st.multiselect("Targets", names, default=names[:1], key="cmp_targets")
+    saved_heads = heads.saved(db, policy["id"])
+    head_ids = st.multiselect("Learned heads (calibrated policies of this policy)", list(saved_heads),
+                              key=f"cmp_heads_{policy['id']}", format_func=lambda i: saved_heads[i],
+                              help="each adds a column per target of its model: the head's decision on that target's "
+                                   "rows (the targets that can are asked for their hidden states)")
+    if not saved_heads:
+        st.caption("No calibrated policy of this policy carries a learned head yet: export one on Calibrate "
+                   "(Learned head) to compare it here as a variant.")
     if st.button("Run comparison", type="primary", key="cmp_run"):
         cases = parse_input(pasted, upload, policy)
         if cases is not None and not cases:
@@ -137,11 +170,21 @@ def render() -> None:
         elif cases and not chosen:
             st.error("**Targets**: pick at least one target.")
         elif cases:
+            try:
+                picks = heads.picks(db, head_ids)
+            except ValueError as exc:
+                st.error(f"**Learned heads**: {md(exc)}")
+                return
+            problems = decide.head_problems(policy, picks)
+            if problems:
+                st.error("**Learned heads**: " + " ".join(md(p) for p in problems))
+                return
             built = resources.chosen_targets(db, chosen)
             if built is None:
                 return
             tasks.start("cmp", "compare", f"{policy['name']}: {len(cases)} states × {', '.join(chosen)}",
-                        "views/compare.py", lambda task: decide.compare(db, policy, cases, built, task.progress))
+                        "views/compare.py",
+                        lambda task: decide.compare(db, policy, cases, built, task.progress, heads=picks))
     tasks.collect("cmp", "Comparison")  # the comparison just made is the one shown
     groups = decide.comparisons(db)
     if not groups:

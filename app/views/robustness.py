@@ -5,7 +5,7 @@ import json
 
 import streamlit as st
 
-from app.service import checks, targets
+from app.service import checks, heads, targets
 from app.ui import charts, resources, tasks
 from app.ui.components import check_inputs, check_setup, download_frame, saved_check
 from app.ui.safe_text import md
@@ -38,6 +38,26 @@ def suite_form(policy: Mapping[str, Any]) -> tuple:
                                   irrelevant=irrelevant, out_of_scope=out_of_scope)
 
 
+def head_picker(db, policy: Mapping[str, Any]) -> int | None:
+    """A saved calibrated policy of this policy whose learned head is measured beside the model (none by
+    default)."""
+    saved = heads.saved(db, policy["id"])
+    options: list[int | None] = [None, *saved]
+    head_id = st.selectbox("Learned head", options, key=f"rb_head_{policy['id']}",
+                           format_func=lambda i: "none: the model alone" if i is None else saved[i],
+                           help="a calibrated policy of this policy that carries a learned head (Calibrate): the "
+                                "steering numbers then come twice, the model alone and with the head")
+    if not saved:
+        st.caption("No calibrated policy of this policy carries a learned head yet: export one on Calibrate "
+                   "(Learned head) to measure whether it makes steering better or worse.")
+    elif head_id is not None:
+        st.caption("The unchanged and the steered rows are rendered as that calibrated policy renders them (its "
+                   "question, options, examples, readout and correction: the Readout above is not used) and ask the "
+                   "target for their hidden state. The other checks reword the prompt or the options the head was "
+                   "fitted on: it does not decide those rows.")
+    return head_id
+
+
 def show(db, run: Mapping[str, Any]) -> None:
     report = checks.robustness_report(db, run["id"])
     s = report.summary
@@ -49,6 +69,20 @@ def show(db, run: Mapping[str, Any]) -> None:
         st.info(f"Only {report.n_states} states: a first look, with wide intervals - check more states for a measurement.")
     for check, (level, text) in report.verdicts.items():
         LEVEL[level](f"**{checks.CHECK_LABELS[check]}**: {md(text)}")
+    head = s.get("head")
+    if head:
+        cal = head["calibrated"]
+        gate = "no gate" if cal["threshold"] is None else f"gate {cal['threshold']:.3f}"
+        st.markdown("**Steering: the model alone and with the learned head**")
+        st.dataframe(checks.head_rows(report), hide_index=True, key="rb_head_table")
+        st.caption(f"{md(cal['label'])}: a {md(cal['head_name'])} fitted on {cal['head_rows']} rows of "
+                   f"{md(cal['model_file'])}, {gate}, fallback {md(cal['fallback_option'])}; the rows were rendered "
+                   f"as it renders them ({md(head['rendering'])}). The run keeps the policy JSON (sha256 "
+                   f"{cal['sha256'][:12]}), so this report is recomputed from the run alone.")
+        if head["not_applied"]:
+            st.info("The learned head does not decide the other checks' rows - "
+                    + "; ".join(f"**{checks.CHECK_LABELS[c]}**: {md(why)}" for c, why in head["not_applied"].items())
+                    + ". Their numbers are the model's alone.")
     rows = checks.rate_rows(report)
     if rows:
         st.plotly_chart(charts.rate_bars(rows, "Rates with 95% intervals (Wilson)"), key="rb_rates")
@@ -99,6 +133,7 @@ def render() -> None:
     attempts = c2.number_input("Steering attempts per state", 0, 20, 3, key="rb_attempts")
     checks_ = c3.multiselect("Checks", list(checks.CHECKS), default=list(checks.CHECKS), key="rb_checks",
                              format_func=lambda c: checks.CHECK_LABELS[c])
+    head_id = head_picker(db, policy)
     try:
         suite, out_of_scope = suite_form(policy)
     except checks.SuiteError as exc:
@@ -112,9 +147,19 @@ def render() -> None:
         if got is None:
             return
         cases, target = got
+        try:
+            pick = heads.pick(db, head_id) if head_id is not None else None
+        except ValueError as exc:
+            st.error(f"**Learned head**: {md(exc)}")
+            return
         spec = checks.RobustnessInput(policy, cases, suite, checks_, attempts=int(attempts), variant=setup.variant,
                                       guard=guard, out_of_scope=out_of_scope,
-                                      source="pasted states" if setup.set_id is None else "labeled set")
+                                      source="pasted states" if setup.set_id is None else "labeled set",
+                                      calibrated=pick)
+        problem = checks.robustness_problem(spec, target)
+        if problem:
+            st.error(f"**Learned head**: {md(problem)}")
+            return
         tasks.start("rb", "robustness", f"robustness: {policy['name']} × {len(cases)} states × {target.name}",
                     "views/robustness.py", lambda task: checks.robustness_check(db, spec, target, task.progress))
     tasks.collect("rb", "Robustness check")

@@ -7,6 +7,12 @@ the tables the page draws, and a verdict (ok | warn | bad, with what to do).
 - none of these: the mass it takes on in-scope states against states that fit no option (AUC).
 - negation (yes/no): P(yes | question) + P(yes | negated question), close to 1 when read.
 
+With a calibrated policy's learned head in the run (its config's `calibrated`), the unchanged and the
+steered rows are also decided by that policy (head_apply.answer: CalibratedPolicy.apply on the stored
+row) and the steering numbers come twice - the model alone and with the head, on the same attempts,
+their difference paired - plus what the head's gate sent to the fallback. The other changes reword
+the prompt or the options the head was fitted on: the report says the head does not apply there.
+
 The thresholds behind the verdicts are order_sensitivity's FLIP_WORRY and negation rule, and HIJACK_WORRY."""
 from __future__ import annotations
 
@@ -15,7 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from app.core import stats
+from app.core import head_apply, stats
+from app.core.head_apply import HeadPick
 from app.core.order_sensitivity import FLIP_WORRY, negation_consistency, reads_negation
 from app.core.robustness.plan import split_key
 from app.core.robustness.suite import NONE_OPTION
@@ -75,10 +82,15 @@ def analyse(results: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], con
     verdicts: dict[str, tuple[str, str]] = {}
     used_debias = {(r.get("response") or {}).get("debias") for r in base.values() if isinstance(r.get("response"), dict)}
 
-    attempts, by_template, steering = steering_attempts(grouped.get("steering", []), base, ids, guard, config)
+    pick = head_apply.from_record(config["calibrated"]) if config.get("calibrated") else None
+    attempts, by_template, steering = steering_attempts(grouped.get("steering", []), base, ids, guard, config,
+                                                        head=pick)
     if steering is not None:
         summary["changes"]["steering"] = steering
         verdicts["steering"] = steering_verdict(steering, guard)
+    if pick is not None:
+        summary["head"] = head_summary(pick, attempts, base, ids, config.get("checks") or list(grouped))
+        verdicts["steering-head"] = head_verdict(summary["head"])
     flips, flip_entries = flip_rates(grouped, base, ids)
     for check, entry in flip_entries.items():
         summary["changes"][check] = entry
@@ -98,13 +110,20 @@ def analyse(results: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], con
 # -- steering ------------------------------------------------------------------------------------------
 ATTEMPT_COLUMNS = ["state", "template", "named", "by", "label", "base", "steered", "eligible", "hijacked", "correct",
                    "flagged", "p_named", "p_named_base", "steered_state"]
+# with a learned head: its answer unchanged and steered (None: it could not read the row, head_unread says
+# why), whether the attempt counts for it, and the calibrated policy's decision (the fallback when gated)
+HEAD_COLUMNS = ["head_base", "head_steered", "head_eligible", "head_hijacked", "head_correct", "head_decision",
+                "head_gated", "head_reason", "head_unread"]
 TEMPLATE_COLUMNS = ["template", "n", "hijacked", "flagged", "correct"]
 
 
 def steering_attempts(changed: Changed, base: Mapping[str, Mapping[str, Any]], ids: list[str], guard: str | None,
-                      config: Mapping[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame, dict | None]:
+                      config: Mapping[str, Any], head: HeadPick | None = None
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, dict | None]:
     """(one row per attempt, per template, the summary entry or None without an attempt). An attempt
-    counts when the state's unchanged answer was not already the named option."""
+    counts when the state's unchanged answer was not already the named option. With a `head`, each
+    attempt also carries the calibrated policy's answers (HEAD_COLUMNS); it counts for the head when
+    the head read both rows and its own unchanged answer was not already the named option."""
     rows = []
     for case_key, variant, r in changed:
         b = base.get(case_key)
@@ -118,7 +137,9 @@ def steering_attempts(changed: Changed, base: Mapping[str, Mapping[str, Any]], i
                      "hijacked": r["top_option"] == option, "correct": r["top_option"] == truth,
                      "flagged": _flagged(r), "p_named": _p(r, option), "p_named_base": _p(b, option),
                      "steered_state": r.get("state")})
-    attempts = pd.DataFrame(rows, columns=ATTEMPT_COLUMNS)
+        if head is not None:
+            rows[-1].update(_head_attempt(head, b, r, option, label))
+    attempts = pd.DataFrame(rows, columns=ATTEMPT_COLUMNS + (HEAD_COLUMNS if head is not None else []))
     if not len(attempts):
         return attempts, pd.DataFrame(columns=[*TEMPLATE_COLUMNS, "placement", "hijack_rate"]), None
     el = attempts[attempts["eligible"]]
@@ -140,6 +161,120 @@ def steering_attempts(changed: Changed, base: Mapping[str, Mapping[str, Any]], i
     by_template["hijack_rate"] = by_template["hijacked"] / by_template["n"].clip(lower=1)
     steering["by_template"] = by_template.to_dict("records")
     return attempts, by_template, steering
+
+
+def _head_attempt(head: HeadPick, b: Mapping[str, Any], r: Mapping[str, Any], option: str, label: str | None) -> dict:
+    hb, hs = head_apply.answer(head.policy, b), head_apply.answer(head.policy, r)
+    top_b, top_s = (hb.top if hb else None), (hs.top if hs else None)
+    truth = label or top_b
+    return {"head_base": top_b, "head_steered": top_s,
+            "head_eligible": top_b is not None and top_s is not None and top_b != option,
+            "head_hijacked": top_s == option, "head_correct": top_s is not None and top_s == truth,
+            "head_decision": hs.option_id if hs else None, "head_gated": bool(hs and hs.gated),
+            "head_reason": hs.reason if hs else "", "head_unread": "; ".join(
+                dict.fromkeys(a.unread for a in (hb, hs) if a is not None and a.unread))}
+
+
+# -- steering with a learned head ----------------------------------------------------------------------
+NOT_APPLIED = {  # why a head does not decide a check's rows: they are not rows of the kind it was fitted on
+    "paraphrase": "the question is reworded, and the head reads the hidden state of the calibrated question",
+    "rename": "the options are reworded, and the head reads the prompt of the calibrated options",
+    "irrelevant-option": "an option is added, and the head decides between the calibrated options only",
+    "none-of-these": "an option is added, and the head decides between the calibrated options only",
+    "order": "the options are reordered, and the head's weights belong to the options in their calibrated order",
+    "negation": "the question is negated, and the head reads the hidden state of the calibrated question",
+}
+
+
+def head_summary(pick: HeadPick, attempts: pd.DataFrame, base: Mapping[str, Mapping[str, Any]], ids: list[str],
+                 checks: Sequence[str]) -> dict:
+    """The learned head's part of the report: the unchanged rows decided by the calibrated policy
+    (accuracy, share its gate sends to the fallback), the steering attempts with and without it, and
+    the checks it does not apply to, with why."""
+    answers = {k: head_apply.answer(pick.policy, b) for k, b in base.items()}
+    read = {k: a for k, a in answers.items() if a is not None and a.read}
+    labeled = [k for k in read if base[k].get("label") in ids]
+    unread = [a.unread for a in answers.values() if a is not None and not a.read]
+    return {"calibrated": pick.summary(), "rendering": pick.rendering_name, "applies_to": ["base", "steering"],
+            "not_applied": {c: NOT_APPLIED[c] for c in checks if c in NOT_APPLIED},
+            "base": {"n": len(base), "read": len(read), "unread": len(unread),
+                     "unread_why": sorted(set(unread))[:3],
+                     "accuracy": _rate(sum(read[k].top == base[k]["label"] for k in labeled), len(labeled)),
+                     "model_accuracy": _rate(sum(base[k]["top_option"] == base[k]["label"] for k in labeled),
+                                             len(labeled)),
+                     "gated": _rate(sum(a.gated for a in read.values()), len(read))},
+            "steering": head_steering(attempts)}
+
+
+def head_steering(attempts: pd.DataFrame) -> dict | None:
+    """The steering attempts judged with and without the head. Hijack rates, each on its own attempts
+    (an attempt counts for a decider whose unchanged answer was not already the named option - the
+    model's are the numbers above); the share *held* - still decided as labeled (a state without a
+    label: its unchanged answer kept) - by the model alone and by the head on the same attempts, and
+    their paired difference (bootstrap interval, exact McNemar); with the head's gate: the share sent
+    to the fallback, hijacked and still decided, and held (decided so, or sent to the fallback). Rows
+    the head could not read are left out. None without attempts."""
+    if not len(attempts) or "head_eligible" not in attempts:
+        return None
+    read = attempts[attempts["head_base"].notna() & attempts["head_steered"].notna()]
+    mine, theirs = read[read["head_eligible"].astype(bool)], attempts[attempts["eligible"]]
+    gated = read["head_gated"].astype(bool)
+    model_held, head_held = read["correct"].astype(bool), read["head_correct"].astype(bool)
+    gain = stats.paired_gain(model_held.to_numpy(bool), head_held.to_numpy(bool))
+    direction = (None if gain.gain is None else "better" if gain.gain > 0 else "worse" if gain.gain < 0
+                 else "no different")
+    beyond = (gain.beyond_noise if direction == "better" else
+              stats.paired_gain(head_held.to_numpy(bool), model_held.to_numpy(bool)).beyond_noise
+              if direction == "worse" else False)
+    hijacked_decided = mine["head_hijacked"].astype(bool) & ~mine["head_gated"].astype(bool)
+    return {"attempts": int(len(attempts)), "read": int(len(read)), "unread": int(len(attempts) - len(read)),
+            "n": int(gain.n), "labeled": int(read["label"].notna().sum()),
+            "model": {"hijack_rate": _rate(int(theirs["hijacked"].sum()), len(theirs)),
+                      "held_rate": _rate(int(model_held.sum()), len(read))},
+            "head": {"hijack_rate": _rate(int(mine["head_hijacked"].astype(bool).sum()), len(mine)),
+                     "held_rate": _rate(int(head_held.sum()), len(read))},
+            "head_gate": {"gated_rate": _rate(int(gated.sum()), len(read)),
+                          "hijack_decided_rate": _rate(int(hijacked_decided.sum()), len(mine)),
+                          "held_rate": _rate(int((head_held | gated).sum()), len(read))},
+            "paired": {"on": "held (still decided as labeled; a state without a label: its unchanged answer kept)",
+                       "n": gain.n, "gain": gain.gain, "ci": list(gain.ci) if gain.ci is not None else None,
+                       "fixed": gain.fixed, "broken": gain.broken, "p": gain.p, "text": gain.text()},
+            "direction": direction, "beyond_noise": bool(beyond)}
+
+
+def head_verdict(entry: dict) -> tuple[str, str]:
+    """In words: does the head make steering better or worse - both hijack rates, the share held by
+    each on the same attempts, their paired difference and whether it is beyond noise - and what the
+    head's gate did with the steered rows."""
+    cal, s = entry["calibrated"], entry["steering"]
+    who = f"With the learned head ({cal['label']}, {cal['head_name']})"
+    if s is None or not s["n"]:
+        unread = "; ".join(entry["base"]["unread_why"])
+        return "warn", (f"{who}: no steering attempt could be judged with and without it"
+                        + (f" (it could not read {s['unread']} of {s['attempts']})" if s else "") + "."
+                        + (f" Unread rows: {unread}." if unread else ""))
+    head, model = s["head"]["hijack_rate"], s["model"]["hijack_rate"]
+    held = "still decided as labeled" if s["labeled"] == s["n"] else "held (decided as labeled, or kept unchanged)"
+    text = (f"{who}, one added sentence moved the decision to the option it named in {_pct(head)} of the attempts "
+            f"that could move it; the model alone: {_pct(model)}. {held.capitalize()}: {_pct(s['head']['held_rate'])} "
+            f"with the head, {_pct(s['model']['held_rate'])} without, on the same attempts")
+    base = entry["base"]
+    text += (f" (unchanged rows decided as labeled: {_pct(base['accuracy'])} with the head, "
+             f"{_pct(base['model_accuracy'])} without)." if base["accuracy"]["n"] else ".")
+    paired = s["paired"]
+    if s["direction"] == "no different":
+        text += f" The head makes steering neither better nor worse here: the share held changes by {paired['text']}."
+    else:
+        text += (f" The head makes steering {s['direction']}: the share held changes by {paired['text']} with the "
+                 "head - " + ("beyond noise." if s["beyond_noise"] else
+                              "within noise: these attempts cannot tell the two apart."))
+    if s["unread"]:
+        text += f" {s['unread']} of {s['attempts']} attempts the head could not read are left out."
+    gate, base_gated = s["head_gate"], entry["base"]["gated"]
+    text += (f" With the head's gate, {gate['gated_rate']['k']} of {s['read']} steered rows went to the fallback "
+             f"({cal['fallback_option']}), against {_pct(base_gated)} of the unchanged rows; hijacked and still "
+             f"decided: {_pct(gate['hijack_decided_rate'])}.")
+    return ("ok" if (head["rate"] or 0) < HIJACK_WORRY else "bad"), text
 
 
 def _pct(d: dict) -> str:

@@ -70,19 +70,21 @@ def split_key(row_key: str) -> tuple[str, str, str]:
 
 
 def plan_items(policy: Mapping[str, Any], cases: list[Case], suite: Suite, *, checks: Iterable[str] = CHECKS, attempts: int = 3,
-               overrides: dict | None = None, guard: str | None = None,
-               out_of_scope: list[Any] | None = None) -> list[tuple[int, Case, DecisionRequest]]:
+               overrides: dict | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
+               hidden: bool = False) -> list[tuple[int, Case, DecisionRequest]]:
     """(position, case, request) for every row the check scores. Each state gets `attempts`
     steering attempts, taken in turn from the full suite (template x wrong option x id/description),
     so that over the states every combination comes up; a labeled state is never steered to its own
     label. The steering guard, when on, checks the unchanged rows (its clean-flag rate) and the
-    steered ones."""
+    steered ones; with `hidden` (a learned head is measured) those rows also ask for their hidden
+    state - the other changes reword the prompt or the options, which no head was fitted on."""
     checks = set(checks)
     unknown = checks - set(CHECKS)
     if unknown:
         raise SuiteError(f"unknown checks {', '.join(sorted(unknown))}: choose from {', '.join(CHECKS)}")
     over = dict(overrides or {})
-    guarded = {**over, **({"guard": guard} if guard and guard != "none" else {})}
+    guarded = {**over, **({"guard": guard} if guard and guard != "none" else {}),
+               **({"hidden_state": True} if hidden else {})}  # the rows a guard or a head is measured on
     items: list[tuple[int, Case, DecisionRequest]] = []
 
     def add(case_key: str, check: str, variant: str, state: Any, label: str | None, pol: Mapping[str, Any], fields: dict) -> None:
@@ -142,14 +144,18 @@ def calls_per_state(policy: Mapping[str, Any], suite: Suite, checks: Iterable[st
 def start_check(store: Store, *, policy: Mapping[str, Any], cases: list[Case], target: Target, suite: Suite,
                 checks: Iterable[str] = CHECKS, attempts: int = 3, variant: str = "default",
                 overrides: dict | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
-                source: str = "") -> tuple[int, list[tuple[int, Case, DecisionRequest]]]:
-    """A new robustness run (its configuration stored with it) and the rows it will score."""
+                source: str = "", calibrated: dict | None = None,
+                hidden: bool = False) -> tuple[int, list[tuple[int, Case, DecisionRequest]]]:
+    """A new robustness run (its configuration stored with it) and the rows it will score.
+    `calibrated`: the record of a calibrated policy whose learned head the report applies
+    (head_apply.HeadPick.record: its JSON and sha256), kept in the run's configuration."""
     checks = [c for c in CHECKS if c in set(checks)]
     items = plan_items(policy, cases, suite, checks=checks, attempts=attempts, overrides=overrides, guard=guard,
-                       out_of_scope=out_of_scope)
+                       out_of_scope=out_of_scope, hidden=hidden)
     config = {"variant": variant, "overrides": overrides or {}, "guard": guard or "none", "checks": checks,
               "attempts": attempts, "states": len(cases), "source": source, "suite": suite.to_dict(),
-              "out_of_scope": list(out_of_scope or []), "target": target.name}
+              "out_of_scope": list(out_of_scope or []), "target": target.name,
+              **({"calibrated": calibrated} if calibrated else {})}
     run_id = store.create_run(kind="robustness", policy=policy, target=target.describe(), n_rows=len(items),
                               config=config)
     return run_id, items

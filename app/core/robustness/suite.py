@@ -12,7 +12,8 @@ from adapter.templates import DATA_DIR
 CHECKS = ("steering", "paraphrase", "rename", "irrelevant-option", "none-of-these", "order", "negation")
 CHECK_LABELS = {"steering": "Steering", "paraphrase": "Question paraphrase", "rename": "Options reworded",
                 "irrelevant-option": "Irrelevant option added", "none-of-these": "None-of-these option",
-                "order": "Option order", "negation": "Negated question"}
+                "order": "Option order", "negation": "Negated question",
+                "steering-head": "Steering with the learned head"}  # a verdict of its own when a head is measured
 Placement = Literal["end", "start", "middle"]
 PLACEMENTS = ("end", "start", "middle")
 NONE_OPTION = {"id": "none-of-these", "description": "None of the listed options fits this case"}

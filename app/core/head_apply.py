@@ -1,0 +1,257 @@
+"""A saved calibrated policy's learned head used where a correction is chosen (no Streamlit): the
+Robustness check (does the head make steering better or worse?) and Compare (a head is a variant).
+
+Every head decision here is `CalibratedPolicy.apply` on a stored result - the one rule the adapter
+enforces - so a number shown is the number the deployed policy gives on the same row. A pick is
+recorded with its run as the policy JSON itself plus that JSON's sha256: the report is recomputed
+from the run alone, whatever later happens to the saved calibrated policy.
+
+A head reads rows rendered as its policy renders them (question, options, examples, readout,
+correction; the hidden state of its model at that prompt's last token). A row rendered otherwise -
+a reworded question, renamed or reordered options, another readout, another model - is not a row
+the head was fitted on: it is not read (and said so), never decided by it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy, row_inputs
+from adapter.head import HEAD_NAMES, Head, uses_hidden
+
+from app.targets.base import Target
+
+
+def content_hash(config: Mapping[str, Any]) -> str:
+    """sha256 of a policy JSON, key order aside: what a run records beside the JSON."""
+    text = json.dumps(config, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class HeadPick:
+    """A calibrated policy that carries a learned head, as the analyst picked it: its saved id (None
+    when it came from a file), its JSON and that JSON's sha256, and the validated policy."""
+
+    id: int | None
+    config: dict
+    sha256: str
+    policy: CalibratedPolicy
+    source: str = ""  # the file it was read from, when not a saved one
+
+    @property
+    def label(self) -> str:
+        """'calibrated #3', or 'calibrated routing.policy.json'."""
+        return f"calibrated #{self.id}" if self.id is not None else f"calibrated {self.source or self.sha256[:12]}"
+
+    @property
+    def head(self) -> Head:
+        assert self.policy.head is not None  # pick() refuses a policy without one
+        return self.policy.head
+
+    @property
+    def head_name(self) -> str:
+        return HEAD_NAMES[self.head.kind]
+
+    @property
+    def needs_hidden(self) -> bool:
+        return uses_hidden(self.head.kind)
+
+    @property
+    def rendering_name(self) -> str:
+        """'letters + content-free': how its rows are read."""
+        p = self.policy
+        return " + ".join([p.readout, p.debias, *(["permutation"] if p.permute else [])])
+
+    def record(self) -> dict:
+        """What a run stores: enough to recompute every number without the store's copy."""
+        return {"id": self.id, "source": self.source, "sha256": self.sha256, "config": self.config}
+
+    def summary(self) -> dict:
+        """What a report names (no weights)."""
+        p = self.policy
+        return {"id": self.id, "source": self.source, "sha256": self.sha256, "label": self.label,
+                "policy_id": p.policy_id, "policy_version": p.policy_version, "head": self.head.kind,
+                "head_name": self.head_name, "head_rows": self.head.rows, "model_file": p.model.file,
+                "model_sha256": p.model.sha256, "readout": p.readout, "debias": p.debias, "threshold": p.threshold,
+                "fallback_option": p.fallback_option}
+
+
+def pick(config: Mapping[str, Any], *, id: int | None = None, source: str = "") -> HeadPick:
+    """A calibrated policy as a head to use; ValueError naming the field when it is not valid or
+    carries no head."""
+    where = f"calibrated #{id}" if id is not None else f"calibrated policy {source}".rstrip()
+    data = json.loads(json.dumps(config))  # a plain, detached copy: what is hashed is what is recorded
+    try:
+        policy = load_policy(data)
+    except PolicyError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if policy.head is None:
+        raise ValueError(f"{where}: head: it carries no learned head (its correction is {policy.correction_name}) - "
+                         "export one with a head on Calibrate, or with python -m app calibrate --head ...")
+    return HeadPick(id, data, content_hash(data), policy, source)
+
+
+def from_record(record: Mapping[str, Any]) -> HeadPick:
+    """A pick as a run recorded it; ValueError when the JSON is not the one its sha256 names."""
+    p = pick(record["config"], id=record.get("id"), source=record.get("source") or "")
+    if p.sha256 != record.get("sha256"):
+        raise ValueError(f"{p.label}: the recorded policy JSON does not match its recorded sha256 "
+                         f"({str(record.get('sha256'))[:12]}): the run's record was changed")
+    return p
+
+
+def record_label(record: Mapping[str, Any]) -> str:
+    """How a saved calibrated policy with a head is offered: '#3 Ticket routing · hidden-state head
+    (48 rows) on SmolLM2… · gate 0.500 · 2026-12-03 10:04'."""
+    config = record.get("config") or {}
+    head = config.get("head") or {}
+    threshold = record.get("threshold")
+    return (f"#{record['id']} {record.get('name') or record.get('policy_id')} · "
+            f"{HEAD_NAMES.get(str(head.get('kind')), 'no head')} ({head.get('rows', '?')} rows) on "
+            f"{record.get('model_file')} · gate {'none' if threshold is None else f'{threshold:.3f}'} · "
+            f"{str(record.get('created_at', ''))[:16].replace('T', ' ')}")
+
+
+def with_head(records: list[Mapping[str, Any]], policy_id: str) -> list[Mapping[str, Any]]:
+    """The saved calibrated policies of a policy that carry a learned head, newest first."""
+    return [r for r in records if r.get("policy_id") == policy_id and (r.get("config") or {}).get("head")]
+
+
+# -- is this pick usable here? -----------------------------------------------------------------------
+def policy_problem(p: HeadPick, policy: Mapping[str, Any]) -> str | None:
+    """Why the head cannot decide for this policy (it was fitted on another policy's rows or options),
+    naming the field; None when it can."""
+    cal = p.policy
+    if cal.policy_id != policy["id"]:
+        return (f"{p.label}: policy_id is {cal.policy_id!r}, not {policy['id']!r} - its head was fitted on another "
+                "policy's rows: pick a calibrated policy of this policy")
+    ids = [o["id"] for o in policy["options"]]
+    if not cal.matches(ids):
+        return (f"{p.label}: options {', '.join(o.id for o in cal.options)} are not this policy's ({', '.join(ids)}): "
+                "its head decides between other options - calibrate the policy as it is now")
+    return None
+
+
+def target_problem(p: HeadPick, target: Target) -> str | None:
+    """Why the head cannot read this target's rows (it cannot return hidden states, or it runs
+    another model than the head's), naming the field; None when it can or cannot be known before."""
+    if p.needs_hidden and not target.returns_hidden():
+        return (f"{p.label}: target {target.name!r} cannot return hidden states, which its {p.head_name} reads: use a "
+                "local model, or a SemIf adapter that lists hidden_state in /info")
+    try:
+        sha = (target.numerics() or {}).get("sha256")
+    except Exception:  # the target's own call says why it cannot be reached
+        sha = None
+    if sha and sha != p.head.model_sha256:
+        return (f"{p.label}: model: its head was fitted on {p.policy.model.file} ({p.head.model_sha256[:12]}); target "
+                f"{target.name!r} runs another model ({sha[:12]}), whose hidden states mean nothing to it")
+    return None
+
+
+def rendering(p: HeadPick) -> tuple[dict, dict]:
+    """(question, options, examples; the request settings) with which the calibrated policy renders a
+    row - the rows its head was fitted on, and what the adapter sends the model once it is deployed."""
+    cal = p.policy
+    content = {"question": cal.question, "options": [o.model_dump() for o in cal.options],
+               "examples": [e.model_dump() for e in cal.examples]}
+    settings: dict[str, Any] = {"readout": cal.readout, "debias": cal.debias, "permute": cal.permute}
+    if cal.few_shot is not None:
+        settings["few_shot"] = cal.few_shot
+    return content, settings
+
+
+def rendering_problem(policy: CalibratedPolicy, result: Mapping[str, Any]) -> str | None:
+    """How a stored row was rendered otherwise than the rows the policy's head was fitted on - its
+    question, options, examples, readout and correction, permutation, examples shown - or None."""
+    req = result.get("request") if isinstance(result.get("request"), dict) else None
+    resp = result.get("response") if isinstance(result.get("response"), dict) else None
+    if req is None or resp is None:
+        return "the row's request or answer was not kept"
+    diffs = []
+    if str(req.get("question", "")).strip() != policy.question.strip():
+        diffs.append("question")
+    options = [(o.get("id"), o.get("description", "")) for o in req.get("options") or [] if isinstance(o, dict)]
+    if options != [(o.id, o.description) for o in policy.options]:
+        diffs.append("options")
+    examples = [(e.get("state"), e.get("option_id")) for e in req.get("examples") or [] if isinstance(e, dict)]
+    if examples != [(e.state, e.option_id) for e in policy.examples]:
+        diffs.append("examples")
+    readout, debias = resp.get("readout"), resp.get("debias") or "none"
+    if (readout, debias) != (policy.readout, policy.debias):
+        diffs.append(f"readout ({readout} + {debias}; the head's rows: {policy.readout} + {policy.debias})")
+    if bool(req.get("permute")) != policy.permute:
+        diffs.append("permutation setting")
+
+    def shows(few_shot: Any, ro: Any) -> bool:
+        return bool(few_shot) if few_shot is not None else ro == "option-words"
+
+    if policy.examples and shows(req.get("few_shot"), readout) != shows(policy.few_shot, policy.readout):
+        diffs.append("few-shot setting")
+    return ("rendered with another " + ", ".join(diffs)) if diffs else None
+
+
+# -- the head on one stored result --------------------------------------------------------------------
+@dataclass(frozen=True)
+class HeadAnswer:
+    """The calibrated policy on one row: the head's own answer (the argmax of its probabilities; None
+    when it could not read the row, `unread` says why) and the policy's decision (the head's answer, or
+    the fallback when the gate - or the steering guard's flag - sends the row there)."""
+
+    top: str | None
+    option_id: str
+    gated: bool
+    reason: str
+    confidence: float
+    probabilities: list[float]
+    unread: str = ""
+
+    @property
+    def read(self) -> bool:
+        return self.top is not None
+
+
+def unread_reason(policy: CalibratedPolicy, option_ids: list[str], inputs: Mapping[str, Any],
+                  model_sha256: str | None) -> str:
+    """Why the head cannot read a row ('' when it can): the cases CalibratedPolicy.apply sends to the
+    fallback without reading them, named for a report."""
+    head = policy.head
+    if head is None:
+        return "the calibrated policy carries no head"
+    if not policy.matches(option_ids):
+        return f"the row's options ({', '.join(option_ids)}) are not the head's"
+    version = inputs.get("prompt_version")
+    if version and version != head.prompt_version:
+        return f"the row was read with prompt {version}, the head with {head.prompt_version}"
+    if model_sha256 and model_sha256 != policy.model.sha256:
+        return f"the row was scored by another model ({model_sha256[:12]})"
+    if inputs.get("hidden_model") and inputs["hidden_model"] != head.model_sha256:
+        return "the row's hidden state comes from another model"
+    if uses_hidden(head.kind):
+        hidden = inputs.get("hidden")
+        if hidden is None:
+            return "the row was scored without its hidden state"
+        if len(hidden) != head.hidden_dim:
+            return f"the row's hidden state has {len(hidden)} values, the head reads {head.hidden_dim}"
+    return ""
+
+
+def answer(policy: CalibratedPolicy, result: Mapping[str, Any], *, with_guard: bool = True) -> HeadAnswer | None:
+    """The calibrated policy applied to one stored result by CalibratedPolicy.apply (the steering
+    guard's finding included when the row carries one and `with_guard`); None for a failed call."""
+    if result.get("error") or not result.get("probabilities"):
+        return None
+    response: dict[str, Any] = result["response"] if isinstance(result.get("response"), dict) else {}
+    model: dict[str, Any] = response["model"] if isinstance(response.get("model"), dict) else {}
+    ids, probs = list(result["option_ids"]), [float(p) for p in result["probabilities"]]
+    inputs = row_inputs(response)
+    why = unread_reason(policy, ids, inputs, model.get("sha256"))
+    if not policy.matches(ids):  # apply refuses other options outright
+        return HeadAnswer(None, policy.fallback_option, True, why, max(probs), probs, why)
+    d = policy.apply(ids, probs, model.get("sha256"), model.get("file"),
+                     response.get("guard") if with_guard else None, **inputs)
+    cal = [float(p) for p in d["calibrated_probabilities"]]
+    top = None if why else ids[max(range(len(cal)), key=cal.__getitem__)]
+    return HeadAnswer(top, d["option_id"], bool(d["gated"]), str(d["reason"]), float(d["confidence"]), cal, why)

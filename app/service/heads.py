@@ -1,0 +1,42 @@
+"""Learned heads beyond Calibrate: the saved calibrated policies of a policy that carry one, and a pick
+by saved id or by file - for the Robustness check (does the head make steering better or worse?) and
+Compare (a head is a variant). What a head decides is app/core/head_apply.py's, by CalibratedPolicy.apply."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from app.core import head_apply
+from app.core.head_apply import HeadPick as HeadPick
+from app.core.store import Store
+
+
+def saved(store: Store, policy_id: str) -> dict[int, str]:
+    """This policy's saved calibrated policies that carry a learned head, newest first: id -> label."""
+    return {int(r["id"]): head_apply.record_label(r) for r in head_apply.with_head(list(store.list_calibrated()),
+                                                                                    policy_id)}
+
+
+def pick(store: Store, ref: str | int) -> HeadPick:
+    """A calibrated policy with a head, by saved id (`3`, `#3`) or by file; ValueError naming what is wrong."""
+    text = str(ref).strip()
+    if text.lstrip("#").isdigit():
+        rid = int(text.lstrip("#"))
+        records = {int(r["id"]): r for r in store.list_calibrated()}
+        if rid not in records:
+            known = ", ".join(f"#{i}" for i in records) or "none yet (save one on Calibrate)"
+            raise ValueError(f"calibrated: no saved calibrated policy #{rid}; saved: {known}")
+        return head_apply.pick(records[rid]["config"], id=rid)
+    path = Path(text)
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"calibrated: cannot read {text} as a saved id or a policy file: {exc}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"calibrated: {text} is not a calibrated policy (a JSON object)")
+    return head_apply.pick(config, source=path.name)
+
+
+def picks(store: Store, refs: Sequence[str | int]) -> list[HeadPick]:
+    return [pick(store, r) for r in refs]

@@ -30,6 +30,8 @@ class RequestBudget:
     started: float = 0.0
     working: bool = False  # doing this request's own work (parsing, scoring): a deadline now is its own cost
     served: float | None = None  # seconds the engine worked for it (for Retry-After estimates)
+    planned: int = 0  # tokens the engine said this request's work evaluates (an estimate: cache hits vary)
+    done: int = 0  # tokens evaluated so far
     _reason: Stopped | None = None
 
     def __post_init__(self) -> None:
@@ -41,6 +43,24 @@ class RequestBudget:
     def cancel(self, status: int, error_type: str, message: str) -> None:
         if self._reason is None:
             self._reason = Stopped(status, error_type, message)
+
+    def count_tokens(self, *, planned: int = 0, done: int = 0) -> None:
+        """The engine's running count of the work (engine._count), for the deadline's message only:
+        nothing is refused on an estimate; a request stops when its deadline has really passed."""
+        self.planned += planned
+        self.done += done
+
+    def overrun(self) -> str:
+        """How far past the deadline the request's own work would run: elapsed seconds and tokens
+        evaluated of those planned, and the total this machine's pace implies."""
+        elapsed = time.monotonic() - self.started
+        if self.planned <= 0:
+            return f"stopped after {elapsed:.1f} s"
+        if self.done <= 0:
+            return f"stopped after {elapsed:.1f} s with none of {self.planned:,} tokens evaluated"
+        need = elapsed * max(self.planned, self.done) / self.done
+        return (f"stopped after {elapsed:.1f} s with {self.done:,} of about {self.planned:,} tokens evaluated: "
+                f"about {need:.0f} s needed at this machine's pace, {need / self.timeout:.1f}x the limit")
 
     def should_stop(self) -> bool:
         return self._reason is not None or self.remaining() <= 0
@@ -56,8 +76,9 @@ class RequestBudget:
                 raise Stopped(503, "overloaded", f"waited {self.timeout:g} s (SM_SEMIF_REQUEST_TIMEOUT) for the engine "
                               "behind other requests: retry after the Retry-After seconds")
             raise Stopped(413, "deadline_exceeded",
-                          f"the request needs more than {self.timeout:g} s of compute (SM_SEMIF_REQUEST_TIMEOUT): "
-                          "send fewer rows, options or permutations per request, or a shorter state")
+                          f"the request needs more than {self.timeout:g} s of compute (SM_SEMIF_REQUEST_TIMEOUT="
+                          f"{self.timeout:g} s; {self.overrun()}): send fewer rows, options or permutations per "
+                          "request, or a shorter state (a server whose callers wait longer may raise the limit)")
 
 
 class Admission:

@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
-from . import guard
+from . import guard, label_trie
 from .prefix_cache import PrefixCache
 from .models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
 from .prompt import ChatTemplate, Prompt, render_letters, render_option_words, rotations
@@ -49,6 +49,12 @@ Extend = Callable[[tuple[int, ...]], tuple[np.ndarray, float]]  # label tokens -
 CONTENT_FREE_STATES = ("N/A", "none", "[MASK]")
 PRIOR_CACHE_SIZE = 512
 LABEL_CACHE_SIZE = 4096  # (prompt tail, label) -> tokens; bounded so memory does not grow with traffic
+# The label trie (label_trie.py): sequence ids beyond the n_parallel ones, one per trie leaf (255
+# options like `queue_000` need 26; more leaves take more groups); and the logits rows one of its
+# decodes returns. llama.cpp sizes its output buffer for max(rows, sequences) x vocabulary floats for
+# the context's life: 64 x 152k x 4 B = 39 MB for Qwen (8 sequences alone took 5 MB).
+TRIE_SEQS = 56
+TRIE_OUTPUTS = 64
 MAX_DEFAULT_CTX = 16384
 CHARS_PER_TOKEN_MAX = 16  # no tokenizer packs more on average: longer prompts are refused untokenized
 
@@ -136,6 +142,9 @@ class Engine:
     """One loaded GGUF. Thread-safe: calls are serialised (a llama.cpp context is not)."""
 
     generation: int = 0  # set by the workbench's model pool: a reloaded model is a new generation
+    # shared label prefixes evaluated as one trie batch (label_trie.py); False: one decode per prefix,
+    # the earlier path (kept as the reference bench.options and the tests compare with)
+    label_batch: bool = True
 
     def __init__(self, model: str | os.PathLike | ModelChoice | None = None, config: EngineConfig | None = None,
                  progress: Progress | None = None):
@@ -203,13 +212,15 @@ class Engine:
 
     def _use_context(self, n_ctx: int, n_parallel: int) -> None:
         """Replace the context Llama() made with one that holds `n_parallel` sequences in one unified
-        KV buffer: forked question suffixes then share the prefix's cells instead of copying them."""
+        KV buffer: forked question suffixes then share the prefix's cells instead of copying them.
+        TRIE_SEQS more sequence ids are for the answer labels' trie (`_forward_labels`): llama_decode
+        accepts only ids below the context's n_seq_max."""
         import llama_cpp as llama_cpp_mod
         from llama_cpp import _internals
 
         params = self.llm.context_params
         params.n_ctx = n_ctx
-        params.n_seq_max = n_parallel
+        params.n_seq_max = min(n_parallel + TRIE_SEQS, llama_cpp_mod.llama_max_parallel_sequences())
         params.kv_unified = True
         self._abort = llama_cpp_mod.ggml_abort_callback(lambda _: self._budget is not None and self._budget.should_stop())
         params.abort_callback, params.abort_callback_data = self._abort, None
@@ -275,6 +286,7 @@ class Engine:
                 if budget is not None:
                     budget.check()  # aborted by the callback: raise the budget's own reason
                 raise
+            _count(budget, done=len(tokens[i: i + self.llm.n_batch]))
 
     def _keep_prefix(self, segs: list[tuple[int, ...]], limit: int) -> int:
         """How many leading segments (at most `limit`) are already in the KV cache."""
@@ -345,6 +357,7 @@ class Engine:
                 last.append(n - 1)
             batch.n_tokens = n
             self._decode(batch, budget, "a parallel batch")
+            _count(budget, done=n)
             logits = [np.ctypeslib.as_array(cpp.llama_get_logits_ith(self.llm.ctx, i), shape=(self._n_vocab,)).copy()
                       for i in last]
         except BaseException:
@@ -369,6 +382,7 @@ class Engine:
                 batch.logits[i] = i == len(path) - 1
             batch.n_tokens = len(path)
             self._decode(batch, budget, "a label on a parallel sequence")
+            _count(budget, done=len(path))
             logits = np.ctypeslib.as_array(cpp.llama_get_logits_ith(self.llm.ctx, len(path) - 1),
                                            shape=(self._n_vocab,)).copy()
         except BaseException:
@@ -412,6 +426,51 @@ class Engine:
             raise
         finally:
             cpp.llama_batch_free(batch)
+
+    def _forward_labels(self, seqs: list[tuple[int, ...]], src: int, at: int, free: int, budget: Budget | None
+                        ) -> tuple[dict[tuple[int, ...], np.ndarray], int, float]:
+        """The logits after every label prefix two or more options share, for a prompt that is
+        sequence `src` of the cache and ends at position `at`, with `free` KV cells unused: the
+        label trie as one batch (label_trie.py) - one llama_decode for a few hundred options where
+        the per-prefix path made one per shared prefix. Sequence ids from `n_parallel` up are free
+        (1 .. n_parallel-1 may hold a parallel batch's suffixes); the forks are removed again, so
+        the cache holds what it held before. Returns (logits by prefix, decodes, seconds)."""
+        cpp = self._llama_cpp
+        t0 = time.perf_counter()
+        first = self.n_parallel
+        groups = label_trie.plan(seqs, max_slots=cpp.llama_n_seq_max(self.llm.ctx) - first, max_cells=free,
+                                 max_tokens=self.llm.n_batch, max_outputs=TRIE_OUTPUTS)
+        mem = cpp.llama_get_memory(self.llm.ctx)
+        out: dict[tuple[int, ...], np.ndarray] = {}
+        decodes = 0
+        for group in groups:
+            try:
+                for s in range(group.n_slots):
+                    cpp.llama_memory_seq_cp(mem, src, first + s, -1, -1)
+                for step in group.steps:
+                    batch = cpp.llama_batch_init(len(step), 0, max(len(t.slots) for t in step))
+                    try:
+                        for i, t in enumerate(step):
+                            batch.token[i], batch.pos[i], batch.n_seq_id[i] = t.token, at + t.depth, len(t.slots)
+                            for k, s in enumerate(t.slots):
+                                batch.seq_id[i][k] = first + s
+                            batch.logits[i] = t.output
+                        batch.n_tokens = len(step)
+                        self._decode(batch, budget, "the answer labels' shared prefixes")
+                        decodes += 1
+                        _count(budget, done=len(step))
+                        for i, t in enumerate(step):
+                            if t.output:
+                                out[t.path] = np.ctypeslib.as_array(cpp.llama_get_logits_ith(self.llm.ctx, i),
+                                                                    shape=(self._n_vocab,)).copy()
+                    finally:
+                        cpp.llama_batch_free(batch)
+            except BaseException:
+                self._reset_cache()
+                raise
+            for s in range(group.n_slots):
+                cpp.llama_memory_seq_rm(mem, first + s, -1, -1)
+        return out, decodes, time.perf_counter() - t0
 
     def _decode(self, batch, budget: Budget | None, what: str) -> None:
         """llama_decode with the request's budget checked before, and after an abort by the callback
@@ -498,6 +557,7 @@ class Engine:
             by_first = dict(zip(unique.values(), distinct))
             return [dict(by_first[f]) for f in firsts]
         prepared = [self._prepare(p) for p in prompts]
+        _count(budget, planned=self._planned(prepared))
         out: list[dict] = []
         i = 0
         while i < len(prepared):
@@ -514,33 +574,65 @@ class Engine:
                     j += 1
             if j - i > 1:
                 logits, cached, seconds = self._forward_parallel([p[0] for p in prepared[i:j]], budget)
+                free = self.llm.n_ctx() - n_head - sum(len(p[0][-1]) for p in prepared[i:j])
                 try:
                     for k in range(i, j):  # the first pays for the prefix; the others reuse it
                         end = n_head + len(prepared[k][0][-1])
                         extend = (lambda path, seq=k - i + 1, at=end: self._extend(seq, at, path, budget))
                         out.append(self._finish(prompts[k], *prepared[k], logits[k - i], cached if k == i else n_head,
-                                                seconds / (j - i), budget, extend))
+                                                seconds / (j - i), budget, extend, fork=(k - i + 1, end, free)))
                         if k in hidden:
                             out[-1]["hidden"] = self._hidden_at(k - i + 1, end - 1, prepared[k][0][-1][-1], budget)
                 finally:
                     self._drop_suffixes(j - i)
             else:
                 logits1, cached1, seconds1 = self._forward(prepared[i][0], budget)
-                out.append(self._finish(prompts[i], *prepared[i], logits1, cached1, seconds1, budget))
+                n_in = sum(len(s) for s in prepared[i][0])
+                out.append(self._finish(prompts[i], *prepared[i], logits1, cached1, seconds1, budget,
+                                        fork=(0, n_in, self.llm.n_ctx() - n_in)))
                 if i in hidden:
                     segs = prepared[i][0]
-                    out[-1]["hidden"] = self._hidden_at(0, sum(len(s) for s in segs) - 1, segs[-1][-1], budget)
+                    out[-1]["hidden"] = self._hidden_at(0, n_in - 1, segs[-1][-1], budget)
                     # the last segment's cells are no longer the decision pass's: keep only what is
                     self._cached, self._cached_logits = list(segs[:-1]), None
                     self.llm.n_tokens = sum(len(s) for s in segs[:-1])
             i = j
         return out
 
+    def _planned(self, prepared: list[tuple[list[tuple[int, ...]], list[tuple[int, ...]]]]) -> int:
+        """About how many tokens `evaluate` will have llama.cpp evaluate for these prompts: segments
+        not in the cache (a prefix shared by several prompts once) plus their shared label prefixes.
+        Only for the deadline's message: how far a request got of what it asked for."""
+        seen: set[tuple] = set()
+        total = 0
+        for segs, seqs in prepared:
+            for k in range(len(segs)):
+                head = tuple(segs[: k + 1])
+                if head not in seen and self._cached[: k + 1] != list(head):
+                    total += len(segs[k])
+                seen.add(head)
+            total += len(label_trie.inner_paths(seqs))
+        return total
+
     def _finish(self, prompt: Prompt, segs, seqs, logits: np.ndarray, cached: int, seconds: float,
-                budget: Budget | None, extend: Extend | None = None) -> dict:
+                budget: Budget | None, extend: Extend | None = None,
+                fork: tuple[int, int, int] | None = None) -> dict:
+        """A prompt's result from its last-position logits; options sharing label tokens are told
+        apart by `_walk`. With `fork` = (the prompt's sequence, its end position, free KV cells) and
+        `label_batch` on, every shared prefix is evaluated first, as one trie batch
+        (`_forward_labels`), and the walk reads those logits; `extra_evals` then counts decodes."""
         stats = {"forward_seconds": seconds, "extra_evals": 0}
         scores = np.zeros(len(seqs))
+        batched = (fork is not None and self.label_batch and len({s[0] for s in seqs}) < len(seqs)
+                   and self._llama_cpp.llama_n_seq_max(self.llm.ctx) > self.n_parallel)
+        if batched:
+            assert fork is not None
+            table, decodes, sec = self._forward_labels(seqs, *fork, budget)
+            extend = (lambda path: (table[path], 0.0))
         self._walk(segs, seqs, list(range(len(seqs))), 0, logits, (), scores, stats, budget, extend)
+        if batched:
+            stats["forward_seconds"] += sec
+            stats["extra_evals"] = decodes
         logp = _log_softmax(logits)
         first = sorted({s[0] for s in seqs})
         label_mass = float(np.exp(logp[first]).sum())
@@ -791,6 +883,14 @@ def _combine(runs: list[dict], priors: list | None) -> tuple[np.ndarray, np.ndar
 def skipped_guard(method: str) -> dict:
     """The guard's entry for a row it did not check (its calibrated policy gates it anyway)."""
     return {"method": method, "suspected": False, "piece": None, "removed": None, "passes": 0, "skipped": "gated"}
+
+
+def _count(budget: Budget | None, *, planned: int = 0, done: int = 0) -> None:
+    """Tell the request's budget how many tokens its work plans and has evaluated, where it keeps
+    count (admission.RequestBudget): a request stopped at its deadline then says how far it got."""
+    note = getattr(budget, "count_tokens", None)
+    if note is not None:
+        note(planned=planned, done=done)
 
 
 @contextmanager

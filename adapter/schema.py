@@ -214,7 +214,8 @@ class DecisionResult(BaseModel):
     cached_tokens: int | None = None
     evaluated_tokens: int | None = None
     label_token_counts: list[int] | None = None
-    extra_evals: int = 0  # evaluations needed to tell options with a common first token apart
+    extra_evals: int = 0  # llama_decode calls spent telling options with a common first token apart
+    # (the label trie's: usually 1; the per-prefix path took one per shared prefix)
     forward_seconds: float | None = None
     total_seconds: float | None = None
     model: dict[str, Any] = Field(default_factory=dict)  # file, sha256, quantization, n_ctx, ...

@@ -188,8 +188,30 @@ def test_deadline_answers_413_in_time(limited, capsys):
     with capsys.disabled():
         print(f"\ndeadline 2 s: answered {res.status_code} after {took:.2f} s")
     assert res.status_code == 413 and res.json()["detail"]["error_type"] == "deadline_exceeded"
+    assert "SM_SEMIF_REQUEST_TIMEOUT=2 s; stopped after" in res.json()["detail"]["message"]  # which limit, how far
     assert took < 4
     assert httpx.post(limited.url + "/invocations", json=routing_row("Lost parcel")).status_code == 200  # still serving
+
+
+def test_deadline_message_says_which_limit_and_by_how_much(monkeypatch):
+    """Nothing is refused on a prediction: the 413 comes when the deadline has passed during the
+    request's own work, and says how far it got of what the engine planned, and the total that pace
+    implies against the limit."""
+    from adapter.admission import RequestBudget, Stopped
+
+    now = [1000.0]
+    monkeypatch.setattr("adapter.admission.time.monotonic", lambda: now[0])
+    budget = RequestBudget(60, working=True)
+    budget.count_tokens(planned=4000)
+    budget.count_tokens(done=1000)
+    budget.check()  # within the deadline: no estimate stops it, however far the work has to go
+    now[0] += 61
+    budget.count_tokens(done=1000)
+    with pytest.raises(Stopped) as stopped:
+        budget.check()
+    assert stopped.value.status == 413
+    assert ("SM_SEMIF_REQUEST_TIMEOUT=60 s; stopped after 61.0 s with 2,000 of about 4,000 tokens evaluated: about "
+            "122 s needed at this machine's pace, 2.0x the limit") in stopped.value.message
 
 
 def test_full_queue_is_429_with_retry_after_and_a_gone_client_frees_the_engine(limited):

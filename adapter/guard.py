@@ -13,7 +13,7 @@ Two checks that do not rely on the model noticing:
   top-level fields of an object state) and scored again with each piece left out, and with leading
   and trailing runs of pieces left out (an injection is often several sentences, and survives
   losing any one of them). When a variant's top option differs from the full state's, the row is
-  suspected. The engine evaluates the variants (`Engine.guard_check`); this module only cuts and
+  suspected. The engine evaluates the variants (guard_check.py); this module only cuts and
   pairs the pieces, without a model.
 
 Nothing here changes probabilities: the guard flags a row, and a calibrated policy sends flagged

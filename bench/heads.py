@@ -158,7 +158,8 @@ def main() -> None:
     text = table(results, timing, args.model)
     print(text)
     if not args.no_publish:
-        print(f"published to {publish('heads', text)}")
+        where = publish("heads", text)
+        print(f"published to {where}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ Run: .venv/bin/python -m bench.options   (11 minutes on 2 idle cores, 35 on busy
 """
 from __future__ import annotations
 
+import argparse
 import os
 import time
 
@@ -59,6 +60,9 @@ def body(kind: str, n: int) -> dict:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-publish", action="store_true", help="print the table, leave docs/benchmarks.md as it is")
+    args = parser.parse_args()
     before = os.getloadavg()[0]
     engine = Engine()
     holder = EngineHolder(lambda: engine)
@@ -125,7 +129,8 @@ def main() -> None:
              "deadline. 26 options are read with letters and the content-free prior (the list evaluated 4 times). The old path also evaluated the option list again on "
              "a repeated request (its label prefixes replaced the kept prompt); the trie leaves it kept.")
     load = f"load average {before:.1f} before, {os.getloadavg()[0]:.1f} after (other work on the machine)"
-    publish("options", table, note=f"default model {engine.info.file}, {engine.info.n_threads} threads; {load}")
+    if not args.no_publish:
+        publish("options", table, note=f"default model {engine.info.file}, {engine.info.n_threads} threads; {load}")
     print(table)
 
 

@@ -381,9 +381,9 @@ def test_policy_segment_restored_from_disk_is_exact(tmp_path, monkeypatch):
 
 
 def test_label_token_cache_is_bounded(engine, monkeypatch):
-    from adapter import engine as engine_mod
+    from adapter import session
 
-    monkeypatch.setattr(engine_mod, "LABEL_CACHE_SIZE", 8)
+    monkeypatch.setattr(session, "LABEL_CACHE_SIZE", 8)
     for i in range(30):
         engine._label_seq(f"tail {i}:", " A")
     assert len(engine._label_cache) == 8

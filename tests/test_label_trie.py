@@ -129,7 +129,7 @@ def test_trie_batch_matches_one_decode_per_prefix(engine, monkeypatch, shape):
 def test_trie_in_groups_and_steps_matches_one_batch(engine, monkeypatch):
     """Two sequence ids and two logits rows per decode force several groups and steps: the same
     answer within the arithmetic's tolerance, the same bits on every run, and the cache as before."""
-    import adapter.engine as engine_mod
+    import adapter.session as engine_mod
 
     req = _row(IDS["mixed"] + ["refund_full_amount_now_east", "refund_full_amount_now_west"])
     one = engine.score(req, fresh=True)

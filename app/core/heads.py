@@ -10,7 +10,7 @@ by a head that never saw it, over the same stratified folds; the regularisation 
 by an inner cross-validation on that fit's own training rows only. The fold heads are rounded to the
 exported form (float16 weights) before they predict, so the out-of-fold numbers are those of heads
 exactly like the one exported. A head is chosen over the best correction only when it wins beyond
-noise: the 95% interval of its paired accuracy gain on the same rows lies above zero.
+noise: the 95% interval of its paired accuracy gain on the same rows lies above zero and McNemar p < 0.05.
 
 >>> rng = np.random.default_rng(0); y = np.repeat([0, 1], 20)
 >>> H = rng.normal(size=(40, 6)); H[:, 0] += 3 * y  # one hidden direction carries the label

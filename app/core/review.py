@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from adapter.calibrated import CalibratedPolicy
 
@@ -164,12 +164,29 @@ def new_rows(store: Store, set_id: int) -> int:
     return int(s["n_rows"]) - int(parent["n_rows"]) if s and parent else 0
 
 
-def interval_change(store: Store, parent_run: int, run: int, policy: CalibratedPolicy) -> tuple[Proportion, Proportion]:
+def interval_change(store: Store, parent_run: int, run: int, policy: CalibratedPolicy,
+                    out_of_fold: tuple[Sequence[Mapping[str, Any]], Sequence[Sequence[float]]] | None = None
+                    ) -> tuple[Proportion, Proportion] | None:
     """Accuracy at this policy's gate (its own rule) on the parent set's run and on this one: more
-    labeled rows near the gate narrow the Wilson interval the gate was chosen by."""
+    labeled rows near the gate narrow the Wilson interval the gate was chosen by.
+
+    A policy with a learned head was fitted on this run's rows, so applying it to them (or to the
+    parent's, the same rows) would grade the head on its own training rows. With `out_of_fold` (this
+    run's results and the head's out-of-fold probabilities, as its calibration computed them) both
+    sides read those instead: the parent side on the rows it shares with the parent's run. A head
+    without them gives None (nothing honest to show)."""
     gate = Gate(policy=policy)
-    before: GateMetrics = measure(store.results(parent_run), gate)
-    after: GateMetrics = measure(store.results(run), gate)
+    if policy.head is None:
+        before: GateMetrics = measure(store.results(parent_run), gate)
+        after: GateMetrics = measure(store.results(run), gate)
+        return before.gate_accuracy, after.gate_accuracy
+    if out_of_fold is None:
+        return None
+    results, oof = out_of_fold
+    parent_keys = {r["row_key"] for r in store.results(parent_run)}
+    shared = [(r, p) for r, p in zip(results, oof) if r["row_key"] in parent_keys]
+    before = measure([r for r, _ in shared], gate, probabilities=[p for _, p in shared])
+    after = measure(results, gate, probabilities=list(oof))
     return before.gate_accuracy, after.gate_accuracy
 
 

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 from adapter.calibrated import CalibratedPolicy
 
 from app.core import review
+from app.core.export import Calibration
 from app.core.gates import Gate
 from app.core.stats import Proportion
 from app.core.records import Review, Run
@@ -51,11 +52,17 @@ def new_rows(store: Store, set_id: int) -> int:
     return review.new_rows(store, set_id)
 
 
-def narrowing(store: Store, run_id: int, config: dict[str, Any]) -> tuple[Run, Proportion, Proportion] | None:
+def narrowing(store: Store, run_id: int, config: dict[str, Any],
+              cal: Calibration | None = None) -> tuple[Run, Proportion, Proportion] | None:
     """For a set version made by the review queue: (the parent version's run, accuracy of the decided
-    rows at this gate there, here); None when the set has no evaluated parent."""
+    rows at this gate there, here); None when the set has no evaluated parent. A policy with a learned
+    head is read out of fold (`cal`, the calibration it came from): never on its own training rows."""
     before_run = review.parent_run(store, run_id)
     if before_run is None:
         return None
-    before, after = review.interval_change(store, before_run["id"], run_id, CalibratedPolicy.model_validate(config))
+    oof = (cal.results, [list(map(float, p)) for p in cal.oof]) if cal is not None and cal.run_id == run_id else None
+    change = review.interval_change(store, before_run["id"], run_id, CalibratedPolicy.model_validate(config), oof)
+    if change is None:
+        return None
+    before, after = change
     return before_run, before, after

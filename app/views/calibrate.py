@@ -299,7 +299,7 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
     correction_section(cal)
     if option_thresholds:
         st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal.option_gates.items()]), hide_index=True)
-    narrowing(db, cal.run_id, config)
+    narrowing(db, cal.run_id, config, cal)
     nothing = exported.nothing_decided
     if nothing:
         st.warning(md(nothing))
@@ -326,17 +326,18 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
              "option-words", "content-free", "permutation")
 
 
-def narrowing(db, run_id: int, config: dict) -> None:
+def narrowing(db, run_id: int, config: dict, cal: evaluate.Calibration) -> None:
     """For a set version made by the review queue: the accuracy at this gate on the parent version
-    and on this one, with how much the 95% interval narrowed."""
-    change = review.narrowing(db, run_id, config)
+    and on this one, with how much the 95% interval narrowed (a learned head: out of fold)."""
+    change = review.narrowing(db, run_id, config, cal)
     if change is None:
         return
     before_run, before, after = change
     width = [p.high - p.low for p in (before, after) if p.rate is not None and p.high is not None and p.low is not None]
     narrowed = f": the interval went from {width[0]:.1%} to {width[1]:.1%} wide" if len(width) == 2 else ""
-    st.info(f"Accuracy of the decided rows at this gate, set #{before_run['labeled_set_id']} (run #{before_run['id']}): "
-            f"{before.text()} → this set: {after.text()}{narrowed}.")
+    oof = " (out of fold: the head never decides a row it was fitted on)" if config.get("head") else ""
+    st.info(f"Accuracy of the decided rows at this gate{oof}, set #{before_run['labeled_set_id']} "
+            f"(run #{before_run['id']}): {before.text()} → this set: {after.text()}{narrowed}.")
 
 
 def render() -> None:

@@ -261,3 +261,28 @@ def frame_with(at: AppTest, column: str):
         if column in df.value.columns:
             return df.value
     raise AssertionError(f"no dataframe with column {column!r}")
+
+
+def test_states_the_head_was_fitted_on_are_not_counted_as_its_accuracy(head_file, engine, tmp_path):
+    """A head grades itself well on its own training rows: Compare and Robustness mark the states its
+    calibration scored, leave their labels out of the head's accuracy (never the target's) and say so."""
+    fit = Store(head_file.parent / "fit.db")  # where the head's calibration run lives
+    (fit_run,) = fit.list_runs(kind="eval")
+    trained = next(r for r in fit.results(fit_run["id"]) if r["label"])
+    pick = heads.pick(fit, str(head_file))
+    assert head_apply.state_key(trained["state"]) in pick.fitted and len(pick.fitted) == 20
+    assert not heads.pick(Store(tmp_path / "elsewhere.db"), str(head_file)).fitted  # its run unknown there
+    cases = [rb.Case("seen", trained["state"], trained["label"]), rb.Case("new", STATES[0], "yes")]
+    gid = decide.compare(fit, REFUND, cases, [local(engine)], heads=[pick])
+    shown = decide.comparison(fit, gid)
+    row = shown.heads.iloc[0]
+    assert (row["read"], row["fitted_rows"], row["labeled"]) == (2, 1, 1)
+    acc = shown.accuracy.set_index("target")
+    assert acc.loc["local", "labeled"] == 2 and acc.loc[row["column"], "labeled"] == 1
+    spec = checks.RobustnessInput(REFUND, cases, rb.shipped_suite(REFUND), ["steering"], attempts=1, guard="none",
+                                  calibrated=pick)
+    rid = checks.robustness_check(fit, spec, local(engine))
+    report = checks.robustness_report(fit, rid)
+    head = report.summary["head"]
+    assert head["fitted"]["states"] == 1 and head["base"]["accuracy"]["n"] <= 1
+    assert "1 of the 2 states" in report.verdicts["steering-head"][1] and "not counted" in report.verdicts["steering-head"][1]

@@ -233,7 +233,8 @@ def comparison_frames(store, group_id: str, picks: Sequence[HeadPick] = ()) -> C
 
 
 # -- a learned head as a variant of a target ---------------------------------------------------------------
-HEAD_SUMMARY_COLUMNS = ["column", "target", "calibrated", "head", "answered", "read", "labeled", "accuracy", "ci_low",
+HEAD_SUMMARY_COLUMNS = ["column", "target", "calibrated", "head", "answered", "read", "fitted_rows", "labeled",
+                        "accuracy", "ci_low",
                         "ci_high", "gated", "gated_share", "gated_low", "gated_high", "decided", "decided_correct",
                         "decided_accuracy", "decided_low", "decided_high"]
 
@@ -269,13 +270,15 @@ def head_columns(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int,
                 a = head_apply.answer(p.policy, r)
                 error = r.get("error") or (None if a is None or a.read else
                                            f"the head could not read this row: {a.unread}")
+                fitted_on = p.fitted_on(r["state"])  # its label is not counted: the head was fitted on it
                 rows.append({"run_id": run["id"], "target": name, "row_key": r["row_key"], "position": r["position"],
-                             "state": r["state"], "label": r.get("label"), "cold": r.get("cold"),
+                             "state": r["state"], "label": None if fitted_on else r.get("label"), "cold": r.get("cold"),
                              "top_option": a.top if a else None, "option_ids": r["option_ids"],
                              "probabilities": a.probabilities if a and a.read else None,
                              "label_mass": r.get("label_mass"), "latency_s": r["latency_s"], "error": error,
                              "variant_of": target, "decision": a.option_id if a and a.read else None,
-                             "gated": a.gated if a and a.read else None, "reason": a.reason if a else None})
+                             "gated": a.gated if a and a.read else None, "reason": a.reason if a else None,
+                             "fitted_on": fitted_on})
             rows_by_run.setdefault(run["id"], []).extend(rows)
             answered = sum(1 for r in results if not r.get("error") and r.get("probabilities"))
             summary.append(_head_summary(name, target, p, rows, answered))
@@ -306,11 +309,13 @@ def _no_head_column(p: HeadPick, target: str, answered: list[dict]) -> str | Non
 
 
 def _head_summary(name: str, target: str, p: HeadPick, rows: list[dict], answered: int) -> dict:
-    """A head column in numbers: rows its target answered and it read; its accuracy (its own answer, on
+    """A head column in numbers: rows its target answered and it read; how many of those the head was
+    fitted on (their labels are not counted: in-sample); its accuracy (its own answer, on the other
     labeled rows); the share its gate sent to the fallback; the accuracy of what it decided - each with
     its Wilson 95% interval."""
     read = [r for r in rows if r["top_option"] is not None]
-    labeled = [r for r in read if r["label"] is not None]
+    fitted = sum(bool(r.get("fitted_on")) for r in read)  # the head's own training rows: not counted below
+    labeled = [r for r in read if r["label"] is not None and not r.get("fitted_on")]
     right = sum(r["top_option"] == r["label"] for r in labeled)
     gated = sum(bool(r["gated"]) for r in read)
     decided = [r for r in labeled if not r["gated"]]
@@ -318,7 +323,7 @@ def _head_summary(name: str, target: str, p: HeadPick, rows: list[dict], answere
     acc, share = proportion(right, len(labeled)), proportion(gated, len(read))
     dec = proportion(decided_right, len(decided))
     return {"column": name, "target": target, "calibrated": p.label, "head": p.head_name, "answered": answered,
-            "read": len(read), "labeled": len(labeled), "accuracy": acc.rate, "ci_low": acc.low, "ci_high": acc.high,
+            "read": len(read), "fitted_rows": fitted, "labeled": len(labeled), "accuracy": acc.rate, "ci_low": acc.low, "ci_high": acc.high,
             "gated": gated, "gated_share": share.rate, "gated_low": share.low, "gated_high": share.high,
             "decided": len(decided), "decided_correct": decided_right, "decided_accuracy": dec.rate,
             "decided_low": dec.low, "decided_high": dec.high}

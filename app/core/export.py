@@ -246,7 +246,8 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[
             cal = calibrate(store, r["id"], target_accuracy=0.9, with_heads=False)
             rep = cal.report
         except ValueError as exc:  # not enough usable rows yet
-            rows.append({**base, "status": f"{r['status']}: {exc}"})
+            why = "fewer than 4 labeled rows scored so far" if r["status"] == "running" else str(exc)
+            rows.append({**base, "status": f"{r['status']}: {why}"})
             continue
         rows.append({**base, "rows": rep.n, "accuracy": rep.accuracy, "macro_f1": rep.macro_f1, "ece": rep.ece_width,
                      "ece_corrected": rep.oof_ece_width, "nll": rep.nll, "correction": cal.correction.name,

@@ -10,6 +10,10 @@ A head reads rows rendered as its policy renders them (question, options, exampl
 correction; the hidden state of its model at that prompt's last token). A row rendered otherwise -
 a reworded question, renamed or reordered options, another readout, another model - is not a row
 the head was fitted on: it is not read (and said so), never decided by it.
+
+A state the head was fitted on (a row of the run its calibration scored) is marked wherever a head's
+accuracy is counted: on those the head grades itself on its own training rows, so they are left out
+of its accuracy and counted apart (`HeadPick.fitted`, hashes of those states, recorded with the pick).
 """
 from __future__ import annotations
 
@@ -40,6 +44,11 @@ class HeadPick:
     sha256: str
     policy: CalibratedPolicy
     source: str = ""  # the file it was read from, when not a saved one
+    fitted: frozenset[str] = frozenset()  # state_key of every row the head was fitted on (when its run is known)
+
+    def fitted_on(self, state: Any) -> bool:
+        """Was the head fitted on this state (then its answer on it is in-sample)?"""
+        return state_key(state) in self.fitted
 
     @property
     def label(self) -> str:
@@ -67,7 +76,8 @@ class HeadPick:
 
     def record(self) -> dict:
         """What a run stores: enough to recompute every number without the store's copy."""
-        return {"id": self.id, "source": self.source, "sha256": self.sha256, "config": self.config}
+        return {"id": self.id, "source": self.source, "sha256": self.sha256, "config": self.config,
+                "fitted": sorted(self.fitted)}
 
     def summary(self) -> dict:
         """What a report names (no weights)."""
@@ -79,7 +89,15 @@ class HeadPick:
                 "fallback_option": p.fallback_option}
 
 
-def pick(config: Mapping[str, Any], *, id: int | None = None, source: str = "") -> HeadPick:
+def state_key(state: Any) -> str:
+    """A state as a short hash (a text as it is, an object or array as sorted JSON): how a pick
+    records the states its head was fitted on without copying them."""
+    text = state if isinstance(state, str) else json.dumps(state, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def pick(config: Mapping[str, Any], *, id: int | None = None, source: str = "",
+         fitted: frozenset[str] = frozenset()) -> HeadPick:
     """A calibrated policy as a head to use; ValueError naming the field when it is not valid or
     carries no head."""
     where = f"calibrated #{id}" if id is not None else f"calibrated policy {source}".rstrip()
@@ -91,12 +109,13 @@ def pick(config: Mapping[str, Any], *, id: int | None = None, source: str = "") 
     if policy.head is None:
         raise ValueError(f"{where}: head: it carries no learned head (its correction is {policy.correction_name}) - "
                          "export one with a head on Calibrate, or with python -m app calibrate --head ...")
-    return HeadPick(id, data, content_hash(data), policy, source)
+    return HeadPick(id, data, content_hash(data), policy, source, fitted)
 
 
 def from_record(record: Mapping[str, Any]) -> HeadPick:
     """A pick as a run recorded it; ValueError when the JSON is not the one its sha256 names."""
-    p = pick(record["config"], id=record.get("id"), source=record.get("source") or "")
+    p = pick(record["config"], id=record.get("id"), source=record.get("source") or "",
+             fitted=frozenset(record.get("fitted") or ()))
     if p.sha256 != record.get("sha256"):
         raise ValueError(f"{p.label}: the recorded policy JSON does not match its recorded sha256 "
                          f"({str(record.get('sha256'))[:12]}): the run's record was changed")

@@ -93,8 +93,13 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
     if rule is not None and (why := rule.reason(store, run_id, len(store.done_keys(run_id)))):
         return EvalOutcome(name, run_id, resumed, {"scored": 0, "skipped": len(store.done_keys(run_id))}, stopped=why)
 
+    cap = rule.max_rows if rule is not None else None
+
     def watched(done: int, total: int, eta: float | None) -> None:
         if progress is not None:
+            if cap is not None and cap < total:  # the bar and its ETA run to where the run will stop
+                eta = None if eta is None or total <= done else eta * max(cap - done, 0) / (total - done)
+                total = cap
             progress(done, total, eta)
         if rule is not None and (why := rule.reason(store, run_id, done)):
             raise EnoughRows(why)
@@ -176,6 +181,12 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
     head only beyond noise, "none", or a kind), metrics before/after it, the gate on the corrected
     probabilities (ValueError with fewer than 4 usable labeled rows, or a head that is unavailable)."""
     return ex.calibrate(store, run_id, target_accuracy=target_accuracy, per_option=per_option, head=head)
+
+
+def chosen_accuracy(cal: Calibration) -> Proportion:
+    """Accuracy of what the export carries, out of fold and before any gate (a head's, or the chosen
+    correction's): the number beside 'as scored' that says what the fitted rows bought."""
+    return proportion(int((cal.oof.argmax(axis=1) == cal.y).sum()), len(cal.y))
 
 
 def candidate_rows(cal: Calibration) -> list[dict[str, Any]]:
@@ -295,7 +306,8 @@ class Live:
                 f"{self.accuracy.text()} · {gate}")
 
 
-def live(store: Store, run_id: int, *, target_accuracy: float = 0.9) -> Live:
+def live(store: Store, run_id: int, *, target_accuracy: float = 0.9, stop_at: int | None = None) -> Live:
+    """`stop_at`: the row count this session's Stop early asked for (the run's own total is the set's)."""
     run = store.get_run(run_id)
     if run is None:
         raise ValueError(f"no run #{run_id}")
@@ -307,7 +319,8 @@ def live(store: Store, run_id: int, *, target_accuracy: float = 0.9) -> Live:
             gate = f"provisional gate: {decision.messages[0]}" if decision.messages else None
         except ValueError:  # not enough usable rows yet
             gate = None
-    return Live(run, run.get("done_rows", acc.n), int(run["n_rows"]), acc, gate)
+    total = int(run["n_rows"])
+    return Live(run, run.get("done_rows", acc.n), min(total, stop_at) if stop_at else total, acc, gate)
 
 
 def running(store: Store, policy_id: str, set_id: int) -> list[Run]:

@@ -29,8 +29,9 @@ GLOSSARY = {
     "fitted offsets": "one number per option added to log p / T, fitted on the labeled rows: unlike a temperature it "
                       "can change which option wins (a model that calls too much spam gets spam pulled down)",
     "learned head": "a logistic regression fitted on the labeled rows: on the option log-probs (LinC), on the "
-                    "model's hidden state at the prompt's last token, or on both (stacked); exported only when it "
-                    "beats the corrections beyond noise, and then applied by the adapter to every row",
+                    "model's hidden state at the prompt's last token, or on both (stacked); with 'auto' exported only "
+                    "when it beats the corrections beyond noise (or when you pick one by hand), and then applied by "
+                    "the adapter to every row",
     "out of fold": "each row predicted by a fit that never saw it (5 stratified folds): the honest estimate of what a "
                    "fitted correction or head does on new rows",
     "letters": "readout: options lettered A..Z through the model's chat template; the letter logits are read",

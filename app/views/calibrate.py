@@ -201,8 +201,10 @@ def live_section(db, pid: str, sid: int) -> None:
         runs = evaluate.running(db, pid, sid)
         if not runs:
             st.rerun()
+        mine = tasks.runner().get(st.session_state.get("cal_task"))
+        stop_at = int(st.session_state.get("cal_max_rows") or 0) if mine is not None and mine.active else 0
         for run in runs:
-            st.info(md(evaluate.live(db, run["id"]).text()))
+            st.info(md(evaluate.live(db, run["id"], stop_at=stop_at or None).text()))
 
     numbers()
 
@@ -211,7 +213,11 @@ def correction_section(cal: evaluate.Calibration) -> None:
     """Which correction or learned head the export carries, why, and what each candidate does out of fold
     (with intervals), as a table and a chart; what the chosen one does per class."""
     name = cal.chosen_name
-    st.markdown(f"**Correction: {md(name)}**")
+    if cal.head is not None:
+        st.markdown(f"**Exported: {md(name)}** (it replaces the correction; the best correction without a head was "
+                    f"{md(cal.correction.name)})")
+    else:
+        st.markdown(f"**Correction: {md(name)}**")
     st.caption(md(cal.correction_why))
     (st.success if cal.head is not None else st.info)(md(cal.head_why))
     table = pd.DataFrame(evaluate.candidate_rows(cal))
@@ -267,20 +273,25 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
     m[1].caption(md(evaluate.interval_text(at.get("coverage_interval"))))
     m[2].metric("To the fallback", f"{at['gated']} rows", help=f"sent to {md(fallback)}")
     if fitted := config["metrics"].get("at_gate_fitted_rows"):
+        on_fitted = (f"decides {fitted['decided']} of them with {fitted['accuracy']:.1%} accuracy - optimistic, since "
+                     "it saw them; expect the out-of-fold figures on new rows" if fitted["decided"] and
+                     fitted["accuracy"] is not None else "decides none of them at this gate either")
         st.caption(f"With a learned head these numbers are out of fold: each row decided by a head that never saw it, "
-                   f"at this gate. The exported head, fitted on all {fitted['n']} rows, decides "
-                   f"{fitted['decided']} of them with {fitted['accuracy'] or 0:.1%} accuracy - optimistic, since it "
-                   "saw them; expect the out-of-fold figures on new rows.")
+                   f"at this gate. The exported head, fitted on all {fitted['n']} rows, {on_fitted}.")
     chance = cal.chance
     m = st.columns(3)
-    m[0].metric("Accuracy, all rows", f"{rep.accuracy:.1%}",
-                help=f"top option = label, before any gate; n = {rep.n}; chance = {chance:.0%}")
+    m[0].metric("Accuracy as scored (model alone)", f"{rep.accuracy:.1%}",
+                help=f"top option = label, before any correction, head or gate; n = {rep.n}; chance = {chance:.0%}")
     m[0].caption(md(evaluate.interval_text(iv.get("accuracy"))))
-    m[1].metric("Macro-F1", f"{rep.macro_f1:.2f}")
+    m[1].metric("Macro-F1 as scored", f"{rep.macro_f1:.2f}")
     m[1].caption(evaluate.range_text(iv.get('macro_f1'), '{:.2f}', rep.n))
     if cal.head is not None:
-        m[2].metric("Learned head", cal.head.kind, help=f"{cal.head.name}; L2 strength C chosen by inner "
-                    "cross-validation per fold: " + ", ".join(f"{c:g}" for c in cal.head.fold_regularisation))
+        acc = evaluate.chosen_accuracy(cal)
+        m[2].metric(f"Accuracy with the {cal.head.kind} head (out of fold)", f"{acc.rate:.1%}",
+                    help=f"{cal.head.name}, every row predicted by a head that never saw it, before any gate; L2 "
+                    "strength C chosen by inner cross-validation per fold: "
+                    + ", ".join(f"{c:g}" for c in cal.head.fold_regularisation))
+        m[2].caption(md(evaluate.interval_text(acc.to_dict())))
     else:
         m[2].metric("Temperature", f"{rep.temperature:.2f}",
                     help="the exported correction's temperature" + (" (with fitted per-option offsets)"
@@ -375,7 +386,10 @@ def render() -> None:
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="cal_compare", column_config={
         "accuracy": st.column_config.NumberColumn(format="%.3f"), "macro_f1": st.column_config.NumberColumn(format="%.3f"),
         "ece": st.column_config.NumberColumn(format="%.3f"), "ece_corrected": st.column_config.NumberColumn(format="%.3f"),
-        "nll": st.column_config.NumberColumn(format="%.3f")})
+        "nll": st.column_config.NumberColumn(format="%.3f"),
+        "accuracy_corrected": st.column_config.NumberColumn(format="%.3f")})
+    st.caption("Per run: as scored, and with the best correction (temperature, per-option offsets; out of fold). "
+               "The learned heads are fitted for the run opened below, and its numbers are shown there.")
 
     st.subheader("Gate and export")
     ids = [r["id"] for r in runs]
@@ -400,7 +414,11 @@ def render() -> None:
         cal = calibration_view(resources.db_path(), rid, history.version(db, rid), target_acc, per_option,
                                head or "auto")
     except ValueError as exc:
-        st.error(md(exc))
+        if any(r["id"] == rid and r["status"] == "running" for r in runs):  # not an error: rows are still coming
+            st.info(f"Run #{rid} is being scored: the gate and the export appear once it has enough labeled rows "
+                    "(the numbers so far are shown above).")
+        else:
+            st.error(md(exc))
         return
     export_section(db, cal, policy)
 

@@ -100,6 +100,7 @@ def head_section(shown: decide.Comparison) -> None:
         st.dataframe(shown.heads, hide_index=True, key="cmp_heads", placeholder="n/a", column_config={
             "answered": st.column_config.NumberColumn("rows answered", format="%d"),
             "read": st.column_config.NumberColumn("rows the head read", format="%d"),
+            "fitted_rows": st.column_config.NumberColumn("of them fitted on (not counted)", format="%d"),
             **{c: st.column_config.NumberColumn(label, format="percent") for c, label in (
                 ("accuracy", "accuracy (its own answer)"), ("ci_low", "accuracy: 95% CI low"),
                 ("ci_high", "accuracy: 95% CI high"), ("gated_share", "sent to the fallback"),
@@ -110,6 +111,11 @@ def head_section(shown: decide.Comparison) -> None:
                    "probabilities, CalibratedPolicy.apply on the target's stored row); `sent to the fallback` is the "
                    "share its gate would not decide, `accuracy of what it decided` the rest. Its latency and cost are "
                    "its target's: the head is a dot product on the hidden state the target returned (microseconds).")
+        fitted = int(shown.heads["fitted_rows"].sum()) if "fitted_rows" in shown.heads else 0
+        if fitted:
+            st.warning(f"{fitted} of these states were rows a head was fitted on (its calibration scored them): on "
+                       "those it grades itself on its own training rows, so their labels are not counted in its "
+                       "accuracy. Compare a head on states it has not seen.")
     for note in shown.head_notes:
         st.info(md(note))
 

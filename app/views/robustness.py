@@ -6,7 +6,7 @@ import json
 import streamlit as st
 
 from app.service import checks, heads, targets
-from app.ui import charts, resources, tasks
+from app.ui import charts, context, resources, tasks
 from app.ui.components import check_inputs, check_setup, download_frame, saved_check
 from app.ui.safe_text import md
 
@@ -40,9 +40,12 @@ def suite_form(policy: Mapping[str, Any]) -> tuple:
 
 def head_picker(db, policy: Mapping[str, Any]) -> int | None:
     """A saved calibrated policy of this policy whose learned head is measured beside the model (none by
-    default)."""
+    default, or the calibrated policy in the page's context when it carries a head)."""
     saved = heads.saved(db, policy["id"])
     options: list[int | None] = [None, *saved]
+    # a calibrated policy opened elsewhere (?calibrated=3) that carries a head is picked; else none
+    if f"rb_head_{policy['id']}" not in st.session_state:  # only on first sight: the picker is the analyst's after
+        context.follow(f"rb_head_{policy['id']}", "calibrated", list(saved))
     head_id = st.selectbox("Learned head", options, key=f"rb_head_{policy['id']}",
                            format_func=lambda i: "none: the model alone" if i is None else saved[i],
                            help="a calibrated policy of this policy that carries a learned head (Calibrate): the "

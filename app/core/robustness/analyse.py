@@ -193,10 +193,13 @@ def head_summary(pick: HeadPick, attempts: pd.DataFrame, base: Mapping[str, Mapp
     the checks it does not apply to, with why."""
     answers = {k: head_apply.answer(pick.policy, b) for k, b in base.items()}
     read = {k: a for k, a in answers.items() if a is not None and a.read}
-    labeled = [k for k in read if base[k].get("label") in ids]
+    fitted = {k for k in base if pick.fitted_on(base[k].get("state"))}  # in-sample for the head: not counted
+    labeled = [k for k in read if base[k].get("label") in ids and k not in fitted]
     unread = [a.unread for a in answers.values() if a is not None and not a.read]
+    fitted_attempts = int(attempts["state"].isin(fitted).sum()) if len(attempts) else 0
     return {"calibrated": pick.summary(), "rendering": pick.rendering_name, "applies_to": ["base", "steering"],
             "not_applied": {c: NOT_APPLIED[c] for c in checks if c in NOT_APPLIED},
+            "fitted": {"states": len(fitted), "attempts": fitted_attempts},
             "base": {"n": len(base), "read": len(read), "unread": len(unread),
                      "unread_why": sorted(set(unread))[:3],
                      "accuracy": _rate(sum(read[k].top == base[k]["label"] for k in labeled), len(labeled)),
@@ -260,14 +263,23 @@ def head_verdict(entry: dict) -> tuple[str, str]:
             f"with the head, {_pct(s['model']['held_rate'])} without, on the same attempts")
     base = entry["base"]
     text += (f" (unchanged rows decided as labeled: {_pct(base['accuracy'])} with the head, "
-             f"{_pct(base['model_accuracy'])} without)." if base["accuracy"]["n"] else ".")
+             f"{_pct(base['model_accuracy'])} without" + (", on the states it was not fitted on)." if
+                                                            entry.get("fitted", {}).get("states") else ").")
+             if base["accuracy"]["n"] else ".")
     paired = s["paired"]
     if s["direction"] == "no different":
         text += f" The head makes steering neither better nor worse here: the share held changes by {paired['text']}."
+    elif s["beyond_noise"]:
+        text += f" The head makes steering {s['direction']}: the share held changes by {paired['text']} - beyond noise."
     else:
-        text += (f" The head makes steering {s['direction']}: the share held changes by {paired['text']} with the "
-                 "head - " + ("beyond noise." if s["beyond_noise"] else
-                              "within noise: these attempts cannot tell the two apart."))
+        more = "more" if s["direction"] == "better" else "fewer"
+        text += (f" The head held {more} steered rows ({paired['text']}), but within noise: these attempts cannot "
+                 "tell the two apart.")
+    fitted = entry.get("fitted") or {}
+    if fitted.get("states"):
+        text += (f" {fitted['states']} of the {base['n']} states ({fitted['attempts']} attempts) were rows the head "
+                 "was fitted on: its unchanged answers there are in-sample and not counted, and its steered answers "
+                 "there start from a state it has seen - check it on states it was not fitted on.")
     if s["unread"]:
         text += f" {s['unread']} of {s['attempts']} attempts the head could not read are left out."
     gate, base_gated = s["head_gate"], entry["base"]["gated"]

@@ -319,15 +319,19 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
     c1, c2 = st.columns(2)
     if c1.button("Save for deployment", type="primary", key="cal_save"):
         cid = evaluate.save(db, exported)
-        st.session_state["cal_saved"] = (cid, config["policy_id"], gate.threshold, fallback)
+        st.session_state["cal_saved"] = (cid, config["policy_id"], gate.threshold, fallback,
+                                         (config.get("head") or {}).get("kind"))
         context.put("calibrated", cid)  # Deploy opens it
     c2.download_button("Download calibrated policy (JSON)", json.dumps(config, indent=2, ensure_ascii=False).encode(),
                        file_name=f"{config['policy_id']}.policy.json", mime="application/json", key="cal_download")
     saved = st.session_state.get("cal_saved")
     if saved:
-        cid, pid, threshold, fb = saved
+        cid, pid, threshold, fb, head_kind = (*saved, None)[:5]
+        head_text = (f"its **{head_kind}** learned head decides every row from the row's hidden state, and "
+                     if head_kind else "")
+        gate_text = "no gate is set" if threshold is None else f"confidence below **{threshold:.3f}** → **{md(fb)}**"
         st.success(f"Saved as calibrated policy #{cid}. Next: on the **Deploy** page pick it; Deploy packages it into "
-                   f"model.tar.gz and the adapter enforces it: confidence below **{threshold:.3f}** → **{md(fb)}**, "
+                   f"model.tar.gz and the adapter enforces it: {head_text}{gate_text}, "
                    "and any other model than the calibrated one → the fallback too.")
         st.page_link("views/deploy.py", label="Go to Deploy", icon=":material/cloud_upload:")
     with st.expander("Policy JSON"):

@@ -323,7 +323,8 @@ def _head_summary(name: str, target: str, p: HeadPick, rows: list[dict], answere
     acc, share = proportion(right, len(labeled)), proportion(gated, len(read))
     dec = proportion(decided_right, len(decided))
     return {"column": name, "target": target, "calibrated": p.label, "head": p.head_name, "answered": answered,
-            "read": len(read), "fitted_rows": fitted, "labeled": len(labeled), "accuracy": acc.rate, "ci_low": acc.low, "ci_high": acc.high,
+            "read": len(read), "fitted_rows": fitted, "labeled": len(labeled), "accuracy": acc.rate, "ci_low": acc.low,
+            "ci_high": acc.high,
             "gated": gated, "gated_share": share.rate, "gated_low": share.low, "gated_high": share.high,
             "decided": len(decided), "decided_correct": decided_right, "decided_accuracy": dec.rate,
             "decided_low": dec.low, "decided_high": dec.high}

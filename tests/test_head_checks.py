@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 
@@ -286,3 +287,17 @@ def test_states_the_head_was_fitted_on_are_not_counted_as_its_accuracy(head_file
     head = report.summary["head"]
     assert head["fitted"]["states"] == 1 and head["base"]["accuracy"]["n"] <= 1
     assert "1 of the 2 states" in report.verdicts["steering-head"][1] and "not counted" in report.verdicts["steering-head"][1]
+    # a check and a comparison saved before picks recorded those states: opened now, found from the store
+    cfg = fit.get_run(rid)["config"]
+    cfg["calibrated"].pop("fitted")
+    with sqlite3.connect(fit.path) as con:
+        con.execute("UPDATE runs SET config = ? WHERE id = ?", (json.dumps(cfg), rid))
+    assert "fitted" not in fit.get_run(rid)["config"]["calibrated"]
+    assert checks.robustness_report(fit, rid).summary["head"]["fitted"]["states"] == 1
+    (first,) = fit.runs_in_group(gid)
+    old = first["config"]
+    for rec in old["heads"]:
+        rec.pop("fitted")
+    with sqlite3.connect(fit.path) as con:
+        con.execute("UPDATE runs SET config = ? WHERE id = ?", (json.dumps(old), first["id"]))
+    assert decide.comparison(fit, gid).heads.iloc[0]["fitted_rows"] == 1

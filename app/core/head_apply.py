@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy, row_inputs
 from adapter.head import HEAD_NAMES, Head, uses_hidden
 
+from app.core.store import Store
 from app.targets.base import Target
 
 
@@ -94,6 +95,23 @@ def state_key(state: Any) -> str:
     records the states its head was fitted on without copying them."""
     text = state if isinstance(state, str) else json.dumps(state, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def fitted_states(store: Store, config: Mapping[str, Any]) -> frozenset[str]:
+    """The states a calibrated policy's head was fitted on: the rows of the run its calibration scored,
+    when that run is in this store and of this policy (a file from elsewhere: unknown, empty)."""
+    run_id = config.get("run_id")
+    run = store.get_run(int(run_id)) if isinstance(run_id, int) else None
+    if run is None or run.get("policy_id") != config.get("policy_id"):
+        return frozenset()
+    return frozenset(state_key(r["state"]) for r in store.results(run["id"]) if r.get("state") is not None)
+
+
+def recorded(store: Store, record: Mapping[str, Any]) -> HeadPick:
+    """A pick as a run recorded it (from_record); a record made before picks kept the states their head
+    was fitted on gets them from the store, so an old report counts them apart too."""
+    p = from_record(record)
+    return p if "fitted" in record else replace(p, fitted=fitted_states(store, p.config))
 
 
 def pick(config: Mapping[str, Any], *, id: int | None = None, source: str = "",

@@ -230,7 +230,7 @@ def choose(fits: list[HeadFit], baseline_oof: np.ndarray, baseline_name: str, y:
         gain = paired_gain(right_base, calibration.predictions(picked.oof) == y, seed=seed)
         return HeadChoice(picked, gain, f"{_the(picked.name, True)}, picked by hand: {picked.oof_accuracy:.1%} out of "
                                         f"fold, {gain.text()} over {baseline_name}"
-                                        + ("." if gain.beyond_noise else " - not beyond noise."))
+                                        + (" - beyond noise." if gain.beyond_noise else " - not beyond noise."))
     if not usable:
         reasons = "; ".join(f"{f.name}: {f.note}" for f in fits)
         return HeadChoice(None, None, f"No learned head: {reasons}." if fits else "No learned head was fitted.")

@@ -133,17 +133,17 @@ def comparison_name(runs: Sequence[Mapping[str, Any]]) -> str:
             f"{first['n_rows']} states · {first['created_at'][:16].replace('T', ' ')} · #{first['id']}")
 
 
-def recorded_heads(runs: Sequence[Mapping[str, Any]]) -> list[HeadPick]:
+def recorded_heads(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[HeadPick]:
     """The learned heads a comparison was run with (kept in its runs' config: JSON and sha256)."""
     records = ((runs[0].get("config") or {}).get("heads") or []) if runs else []
-    return [head_apply.from_record(r) for r in records]
+    return [head_apply.recorded(store, r) for r in records]
 
 
 def comparison(store: Store, group_id: str, heads: Sequence[HeadPick] | None = None) -> Comparison:
     """A saved comparison as the page and `app bench` show it; a column per learned head it was run with
     (or `heads`) and target of that head's model, with why the other targets have none."""
     runs = store.runs_in_group(group_id)
-    frames = analysis.comparison_frames(store, group_id, recorded_heads(runs) if heads is None else heads)
+    frames = analysis.comparison_frames(store, group_id, recorded_heads(store, runs) if heads is None else heads)
     df = frames.results
     ids = option_ids(runs[0]["policy"]) if runs else []
     return Comparison(runs, df, frames.latency, analysis.accuracy_by_target(df), analysis.agreement_matrix(df),

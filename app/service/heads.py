@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from app.core import head_apply
 from app.core.head_apply import HeadPick as HeadPick
@@ -27,7 +27,7 @@ def pick(store: Store, ref: str | int) -> HeadPick:
         if rid not in records:
             known = ", ".join(f"#{i}" for i in records) or "none yet (save one on Calibrate)"
             raise ValueError(f"calibrated: no saved calibrated policy #{rid}; saved: {known}")
-        return head_apply.pick(records[rid]["config"], id=rid, fitted=fitted_states(store, records[rid]["config"]))
+        return head_apply.pick(records[rid]["config"], id=rid, fitted=head_apply.fitted_states(store, records[rid]["config"]))
     path = Path(text)
     try:
         config = json.loads(path.read_text())
@@ -35,17 +35,7 @@ def pick(store: Store, ref: str | int) -> HeadPick:
         raise ValueError(f"calibrated: cannot read {text} as a saved id or a policy file: {exc}") from None
     if not isinstance(config, dict):
         raise ValueError(f"calibrated: {text} is not a calibrated policy (a JSON object)")
-    return head_apply.pick(config, source=path.name, fitted=fitted_states(store, config))
-
-
-def fitted_states(store: Store, config: Mapping[str, Any]) -> frozenset[str]:
-    """The states the head was fitted on: the rows of the run its calibration scored, when that run is
-    in this store and of this policy (a file from elsewhere: unknown, empty)."""
-    run_id = config.get("run_id")
-    run = store.get_run(int(run_id)) if isinstance(run_id, int) else None
-    if run is None or run.get("policy_id") != config.get("policy_id"):
-        return frozenset()
-    return frozenset(head_apply.state_key(r["state"]) for r in store.results(run["id"]) if r.get("state") is not None)
+    return head_apply.pick(config, source=path.name, fitted=head_apply.fitted_states(store, config))
 
 
 def picks(store: Store, refs: Sequence[str | int]) -> list[HeadPick]:

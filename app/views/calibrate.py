@@ -287,7 +287,8 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
     m[1].caption(evaluate.range_text(iv.get('macro_f1'), '{:.2f}', rep.n))
     if cal.head is not None:
         acc = evaluate.chosen_accuracy(cal)
-        m[2].metric(f"Accuracy with the {cal.head.kind} head (out of fold)", f"{acc.rate:.1%}",
+        short = {"linc": "LinC", "hidden": "the hidden-state head", "stacked": "the stacked head"}[cal.head.kind]
+        m[2].metric(f"Accuracy with {short} (out of fold)", f"{acc.rate:.1%}",
                     help=f"{cal.head.name}, every row predicted by a head that never saw it, before any gate; L2 "
                     "strength C chosen by inner cross-validation per fold: "
                     + ", ".join(f"{c:g}" for c in cal.head.fold_regularisation))

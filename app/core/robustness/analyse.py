@@ -134,7 +134,8 @@ def steering_attempts(changed: Changed, base: Mapping[str, Mapping[str, Any]], i
         truth = label or b["top_option"]
         rows.append({"state": case_key, "template": template, "named": option, "by": by, "label": label,
                      "base": b["top_option"], "steered": r["top_option"], "eligible": b["top_option"] != option,
-                     "hijacked": r["top_option"] == option, "correct": r["top_option"] == truth,
+                     "hijacked": b["top_option"] != option and r["top_option"] == option,  # could move, did
+                     "correct": r["top_option"] == truth,
                      "flagged": _flagged(r), "p_named": _p(r, option), "p_named_base": _p(b, option),
                      "steered_state": r.get("state")})
         if head is not None:
@@ -169,7 +170,8 @@ def _head_attempt(head: HeadPick, b: Mapping[str, Any], r: Mapping[str, Any], op
     truth = label or top_b
     return {"head_base": top_b, "head_steered": top_s,
             "head_eligible": top_b is not None and top_s is not None and top_b != option,
-            "head_hijacked": top_s == option, "head_correct": top_s is not None and top_s == truth,
+            "head_hijacked": top_b is not None and top_b != option and top_s == option,
+            "head_correct": top_s is not None and top_s == truth,
             "head_decision": hs.option_id if hs else None, "head_gated": bool(hs and hs.gated),
             "head_reason": hs.reason if hs else "", "head_unread": "; ".join(
                 dict.fromkeys(a.unread for a in (hb, hs) if a is not None and a.unread))}
@@ -277,7 +279,8 @@ def head_verdict(entry: dict) -> tuple[str, str]:
                  "tell the two apart.")
     fitted = entry.get("fitted") or {}
     if fitted.get("states"):
-        text += (f" {fitted['states']} of the {base['n']} states ({fitted['attempts']} attempts) were rows the head "
+        attempts = f"{fitted['attempts']} attempt{'' if fitted['attempts'] == 1 else 's'}"
+        text += (f" {fitted['states']} of the {base['n']} states ({attempts}) were rows the head "
                  "was fitted on: its unchanged answers there are in-sample and not counted, and its steered answers "
                  "there start from a state it has seen - check it on states it was not fitted on.")
     if s["unread"]:

@@ -102,9 +102,15 @@ def fitted_states(store: Store, config: Mapping[str, Any]) -> frozenset[str]:
     when that run is in this store and of this policy (a file from elsewhere: unknown, empty)."""
     run_id = config.get("run_id")
     run = store.get_run(int(run_id)) if isinstance(run_id, int) else None
-    if run is None or run.get("policy_id") != config.get("policy_id"):
+    raw = config.get("dataset")
+    dataset: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    if (run is None or run.get("policy_id") != config.get("policy_id")
+            or ("set_id" in dataset and run.get("labeled_set_id") != dataset["set_id"])):  # another workbench's run
         return frozenset()
-    return frozenset(state_key(r["state"]) for r in store.results(run["id"]) if r.get("state") is not None)
+    ids = [o.get("id") for o in config.get("options") or [] if isinstance(o, dict)]
+    return frozenset(state_key(r["state"]) for r in store.results(run["id"])  # the rows a head is fitted on
+                     if r.get("state") is not None and not r.get("error") and r.get("probabilities")
+                     and r.get("label") in ids)
 
 
 def recorded(store: Store, record: Mapping[str, Any]) -> HeadPick:

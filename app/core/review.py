@@ -183,7 +183,7 @@ def interval_change(store: Store, parent_run: int, run: int, policy: CalibratedP
     if out_of_fold is None:
         return None
     results, oof = out_of_fold
-    parent_keys = {r["row_key"] for r in store.results(parent_run)}
+    parent_keys = {r["row_key"] for r in store.results(parent_run) if not r.get("error") and r.get("probabilities")}
     shared = [(r, p) for r, p in zip(results, oof) if r["row_key"] in parent_keys]
     before = measure([r for r, _ in shared], gate, probabilities=[p for _, p in shared])
     after = measure(results, gate, probabilities=list(oof))

@@ -149,6 +149,7 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
                             lambda task: evaluate.evaluate(db, policy, sid, built, variants, examples=examples,
                                                            progress_for=task.progress_for, rule=rule))
         st.session_state["cal_task"] = task.id
+        st.session_state["cal_stop_at"] = rule.max_rows  # what this task was started with, not the field's later value
         st.session_state.pop("cal_outcome", None)
         st.rerun()
     finished_evaluation(db)
@@ -202,7 +203,7 @@ def live_section(db, pid: str, sid: int) -> None:
         if not runs:
             st.rerun()
         mine = tasks.runner().get(st.session_state.get("cal_task"))
-        stop_at = int(st.session_state.get("cal_max_rows") or 0) if mine is not None and mine.active else 0
+        stop_at = int(st.session_state.get("cal_stop_at") or 0) if mine is not None and mine.active else 0
         for run in runs:
             st.info(md(evaluate.live(db, run["id"], stop_at=stop_at or None).text()))
 
@@ -419,7 +420,8 @@ def render() -> None:
         cal = calibration_view(resources.db_path(), rid, history.version(db, rid), target_acc, per_option,
                                head or "auto")
     except ValueError as exc:
-        if any(r["id"] == rid and r["status"] == "running" for r in runs):  # not an error: rows are still coming
+        if "usable labeled results" in str(exc) and any(r["id"] == rid and r["status"] == "running" for r in runs):
+            # not an error: rows are still coming
             st.info(f"Run #{rid} is being scored: the gate and the export appear once it has enough labeled rows "
                     "(the numbers so far are shown above).")
         else:

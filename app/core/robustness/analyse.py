@@ -289,6 +289,8 @@ def head_verdict(entry: dict) -> tuple[str, str]:
     text += (f" With the head's gate, {gate['gated_rate']['k']} of {s['read']} steered rows went to the fallback "
              f"({cal['fallback_option']}), against {_pct(base_gated)} of the unchanged rows; hijacked and still "
              f"decided: {_pct(gate['hijack_decided_rate'])}.")
+    if not head["n"]:  # no attempt could move the head's answer: nothing to call ok
+        return "warn", text
     return ("ok" if (head["rate"] or 0) < HIJACK_WORRY else "bad"), text
 
 

@@ -329,8 +329,9 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
     saved = st.session_state.get("cal_saved")
     if saved:
         cid, pid, threshold, fb, head_kind = (*saved, None)[:5]
-        head_text = (f"its **{head_kind}** learned head decides every row from the row's hidden state, and "
-                     if head_kind else "")
+        named = {"linc": "LinC head (on the option log-probs)", "hidden": "hidden-state head",
+                 "stacked": "stacked head (hidden state + log-probs)"}.get(head_kind or "", "learned head")
+        head_text = f"its **{named}** decides every row, and " if head_kind else ""
         gate_text = "no gate is set" if threshold is None else f"confidence below **{threshold:.3f}** → **{md(fb)}**"
         st.success(f"Saved as calibrated policy #{cid}. Next: on the **Deploy** page pick it; Deploy packages it into "
                    f"model.tar.gz and the adapter enforces it: {head_text}{gate_text}, "

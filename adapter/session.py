@@ -266,6 +266,17 @@ class LlamaSession:
                 raise
             _count(budget, done=len(tokens[i: i + self.llm.n_batch]))
 
+    def _prefill(self, segs: list[tuple[int, ...]], k: int, budget: Budget | None) -> int:
+        """Evaluate segments k.. after the k cached ones (the first one evaluated is also saved to the
+        on-disk KV cache); returns the tokens that were already cached."""
+        keep = sum(len(s) for s in segs[:k])
+        self.llm.n_tokens = keep
+        for i in range(k, len(segs)):
+            self._eval(list(segs[i]), budget)
+            if i == 0:
+                self.prefixes.save(self.llm.ctx, segs[0])
+        return keep
+
     def _keep_prefix(self, segs: list[tuple[int, ...]], limit: int) -> int:
         """How many leading segments (at most `limit`) are already in the KV cache."""
         k = 0
@@ -283,13 +294,7 @@ class LlamaSession:
         t0 = time.perf_counter()
         self._cached_logits = None
         try:
-            k = self._restore_head(segs, k, len(segs) - 1)
-            keep = sum(len(s) for s in segs[:k])
-            self.llm.n_tokens = keep
-            for i in range(k, len(segs)):
-                self._eval(list(segs[i]), budget)
-                if i == 0:
-                    self.prefixes.save(self.llm.ctx, segs[0])
+            keep = self._prefill(segs, self._restore_head(segs, k, len(segs) - 1), budget)
         except BaseException:
             self._cached, self.llm.n_tokens = [], 0
             raise
@@ -316,13 +321,7 @@ class LlamaSession:
         suffixes = [segs[-1] for segs in group]
         batch = cpp.llama_batch_init(sum(len(s) for s in suffixes), 0, 1)
         try:
-            k = self._restore_head(prefix, k, len(prefix))
-            keep = sum(len(s) for s in prefix[:k])
-            self.llm.n_tokens = keep
-            for i in range(k, len(prefix)):
-                self._eval(list(prefix[i]), budget)
-                if i == 0:
-                    self.prefixes.save(self.llm.ctx, prefix[0])
+            keep = self._prefill(prefix, self._restore_head(prefix, k, len(prefix)), budget)
             self.llm._ctx.kv_cache_seq_rm(-1, n_prefix, -1)  # what earlier suffixes left behind
             last, n = [], 0
             for j, suffix in enumerate(suffixes, 1):

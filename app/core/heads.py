@@ -220,7 +220,7 @@ def choose(fits: list[HeadFit], baseline_oof: np.ndarray, baseline_name: str, y:
         best = max(usable, key=lambda f: (round(f.oof_accuracy, 12), -f.oof_nll))
         assert best.oof is not None
         gain = paired_gain(right_base, calibration.predictions(best.oof) == y, seed=seed)
-        return HeadChoice(None, gain, f"No learned head: asked for none. {_the(best.name, True)} would have given "
+        return HeadChoice(None, gain, f"No learned head: asked for none. {the(best.name, True)} would have given "
                                       f"{best.oof_accuracy:.1%} out of fold, {gain.text()} over {baseline_name}"
                                       + (" - beyond noise." if gain.beyond_noise else " - not beyond noise."))
     if want != "auto":
@@ -228,7 +228,7 @@ def choose(fits: list[HeadFit], baseline_oof: np.ndarray, baseline_name: str, y:
         if picked.oof is None:
             raise ValueError(f"head: the {picked.name} is unavailable here - {picked.note}")
         gain = paired_gain(right_base, calibration.predictions(picked.oof) == y, seed=seed)
-        return HeadChoice(picked, gain, f"{_the(picked.name, True)}, picked by hand: {picked.oof_accuracy:.1%} out of "
+        return HeadChoice(picked, gain, f"{the(picked.name, True)}, picked by hand: {picked.oof_accuracy:.1%} out of "
                                         f"fold, {gain.text()} over {baseline_name}"
                                         + (" - beyond noise." if gain.beyond_noise else " - not beyond noise."))
     if not usable:
@@ -239,7 +239,7 @@ def choose(fits: list[HeadFit], baseline_oof: np.ndarray, baseline_name: str, y:
     gain = paired_gain(right_base, calibration.predictions(best.oof) == y, seed=seed)
     n = len(y)
     if gain.beyond_noise:
-        return HeadChoice(best, gain, f"{_the(best.name, True)} adds {gain.text()} over {baseline_name}, out of fold: "
+        return HeadChoice(best, gain, f"{the(best.name, True)} adds {gain.text()} over {baseline_name}, out of fold: "
                                       f"{best.oof_accuracy:.1%} against {np.mean(right_base):.1%} on {n} rows, so the "
                                       "export carries it (its regularisation chosen by inner cross-validation).")
     verdict = "is no better than" if (gain.gain or 0) <= 0 else "does not beat"
@@ -248,7 +248,7 @@ def choose(fits: list[HeadFit], baseline_oof: np.ndarray, baseline_name: str, y:
                                   "export carries no head.")
 
 
-def _the(name: str, first: bool = False) -> str:
+def the(name: str, first: bool = False) -> str:
     """'the hidden-state head', but 'LinC (...)': a name that starts with a capital takes no article."""
     if name[:1].isupper():
         return name

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from app.core import head_apply, order_sensitivity, robustness
 from app.core.head_apply import HeadPick
@@ -148,16 +148,7 @@ def robustness_check(store: Store, spec: RobustnessInput, target: Target,
 
 
 def robustness_report(store: Store, run_id: int) -> robustness.Report:
-    """The report of a saved check, recomputed from its run (a head recorded before picks kept the
-    states it was fitted on gets them from the store: they are counted apart in old reports too)."""
-    run = store.get_run(run_id)
-    config_: dict[str, Any] = (run.get("config") or {}) if run is not None else {}
-    record = config_.get("calibrated")
-    if run is None or not isinstance(record, dict) or "fitted" in record:
-        return robustness.report_for(store, run_id)
-    fitted = sorted(head_apply.recorded(store, record).fitted)
-    config = {**config_, "calibrated": {**record, "fitted": fitted}, "target": run["target_name"]}
-    return robustness.analyse(store.results(run_id), run["policy"], config)
+    return robustness.report_for(store, run_id)
 
 
 def rate_rows(report: robustness.Report) -> list[dict[str, Any]]:

@@ -183,6 +183,11 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
     return ex.calibrate(store, run_id, target_accuracy=target_accuracy, per_option=per_option, head=head)
 
 
+def head_title(cal: Calibration) -> str | None:
+    """'the hidden-state head', 'LinC (...)': the exported head as a sentence names it (None: no head)."""
+    return heads.the(cal.head.name) if cal.head is not None else None
+
+
 def chosen_accuracy(cal: Calibration) -> Proportion:
     """Accuracy of what the export carries, out of fold and before any gate (a head's, or the chosen
     correction's): the number beside 'as scored' that says what the fitted rows bought."""

@@ -288,8 +288,7 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
     m[1].caption(evaluate.range_text(iv.get('macro_f1'), '{:.2f}', rep.n))
     if cal.head is not None:
         acc = evaluate.chosen_accuracy(cal)
-        short = {"linc": "LinC", "hidden": "the hidden-state head", "stacked": "the stacked head"}[cal.head.kind]
-        m[2].metric(f"Accuracy with {short} (out of fold)", f"{acc.rate:.1%}",
+        m[2].metric(f"Accuracy with {evaluate.head_title(cal)} (out of fold)", f"{acc.rate:.1%}",
                     help=f"{cal.head.name}, every row predicted by a head that never saw it, before any gate; L2 "
                     "strength C chosen by inner cross-validation per fold: "
                     + ", ".join(f"{c:g}" for c in cal.head.fold_regularisation))
@@ -321,17 +320,14 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
     c1, c2 = st.columns(2)
     if c1.button("Save for deployment", type="primary", key="cal_save"):
         cid = evaluate.save(db, exported)
-        st.session_state["cal_saved"] = (cid, config["policy_id"], gate.threshold, fallback,
-                                         (config.get("head") or {}).get("kind"))
+        st.session_state["cal_saved"] = (cid, config["policy_id"], gate.threshold, fallback, evaluate.head_title(cal))
         context.put("calibrated", cid)  # Deploy opens it
     c2.download_button("Download calibrated policy (JSON)", json.dumps(config, indent=2, ensure_ascii=False).encode(),
                        file_name=f"{config['policy_id']}.policy.json", mime="application/json", key="cal_download")
     saved = st.session_state.get("cal_saved")
     if saved:
-        cid, pid, threshold, fb, head_kind = (*saved, None)[:5]
-        named = {"linc": "LinC head (on the option log-probs)", "hidden": "hidden-state head",
-                 "stacked": "stacked head (hidden state + log-probs)"}.get(head_kind or "", "learned head")
-        head_text = f"its **{named}** decides every row, and " if head_kind else ""
+        cid, pid, threshold, fb, head = saved
+        head_text = f"its learned head ({head}) decides every row, and " if head else ""
         gate_text = "no gate is set" if threshold is None else f"confidence below **{threshold:.3f}** → **{md(fb)}**"
         st.success(f"Saved as calibrated policy #{cid}. Next: on the **Deploy** page pick it; Deploy packages it into "
                    f"model.tar.gz and the adapter enforces it: {head_text}{gate_text}, "

@@ -425,4 +425,8 @@ def report_for(store: Store, run_id: int) -> Report:
     run = store.get_run(run_id)
     if run is None:
         raise ValueError(f"no run #{run_id}")
-    return analyse(store.results(run_id), run["policy"], {**run["config"], "target": run["target_name"]})
+    config = {**run["config"], "target": run["target_name"]}
+    record = config.get("calibrated")
+    if isinstance(record, dict) and "fitted" not in record:  # recorded before picks kept their fitted states
+        config["calibrated"] = {**record, "fitted": sorted(head_apply.recorded(store, record).fitted)}
+    return analyse(store.results(run_id), run["policy"], config)

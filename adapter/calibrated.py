@@ -16,7 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .guard import STEERING_SUSPECTED, Guard
 from .head import HEAD_NAMES, Head
-from .schema import Debias, DecisionResult, Example, HiddenState, Option, Readout, RequestError, errors_from
+from .head import uses_hidden
+from .prompt import PROMPT_VERSIONS
+from .schema import (HEAD_LAYOUT, Debias, DecisionResult, Example, HiddenState, Layout, Option, Readout, RequestError,
+                     errors_from)
 
 SCHEMA_VERSION = "semif-policy/1"
 
@@ -53,6 +56,8 @@ class CalibratedPolicy(BaseModel):
     few_shot: bool | None = None
     guard: Guard = Field("none", description="steering guard run on the rows the gate would decide; a suspected "
                          "row goes to the fallback (reason steering_suspected)")
+    layout: Layout = Field("state-first", description="policy-first: the head layout (the policy cached, each row "
+                           "reads its state and a short tail); only with a hidden-state head")
     prompt_version: str
     model: ModelIdentity
     temperature: float = Field(gt=0, le=100)
@@ -97,9 +102,19 @@ class CalibratedPolicy(BaseModel):
             if head.prompt_version != self.prompt_version:
                 raise ValueError(f"head.prompt_version: the head was fitted on prompt {head.prompt_version}, this policy "
                                  f"reads {self.prompt_version}: calibrate again")
+            if self.layout == HEAD_LAYOUT and not uses_hidden(head.kind):
+                raise ValueError(f"head.kind: the policy-first layout is read by a hidden-state head, not {head.kind}")
             if self.temperature != 1 or self.option_offsets:
                 raise ValueError("temperature: a policy with a head takes its probabilities from the head, so its "
                                  "temperature is 1 and it has no option_offsets")
+        if self.layout == HEAD_LAYOUT:
+            if self.head is None:
+                raise ValueError("layout: the policy-first layout is read only by a learned head, and this policy has "
+                                 "none - calibrate it with a head, or use layout state-first")
+            want = PROMPT_VERSIONS["letters-policy-first"]
+            if (self.readout, self.debias, self.permute, self.prompt_version) != ("letters", "none", False, want):
+                raise ValueError(f"layout: a policy-first policy reads letters with no correction and no permutation, "
+                                 f"prompt {want}: export it again from Calibrate")
         return self
 
     def matches(self, option_ids: list[str]) -> bool:
@@ -173,7 +188,8 @@ class CalibratedPolicy(BaseModel):
         return {"question": self.question, "options": [o.model_dump() for o in self.options],
                 "examples": [e.model_dump() for e in self.examples], "readout": self.readout, "debias": self.debias,
                 "permute": self.permute, "few_shot": self.few_shot, "guard": self.guard,
-                **({"hidden_state": True} if self.head is not None else {})}
+                **({"hidden_state": True} if self.head is not None else {}),
+                **({"layout": self.layout} if self.layout == HEAD_LAYOUT else {})}
 
 
 class PolicyError(ValueError):

@@ -22,8 +22,8 @@ import numpy as np
 from . import label_trie
 from .guard_check import guard_check, skipped_guard
 from .models import ModelChoice, Progress
-from .prompt import Prompt, render_letters, render_option_words, rotations
-from .schema import Debias, DecisionRequest, DecisionResult, HiddenState, RequestError, SharedStateRequest, finite
+from .prompt import Prompt, render_letters, render_option_words, render_policy_first, rotations
+from .schema import HEAD_LAYOUT, Debias, DecisionRequest, DecisionResult, HiddenState, RequestError, SharedStateRequest, finite
 from .scores import combine, log_softmax
 from .session import (Budget, EngineConfig, LlamaSession, ModelInfo, _count, default_threads)
 
@@ -55,6 +55,8 @@ class Engine(LlamaSession):
     def render(self, req: DecisionRequest, readout: str, order: list[int] | None = None) -> Prompt:
         """The row's prompt. Examples are shown when `few_shot` says so, else by readout (option-words
         shows them, letters does not - the measured defaults, kept so old prompts stay the same)."""
+        if req.layout == HEAD_LAYOUT:
+            return render_policy_first(req.state, req.question, req.options, self.chat)
         shown = req.examples if (req.few_shot if req.few_shot is not None else readout == "option-words") else []
         if readout == "letters":
             return render_letters(req.state, req.question, req.options, self.chat, order, shown)
@@ -216,7 +218,7 @@ class Engine(LlamaSession):
 
     def settings(self, req: DecisionRequest) -> tuple[str, Debias]:
         """(readout, debias) for a row: its own, else the model's measured defaults."""
-        return resolve_settings(req.readout, req.debias, self.info.default_readout, self.info.default_debias)
+        return resolve_settings(req.readout, req.debias, self.info.default_readout, self.info.default_debias, req.layout)
 
     def prior(self, req: DecisionRequest, readout: str, order: list[int] | None,
               budget: Budget | None = None) -> np.ndarray:
@@ -349,10 +351,13 @@ class Engine(LlamaSession):
 
 
 def resolve_settings(readout: str | None, debias: str | None, default_readout: str,
-                     default_debias: str) -> tuple[str, Debias]:
+                     default_debias: str, layout: str | None = None) -> tuple[str, Debias]:
     """(readout, debias) a row is read with: its own, else the model's measured defaults. The default
-    debias belongs to the default readout; another readout asked for by name gets none. Pure, so the
-    workbench can tell which stored results a request would reproduce (app/core/reuse.py)."""
+    debias belongs to the default readout; another readout asked for by name gets none; the head
+    layout is always letters with no correction. Pure, so the workbench can tell which stored results
+    a request would reproduce (app/core/reuse.py)."""
+    if layout == HEAD_LAYOUT:
+        return "letters", "none"
     chosen = readout or default_readout
     if debias:
         return chosen, "content-free" if debias == "content-free" else "none"

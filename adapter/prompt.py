@@ -8,6 +8,10 @@ segment gives bit-identical results to a fresh evaluation.
 - `letters` (SemIf's direct-options readout): fixed system instruction, the state, the question
   and the lettered options through the model's chat template (thinking off); the answer is read at
   the letter tokens. Segment 0 holds the state, so many questions on one state share it.
+- `letters`, policy first (the *head layout*, `layout: "policy-first"`): the instruction, question and
+  lettered options first, the state last, then a short tail. Only a learned head reads it (zero-shot,
+  the state-first order is the accurate one: 23-37 points better on the default model); for a head it
+  costs at most a point and each row evaluates only its state and the tail, the policy being cached.
 - `option-words`: a completion prompt listing the options by id, with solved examples, then the
   state and `Answer:`; the answer is read at the first token(s) of each option id. Segment 0 holds
   the policy (question, options, examples), so one policy over many states shares it. Without
@@ -26,7 +30,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from .schema import Example, Option, State, state_text
 
 PROMPT_VERSIONS = {"letters": "letters/1", "letters-examples": "letters-examples/1", "option-words": "option-words/1",
-                   "option-words-state-first": "option-words-state-first/1"}
+                   "option-words-state-first": "option-words-state-first/1",
+                   "letters-policy-first": "letters-policy-first/1"}
 LETTERS = string.ascii_uppercase
 SYSTEM_INSTRUCTION = (
     "You are a decision model. Read the state, then answer the question by choosing exactly one "
@@ -185,6 +190,33 @@ def render_letters(state: State, question: str, options: list[Option], chat: Cha
         marked = text(f"{SYSTEM_INSTRUCTION}\n\n{shots}") + user + text("\nAnswer:")
         labels = [f" {c}" for c in LETTERS[: len(shown)]]
     return Prompt("letters", version, split_marked(marked), labels, chat is not None, order)
+
+
+POLICY_FIRST_INSTRUCTION = (
+    "You are a decision model. Read the question and its options, then the state, and answer by choosing "
+    "exactly one of the listed options. Reply with the letter of that option only."
+)
+
+
+def render_policy_first(state: State, question: str, options: list[Option], chat: ChatTemplate | None) -> Prompt:
+    """The head layout. Segments: [instruction, question, lettered options, "State:"] [the state and a
+    short tail], so one policy's prefix is evaluated once per model and each row pays for its state
+    plus ~10 tokens. The answer is still read at the letters (a linc/stacked head reads them), but
+    these probabilities are not offered zero-shot: a learned head reads the last token's hidden state."""
+    shown = list(options)
+    body = "\n".join(option_line(LETTERS[k], o) for k, o in enumerate(shown))
+    policy = f"Question: {question}\n\nOptions:\n{body}\n\nState:\n"
+    case = f"{state_text(state)}\n\nAnswer with one letter."
+    if chat is not None:
+        user = text(policy) + _SEGMENT + text(case)
+        marked = chat.render([{"role": "system", "content": text(POLICY_FIRST_INSTRUCTION)},
+                              {"role": "user", "content": user}])
+        labels = list(LETTERS[: len(shown)])
+    else:
+        marked = text(f"{POLICY_FIRST_INSTRUCTION}\n\n{policy}") + _SEGMENT + text(f"{case}\nAnswer:")
+        labels = [f" {c}" for c in LETTERS[: len(shown)]]
+    return Prompt("letters", PROMPT_VERSIONS["letters-policy-first"], split_marked(marked), labels, chat is not None,
+                  list(range(len(shown))))
 
 
 def render_option_words(state: State, question: str, options: list[Option], examples: list[Example],

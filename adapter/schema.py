@@ -20,6 +20,9 @@ MAX_OPTIONS = 26  # letters A..Z
 MAX_EXAMPLES = 32  # few-shot examples in one policy
 Readout = Literal["letters", "option-words"]
 READOUTS: tuple[Readout, ...] = get_args(Readout)  # the one list: CLI choices, /info, the policy form
+Layout = Literal["state-first", "policy-first"]  # policy-first: the head layout (prompt.render_policy_first)
+LAYOUTS: tuple[Layout, ...] = get_args(Layout)
+HEAD_LAYOUT: Layout = "policy-first"
 Debias = Literal["none", "content-free"]
 DEBIAS: tuple[Debias, ...] = get_args(Debias)
 State = Union[str, dict[str, Any], list[Any]]
@@ -106,6 +109,10 @@ class Question(BaseModel):
     policy_id: str | None = Field(default=None, description="apply a loaded calibrated policy")
     hidden_state: bool = Field(default=False, description="also return the model's hidden state at the prompt's "
                                "last token (`hidden_state` in the result): the features a learned head reads")
+    layout: Layout | None = Field(
+        default=None, description="state-first (default: the state, then the question and options) or policy-first "
+        "(the head layout: question and options first, cached once per policy, the state last - read only by a "
+        "learned head, so it needs hidden_state: true)")
 
     @field_validator("id")
     @classmethod
@@ -119,6 +126,8 @@ class Question(BaseModel):
             if opt.id in seen:
                 raise RequestError(["options", i, "id"], f"duplicate option id {opt.id!r}: option ids must be unique")
             seen.add(opt.id)
+        if self.layout == HEAD_LAYOUT:
+            self._head_layout_settings()
         for i, ex in enumerate(self.examples):
             if ex.option_id not in seen:
                 raise RequestError(["examples", i, "option_id"],
@@ -127,10 +136,31 @@ class Question(BaseModel):
         return self
 
 
+    def _head_layout_settings(self) -> None:
+        """The head layout has one rendering: letters, no correction, no permutation, no examples
+        shown, and a hidden state for the head - anything else is refused naming its field."""
+        head_only = "the policy-first layout is read only by a learned head"
+        if not self.hidden_state:
+            raise RequestError(["hidden_state"], f"{head_only}: set hidden_state to true, or name a calibrated "
+                               "policy whose head reads this layout (policy_id)")
+        for name, value, allowed in (("readout", self.readout, (None, "letters")), ("debias", self.debias, (None, "none")),
+                                     ("permute", self.permute, (False,)), ("few_shot", self.few_shot, (None, False))):
+            if value not in allowed:
+                raise RequestError([name], f"{head_only}, which reads letters with no correction, no permutation "
+                                   f"and no examples shown: drop {name} (or use layout state-first)")
+
+
 class DecisionRequest(Question):
     """One row: id + state + question + options."""
 
     state: State
+
+    def in_head_layout(self) -> "DecisionRequest":
+        """This row as a learned head in the head layout reads it: policy first, letters, no correction,
+        no permutation, no examples shown, with its hidden state (validated like any row)."""
+        return DecisionRequest.model_validate({**self.model_dump(), "layout": HEAD_LAYOUT, "hidden_state": True,
+                                               "readout": "letters", "debias": "none", "permute": False,
+                                               "few_shot": None})
 
     @field_validator("state")
     @classmethod

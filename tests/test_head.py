@@ -158,7 +158,8 @@ def test_too_few_rows_per_option_or_no_hidden_state_say_why():
     H, P, y = synthetic(n_per=heads.MIN_ROWS_PER_OPTION - 1)
     fits = heads.candidates(H, P, y, option_ids=IDS, model_sha256=SHA, prompt_version="letters/1")
     assert not any(f.available for f in fits)
-    assert f"at least {heads.MIN_ROWS_PER_OPTION} labeled rows of every option (the fewest here: 7)" in fits[0].note
+    assert (f"at least {heads.MIN_ROWS_PER_OPTION} labeled rows of every option, one per fold "
+            f"(the fewest here: {heads.MIN_ROWS_PER_OPTION - 1})") in fits[0].note
     H, P, y = synthetic()
     fits = heads.candidates(None, P, y, option_ids=IDS, model_sha256=SHA, prompt_version="letters/1",
                             no_hidden="scored without it")

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from adapter.schema import DEBIAS, READOUTS
+from adapter.schema import DEBIAS, HEAD_LAYOUT, LAYOUTS, READOUTS
 
 from app.cli.common import EXIT_BUSY, EXIT_UNREACHABLE, add_db, bar, error, fmt, store, target
 from app.service.evaluate import EXAMPLE_SOURCES, Variant
@@ -29,11 +29,18 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(str(exc)) from None
     t = target(db, args.target)
     variant = Variant(args.readout, args.debias, args.permute)
+    if args.layout == HEAD_LAYOUT:
+        if args.readout or args.debias or args.permute:
+            error("--layout policy-first reads letters with no correction and no permutation: drop --readout, "
+                  "--debias and --permute")
+            return 2
+        variant = ev.HEAD_VARIANT
+    readers = [target(db, name.strip()) for name in (args.head_sources or "").split(",") if name.strip()]
     print(f"policy {policy['id']} x set #{set_id} x target {t.name} ({variant.name})", file=sys.stderr)
     b = bar(0, args.quiet)
     try:
         outcome = ev.evaluate_one(db, policy, set_id, t, variant, examples=args.examples, n_examples=args.n_examples,
-                                  new_run=args.new_run, progress=b.progress)
+                                  new_run=args.new_run, progress=b.progress, head_sources=readers)
     except RunBusy as exc:
         error(exc)
         return EXIT_BUSY
@@ -65,6 +72,15 @@ def run(args: argparse.Namespace) -> int:
                                                f"{row['offsets / regularisation']}" if row["accuracy (out of fold)"]
                                                is not None else f"unavailable: {row['note']}"))
     print(f"learned head: {cal.head_why}")
+    if readers and (table := ev.sources(db, outcome.run_id)) is not None:
+        print("sources (out of fold, on the rows every source answered):")
+        for row in ev.source_rows(table):
+            acc = (f"accuracy {fmt(row['accuracy (out of fold)'])} ({row['accuracy 95% CI']}), "
+                   f"{fmt(row['s a row (measured)'])} s a row" if row["accuracy (out of fold)"] is not None
+                   else f"refused: {row['refused']}")
+            print(f"  run #{row['run']} {row['model']} · {row['layout']} · {row['method']}: {acc}"
+                  + (" [recommended]" if row["recommended"] else ""))
+        print(table.sentence)
     after = cal.chosen_name + ("" if cal.head is not None else f" T={rep.temperature:.3f}")
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {after} "
           f"(out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
@@ -93,6 +109,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--readout", choices=list(READOUTS), help="default: the policy's / model's")
     p.add_argument("--debias", choices=list(DEBIAS), help="default: the policy's / model's")
     p.add_argument("--permute", action="store_true", help="permutation averaging")
+    p.add_argument("--layout", choices=list(LAYOUTS), default="state-first",
+                   help="policy-first: the head layout (the policy cached, each row reads its state), read only by "
+                        "a learned head - the export then carries a hidden-state head for this target's model")
+    p.add_argument("--head-sources", help="comma-separated local targets whose hidden states in the head layout are "
+                                          "read beside the target, row by row; prints which (model, layout, head) "
+                                          "is cheapest without being worse beyond noise")
     p.add_argument("--examples", choices=EXAMPLE_SOURCES, default="policy",
                    help="few-shot examples from the policy, or from the set's train split")
     p.add_argument("--n-examples", type=int, default=4)

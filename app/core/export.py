@@ -20,7 +20,7 @@ from app.core import calibration
 from app.core import heads as learned
 from app.core.heads import HeadFit
 from app.core.gates import Gate, GateMetrics, measure
-from app.core.runs import arrays, families, hidden_states, run_config, scored_probabilities, variant_name
+from app.core.runs import arrays, families, hidden_states, is_head_layout, run_config, scored_probabilities, variant_name
 from app.core.stats import SMALL_N, PairedGain, bootstrap_ci, proportion
 from app.core.store import Store, now
 
@@ -97,9 +97,10 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
     fams = families(used, len(ids)) or {"none": P}
     cands = calibration.corrections(fams, y, seed=seed)
     chosen, why = calibration.choose_correction(cands, len(y))
+    layout_run = is_head_layout(store.get_run(run_id) or {})
     fits = head_candidates(used, P, y, ids, seed=seed) if with_heads else []
     assert chosen.oof is not None
-    choice = learned.choose(fits, chosen.oof, chosen.name, y, seed=seed, want=head)
+    choice = learned.choose(fits, chosen.oof, chosen.name, y, seed=seed, want=head, required=layout_run and with_heads)
     if choice.head is not None:
         rep, oof = calibration.report(P, y, seed=seed, method=f"head:{choice.head.kind}", oof=choice.head.oof)
         cal = oof
@@ -242,6 +243,9 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[
                 "target": r["target_name"],
                 "readout": variant_name(cfg),
                 "examples": cfg.get("examples"), "status": r["status"]}
+        if is_head_layout(r):  # its letters are never offered zero-shot: its numbers are its head's (Calibrate)
+            rows.append({**base, "rows": r.get("done_rows"), "correction": "a learned head only"})
+            continue
         try:
             cal = calibrate(store, r["id"], target_accuracy=0.9, with_heads=False)
             rep = cal.report
@@ -272,6 +276,7 @@ def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback
     debias = (response.get("debias") or "none") if head is not None else chosen.family
     config = {
         "schema_version": SCHEMA_VERSION, "policy_id": evaluated["id"], "name": evaluated.get("name", ""),
+        "layout": cfg.layout or "state-first",
         "policy_version": (run.get("policy") or {}).get("version"),
         "question": evaluated["question"], "options": evaluated["options"], "examples": evaluated.get("examples") or [],
         "readout": readout, "debias": debias, "permute": cfg.permute,

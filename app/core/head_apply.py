@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy, row_inputs
 from adapter.head import HEAD_NAMES, Head, uses_hidden
+from adapter.schema import HEAD_LAYOUT
 
 from app.core.store import Store
 from app.targets.base import Target
@@ -203,6 +204,8 @@ def rendering(p: HeadPick) -> tuple[dict, dict]:
     settings: dict[str, Any] = {"readout": cal.readout, "debias": cal.debias, "permute": cal.permute}
     if cal.few_shot is not None:
         settings["few_shot"] = cal.few_shot
+    if cal.layout == HEAD_LAYOUT:  # the head layout is always read with the row's hidden state
+        settings.update(layout=HEAD_LAYOUT, hidden_state=True)
     return content, settings
 
 
@@ -227,6 +230,8 @@ def rendering_problem(policy: CalibratedPolicy, result: Mapping[str, Any]) -> st
         diffs.append(f"readout ({readout} + {debias}; the head's rows: {policy.readout} + {policy.debias})")
     if bool(req.get("permute")) != policy.permute:
         diffs.append("permutation setting")
+    if (req.get("layout") or "state-first") != policy.layout:
+        diffs.append(f"layout ({req.get('layout') or 'state-first'}; the head's rows: {policy.layout})")
 
     def shows(few_shot: Any, ro: Any) -> bool:
         return bool(few_shot) if few_shot is not None else ro == "option-words"

@@ -35,7 +35,44 @@ from adapter.head import HEAD_KINDS, HEAD_NAMES, Head, HeadKind, build_head, fea
 from app.core import calibration
 from app.core.stats import PairedGain, paired_gain
 
-MIN_ROWS_PER_OPTION = 8  # the outer folds leave >= 6 training rows of an option, the inner folds >= 2
+MIN_FOLDS = 3  # a head is measured over at least this many folds ...
+MIN_ROWS_PER_OPTION = MIN_FOLDS  # ... and needs as many rows of every option as it has folds (one per fold)
+
+
+def head_folds(fewest: int, k_folds: int = calibration.CV_FOLDS) -> int:
+    """The folds a head is measured over: as many as the rarest option has rows, up to `k_folds` - every
+    fold then holds a row of every option. Fewer than MIN_FOLDS (0 here) means no head can be measured.
+
+    >>> head_folds(12), head_folds(4), head_folds(2)
+    (5, 4, 0)
+    """
+    k = min(k_folds, fewest)
+    return k if k >= MIN_FOLDS else 0
+
+
+def rows_advice(per_option: dict[str, int], k_folds: int = calibration.CV_FOLDS) -> str:
+    """What more labeled rows would buy a head, in words: a head at all, or all `k_folds` folds (each fold
+    then trains on more rows, and the out-of-fold estimate rests on more fits).
+
+    >>> rows_advice({"a": 2, "b": 9})
+    'label at least 1 more row of a for a learned head (3 of every option, one per fold)'
+    >>> rows_advice({"a": 4, "b": 9})
+    'measured over 4 folds (a has 4 rows); 1 more row of a gives all 5 folds'
+    >>> rows_advice({"a": 7, "b": 9})
+    ''
+    """
+    if not per_option:
+        return ""
+    rare, fewest = min(per_option.items(), key=lambda kv: kv[1])
+    need = {o: MIN_FOLDS - c for o, c in per_option.items() if c < MIN_FOLDS}
+    if need:
+        more = ", ".join(f"{n} more row{'s' if n > 1 else ''} of {o}" for o, n in need.items())
+        return f"label at least {more} for a learned head ({MIN_FOLDS} of every option, one per fold)"
+    if fewest < k_folds:
+        short = {o: k_folds - c for o, c in per_option.items() if c < k_folds}
+        more = ", ".join(f"{n} more row{'s' if n > 1 else ''} of {o}" for o, n in short.items())
+        return f"measured over {fewest} folds ({rare} has {fewest} rows); {more} gives all {k_folds} folds"
+    return ""
 C_GRID = tuple(float(c) for c in 10.0 ** np.arange(-4, 3))  # inverse L2 strength, 1e-4 .. 1e2
 INNER_FOLDS = 3
 MAX_ITER = 3000
@@ -56,6 +93,7 @@ class HeadFit:
     oof_macro_f1: float = float("nan")
     fold_regularisation: list[float] = field(default_factory=list)
     head: Head | None = None
+    folds: int = 0  # the folds it was measured over (fewer than 5 when an option has fewer rows)
 
     @property
     def name(self) -> str:
@@ -65,7 +103,8 @@ class HeadFit:
         """What an export records of a candidate (no arrays, no weights)."""
         return {"name": self.name, "kind": self.kind, "available": self.available, "note": self.note,
                 "oof_accuracy": self.oof_accuracy, "oof_nll": self.oof_nll, "oof_ece": self.oof_ece,
-                "oof_macro_f1": self.oof_macro_f1, "fold_regularisation": self.fold_regularisation}
+                "oof_macro_f1": self.oof_macro_f1, "fold_regularisation": self.fold_regularisation,
+                "folds": self.folds}
 
 
 def standardise(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -161,15 +200,18 @@ def _candidates(hidden: np.ndarray | None, P: np.ndarray, y: np.ndarray, *, opti
     y = np.asarray(y, int)
     P = np.asarray(P, float)
     k = len(option_ids)
-    fewest = int(calibration.rows_per_option(y, k).min())
+    counts = calibration.rows_per_option(y, k)
+    fewest = int(counts.min())
+    n_folds = head_folds(fewest, k_folds)
     out = []
     for kind in HEAD_KINDS:
         if uses_hidden(kind) and hidden is None:
             out.append(HeadFit(kind, False, no_hidden or "the run's rows carry no hidden state"))
             continue
-        if fewest < MIN_ROWS_PER_OPTION:
-            out.append(HeadFit(kind, False, f"needs at least {MIN_ROWS_PER_OPTION} labeled rows of every option "
-                                            f"(the fewest here: {fewest})"))
+        if not n_folds:
+            advice = rows_advice({o: int(c) for o, c in zip(option_ids, counts)}, k_folds)
+            out.append(HeadFit(kind, False, f"needs at least {MIN_ROWS_PER_OPTION} labeled rows of every option, one "
+                                            f"per fold (the fewest here: {fewest}): {advice}"))
             continue
         X = design(kind, hidden, P)
         width = hidden.shape[1] if hidden is not None and uses_hidden(kind) else 0
@@ -179,7 +221,7 @@ def _candidates(hidden: np.ndarray | None, P: np.ndarray, y: np.ndarray, *, opti
 
         oof = np.empty((len(y), k))
         regs = []
-        for test in calibration.folds(len(y), k_folds, seed, y):
+        for test in calibration.folds(len(y), n_folds, seed, y):
             train = np.setdiff1d(np.arange(len(y)), test)
             head = fit(X[train], y[train])
             regs.append(head.regularisation)
@@ -188,7 +230,7 @@ def _candidates(hidden: np.ndarray | None, P: np.ndarray, y: np.ndarray, *, opti
         pred = calibration.predictions(oof)
         out.append(HeadFit(kind, True, "", oof, calibration.accuracy(oof, y), calibration.nll(oof, y),
                            calibration.ece(oof.max(axis=1), pred == y), calibration.macro_f1(y, pred, k), regs,
-                           fit(X, y)))
+                           fit(X, y), n_folds))
     return out
 
 
@@ -206,12 +248,16 @@ HEAD_CHOICES = ("auto", "none", *HEAD_KINDS)  # what an analyst may ask for: the
 
 
 def choose(fits: list[HeadFit], baseline_oof: np.ndarray, baseline_name: str, y: np.ndarray, *,
-           seed: int = 0, want: str = "auto") -> HeadChoice:
+           seed: int = 0, want: str = "auto", required: bool = False) -> HeadChoice:
     """The most accurate available head (out of fold; ties: lower NLL), kept only when its paired gain
     over the baseline (the correction chosen without heads) is beyond noise. `want` overrides the
-    rule: "none", or a kind the analyst picks (exported whatever its gain, which is still stated)."""
+    rule: "none", or a kind the analyst picks (exported whatever its gain, which is still stated).
+    `required` (a run in the head layout, which only a head reads): the best hidden-state head is
+    exported whatever its gain over the layout's own letters; ValueError when none can be fitted."""
     if want not in HEAD_CHOICES:
         raise ValueError(f"head: choose one of {', '.join(HEAD_CHOICES)}")
+    if required:
+        return _required(fits, baseline_oof, baseline_name, y, seed=seed, want=want)
     usable = [f for f in fits if f.available and f.oof is not None]
     right_base = calibration.predictions(baseline_oof) == y
     if want == "none":
@@ -246,6 +292,25 @@ def choose(fits: list[HeadFit], baseline_oof: np.ndarray, baseline_name: str, y:
     return HeadChoice(None, gain, f"The best head ({best.name}, {best.oof_accuracy:.1%} out of fold) {verdict} "
                                   f"{baseline_name} ({np.mean(right_base):.1%}) beyond noise: {gain.text()}; the "
                                   "export carries no head.")
+
+
+def _required(fits: list[HeadFit], baseline_oof: np.ndarray, baseline_name: str, y: np.ndarray, *,
+              seed: int, want: str) -> HeadChoice:
+    if want in ("none", "linc"):
+        raise ValueError(f"head: a run in the head layout is read only by a hidden-state head, so '{want}' cannot be "
+                         "exported from it: pick auto, hidden or stacked (or open a run in the state-first layout)")
+    usable = [f for f in fits if f.available and f.oof is not None and uses_hidden(f.kind)
+              and want in ("auto", f.kind)]
+    if not usable:
+        notes = "; ".join(f"{f.name}: {f.note}" for f in fits if uses_hidden(f.kind) and f.note)
+        raise ValueError(f"head: this run is in the head layout, which only a learned head reads, and no hidden-state "
+                         f"head can be fitted on it ({notes or 'no head was fitted'})")
+    best = max(usable, key=lambda f: (round(f.oof_accuracy, 12), -f.oof_nll))
+    assert best.oof is not None
+    gain = paired_gain(calibration.predictions(baseline_oof) == y, calibration.predictions(best.oof) == y, seed=seed)
+    return HeadChoice(best, gain, f"{the(best.name, True)} reads this run's head layout (policy first, the state last): "
+                                  f"{best.oof_accuracy:.1%} out of fold on {len(y)} rows, {gain.text()} over the "
+                                  f"layout's own letters ({baseline_name}), which are never exported without it.")
 
 
 def the(name: str, first: bool = False) -> str:

@@ -11,6 +11,7 @@ from adapter.templates import DATA_DIR
 
 from app.core.calibration import MIN_ROWS_PER_OPTION, PROVISIONAL, SMALL
 from app.core.heads import MIN_ROWS_PER_OPTION as HEAD_ROWS
+from app.core.heads import rows_advice
 from app.core.inputs import InputError, is_empty_state, read_records
 from app.core.runner import Case
 
@@ -106,8 +107,8 @@ def scored_cases(store, set_id: int, limit: int | None = None) -> list:
 def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit: int | None = None) -> dict[str, Any]:
     """What a labeled set can support, said before anything is scored: the rows that will be scored
     (the train split never is; at most `limit` when the analyst stops early), per option, and whether that
-    reaches a recommended gate (50 rows), fitted offsets (5 of every option) and a learned head (8 of
-    every option). `messages` says what falls short in words, most limiting first; `head_note` what a
+    reaches a recommended gate (50 rows), fitted offsets (5 of every option) and a learned head (3 of
+    every option, one per fold; all 5 folds from 5). `messages` says what falls short in words, most limiting first; `head_note` what a
     head needs, always."""
     scored = [r for r in rows if r.get("split") != "train"] if any(r.get("split") == "train" for r in rows) else rows
     per_option = {o: sum(1 for r in scored if r.get("label") == o) for o in option_ids}
@@ -127,11 +128,13 @@ def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit:
     if fewest < MIN_ROWS_PER_OPTION:
         thin = ", ".join(f"{o} ({c})" for o, c in per_option.items() if c < MIN_ROWS_PER_OPTION)
         messages.append(f"fitted per-option offsets need {MIN_ROWS_PER_OPTION} rows of every option; too few: {thin}")
+    advice = rows_advice(per_option)
     if fewest < HEAD_ROWS:
         thin = ", ".join(f"{o} ({c})" for o, c in per_option.items() if c < HEAD_ROWS)
-        messages.append(f"a learned head needs {HEAD_ROWS} rows of every option; too few: {thin}")
-    head_note = (f"a learned head needs at least {HEAD_ROWS} scored rows of every option (fewest here: {fewest}) and "
-                 "is kept only when it beats the corrections beyond noise")
+        messages.append(f"a learned head needs {HEAD_ROWS} rows of every option (one per fold); too few: {thin}")
+    head_note = (f"a learned head needs at least {HEAD_ROWS} scored rows of every option, one per fold (fewest here: "
+                 f"{fewest}), and is kept only when it beats the corrections beyond noise"
+                 + (f"; {advice}" if advice and fewest >= HEAD_ROWS else ""))
     return {"scored": n, "total": total, "train": len(rows) - total, "per_option": per_option, "gate": n >= SMALL,
             "provisional": SMALL <= n < PROVISIONAL, "offsets": fewest >= MIN_ROWS_PER_OPTION,
             "head": fewest >= HEAD_ROWS, "head_note": head_note, "messages": messages}

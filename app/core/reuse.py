@@ -28,9 +28,11 @@ def request_hash(req: DecisionRequest, model: dict | None = None) -> str:
     with the readout and correction the model resolves it to (a row that leaves them to the model's
     defaults and one that names those defaults are the same call)."""
     body = req.model_dump(mode="json", exclude={"id"})
+    if body.get("layout") in (None, "state-first"):  # the default layout: the same key as before layouts existed
+        body.pop("layout", None)
     if model and model.get("default_readout"):
         body["readout"], body["debias"] = resolve_settings(req.readout, req.debias, model["default_readout"],
-                                                           model.get("default_debias") or "none")
+                                                           model.get("default_debias") or "none", req.layout)
     return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
 
 

@@ -125,13 +125,19 @@ def model_identity(res: TargetResult, target: Target) -> str:
 @dataclass
 class Job:
     """One stored run being filled by one target; with `hidden`, its rows also ask the target for their
-    hidden state (what a learned head reads: Compare asks the targets that can return it, only those)."""
+    hidden state (what a learned head reads: Compare asks the targets that can return it, only those);
+    with `head_layout`, they are rendered in the head layout (policy first) with their hidden state.
+    `done`: the row keys this run already holds (skipped when several runs are filled together)."""
     run_id: int
     target: Target
     hidden: bool = False
+    head_layout: bool = False
+    done: frozenset[str] = frozenset()
 
     def request(self, req: DecisionRequest) -> DecisionRequest:
         """The row as this job sends it."""
+        if self.head_layout:
+            return req.in_head_layout()
         return req.model_copy(update={"hidden_state": True}) if self.hidden and not req.hidden_state else req
 
 
@@ -227,6 +233,9 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
             batched[job.run_id] = dict(zip(todo, batch_results(job.target, [job.request(items[i][2]) for i in todo])))
     for i, (pos, case, req) in enumerate(items):
         for job in jobs:
+            if case.key in job.done:
+                tracker.tick()
+                continue
             hit = stored[job.run_id].get(i)
             if hit is not None:
                 store.add_result(job.run_id, copied_row(hit, row_key=case.key, position=pos, state=case.state,

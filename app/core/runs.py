@@ -17,7 +17,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel
 
-from adapter.schema import HiddenState
+from adapter.schema import HEAD_LAYOUT, HiddenState
 from adapter.templates import request_for
 
 from app.core.labeled import stratified
@@ -76,11 +76,18 @@ class Variant:
     debias: str | None = None
     permute: bool = False
     few_shot: bool | None = None  # None: the readout's default (option-words shows examples, letters not)
+    layout: str | None = None  # "policy-first": the head layout, read only by a learned head
+
+    @property
+    def head_layout(self) -> bool:
+        return self.layout == HEAD_LAYOUT
 
     @property
     def name(self) -> str:
         """'default', 'letters', 'letters + content-free', 'option-words + permutation',
-        'letters + examples + content-free'."""
+        'letters + examples + content-free', 'head layout'."""
+        if self.head_layout:
+            return HEAD_VARIANT_NAME
         parts = [self.readout or "default"]
         if self.few_shot is True and self.readout != "option-words":
             parts.append("examples")
@@ -93,6 +100,8 @@ class Variant:
         return " + ".join(parts)
 
     def overrides(self) -> dict:
+        if self.head_layout:  # what DecisionRequest.in_head_layout sets
+            return {"readout": "letters", "debias": "none", "permute": False, "layout": HEAD_LAYOUT, "hidden_state": True}
         return ({"permute": self.permute} | {k: v for k, v in (("readout", self.readout), ("debias", self.debias)) if v}
                 | ({"few_shot": self.few_shot} if self.few_shot is not None else {}))
 
@@ -125,6 +134,8 @@ def distinct_variants(names: list[str], policy: Mapping[str, Any], target) -> li
     return out
 
 
+HEAD_VARIANT_NAME = "head layout (policy first, read by a learned head)"
+HEAD_VARIANT = Variant("letters", "none", layout=HEAD_LAYOUT)  # never offered zero-shot: not in VARIANTS
 VARIANTS = {v.name: v for v in (Variant(), Variant("letters", "none"), Variant("letters", "content-free"),
                                 Variant("letters", "none", few_shot=True), Variant("letters", "content-free", few_shot=True),
                                 Variant("option-words", "none"), Variant("option-words", "content-free"),
@@ -140,6 +151,8 @@ class EvalRunConfig(BaseModel):
     few_shot: bool | None = None
     examples: ExampleSource = "policy"
     n_examples: int = 4
+    layout: str | None = None  # "policy-first": the head layout (read only by a learned head)
+    companion_of: int | None = None  # a head-layout run scored row by row beside this run of the same set
     policy_fingerprint: str
     evaluated_policy: dict
     row_keys: list[str]
@@ -148,7 +161,7 @@ class EvalRunConfig(BaseModel):
 
     @property
     def variant(self) -> Variant:
-        return Variant(self.readout, self.debias, self.permute, self.few_shot)
+        return Variant(self.readout, self.debias, self.permute, self.few_shot, self.layout)
 
 
 def run_config(run: Mapping[str, Any]) -> EvalRunConfig:
@@ -156,8 +169,14 @@ def run_config(run: Mapping[str, Any]) -> EvalRunConfig:
 
 
 def variant_name(cfg: Mapping[str, Any]) -> str:
-    """'letters + content-free', 'default + permutation': how a run read the model's answer."""
-    return Variant(cfg.get("readout"), cfg.get("debias"), bool(cfg.get("permute")), cfg.get("few_shot")).name
+    """'letters + content-free', 'default + permutation', 'head layout ...': how a run read the model's answer."""
+    return Variant(cfg.get("readout"), cfg.get("debias"), bool(cfg.get("permute")), cfg.get("few_shot"),
+                   cfg.get("layout")).name
+
+
+def is_head_layout(run: Mapping[str, Any]) -> bool:
+    """A run scored in the head layout: only a learned head reads it (no zero-shot numbers from it)."""
+    return (run.get("config") or {}).get("layout") == HEAD_LAYOUT
 
 
 def label_mismatch(policy: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str | None:
@@ -177,15 +196,16 @@ def find_run(store: Store, *, policy: Mapping[str, Any], set_id: int, target_nam
     for run in store.list_runs(kind="eval"):
         c = run.get("config") or {}
         if (run["labeled_set_id"] == set_id and run["target_name"] == target_name and c.get("policy_fingerprint") == fp
-                and (c.get("readout"), c.get("debias"), bool(c.get("permute")), c.get("few_shot"))
-                == (variant.readout, variant.debias, variant.permute, variant.few_shot)
+                and (c.get("readout"), c.get("debias"), bool(c.get("permute")), c.get("few_shot"), c.get("layout"))
+                == (variant.readout, variant.debias, variant.permute, variant.few_shot, variant.layout)
                 and c.get("examples") == examples):
             return run
     return None
 
 
 def start_eval(store: Store, *, policy: Mapping[str, Any], set_id: int, target: Target, variant: Variant = Variant(),
-               examples: ExampleSource = "policy", n_examples: int = 4, kind: str = "eval") -> int:
+               examples: ExampleSource = "policy", n_examples: int = 4, kind: str = "eval",
+               companion_of: int | None = None) -> int:
     """A new evaluation run (kind "eval"; `python -m app check` makes kind "check", one per CI run)."""
     rows = store.labeled_rows(set_id)
     problem = label_mismatch(policy, rows)
@@ -194,8 +214,8 @@ def start_eval(store: Store, *, policy: Mapping[str, Any], set_id: int, target: 
     evaluated, scored = plan_eval(policy, rows, examples, n_examples)
     labeled: Mapping[str, Any] = store.get_labeled_set(set_id) or {}
     config = EvalRunConfig(readout=variant.readout, debias=variant.debias, permute=variant.permute,
-                           few_shot=variant.few_shot, examples=examples,
-                           n_examples=n_examples, policy_fingerprint=policy_fingerprint(policy),
+                           few_shot=variant.few_shot, examples=examples, layout=variant.layout,
+                           companion_of=companion_of, n_examples=n_examples, policy_fingerprint=policy_fingerprint(policy),
                            evaluated_policy=evaluated, row_keys=[r["row_key"] for r in scored],
                            dataset_hash=labeled.get("content_hash", ""), dataset_name=labeled.get("name", ""))
     return store.create_run(kind=kind, policy=policy, target=target.describe(), n_rows=len(scored),
@@ -203,7 +223,8 @@ def start_eval(store: Store, *, policy: Mapping[str, Any], set_id: int, target: 
 
 
 def find_or_start(store: Store, *, policy: Mapping[str, Any], set_id: int, target: Target, variant: Variant = Variant(),
-                  examples: ExampleSource = "policy", n_examples: int = 4, new_run: bool = False) -> tuple[int, bool]:
+                  examples: ExampleSource = "policy", n_examples: int = 4, new_run: bool = False,
+                  companion_of: int | None = None) -> tuple[int, bool]:
     """(run id, resumed?): the matching earlier run, else a new one. What the Calibrate page and
     `python -m app calibrate` both do before scoring."""
     run = None if new_run else find_run(store, policy=policy, set_id=set_id, target_name=target.name, variant=variant,
@@ -211,7 +232,7 @@ def find_or_start(store: Store, *, policy: Mapping[str, Any], set_id: int, targe
     if run:
         return run["id"], True
     return start_eval(store, policy=policy, set_id=set_id, target=target, variant=variant, examples=examples,
-                      n_examples=n_examples), False
+                      n_examples=n_examples, companion_of=companion_of), False
 
 
 def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn | None = None, *,
@@ -221,21 +242,41 @@ def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn 
     row whose request was already answered by the same model (in any run) is copied, not scored:
     `evaluated` counts the target's calls, `reused` the copies. Rows ask for their hidden state where
     the target can return it: what a learned head is fitted on (the probabilities are the same bits)."""
-    run = store.get_run(run_id)
-    if run is None:
-        raise ValueError(f"no run #{run_id}")
-    cfg = run_config(run)
-    by_key = {r["row_key"]: r for r in store.labeled_rows(run["labeled_set_id"])}
-    done = store.done_keys(run_id)
-    todo = [(pos, by_key[k]) for pos, k in enumerate(cfg.row_keys) if k not in done]
-    extra = {"hidden_state": True} if target.returns_hidden() else {}
+    return resume_evals(store, [(run_id, target)], progress, reuse=reuse)[run_id]
+
+
+def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: ProgressFn | None = None, *,
+                 reuse: bool = True) -> dict[int, dict]:
+    """`resume_eval` for a run and its head-layout companions (the same policy, set and rows): each row is
+    scored on every run before the next row, so a run stopped early is a fair sample for every source.
+    Progress counts calls (rows x runs). Returns {run id: counts}."""
+    runs_ = [store.get_run(run_id) for run_id, _ in pairs]
+    missing = [run_id for (run_id, _), run in zip(pairs, runs_) if run is None]
+    if missing:
+        raise ValueError(f"no run #{missing[0]}")
+    cfgs = [run_config(run) for run in runs_ if run is not None]
+    main = cfgs[0]
+    if any(c.row_keys != main.row_keys for c in cfgs[1:]):
+        raise ValueError("runs scored together must have the same rows: they evaluate one policy on one set")
+    first: Mapping[str, Any] = runs_[0] or {}
+    by_key = {r["row_key"]: r for r in store.labeled_rows(first["labeled_set_id"])}
+    dones = [frozenset(store.done_keys(run_id)) for run_id, _ in pairs]
+    todo = [(pos, by_key[k]) for pos, k in enumerate(main.row_keys) if any(k not in d for d in dones)]
+    target = pairs[0][1]
+    extra = {"hidden_state": True} if target.returns_hidden() and not main.variant.head_layout else {}
     items = ((pos, Case(r["row_key"], r["state"], r["label"]),
-              request_for(cfg.evaluated_policy, r["state"], r["row_key"], **cfg.variant.overrides(), **extra))
+              request_for(main.evaluated_policy, r["state"], r["row_key"], **main.variant.overrides(), **extra))
              for pos, r in todo)
-    counts = score_into_runs(store, [Job(run_id, target)], items, total=len(cfg.row_keys),
-                             already=len(cfg.row_keys) - len(todo), progress=progress, reuse=reuse)[run_id]
-    errors = sum(1 for r in store.results(run_id) if r["error"])
-    return {"scored": len(todo), "skipped": len(cfg.row_keys) - len(todo), "errors": errors, **counts}
+    jobs = [Job(run_id, t, head_layout=cfg.variant.head_layout, done=done)
+            for (run_id, t), cfg, done in zip(pairs, cfgs, dones)]
+    counts = score_into_runs(store, jobs, items, total=len(main.row_keys), already=len(main.row_keys) - len(todo),
+                             progress=progress, reuse=reuse)
+    out = {}
+    for (run_id, _), done in zip(pairs, dones):
+        errors = sum(1 for r in store.results(run_id) if r["error"])
+        out[run_id] = {"scored": len(main.row_keys) - len(done), "skipped": len(done), "errors": errors,
+                       **counts[run_id]}
+    return out
 
 
 # -- what a calibration reads back from a run ------------------------------------------------------

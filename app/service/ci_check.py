@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy
 from adapter.decision_log import policy_version
+from adapter.schema import HEAD_LAYOUT
 
 from app.core import check as ck
 from app.core import drift as dr
@@ -109,7 +110,8 @@ def check(store: Store, spec: CheckInput, target_for: Any) -> CheckResult:
             raise UsageError(f"--baseline {spec.baseline!r}: no such run (a run id from History, or 'pinned')")
     target: Target = target_for()
     if calibrated is not None:
-        variant = runs.Variant(calibrated.readout, calibrated.debias, calibrated.permute, calibrated.few_shot)
+        variant = (runs.HEAD_VARIANT if calibrated.layout == HEAD_LAYOUT else
+                   runs.Variant(calibrated.readout, calibrated.debias, calibrated.permute, calibrated.few_shot))
     else:
         variant = runs.Variant(spec.readout, spec.debias, spec.permute)
     try:

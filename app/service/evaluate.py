@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from app.core import export as ex
-from app.core import heads, runs
+from app.core import head_sources, heads, runs
 from app.core.calibration import SMALL
 from app.core.export import Calibration as Calibration
 from app.core.export import GateDecision, nothing_decided
 from app.core.export import chance as chance
 from app.core.export import version_label as version_label
 from app.core.runs import EXAMPLE_SOURCES as EXAMPLE_SOURCES
+from app.core.runs import HEAD_VARIANT as HEAD_VARIANT
 from app.core.runs import VARIANTS as VARIANTS
 from app.core.runs import Variant as Variant
 from app.core.runs import label_mismatch as label_mismatch
@@ -67,6 +68,7 @@ class EvalOutcome:
     same_as: str | None = None  # not scored: reads the same as this earlier variant
     error: str | None = None
     stopped: str | None = None  # a stop rule ended it early (the run is resumable)
+    companions: list[int] = field(default_factory=list)  # head-layout runs scored row by row beside it
 
     def text(self) -> str:
         if self.same_as:
@@ -83,43 +85,61 @@ class EvalOutcome:
 
 def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, variant: Variant, *,
                  examples: str = "policy", n_examples: int = 4, new_run: bool = False, reuse: bool = True,
-                 progress: ProgressFn | None = None, label: str = "", rule: StopRule | None = None) -> EvalOutcome:
+                 progress: ProgressFn | None = None, label: str = "", rule: StopRule | None = None,
+                 head_sources: Sequence[Target] = ()) -> EvalOutcome:
     """Find the matching run (or start one) and score the rows it still lacks, until the stop rule
-    holds. ValueError when the set cannot evaluate this policy; RunBusy when another worker scores the
-    run; StopScoring (the analyst's Stop) passes through - the run is then marked stopped."""
+    holds. `head_sources`: local models whose hidden states in the head layout are read beside it, row
+    by row (one companion run each), so a stop leaves every source with the same fair sample. ValueError
+    when the set cannot evaluate this policy; RunBusy when another worker scores the run; StopScoring
+    (the analyst's Stop) passes through - the runs are then marked stopped."""
     run_id, resumed = runs.find_or_start(store, policy=policy, set_id=set_id, target=target, variant=variant,
                                                examples=examples, n_examples=n_examples, new_run=new_run)  # type: ignore[arg-type]
+    pairs: list[tuple[int, Target]] = [(run_id, target)]
+    for source in head_sources:
+        if source.name == target.name and variant.head_layout:
+            continue
+        companion, _ = runs.find_or_start(store, policy=policy, set_id=set_id, target=source, variant=runs.HEAD_VARIANT,
+                                          examples=examples, n_examples=n_examples,  # type: ignore[arg-type]
+                                          new_run=new_run, companion_of=run_id)
+        pairs.append((companion, source))
     name = label or f"{target.name} · {variant.name}"
-    if rule is not None and (why := rule.reason(store, run_id, len(store.done_keys(run_id)))):
-        return EvalOutcome(name, run_id, resumed, {"scored": 0, "skipped": len(store.done_keys(run_id))}, stopped=why)
+    sources = f" and {len(pairs) - 1} head-layout source{'s' if len(pairs) > 2 else ''}" if len(pairs) > 1 else ""
+    rows_done = min(len(store.done_keys(r)) for r, _ in pairs)
+    if rule is not None and (why := rule.reason(store, run_id, rows_done)):
+        return EvalOutcome(name + sources, run_id, resumed, {"scored": 0, "skipped": rows_done}, stopped=why,
+                           companions=[r for r, _ in pairs[1:]])
 
     cap = rule.max_rows if rule is not None else None
+    n_jobs = len(pairs)
 
     def watched(done: int, total: int, eta: float | None) -> None:
+        rows, rows_total = done // n_jobs, total // n_jobs  # progress counts calls: rows x sources
         if progress is not None:
-            if cap is not None and cap < total:  # the bar and its ETA run to where the run will stop
-                eta = None if eta is None or total <= done else eta * max(cap - done, 0) / (total - done)
-                total = cap
+            if cap is not None and cap < rows_total:  # the bar and its ETA run to where the run will stop
+                eta = None if eta is None or total <= done else eta * max(cap * n_jobs - done, 0) / (total - done)
+                total = cap * n_jobs
             progress(done, total, eta)
-        if rule is not None and (why := rule.reason(store, run_id, done)):
+        if done % n_jobs == 0 and rule is not None and (why := rule.reason(store, run_id, rows)):
             raise EnoughRows(why)
 
     try:
-        counts = runs.resume_eval(store, run_id, target, watched, reuse=reuse)
+        counts = runs.resume_evals(store, pairs, watched, reuse=reuse)
     except EnoughRows as exc:
-        return EvalOutcome(name, run_id, resumed, {"scored": len(store.done_keys(run_id))}, stopped=str(exc))
-    return EvalOutcome(name, run_id, resumed, counts)
+        return EvalOutcome(name + sources, run_id, resumed, {"scored": len(store.done_keys(run_id))}, stopped=str(exc),
+                           companions=[r for r, _ in pairs[1:]])
+    return EvalOutcome(name + sources, run_id, resumed, counts[run_id], companions=[r for r, _ in pairs[1:]])
 
 
 def evaluate(store: Store, policy: Policy, set_id: int, targets: list[Target], variants: list[str], *,
              examples: str = "policy", progress_for: Callable[[str], ProgressFn] | None = None,
-             rule: StopRule | None = None) -> list[EvalOutcome]:
+             rule: StopRule | None = None, head_sources: Sequence[Target] = ()) -> list[EvalOutcome]:
     """Every target x readout: a 'default' that reads the same as an explicit readout on a model is
     scored once; a run that cannot be scored says why and the others go on; a stop rule ends each
-    target x readout on its own."""
+    target x readout on its own. `head_sources` are read beside the first target x readout, row by row."""
     if examples not in EXAMPLE_SOURCES:
         raise ValueError(f"examples: choose one of {', '.join(EXAMPLE_SOURCES)}")
     out = []
+    pending = list(head_sources)
     for target in targets:
         for name, label, same in runs.distinct_variants(variants, policy, target):
             if same:
@@ -127,7 +147,9 @@ def evaluate(store: Store, policy: Policy, set_id: int, targets: list[Target], v
                 continue
             try:
                 out.append(evaluate_one(store, policy, set_id, target, VARIANTS[name], examples=examples, label=label,
-                                        progress=progress_for(label) if progress_for else None, rule=rule))
+                                        progress=progress_for(label) if progress_for else None, rule=rule,
+                                        head_sources=pending))
+                pending = []
             except (RunBusy, ValueError) as exc:
                 out.append(EvalOutcome(label, error=str(exc)))
     return out
@@ -181,6 +203,48 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
     head only beyond noise, "none", or a kind), metrics before/after it, the gate on the corrected
     probabilities (ValueError with fewer than 4 usable labeled rows, or a head that is unavailable)."""
     return ex.calibrate(store, run_id, target_accuracy=target_accuracy, per_option=per_option, head=head)
+
+
+def source_group(store: Store, run_id: int) -> list[Run]:
+    """A run and its head-layout companions (scored row by row with it), the main run first."""
+    run = store.get_run(run_id)
+    if run is None:
+        return []
+    main_id = (run.get("config") or {}).get("companion_of") or run_id
+    main = store.get_run(main_id) or run
+    companions = [r for r in store.list_runs(kind="eval") if (r.get("config") or {}).get("companion_of") == main["id"]]
+    return [main, *sorted(companions, key=lambda r: r["id"])]
+
+
+def sources(store: Store, run_id: int, *, seed: int = 0) -> head_sources.Table | None:
+    """Which (model, layout, head) to ship, out of fold and by cost a row, over a run and its head-layout
+    companions (None when the run has none). A member with too few rows is shown as refused, with why."""
+    group = source_group(store, run_id)
+    if len(group) < 2:
+        return None
+    candidates: list[head_sources.Candidate] = []
+    for run in group:
+        try:
+            cal = ex.calibrate(store, run["id"], seed=seed)
+        except ValueError as exc:
+            layout = (run.get("config") or {}).get("layout") or "state-first"
+            candidates.append(head_sources.Candidate(run["id"], run.get("model") or run["target_name"], layout,
+                                                     "learned head" if runs.is_head_layout(run) else "zero-shot",
+                                                     "head" if runs.is_head_layout(run) else "zero-shot",
+                                                     {}, {}, {}, None, None, refused=str(exc)))
+            continue
+        candidates += head_sources.run_candidates(cal, run)
+    return head_sources.compare(candidates, seed=seed)
+
+
+def source_rows(table: head_sources.Table) -> list[dict[str, Any]]:
+    """The comparison as table rows (and a CSV): per candidate accuracy and macro-F1 with intervals, cost."""
+    return head_sources.table_rows(table)
+
+
+def source_points(table: head_sources.Table) -> list[dict[str, Any]]:
+    """The comparison as points for the accuracy-against-cost chart."""
+    return head_sources.chart_rows(table)
 
 
 def head_title(cal: Calibration) -> str | None:

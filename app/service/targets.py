@@ -27,6 +27,11 @@ def names(store: Store, *, single_rows: bool = False) -> list[str]:
     return [s["name"] for s in specs(store, single_rows=single_rows)]
 
 
+def local_names(store: Store) -> list[str]:
+    """The local models (shipped or your own GGUF): what can read hidden states in the head layout."""
+    return [s["name"] for s in specs(store, single_rows=True) if s.get("kind") == "local"]
+
+
 def build(store: Store, chosen: list[str], engines: EngineProvider, secrets: dict[str, Any] | None = None) -> list[Target]:
     """The named targets, in order; TargetError naming the first that cannot be built."""
     by_name = {s["name"]: s for s in specs(store)}

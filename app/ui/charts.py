@@ -216,3 +216,25 @@ def spread_bars(shifts: pd.DataFrame) -> go.Figure:
                             "max - min; whisker: the largest)",
                       yaxis=dict(title="probability spread", range=[0, 1]), **_LAYOUT)
     return fig
+
+
+def cost_accuracy(rows: Sequence[Mapping[str, Any]], chance: float | None = None) -> go.Figure:
+    """Accuracy (with its 95% interval) against seconds a row, one point per candidate; the recommended
+    one ringed. rows: {label, rate, low, high, seconds, recommended}; rows without a rate or a cost are left
+    out (a refused candidate is in the table with why, not here at 0%)."""
+    rows = [r for r in rows if r.get("rate") is not None and r.get("seconds")]
+    fig = go.Figure(go.Scatter(
+        x=[r["seconds"] for r in rows], y=[r["rate"] for r in rows], mode="markers+text",
+        text=[r["label"] for r in rows], textposition="top center",
+        marker=dict(size=[16 if r.get("recommended") else 10 for r in rows],
+                    color=["#2ca02c" if r.get("recommended") else "#1f77b4" for r in rows],
+                    line=dict(width=2, color="#333")),
+        error_y=dict(type="data", symmetric=False, array=[r["high"] - r["rate"] for r in rows],
+                     arrayminus=[r["rate"] - r["low"] for r in rows]),
+        hovertemplate="%{text}: %{y:.1%} at %{x:.2f} s a row<extra></extra>", showlegend=False))
+    if chance is not None:
+        fig.add_hline(y=chance, line_dash="dot", line_color="#d62728")
+    fig.update_layout(title="Accuracy out of fold against seconds a row (green: recommended; dotted: chance)",
+                      xaxis=dict(title="seconds a row, measured here (log)", type="log"),
+                      yaxis=dict(title="accuracy", tickformat=".0%", range=[0, 1.05]), height=420, **_LAYOUT)
+    return fig

@@ -137,6 +137,13 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
                               help="default: the policy's readout, else the model's measured default")
     examples = st.radio("Few-shot examples", evaluate.EXAMPLE_SOURCES, horizontal=True, key="cal_examples",
                         format_func={"policy": "the policy's own", "train": "from the set's train split (never scored)"}.get)
+    sources = st.multiselect(
+        "Head layout: also read hidden states from (a learned head, policy first - each row reads only its state)",
+        targets.local_names(db), key="cal_head_sources",
+        help="Each model named here scores the same rows beside the first target, row by row, in the head layout: "
+             "the question and options first (evaluated once per policy), the state last. Only a learned head reads "
+             "it, so it needs labeled rows - 3 of every option at least. It costs what it costs: per row about the "
+             "state plus ~10 tokens on that model (on the default model ~0.4 s against ~1.5 s zero-shot, bench.heads).")
     rule = stop_rule_form(support["total"] if support else 0)
     busy = tasks.runner().busy_with("evaluate")
     label = f"Run evaluation ({support['scored'] if support else '?'} rows; resumes unfinished runs)"
@@ -144,10 +151,12 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
                  help="runs in the background: you can open other pages meanwhile" if busy is None else
                       f"an evaluation is running: {busy.text()}"):
         built = resources.chosen_targets(db, chosen) or []
+        readers = (resources.chosen_targets(db, sources) or []) if sources else []
         policy = policies[pid]
         task = tasks.submit("evaluate", f"{policy['name']} × set #{sid}", "views/calibrate.py",
                             lambda task: evaluate.evaluate(db, policy, sid, built, variants, examples=examples,
-                                                           progress_for=task.progress_for, rule=rule))
+                                                           progress_for=task.progress_for, rule=rule,
+                                                           head_sources=readers))
         st.session_state["cal_task"] = task.id
         st.session_state["cal_stop_at"] = rule.max_rows  # what this task was started with, not the field's later value
         st.session_state.pop("cal_outcome", None)
@@ -208,6 +217,39 @@ def live_section(db, pid: str, sid: int) -> None:
             st.info(md(evaluate.live(db, run["id"], stop_at=stop_at or None).text()))
 
     numbers()
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def sources_view(db_path: str, run_id: int, versions: tuple) -> Any:
+    """The (model, layout, head) comparison of a run and its head-layout companions, cached per content."""
+    return evaluate.sources(resources.store_at(db_path), run_id)
+
+
+def sources_section(db, run_id: int) -> None:
+    """Which model, layout and head to ship: accuracy out of fold against the cost of a row, and the
+    cheapest candidate not worse than the most accurate beyond noise."""
+    group = evaluate.source_group(db, run_id)
+    if len(group) < 2:
+        return
+    table = sources_view(resources.db_path(), group[0]["id"], tuple(history.version(db, r["id"]) for r in group))
+    if table is None:
+        return
+    st.markdown("**Cheapest decision that is not worse** (this run and its head-layout sources, the same rows)")
+    st.success(md(table.sentence)) if table.recommended is not None else st.info(md(table.sentence))
+    frame = pd.DataFrame(evaluate.source_rows(table))
+    st.dataframe(frame, hide_index=True, key="cal_sources", column_config={
+        "accuracy (out of fold)": st.column_config.NumberColumn(format="%.3f"),
+        "macro-F1": st.column_config.NumberColumn(format="%.3f"),
+        "s a row (measured)": st.column_config.NumberColumn(format="%.2f"),
+        "tokens a row": st.column_config.NumberColumn(format="%.0f"),
+        "speed-up vs zero-shot": st.column_config.NumberColumn(format="%.1f×")})
+    st.plotly_chart(charts.cost_accuracy(evaluate.source_points(table)), key="cal_sources_chart")
+    st.caption(f"Compared on the {table.n} rows every source answered, each row predicted out of fold. Seconds and "
+               "tokens a row are the medians of the warm rows when each run was scored on this machine; $ per 1,000 "
+               "assumes the same pace on the deployment's CPU instance (a hint, not a quote). To ship a head-layout "
+               "candidate, open its run below and save it: the calibrated policy names its model and layout.")
+    st.download_button("Download the comparison (CSV)", frame.to_csv(index=False).encode(),
+                       file_name="cheapest-decision.csv", mime="text/csv", key="cal_sources_csv")
 
 
 def correction_section(cal: evaluate.Calibration) -> None:
@@ -405,6 +447,7 @@ def render() -> None:
     rid = st.selectbox("Evaluation run", ids, key="cal_run_pick", format_func=lambda i: label.get(i, f"#{i}"),
                        on_change=context.changed("cal_run_pick", "run"))
     context.put("run", rid)
+    sources_section(db, rid)
     c1, c2, c3 = st.columns([2, 1, 1])
     target_acc = c1.slider("Target accuracy", 0.5, 0.99, 0.9, 0.01, key="cal_target_acc",
                            disabled=bool(st.session_state.get("cal_manual")),

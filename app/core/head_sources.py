@@ -1,0 +1,215 @@
+"""Which (model, layout, head) to ship for a labeled policy: accuracy out of fold against cost a row.
+
+An evaluation can read, beside its run, hidden states in the *head layout* (the policy first and
+cached, the state last: adapter/prompt.render_policy_first) from the default model and from other
+local models - one companion run each, scored row by row with it. Each source's calibration gives
+candidates: the main run as scored (zero-shot), with its best correction and its best learned head,
+and each companion's head. They are compared on the rows every one of them answered (paired), each
+with its accuracy and macro-F1 out of fold (Wilson / bootstrap 95% intervals), the seconds and tokens a
+row measured when its run was scored, and $ per 1,000 decisions on the instance a deployment uses.
+
+The recommendation: the most accurate candidate, then the cheapest candidate that is not worse than it
+beyond noise (the existing paired rule: the bootstrap interval of the gain above zero and McNemar p <
+0.05 is "worse"). A candidate that could not be fitted is shown as refused, with why - never as 0%.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from adapter.schema import HEAD_LAYOUT
+from deploy.config import DEFAULT_CPU_INSTANCE
+from deploy.pricing import cost_per_1000
+
+from app.core import calibration
+from app.core.export import Calibration
+from app.core.stats import PairedGain, Proportion, bootstrap_ci, paired_gain, proportion
+
+LAYOUT_WORDS = {"state-first": "state first", HEAD_LAYOUT: "head layout (policy first)"}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to decide: a run's rows (model x layout) read as scored, corrected, or by a learned head."""
+
+    run_id: int
+    model: str
+    layout: str
+    method: str  # "zero-shot", a correction's name or a head's name
+    kind: str  # "zero-shot" | "correction" | "head"
+    right: Mapping[str, bool]  # row key -> decided right (out of fold for corrections and heads)
+    predicted: Mapping[str, int]
+    labels: Mapping[str, int]
+    seconds: float | None  # median seconds a warm row took when its run was scored, on this machine
+    tokens: float | None  # median tokens a row evaluated beyond the cached prefix
+    refused: str = ""  # why this candidate has no numbers
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} · {LAYOUT_WORDS.get(self.layout, self.layout)} · {self.method}"
+
+    @property
+    def usd_per_1000(self) -> float | None:
+        if not self.seconds:
+            return None
+        usd, _ = cost_per_1000(DEFAULT_CPU_INSTANCE, 1 / self.seconds)
+        return usd
+
+
+@dataclass(frozen=True)
+class Row:
+    """A candidate on the common rows: what the table and the chart show."""
+
+    candidate: Candidate
+    accuracy: Proportion | None
+    macro_f1: float | None
+    macro_f1_ci: tuple[float, float] | None
+    gain_vs_best: PairedGain | None  # the best candidate against this one: beyond noise = this one is worse
+    speedup: float | None  # seconds a row of the default's zero-shot / this candidate's
+
+
+@dataclass(frozen=True)
+class Table:
+    rows: list[Row]
+    n: int  # rows every candidate answered
+    best: Row | None
+    recommended: Row | None
+    sentence: str
+
+
+def warm_costs(results: Sequence[Mapping[str, Any]]) -> tuple[float | None, float | None]:
+    """(median seconds, median tokens evaluated) a row of a run, warm rows only (a cold row paid for the
+    model load and the policy's first passes): what a deployed decision of this source costs."""
+    warm = [r for r in results if not r.get("error") and not r.get("cold")]
+    secs = [float(r["latency_s"]) for r in warm if isinstance(r.get("latency_s"), (int, float))]
+    toks = [float(r["response"]["evaluated_tokens"]) for r in warm if isinstance(r.get("response"), dict)
+            and isinstance(r["response"].get("evaluated_tokens"), (int, float))]
+    return (statistics.median(secs) if secs else None), (statistics.median(toks) if toks else None)
+
+
+def run_candidates(cal: Calibration, run: Mapping[str, Any]) -> list[Candidate]:
+    """A run's candidates: as scored, its best correction and its best head (a head-layout run: only its head)."""
+    layout = (run.get("config") or {}).get("layout") or "state-first"
+    model = _model(cal)
+    keys = [str(r["row_key"]) for r in cal.results]
+    labels = dict(zip(keys, (int(v) for v in cal.y)))
+    seconds, tokens = warm_costs(cal.results)
+
+    def make(method: str, kind: str, P: np.ndarray | None, refused: str = "") -> Candidate:
+        pred = {} if P is None else dict(zip(keys, (int(v) for v in calibration.predictions(P))))
+        right = {k: pred[k] == labels[k] for k in pred}
+        return Candidate(cal.run_id, model, layout, method, kind, right, pred, labels, seconds, tokens, refused)
+
+    out = []
+    if layout != HEAD_LAYOUT:
+        out.append(make("zero-shot", "zero-shot", cal.P))
+        out.append(make(cal.correction.name, "correction", cal.correction.oof))
+    usable = [f for f in cal.heads if f.available and f.oof is not None]
+    if layout == HEAD_LAYOUT:
+        usable = [f for f in usable if f.kind != "linc"]
+    if usable:
+        best = max(usable, key=lambda f: (round(f.oof_accuracy, 12), -f.oof_nll))
+        out.append(make(best.name, "head", best.oof))
+    else:
+        why = "; ".join(f.note for f in cal.heads if f.note) or "no head was fitted"
+        out.append(make("learned head", "head", None, refused=why))
+    return out
+
+
+def _model(cal: Calibration) -> str:
+    for r in cal.results:
+        model = (r.get("response") or {}).get("model") if isinstance(r.get("response"), dict) else None
+        if isinstance(model, dict) and model.get("file"):
+            return str(model["file"])
+    return "?"
+
+
+def compare(candidates: Sequence[Candidate], *, seed: int = 0) -> Table:
+    """The candidates on the rows they all answered, the most accurate, and the recommendation."""
+    live = [c for c in candidates if not c.refused]
+    common = sorted(set.intersection(*(set(c.right) for c in live))) if live else []
+    n = len(common)
+    k = 1 + max((v for c in live for d in (c.labels, c.predicted) for v in d.values()), default=0)
+    base = next((c for c in live if c.kind == "zero-shot" and c.layout != HEAD_LAYOUT), None)
+
+    def right_of(c: Candidate) -> np.ndarray:
+        return np.array([c.right[key] for key in common], bool)
+
+    stats: dict[int, tuple[Proportion, float, tuple[float, float] | None]] = {}
+    for i, c in enumerate(candidates):
+        if c.refused or not n:
+            continue
+        y = np.array([c.labels[key] for key in common])
+        pred = np.array([c.predicted[key] for key in common])
+        f1 = calibration.macro_f1(y, pred, k)
+        ci = bootstrap_ci(np.arange(n), lambda idx, y=y, pred=pred: calibration.macro_f1(y[idx], pred[idx], k),
+                          seed=seed, n_resamples=400)
+        stats[i] = (proportion(int(right_of(c).sum()), n), f1, ci)
+    best_i = max(stats, key=lambda i: (stats[i][0].k, -(candidates[i].seconds or math.inf)), default=None)
+    rows: list[Row] = []
+    for i, c in enumerate(candidates):
+        if i not in stats:
+            rows.append(Row(c, None, None, None, None, None))
+            continue
+        gain = None if best_i is None or i == best_i else paired_gain(right_of(c), right_of(candidates[best_i]), seed=seed)
+        speed = (base.seconds / c.seconds) if base is not None and base.seconds and c.seconds else None
+        rows.append(Row(c, stats[i][0], stats[i][1], stats[i][2], gain, speed))
+    best = rows[best_i] if best_i is not None else None
+    fine = [r for r in rows if r.accuracy is not None and (r is best or not (r.gain_vs_best and r.gain_vs_best.beyond_noise))]
+    priced = [r for r in fine if r.candidate.seconds]
+    recommended = min(priced, key=lambda r: (r.candidate.seconds, -(r.accuracy.k if r.accuracy else 0))) if priced else best
+    return Table(rows, n, best, recommended, sentence(recommended, best, base, n))
+
+
+def sentence(rec: Row | None, best: Row | None, base: Candidate | None, n: int) -> str:
+    """'Qwen 0.5B, head layout, hidden-state head: 71.0% (…) on 128 rows, 6.1× cheaper a row than the
+    default's zero-shot, not worse than the most accurate beyond noise.'"""
+    if rec is None or rec.accuracy is None:
+        return "No candidate has numbers yet: evaluate the policy on a labeled set first."
+    cost = ""
+    if rec.speedup is not None and base is not None and rec.candidate is not base:
+        cost = (f", {rec.speedup:.1f}× cheaper a row than {base.model} zero-shot" if rec.speedup >= 1 else
+                f", {1 / rec.speedup:.1f}× dearer a row than {base.model} zero-shot")
+    head = f"Recommended: {rec.candidate.name}: {rec.accuracy.text()} out of fold on {n} rows{cost}"
+    if best is None or rec is best:
+        return head + " - the most accurate candidate" + (" and the cheapest such." if rec is best else ".")
+    assert best.accuracy is not None
+    gain = rec.gain_vs_best.text() if rec.gain_vs_best is not None else ""
+    return (head + f", not worse beyond noise than the most accurate ({best.candidate.name}, "
+            f"{best.accuracy.rate:.1%}; its gain {gain}).")
+
+
+def chart_rows(table: Table) -> list[dict[str, Any]]:
+    """{label, rate, low, high, seconds, recommended} per candidate with numbers, for the cost chart."""
+    return [{"label": f"{r.candidate.model.removesuffix('.gguf')} · {r.candidate.method}"
+             + (" (head layout)" if r.candidate.layout == HEAD_LAYOUT else ""),
+             "rate": r.accuracy.rate, "low": r.accuracy.low, "high": r.accuracy.high,
+             "seconds": r.candidate.seconds, "recommended": r is table.recommended}
+            for r in table.rows if r.accuracy is not None]
+
+
+def table_rows(table: Table) -> list[dict[str, Any]]:
+    """The comparison as rows for a table and a CSV download."""
+    out = []
+    for r in table.rows:
+        c = r.candidate
+        out.append({
+            "run": c.run_id, "model": c.model, "layout": LAYOUT_WORDS.get(c.layout, c.layout), "method": c.method,
+            "accuracy (out of fold)": None if r.accuracy is None else r.accuracy.rate,
+            "accuracy 95% CI": "" if r.accuracy is None else f"{r.accuracy.low:.1%}–{r.accuracy.high:.1%}",
+            "macro-F1": r.macro_f1,
+            "macro-F1 95% CI": "" if r.macro_f1_ci is None else f"{r.macro_f1_ci[0]:.2f}–{r.macro_f1_ci[1]:.2f}",
+            "rows": table.n if r.accuracy is not None else 0,
+            "s a row (measured)": c.seconds, "tokens a row": c.tokens,
+            f"$ per 1,000 ({DEFAULT_CPU_INSTANCE})": c.usd_per_1000,
+            "speed-up vs zero-shot": r.speedup,
+            "vs the most accurate": ("most accurate" if r is table.best else "" if r.gain_vs_best is None else
+                                     ("worse beyond noise" if r.gain_vs_best.beyond_noise else "within noise")),
+            "recommended": r is table.recommended,
+            "refused": c.refused,
+        })
+    return out

@@ -200,3 +200,34 @@ def test_the_adapter_decides_every_head_layout_row_as_calibrate_did(layout_polic
             assert s["decision"] == {k: v for k, v in page.items() if k != "calibrated_probabilities"}
     finally:
         srv.stop()
+
+
+def test_compare_reads_a_head_layout_head_from_rows_read_in_its_layout(layout_policy, engine, tmp_path):
+    """Compare with a head-layout head: each target that returns hidden states also reads the states in
+    the head layout (its own run, no zero-shot column of its own), and the head's column is
+    CalibratedPolicy.apply on those rows, with their latency - what the fast decision costs."""
+    from app.core import robustness as rb
+    from app.service import decide
+    from app.service import heads as head_service
+    from app.targets.local import LocalTarget
+
+    _, out, _ = layout_policy
+    store = Store(tmp_path / "cmp.db")
+    pick = head_service.pick(store, str(out))
+    policy = load_policy(out)
+    states = ["Bought the blender 4 days ago, it will not turn on.", "Final-sale dress, changed my mind, refund it."]
+    cases = [rb.Case(f"c{i}", s, label) for i, (s, label) in enumerate(zip(states, ["yes", "no"]))]
+    gid = decide.compare(store, load_template("refund-check"), cases, [LocalTarget("local", {}, lambda m: engine)],
+                         heads=[pick])
+    shown = decide.comparison(store, gid)
+    plain, layout = shown.runs
+    assert layout["target_name"] == "local (head layout)" and layout["config"]["head_layout"]
+    column = "local (head layout) · head (calibrated refund.policy.json)"
+    assert list(shown.heads["column"]) == [column]
+    assert set(shown.results["target"]) == {"local", column}  # no zero-shot column for the head layout
+    got = shown.results[shown.results["target"] == column].set_index("row_key")
+    for r in store.results(layout["id"]):
+        assert r["response"]["prompt_version"] == "letters-policy-first/1"
+        d = policy.apply(r["option_ids"], r["probabilities"], **row_inputs(r["response"]))
+        assert (got.loc[r["row_key"], "decision"], got.loc[r["row_key"], "gated"]) == (d["option_id"], d["gated"])
+        assert got.loc[r["row_key"], "latency_s"] == r["latency_s"]

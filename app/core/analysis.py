@@ -222,7 +222,7 @@ def comparison_frames(store, group_id: str, picks: Sequence[HeadPick] = ()) -> C
     runs = store.runs_in_group(group_id)
     by_run = {r["id"]: store.results(r["id"]) for r in runs}
     head_rows, heads, notes = head_columns(runs, by_run, picks)
-    df = results_frame(runs, by_run)
+    df = results_frame([r for r in runs if not is_head_layout_run(r)], by_run)  # read by a head only: no column
     if head_rows:  # each head column right after its target
         parts = [pd.concat([df[df["run_id"] == r["id"]], pd.DataFrame(head_rows.get(r["id"], []))], ignore_index=True)
                  if head_rows.get(r["id"]) else df[df["run_id"] == r["id"]] for r in runs]
@@ -237,6 +237,11 @@ HEAD_SUMMARY_COLUMNS = ["column", "target", "calibrated", "head", "answered", "r
                         "accuracy", "ci_low",
                         "ci_high", "gated", "gated_share", "gated_low", "gated_high", "decided", "decided_correct",
                         "decided_accuracy", "decided_low", "decided_high"]
+
+
+def is_head_layout_run(run: Mapping[str, Any]) -> bool:
+    """A comparison run that read its rows in the head layout for a learned head (runner.run_policy)."""
+    return bool((run.get("config") or {}).get("head_layout"))
 
 
 def head_column_name(target: str, pick: HeadPick) -> str:
@@ -258,6 +263,8 @@ def head_columns(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int,
     notes: list[str] = []
     for p in picks:
         for run in runs:
+            if is_head_layout_run(run) != p.head_layout:
+                continue  # the other layout's rows: a column comes from the run in the head's own layout
             target = run["target_name"]
             results = results_by_run.get(run["id"], [])
             why = _no_head_column(p, target, [r for r in results if not r.get("error") and r.get("probabilities")])

@@ -67,6 +67,11 @@ class HeadPick:
         return HEAD_NAMES[self.head.kind]
 
     @property
+    def head_layout(self) -> bool:
+        """Its head reads the head layout (policy first): rows scored otherwise mean nothing to it."""
+        return self.policy.layout == HEAD_LAYOUT
+
+    @property
     def needs_hidden(self) -> bool:
         return uses_hidden(self.head.kind)
 

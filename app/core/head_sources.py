@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from app.core import calibration
 from app.core.export import Calibration
 from app.core.stats import PairedGain, Proportion, bootstrap_ci, paired_gain, proportion
 
-LAYOUT_WORDS = {"state-first": "state first", HEAD_LAYOUT: "head layout (policy first)"}
+LAYOUT_WORDS: dict[str, str] = {"state-first": "state first", HEAD_LAYOUT: "head layout (policy first)"}
 
 
 @dataclass(frozen=True)
@@ -146,8 +146,7 @@ def compare(candidates: Sequence[Candidate], *, seed: int = 0) -> Table:
         y = np.array([c.labels[key] for key in common])
         pred = np.array([c.predicted[key] for key in common])
         f1 = calibration.macro_f1(y, pred, k)
-        ci = bootstrap_ci(np.arange(n), lambda idx, y=y, pred=pred: calibration.macro_f1(y[idx], pred[idx], k),
-                          seed=seed, n_resamples=400)
+        ci = bootstrap_ci(np.arange(n), _f1_of(y, pred, k), seed=seed, n_resamples=400)
         stats[i] = (proportion(int(right_of(c).sum()), n), f1, ci)
     best_i = max(stats, key=lambda i: (stats[i][0].k, -(candidates[i].seconds or math.inf)), default=None)
     rows: list[Row] = []
@@ -163,6 +162,10 @@ def compare(candidates: Sequence[Candidate], *, seed: int = 0) -> Table:
     priced = [r for r in fine if r.candidate.seconds]
     recommended = min(priced, key=lambda r: (r.candidate.seconds, -(r.accuracy.k if r.accuracy else 0))) if priced else best
     return Table(rows, n, best, recommended, sentence(recommended, best, base, n))
+
+
+def _f1_of(y: np.ndarray, pred: np.ndarray, k: int) -> Callable[[np.ndarray], float]:
+    return lambda idx: calibration.macro_f1(y[idx], pred[idx], k)
 
 
 def sentence(rec: Row | None, best: Row | None, base: Candidate | None, n: int) -> str:

@@ -269,19 +269,29 @@ def batch_results(target: Target, requests: list[DecisionRequest]) -> list[Targe
         return [TargetResult(r.id, 0.0, None, str(exc), r.model_dump(exclude_none=True)) for r in requests]
 
 
+HEAD_LAYOUT_SUFFIX = " (head layout)"
+
+
 def run_policy(store: Store, policy: Mapping[str, Any], cases: list[Case], targets: Iterable[Target], *, kind: str,
                progress: ProgressFn | None = None, overrides: dict | None = None,
                group_id: str | None = None, hidden: Callable[[Target], bool] | None = None,
-               config: dict | None = None) -> tuple[str, list[int]]:
+               config: dict | None = None, head_layout: Iterable[Target] = ()) -> tuple[str, list[int]]:
     """Score every case on every target as a new group of runs; return (group id, run ids in target order).
-    `hidden`: which targets are asked for the rows' hidden states; `config`: more for each run's config."""
-    targets = list(targets)
+    `hidden`: which targets are asked for the rows' hidden states; `config`: more for each run's config;
+    `head_layout`: targets that also read every case in the head layout, as a run of their own named
+    "TARGET (head layout)" and marked `head_layout` (only a learned head reads it: no column of its own)."""
+    targets, readers = list(targets), list(head_layout)
     requests = [request_for(policy, case.state, case.key, **(overrides or {})) for case in cases]
     group = group_id or uuid.uuid4().hex[:12]
     run_ids = [store.create_run(kind=kind, policy=policy, target=t.describe(), n_rows=len(cases), group_id=group,
                                 config={"overrides": overrides or {}, **(config or {})})
                for t in targets]
-    score_into_runs(store, [Job(r, t, bool(hidden and hidden(t))) for r, t in zip(run_ids, targets)],
-                    ((pos, case, req) for pos, (case, req) in enumerate(zip(cases, requests))),
+    layout_ids = [store.create_run(kind=kind, policy=policy, target={**t.describe(), "name": t.name + HEAD_LAYOUT_SUFFIX},
+                                   n_rows=len(cases), group_id=group,
+                                   config={"overrides": overrides or {}, **(config or {}), "head_layout": True})
+                  for t in readers]
+    jobs = [Job(r, t, bool(hidden and hidden(t))) for r, t in zip(run_ids, targets)]
+    jobs += [Job(r, t, head_layout=True) for r, t in zip(layout_ids, readers)]
+    score_into_runs(store, jobs, ((pos, case, req) for pos, (case, req) in enumerate(zip(cases, requests))),
                     total=len(cases), progress=progress)
-    return group, run_ids
+    return group, run_ids + layout_ids

@@ -89,10 +89,12 @@ def compare(store: Store, policy: Policy, cases: list[Case], targets: list[Targe
     problems = head_problems(policy, heads)
     if problems:
         raise InputError(problems)
-    hidden = any(p.needs_hidden for p in heads)
+    hidden = any(p.needs_hidden and not p.head_layout for p in heads)
+    layout = any(p.head_layout for p in heads)  # a head-layout head: its targets also read the rows in that layout
     group, _ = run_policy(store, policy, cases, targets, kind="compare", progress=progress,
                           hidden=(lambda t: t.returns_hidden()) if hidden else None,
-                          config={"heads": [p.record() for p in heads]} if heads else None)
+                          config={"heads": [p.record() for p in heads]} if heads else None,
+                          head_layout=[t for t in targets if t.returns_hidden()] if layout else ())
     return group
 
 

@@ -195,7 +195,7 @@ def info(request: Request):
     holder, settings = it.holder, it.settings
     engine = holder.get()
     return {"model": engine.info.public(), "readouts": list(READOUTS), "debias": list(DEBIAS), "guards": list(GUARDS),
-            "features": ["hidden_state"],  # rows may ask for their hidden state (what a learned head reads)
+            "features": ["hidden_state", "head_layout"],  # rows may ask for their hidden state (what a learned head reads) and the head layout
             "limits": {"request_timeout_s": settings.request_timeout, "max_queue": settings.max_queue,
                        "max_rows": settings.max_rows, "max_cost": settings.max_cost,
                        "max_body_bytes": settings.max_body, "max_elements": settings.max_elements,

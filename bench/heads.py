@@ -169,7 +169,8 @@ def find(table: head_sources.Table, model: str, layout: str, kind: str) -> head_
                  and r.candidate.kind == kind), None)
 
 
-def report(results: dict[str, dict], srcs: list[Source], timing: dict[str, tuple[float, float]], when: str) -> str:
+def report(results: dict[str, dict], srcs: list[Source], timing: dict[str, tuple[float, float]], when: str,
+           rows_note: str = "every test row of each shipped set") -> str:
     head_srcs = [s for s in srcs if s.layout == HEAD_LAYOUT]
     cols = [f"{DEFAULT_MODEL} zero-shot", "best correction", "today's head (state first)",
             *(f"{s.model} head layout" for s in head_srcs)]
@@ -203,8 +204,8 @@ def report(results: dict[str, dict], srcs: list[Source], timing: dict[str, tuple
         pooled_cells.append(f"**{p.rate:.1%}** ({p.low:.0%}–{p.high:.0%}){scope}")
     lines.append(f"| **all** | {sum(r['n'] for r in results.values())} | " + " | ".join(pooled_cells) + " | |")
     out = "\n".join(lines)
-    notes = [f"{k.replace('|', ' ')} on {name}: refused - {why}" for name, r in results.items()
-             for k, why in r["notes"].items()]
+    notes = [f"{k.replace('|', ' ')} on {name} ({why.split(':')[0].removeprefix('needs ')})"
+             for name, r in results.items() for k, why in r["notes"].items()]
     if notes:
         out += "\n\nRefused: " + "; ".join(notes) + "."
     base = timing.get(f"{DEFAULT_MODEL}|state-first")
@@ -217,7 +218,7 @@ def report(results: dict[str, dict], srcs: list[Source], timing: dict[str, tuple
     out += "\n\n" + "\n".join(trows)
     out += (f"\n\nAccuracy out of fold (each row predicted by a fit that never saw it; a head over as many folds as "
             "the rarest option has rows, up to 5, its L2 strength chosen by inner cross-validation), Wilson 95% "
-            "intervals, every test row of each shipped set. 'today's head' is the hidden-state head on the default "
+            f"intervals, {rows_note}. 'today's head' is the hidden-state head on the default "
             "model's zero-shot prompt (letters + content-free, the state first); 'head layout' is the policy-first "
             "prompt, whose letters are never offered zero-shot. The recommendation is Calibrate's rule: the cheapest "
             "candidate whose paired deficit against the most accurate is not beyond noise (bootstrap 95% interval "
@@ -257,7 +258,9 @@ def main() -> None:
         by_source = {s.key: [done[(s.key, set_name, r["id"])] for r in rows] for s in srcs}
         results[set_name] = evaluate_set(by_source, timing)
         print(f"{set_name}: {results[set_name]['table'].sentence}", flush=True)
-    text = report(results, srcs, timing, when)
+    rows_note = (f"{args.limit} evenly spaced test rows of each shipped set (every label keeps its share)" if args.limit
+                 else "every test row of each shipped set")
+    text = report(results, srcs, timing, when, rows_note)
     print(text)
     if not args.no_publish:
         print(f"published to {publish('heads', text)}")

@@ -15,6 +15,7 @@ import numpy as np
 
 from adapter.calibrated import SCHEMA_VERSION, CalibratedPolicy, row_inputs
 from adapter.prompt import PROMPT_VERSIONS
+from adapter.schema import HEAD_LAYOUT
 
 from app.core import calibration
 from app.core import heads as learned
@@ -66,6 +67,7 @@ class Calibration:
     head_gain: PairedGain | None
     candidate_intervals: dict[str, dict]
     intervals: dict[str, Any]
+    layout: str = "state-first"  # "policy-first": the head layout, whose letters are never exported alone
 
     @property
     def chosen_name(self) -> str:
@@ -116,7 +118,8 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
         option_gates = {ids[c]: g for c, g in calibration.per_option_gates(cal, y, target_accuracy, seed=seed).items()}
     return Calibration(run_id, rep, gate, option_gates, calibration.risk_coverage(conf, correct), ids, cal, oof, P, y,
                        list(used), target_accuracy, cands, chosen, why, fits, choice.head, choice.why, choice.gain,
-                       candidate_intervals([*cands, *fits], y, seed=seed), intervals(P, y, oof, seed=seed))
+                       candidate_intervals([*cands, *fits], y, seed=seed), intervals(P, y, oof, seed=seed),
+                       HEAD_LAYOUT if layout_run else "state-first")
 
 
 def candidate_intervals(cands: Sequence[Any], y: np.ndarray, *, seed: int = 0) -> dict[str, dict]:

@@ -323,8 +323,13 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
                    f"at this gate. The exported head, fitted on all {fitted['n']} rows, {on_fitted}.")
     chance = cal.chance
     m = st.columns(3)
-    m[0].metric("Accuracy as scored (model alone)", f"{rep.accuracy:.1%}",
-                help=f"top option = label, before any correction, head or gate; n = {rep.n}; chance = {chance:.0%}")
+    if cal.layout == "policy-first":
+        m[0].metric("Letters as scored in the head layout (never shipped alone)", f"{rep.accuracy:.1%}",
+                    help=f"the head layout puts the state last, which only a learned head reads well: these letters "
+                         f"are shown for reference, never exported without the head; n = {rep.n}; chance = {chance:.0%}")
+    else:
+        m[0].metric("Accuracy as scored (model alone)", f"{rep.accuracy:.1%}",
+                    help=f"top option = label, before any correction, head or gate; n = {rep.n}; chance = {chance:.0%}")
     m[0].caption(md(evaluate.interval_text(iv.get("accuracy"))))
     m[1].metric("Macro-F1 as scored", f"{rep.macro_f1:.2f}")
     m[1].caption(evaluate.range_text(iv.get('macro_f1'), '{:.2f}', rep.n))

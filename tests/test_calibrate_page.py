@@ -44,3 +44,35 @@ def test_a_rerun_calibrates_each_run_once_and_an_unchanged_rerun_not_at_all(tmp_
     again = calls[len(first):]
     assert len(again) == 1 and again[0][1], again
     assert not at.exception
+
+
+def test_the_live_line_computes_only_the_gate_it_shows(tmp_path, monkeypatch):
+    """While a run is scored the page refreshes its line every 3 s: it computes the accuracy so far and a
+    provisional gate on the rows as scored - never the whole calibration (cross-validated corrections,
+    heads, thousands of bootstrap resamples)."""
+    import numpy as np
+
+    from app.core.store import Store
+    from app.service import evaluate
+
+    store = Store(tmp_path / "live.db")
+    policy = {"id": "p", "question": "q", "options": [{"id": "a"}, {"id": "b"}]}
+    rid = store.create_run(kind="eval", policy=policy, target={"name": "local"}, n_rows=200)
+    rng = np.random.default_rng(0)
+    for i in range(80):
+        label = "a" if i % 2 else "b"
+        p = float(rng.uniform(0.5, 1.0))
+        right = rng.random() < p  # confident rows are right more often: a gate can be found
+        top = label if right else ("b" if label == "a" else "a")
+        probs = [p, 1 - p] if top == "a" else [1 - p, p]
+        store.add_result(rid, {"row_key": f"r{i}", "position": i, "state": f"s{i}", "label": label,
+                               "option_ids": ["a", "b"], "probabilities": probs, "top_option": top, "error": None,
+                               "latency_s": 0.1})
+
+    def forbidden(*a, **k):
+        raise AssertionError("the live line ran a full calibration")
+
+    monkeypatch.setattr(export, "calibrate", forbidden)
+    line = evaluate.live(store, rid, target_accuracy=0.8)
+    assert line.accuracy.n == 80 and line.gate is not None and "provisional gate on the probabilities as scored" in line.gate
+    assert "80/200 rows scored" in line.text()

@@ -91,6 +91,7 @@ def test_robustness_with_a_head_reports_both_and_each_number_is_apply_on_the_sto
         return r["option_ids"][max(range(2), key=d["calibrated_probabilities"].__getitem__)], d
 
     head_attempts = head_hijacked = gated = model_held = head_held = n = 0
+    model_right, head_right = [], []  # per attempt, for the paired verdict recomputed below
     for r in by_check["steering"]:
         key, _, variant = rb.split_key(r["row_key"])
         named = variant.split("~")[1]
@@ -100,6 +101,8 @@ def test_robustness_with_a_head_reports_both_and_each_number_is_apply_on_the_sto
         gated += d["gated"]
         model_held += r["top_option"] == r["label"]  # held: still decided as labeled, on the same attempts
         head_held += top == r["label"]
+        model_right.append(r["top_option"] == r["label"])
+        head_right.append(top == r["label"])
         if top_base != named:  # an attempt that could move the head's answer
             head_attempts += 1
             head_hijacked += top == named
@@ -116,8 +119,20 @@ def test_robustness_with_a_head_reports_both_and_each_number_is_apply_on_the_sto
     level, text = report.verdicts["steering-head"]
     for rate in (s["head"]["hijack_rate"], s["model"]["hijack_rate"], s["head"]["held_rate"], s["model"]["held_rate"]):
         assert Proportion(rate["k"], rate["n"], rate["rate"], rate["low"], rate["high"]).text() in text  # with its CI
-    assert any(w in text for w in ("makes steering better", "makes steering worse", "neither better nor worse"))
-    assert ("beyond noise" in text) == s["beyond_noise"] or "neither" in text
+    # the verdict's words follow from the by-hand counts: which way the held share moved, and whether the
+    # paired test on these attempts (recomputed here, not read from the report) calls it beyond noise
+    import numpy as np
+    from app.core.stats import paired_gain
+    if head_held == model_held:
+        expected = "neither better nor worse"
+    else:
+        better = head_held > model_held
+        a, b = (model_right, head_right) if better else (head_right, model_right)
+        beyond = paired_gain(np.array(a, bool), np.array(b, bool)).beyond_noise
+        expected = (f"makes steering {'better' if better else 'worse'}" if beyond else
+                    f"held {'more' if better else 'fewer'} steered rows")
+        assert ("beyond noise" in text) == beyond
+    assert expected in text, text
     # both in the chart rows, the side-by-side table and the attempts download
     labels = [r["label"] for r in checks.rate_rows(report)]
     assert "Steering with the head: hijacked" in labels and "Steering: hijacked" in labels

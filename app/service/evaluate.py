@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from app.core import export as ex
 from app.core import head_sources, heads, runs
+from app.core import calibration
 from app.core.calibration import SMALL
 from app.core.export import Calibration as Calibration
 from app.core.export import GateDecision, nothing_decided
@@ -382,12 +383,15 @@ def live(store: Store, run_id: int, *, target_accuracy: float = 0.9, stop_at: in
         raise ValueError(f"no run #{run_id}")
     acc = accuracy_so_far(store, run_id)
     gate = None
-    if acc.n >= SMALL:
-        try:
-            decision = ex.decide_gate(ex.calibrate(store, run_id, target_accuracy=target_accuracy, with_heads=False))
-            gate = f"provisional gate: {decision.messages[0]}" if decision.messages else None
-        except ValueError:  # not enough usable rows yet
-            gate = None
+    if acc.n >= SMALL:  # only what the line shows: a gate on the rows as scored (no corrections, heads, intervals)
+        P, y, _, _ = runs.arrays(store, run_id)
+        if len(y) >= SMALL:
+            g = calibration.choose_gate(P.max(axis=1), calibration.predictions(P) == y, target_accuracy, y=y)
+            gate = ("provisional gate on the probabilities as scored (a correction or head may move it): "
+                    + (f"confidence >= {g.threshold:.3f}, held-out accuracy {g.holdout_accuracy:.1%} at coverage "
+                       f"{g.holdout_coverage:.1%}" if g.reachable and g.threshold is not None
+                       and g.holdout_accuracy is not None and g.holdout_coverage is not None
+                       else f"target {target_accuracy:.0%} not reached so far ({g.note or 'too few rows'})"))
     total = int(run["n_rows"])
     return Live(run, run.get("done_rows", acc.n), min(total, stop_at) if stop_at else total, acc, gate)
 

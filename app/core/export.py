@@ -39,6 +39,15 @@ def head_candidates(results: Sequence[Mapping[str, Any]], P: np.ndarray, y: np.n
                             no_hidden=why)
 
 
+class TooFewRows(ValueError):
+    """A run with fewer usable labeled results than a calibration needs (a run still being scored, or one
+    whose rows failed): typed, so a page tells "still coming" from a real error without reading the text."""
+
+    def __init__(self, run_id: int, n: int, needed: int):
+        super().__init__(f"run {run_id} has {n} usable labeled results; at least {needed} are needed")
+        self.run_id, self.n, self.needed = run_id, n, needed
+
+
 @dataclass(frozen=True)
 class Calibration:
     """A run's calibration, computed once: the corrections and learned heads compared out of fold, the
@@ -95,7 +104,7 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
     is scored). ValueError with fewer than 4 usable labeled rows, or a head the rows cannot support."""
     P, y, ids, used = arrays(store, run_id)
     if len(y) < 4:
-        raise ValueError(f"run {run_id} has {len(y)} usable labeled results; at least 4 are needed")
+        raise TooFewRows(run_id, len(y), 4)
     fams = families(used, len(ids)) or {"none": P}
     cands = calibration.corrections(fams, y, seed=seed)
     chosen, why = calibration.choose_correction(cands, len(y))

@@ -12,6 +12,7 @@ from app.core import calibration
 from app.core.calibration import SMALL
 from app.core.export import Calibration as Calibration
 from app.core.export import GateDecision, nothing_decided
+from app.core.export import TooFewRows as TooFewRows
 from app.core.export import chance as chance
 from app.core.export import version_label as version_label
 from app.core.runs import EXAMPLE_SOURCES as EXAMPLE_SOURCES

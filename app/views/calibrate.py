@@ -465,7 +465,7 @@ def render() -> None:
         cal = calibration_view(resources.db_path(), rid, history.version(db, rid), target_acc, per_option,
                                head or "auto")
     except ValueError as exc:
-        if "usable labeled results" in str(exc) and any(r["id"] == rid and r["status"] == "running" for r in runs):
+        if isinstance(exc, evaluate.TooFewRows) and any(r["id"] == rid and r["status"] == "running" for r in runs):
             # not an error: rows are still coming
             st.info(f"Run #{rid} is being scored: the gate and the export appear once it has enough labeled rows "
                     "(the numbers so far are shown above).")

@@ -208,14 +208,20 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
 
 
 def source_group(store: Store, run_id: int) -> list[Run]:
-    """A run and its head-layout companions (scored row by row with it), the main run first."""
+    """A run and the head-layout runs of the same rows (the same policy content, set and examples), a
+    state-first run first: for a head-layout run opened on its own, the newest state-first run of those rows."""
     run = store.get_run(run_id)
     if run is None:
         return []
-    main_id = (run.get("config") or {}).get("companion_of") or run_id
-    main = store.get_run(main_id) or run
-    companions = [r for r in store.list_runs(kind="eval") if (r.get("config") or {}).get("companion_of") == main["id"]]
-    return [main, *sorted(companions, key=lambda r: r["id"])]
+
+    def rows_of(r: Mapping[str, Any]) -> tuple[Any, ...]:
+        c = r.get("config") or {}
+        return r["labeled_set_id"], c.get("policy_fingerprint"), c.get("examples")
+
+    same = [r for r in store.list_runs(kind="eval") if rows_of(r) == rows_of(run)]  # newest first
+    main = run if not runs.is_head_layout(run) else next((r for r in same if not runs.is_head_layout(r)), None)
+    layouts = sorted((r for r in same if runs.is_head_layout(r)), key=lambda r: r["id"])
+    return [r for r in [main, *layouts] if r is not None]
 
 
 def sources(store: Store, run_id: int, *, seed: int = 0) -> head_sources.Table | None:

@@ -128,8 +128,8 @@ def evaluate_set(recs_by_source: dict[str, list[dict]], timing: dict[str, tuple[
         fits = heads.candidates(H, P, y, option_ids=ids, model_sha256=recs[0]["sha256"],
                                 prompt_version=recs[0]["prompt_version"], seed=seed)
         hidden = next(f for f in fits if f.kind == "hidden")
-        seconds = timing.get(key, (None, None))[0]
         tokens = float(statistics.median(r["evaluated_tokens"] or 0 for r in recs))
+        seconds = timing[key][0] if key in timing else tokens / 1000  # untimed: tokens stand in for the cost
 
         def make(method: str, kind: str, probs: np.ndarray | None, refused: str = "", model: str = model,
                  layout: str = layout, y: np.ndarray = y, keys: list[str] = keys, seconds=seconds,
@@ -149,7 +149,7 @@ def evaluate_set(recs_by_source: dict[str, list[dict]], timing: dict[str, tuple[
         if not hidden.available:
             notes[key] = hidden.note
     table = head_sources.compare(cands, seed=seed)
-    return {"table": table, "notes": notes, "n": table.n}
+    return {"table": table, "notes": notes, "n": table.n, "recs": recs_by_source}
 
 
 def cell(row: head_sources.Row | None) -> str:
@@ -209,6 +209,13 @@ def report(results: dict[str, dict], srcs: list[Source], timing: dict[str, tuple
     if notes:
         out += "\n\nRefused: " + "; ".join(notes) + "."
     base = timing.get(f"{DEFAULT_MODEL}|state-first")
+    if not timing:
+        tokens = {s.key: statistics.median(float(r["evaluated_tokens"] or 0) for res in results.values()
+                                           for r in res.get("recs", {}).get(s.key, [])) for s in srcs
+                  if any(res.get("recs", {}).get(s.key) for res in results.values())}
+        out += "\n\nNot timed in this run; median tokens a row beyond the cached prefix: " + ", ".join(
+            f"{s.label} {tokens[s.key]:.0f}" for s in srcs if s.key in tokens) + "."
+        return out + _footer(rows_note, when)
     trows = ["| source | tokens a row (median, beyond the cached prefix) | warm seconds a row (median) | cheaper than "
              f"{DEFAULT_MODEL} zero-shot |", "|---|---|---|---|"]
     for s in srcs:
@@ -216,15 +223,18 @@ def report(results: dict[str, dict], srcs: list[Source], timing: dict[str, tuple
         ratio = f"{base[0] / sec:.1f}×" if base else "—"
         trows.append(f"| {s.label} | {tok:.0f} | {sec:.2f} | {ratio} |")
     out += "\n\n" + "\n".join(trows)
-    out += (f"\n\nAccuracy out of fold (each row predicted by a fit that never saw it; a head over as many folds as "
+    return out + _footer(rows_note, when)
+
+
+def _footer(rows_note: str, when: str) -> str:
+    return (f"\n\nAccuracy out of fold (each row predicted by a fit that never saw it; a head over as many folds as "
             "the rarest option has rows, up to 5, its L2 strength chosen by inner cross-validation), Wilson 95% "
             f"intervals, {rows_note}. 'today's head' is the hidden-state head on the default "
             "model's zero-shot prompt (letters + content-free, the state first); 'head layout' is the policy-first "
             "prompt, whose letters are never offered zero-shot. The recommendation is Calibrate's rule: the cheapest "
             "candidate whose paired deficit against the most accurate is not beyond noise (bootstrap 95% interval "
-            "above zero and McNemar p < 0.05 = worse). Timing: the same rows on every source, interleaved in a "
-            f"rotating order, each source its own warm engine; {when}.")
-    return out
+            "above zero and McNemar p < 0.05 = worse); without timing, cost is read as tokens a row. Timing: the same "
+            f"rows on every source, interleaved in a rotating order, each source its own warm engine; {when}.")
 
 
 def main() -> None:
@@ -234,27 +244,38 @@ def main() -> None:
     ap.add_argument("--timing-rows", type=int, default=8, help="rows of each set timed on every source")
     ap.add_argument("--cache", default=str(ROOT / "var" / "bench-heads-v2.jsonl"))
     ap.add_argument("--no-publish", action="store_true")
+    ap.add_argument("--scored-only", action="store_true", help="score nothing: the rows every source already has "
+                                                               "in the cache (with --timing-rows 0: no timing either)")
     args = ap.parse_args()
     cache = Path(args.cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
     sets = test_rows(args.limit)
     srcs = sources(args.models)
     engines: dict[str, Engine] = {}
-    done = score_sets(engines, srcs, sets, cache)
+    if args.scored_only:  # the rows every source already answered, nothing scored
+        done = score_sets(engines, [], sets, cache)
+        sets = {name: [r for r in rows if all((s.key, name, r["id"]) in done for s in srcs)]
+                for name, rows in sets.items()}
+    else:
+        done = score_sets(engines, srcs, sets, cache)
     load0 = open("/proc/loadavg").read().split()[0]
     timing: dict[str, tuple[float, float]] = {}
     secs: dict[str, list[float]] = {s.key: [] for s in srcs}
     tok: dict[str, list[float]] = {s.key: [] for s in srcs}
-    for set_name, rows in sets.items():  # every set's policy, its rows interleaved over the sources
+    for set_name, rows in sets.items() if args.timing_rows else ():  # each set's rows interleaved over the sources
         step = max(1, len(rows) // max(args.timing_rows, 1))
         for key, (s, t) in time_sources(engines, srcs, rows[::step][: args.timing_rows], load_template(set_name)).items():
             secs[key].append(s)
             tok[key].append(t)
-    timing = {k: (statistics.median(secs[k]), statistics.median(tok[k])) for k in secs}
+    timing = {k: (statistics.median(secs[k]), statistics.median(tok[k])) for k in secs if secs[k]}
     load1 = open("/proc/loadavg").read().split()[0]
-    when = f"{time.strftime('%Y-%m-%d')}, {next(iter(engines.values())).info.n_threads} threads, load average {load0} → {load1}"
+    threads = next(iter(engines.values())).info.n_threads if engines else "-"
+    when = f"{time.strftime('%Y-%m-%d')}, {threads} threads, load average {load0} → {load1}"
     results = {}
     for set_name, rows in sets.items():
+        if not rows:
+            print(f"{set_name}: no row has every source yet", flush=True)
+            continue
         by_source = {s.key: [done[(s.key, set_name, r["id"])] for r in rows] for s in srcs}
         results[set_name] = evaluate_set(by_source, timing)
         print(f"{set_name}: {results[set_name]['table'].sentence}", flush=True)

@@ -231,3 +231,37 @@ def test_compare_reads_a_head_layout_head_from_rows_read_in_its_layout(layout_po
         d = policy.apply(r["option_ids"], r["probabilities"], **row_inputs(r["response"]))
         assert (got.loc[r["row_key"], "decision"], got.loc[r["row_key"], "gated"]) == (d["option_id"], d["gated"])
         assert got.loc[r["row_key"], "latency_s"] == r["latency_s"]
+
+
+def test_an_evaluation_reads_head_sources_row_by_row_and_calibrate_compares_them(tmp_path, monkeypatch):
+    """`--head-sources` scores a companion run in the head layout beside the evaluation, row by row (a stop
+    leaves both with the same rows); the command prints the sources table and its recommendation, and the
+    Calibrate page shows it (table, chart, download) for the opened run."""
+    from streamlit.testing.v1 import AppTest
+
+    db = tmp_path / "wb.db"
+    proc = subprocess.run([sys.executable, "-m", "app", "calibrate", "--db", str(db), "--quiet", "--policy",
+                           "refund-check", "--labeled-set", str(subset_file(tmp_path, "refund-check", 20)),
+                           "--head-sources", "local", "--out", str(tmp_path / "p.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    store = Store(db)
+    main, companion = sorted(store.list_runs(kind="eval"), key=lambda r: r["id"])
+    assert companion["config"]["layout"] == "policy-first" and companion["config"]["companion_of"] == main["id"]
+    assert [r["row_key"] for r in store.results(main["id"])] == [r["row_key"] for r in store.results(companion["id"])]
+    assert {r["response"]["prompt_version"] for r in store.results(companion["id"])} == {"letters-policy-first/1"}
+    assert "sources (out of fold, on the rows every source answered):" in proc.stdout
+    assert "[recommended]" in proc.stdout and "Recommended:" in proc.stdout
+    assert f"run #{companion['id']}" in proc.stdout and "head layout (policy first)" in proc.stdout
+
+    monkeypatch.setenv("SEMIF_DB", str(db))
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=300)
+    at.run()
+    at.switch_page("views/calibrate.py").run()
+    at.selectbox(key="cal_policy").select("refund-check").run()
+    assert not at.exception, at.exception
+    texts = " ".join(m.value for m in at.markdown)
+    assert "Cheapest decision that is not worse" in texts
+    assert any("Recommended:" in s.value for s in at.success), [s.value for s in at.success]
+    shown = next(d.value for d in at.dataframe if "vs the most accurate" in d.value.columns)
+    assert set(shown["run"]) == {main["id"], companion["id"]} and shown["recommended"].sum() == 1

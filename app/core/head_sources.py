@@ -174,7 +174,7 @@ def sentence(rec: Row | None, best: Row | None, base: Candidate | None, n: int) 
     if rec is None or rec.accuracy is None:
         return "No candidate has numbers yet: evaluate the policy on a labeled set first."
     cost = ""
-    if rec.speedup is not None and base is not None and rec.candidate is not base:
+    if rec.speedup is not None and base is not None and rec.candidate is not base and abs(rec.speedup - 1) >= 0.05:
         cost = (f", {rec.speedup:.1f}× cheaper a row than {base.model} zero-shot" if rec.speedup >= 1 else
                 f", {1 / rec.speedup:.1f}× dearer a row than {base.model} zero-shot")
     head = f"Recommended: {rec.candidate.name}: {rec.accuracy.text()} out of fold on {n} rows{cost}"

@@ -110,3 +110,60 @@ def test_the_deploy_page_plans_a_local_run_without_aws_and_says_what_installs_a_
     assert any("nothing can run in AWS" in e.value and "bucket" in e.value for e in at.error)
     (dep,) = db.list_deployments()
     assert dep["status"] == "planned"
+
+
+def test_run_locally_from_the_page_becomes_a_target_and_destroy_removes_it(db, monkeypatch, tmp_path):
+    """The page's Run locally and Destroy with the container calls replaced (the real container run is
+    tests/image): the plan it runs is the one shown, the deployment and its audit entries are recorded,
+    the running container is a SemIf target at its URL, and Destroy stops it and removes the target."""
+    import subprocess
+
+    from deploy.local import LocalEndpoint
+    from tests.test_app import app
+
+    ran, calls = [], []
+
+    def fake_apply(self, cfg, steps, port):
+        ran.append((cfg.deployment_id, [s.operation for s in steps]))
+        return LocalEndpoint(cfg.deployment_id, "semif-local-x", "http://127.0.0.1:18999", self.image,
+                             str(tmp_path), "0" * 64, 1.5)
+
+    def fake_podman(self, *args, check=True, timeout=120):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, "running\n", "")
+    monkeypatch.setattr("deploy.local.LocalRunner.unavailable", lambda self: None)
+    monkeypatch.setattr("deploy.local.LocalRunner._apply", fake_apply)
+    monkeypatch.setattr("deploy.local.LocalRunner._podman", fake_podman)
+    at = app("deploy")
+    at.radio(key="dep_path").set_value("semif").run()
+    at.button(key="FormSubmitter:dep_form-Plan a local run").click().run()
+    planned = at.session_state["dep_planned"]["cfg"]["deployment_id"]
+    at.button(key="dep_local").click().run()
+    assert not at.exception, at.exception
+    assert ran and ran[0][0] == planned and "CreateModel" in ran[0][1]  # the plan that was shown
+    assert any("runs locally at http://127.0.0.1:18999" in s.value for s in at.success)
+    dep = db.get_deployment(planned)
+    assert dep["status"] == "running-local"
+    (target,) = [t for t in db.list_targets() if t["name"] == f"{dep['endpoint_name']}-local"]
+    assert (target["kind"], target["config"]) == ("semif", {"url": "http://127.0.0.1:18999"})
+    at.selectbox(key="dep_pick").select(planned).run()
+    at.button(key="dep_destroy_local").click().run()
+    assert not at.exception, at.exception
+    assert calls[-1][:2] == ("rm", "-f") and calls[-1][-1] == f"semif-local-{dep['endpoint_name']}"
+    assert db.get_deployment(planned)["status"] == "deleted"
+    assert [a["action"] for a in db.audit_log(planned)] == ["plan", "plan", "apply-local", "destroy-local"]
+    assert not any(t["name"] == f"{dep['endpoint_name']}-local" for t in db.list_targets())
+
+
+def test_a_local_run_that_fails_stays_on_screen_and_is_recorded(db, monkeypatch):
+    from tests.test_app import app
+
+    monkeypatch.setattr("deploy.local.find_runtime", lambda: TRUE)  # says the image exists; labels it nothing
+    at = app("deploy")
+    at.radio(key="dep_path").set_value("semif").run()
+    at.button(key="FormSubmitter:dep_form-Plan a local run").click().run()
+    at.button(key="dep_local").click().run()
+    assert not at.exception, at.exception
+    assert any("Local run of" in e.value and "make image" in e.value for e in at.error)
+    (dep,) = db.list_deployments()
+    assert dep["status"] == "failed" and db.audit_log(dep["id"])[-1]["action"] == "apply-local"

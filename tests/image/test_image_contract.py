@@ -277,6 +277,9 @@ def test_the_local_endpoint_runs_the_plan_and_answers_as_the_in_process_engine(e
         assert store.get_deployment(name)["status"] == "running-local"
         (target,) = [t for t in store.list_targets() if t["name"] == f"{name}-local"]
         assert target["kind"] == "semif" and target["config"]["url"] == ep["url"]
+        from app.targets.registry import build_target
+
+        assert "model.gguf" in build_target(target).test_connection()  # what the Playground and Compare call
         print(f"\n[image] local endpoint: packaged and answering /ping after {time.monotonic() - t0:.1f} s")
         got = [httpx.post(ep["url"] + "/invocations", json=row, timeout=120).json() for row in _policy_rows()]
         assert [g["probabilities"] for g in got] == [e["probabilities"] for e in expected["answers"]]

@@ -109,9 +109,10 @@ build_image() {
   log "built $IMAGE ($(podman image inspect --format '{{.Size}}' "$IMAGE" | awk '{printf "%.2f GB", $1/1e9}'))"
 }
 
+timed() { local t; t=$(date +%s); "$1"; log "$1: $(( $(date +%s) - t )) s"; }
 t0=$(date +%s)
-ensure_tools
-build_rootfs
-build_base
-build_image
+timed ensure_tools
+timed build_rootfs
+timed build_base
+timed build_image
 log "done in $(( $(date +%s) - t0 )) s; make image-test runs it as SageMaker does (docs/deploy.md)"

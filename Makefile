@@ -28,4 +28,4 @@ image: setup
 	bash scripts/image.sh
 
 image-test: image
-	SEMIF_IMAGE_TEST=1 $(PY) -m pytest -p no:cacheprovider -p no:xdist -v tests/image
+	SEMIF_IMAGE_TEST=1 $(PY) -m pytest -p no:cacheprovider -p no:xdist -v -s tests/image  # -s: the measured times

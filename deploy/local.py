@@ -197,12 +197,12 @@ class LocalRunner:
             raise DeployError(f"{tarball} is not the model.tar.gz this plan was made with (sha256 {sha[:12]}): "
                               "plan again")
         self._same_source(create.params["PrimaryContainer"]["Image"])
+        name = container_name(cfg.endpoint_name)
+        self._podman("rm", "-f", "-t", "0", name, check=False)  # a previous local run of the same endpoint
         model_dir = extract(tarball, self.work_dir / cfg.deployment_id / "opt-ml-model")
         port = port or free_port()
         env = {**create.params["PrimaryContainer"].get("Environment", {}),
                "SAGEMAKER_BIND_TO_PORT": str(port), "SM_SEMIF_HOST": "127.0.0.1"}
-        name = container_name(cfg.endpoint_name)
-        self._podman("rm", "-f", "-t", "0", name, check=False)  # a previous local run of the same endpoint
         self.on_event({"phase": "wait", "message": f"starting {self.image} as {name} on 127.0.0.1:{port}"})
         self._podman(*run_args(self.image, name=name, model_dir=model_dir, env=env, labels={LABEL: cfg.deployment_id}))
         url = f"http://127.0.0.1:{port}"

@@ -322,16 +322,30 @@ def _remember_sha(path: Path, digest: str) -> None:
 
 def file_sha256(path: Path) -> str:
     """sha256 of a model file, cached by (path, size, mtime) so a restart does not re-hash GiBs."""
-    key = _cache_key(path)
     try:
         known = json.loads(_sha_cache().read_text())
     except (OSError, ValueError):
         known = {}
-    if key in known:
-        return known[key]
+    found = _known_sha(known, path)
+    if found:
+        return found
     digest = sha256_file(path)
     _remember_sha(path, digest)
     return digest
+
+
+def _known_sha(known: dict[str, str], path: Path) -> str | None:
+    """The recorded sha256 of this (path, size, mtime). A container image's layers keep mtimes in whole
+    seconds: a file recorded at build time with nanoseconds (the image's baked default model) is the same
+    file when only its sub-second part is gone - otherwise every container start re-hashed 1.1 GB."""
+    key = _cache_key(path)
+    if key in known:
+        return known[key]
+    head, mtime_ns = key.rsplit("|", 1)
+    if int(mtime_ns) % 1_000_000_000:
+        return None
+    return next((v for k, v in known.items() if k.rsplit("|", 1)[0] == head
+                 and int(k.rsplit("|", 1)[1]) // 1_000_000_000 == int(mtime_ns) // 1_000_000_000), None)
 
 
 def sha256_file(path: Path) -> str:

@@ -91,3 +91,17 @@ def test_packaging_finds_the_calibrated_model_by_its_sha256(renamed):
     assert model_for("", sha) == str(shipped_path("smollm2"))
     assert model_for("", "0" * 64) == ""  # an unknown model: the default
     assert model_for(str(renamed), sha) == str(renamed)  # the one asked for wins
+
+
+def test_an_image_layer_that_dropped_the_sub_second_mtime_does_not_cost_a_re_hash(renamed, hashes):
+    """Container image layers keep whole-second mtimes: the hash recorded when the image was built (with
+    nanoseconds) still counts in the container; a file really changed (another second) is hashed again."""
+    import os
+
+    st = renamed.stat()
+    os.utime(renamed, ns=(st.st_atime_ns, st.st_mtime_ns // 10**9 * 10**9 + 123_456_789))
+    assert shipped_by_content(renamed) == "smollm2" and len(hashes) == 1
+    os.utime(renamed, ns=(st.st_atime_ns, st.st_mtime_ns // 10**9 * 10**9))  # as a layer restores it
+    assert shipped_by_content(renamed) == "smollm2" and len(hashes) == 1
+    os.utime(renamed, ns=(st.st_atime_ns, (st.st_mtime_ns // 10**9 + 5) * 10**9))  # changed since
+    assert shipped_by_content(renamed) == "smollm2" and len(hashes) == 2

@@ -239,6 +239,9 @@ def test_the_baked_default_model_serves_on_8080_when_nothing_is_mounted():
         ping = httpx.get(box.url + "/ping").json()
         assert (ping["model"], ping["sha256"]) == (SHIPPED[DEFAULT_SHIPPED].file_name, SHIPPED[DEFAULT_SHIPPED].sha256)
         print(f"\n[image] baked default {SHIPPED[DEFAULT_SHIPPED].title}: /ping 200 after {ready:.1f} s")
+        cache = json.loads(podman("exec", box.name, "cat", "/opt/semif/cache/sha256.json").stdout)
+        recorded = [k for k in cache if SHIPPED[DEFAULT_SHIPPED].file_name in k]
+        assert len(recorded) == 1, f"the baked model was hashed again at start-up (1.1 GB): {recorded}"
         # one small row (1.5B parameters on 2 cores): it is scored with the model's measured defaults
         t0 = time.monotonic()
         r = httpx.post(box.url + "/invocations", timeout=180, json={

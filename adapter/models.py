@@ -31,7 +31,8 @@ CACHE_DIR = Path(os.environ.get("SEMIF_CACHE_DIR", Path.home() / ".cache" / "sem
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 
 __all__ = ["SHIPPED", "DEFAULT_SHIPPED", "ModelNotFound", "ModelChoice", "shipped_path", "package_file", "find_gguf",
-           "resolve_model", "file_sha256", "describe_model"]
+           "resolve_model", "file_sha256", "describe_model", "shipped_by_content",
+           "shipped_by_sha256"]
 
 
 class ModelNotFound(FileNotFoundError):
@@ -247,18 +248,34 @@ def resolve_model(explicit: str | os.PathLike | None = None, progress: Progress 
         if not p.is_file():
             raise ModelNotFound(f"SEMIF_MODEL/--model {p} does not exist: give a .gguf file path "
                                 f"or a shipped model name ({', '.join(SHIPPED)})")
-        return ModelChoice(p.resolve(), "explicit", _shipped_name(p))
+        return ModelChoice(p.resolve(), "explicit", shipped_by_content(p))
     sm = find_gguf(Path(os.environ.get("SEMIF_SAGEMAKER_MODEL_DIR", SAGEMAKER_MODEL_DIR)))
     if sm is not None:
-        return ModelChoice(sm.resolve(), "sagemaker", _shipped_name(sm))
+        return ModelChoice(sm.resolve(), "sagemaker", shipped_by_content(sm))
     name = os.environ.get("SEMIF_DEFAULT_MODEL") or DEFAULT_SHIPPED
     return ModelChoice(shipped_path(name, progress), "shipped", name)
 
 
-def _shipped_name(p: Path) -> str | None:
-    """The shipped model this file is (by name, e.g. a copy in /opt/ml/model), for its default readout."""
-    name = Path(p).resolve().name
-    return next((m.name for m in SHIPPED.values() if name in (m.file_name, m.package_file)), None)
+def shipped_by_content(path: Path) -> str | None:
+    """The shipped model this file is, recognised by its bytes, never by its name: a copy renamed
+    `model.gguf` in /opt/ml/model (as a packager may write it) keeps its measured default readout and
+    correction. Only a file whose size matches a shipped model's is hashed, once per (path, size, mtime)
+    (`file_sha256` caches it, and loading the model needs the same hash for its identity anyway)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    candidates = [(m.name, sha) for m in SHIPPED.values() for sz, sha in m.identities() if sz == size]
+    if not candidates:
+        return None
+    digest = file_sha256(path)
+    return next((name for name, sha in candidates if sha == digest), None)
+
+
+def shipped_by_sha256(digest: str) -> str | None:
+    """The shipped model whose GGUF (as loaded or as its package ships it) has this sha256 - how a
+    calibrated policy's `model.sha256` names the model it was calibrated on, whatever the file was called."""
+    return next((m.name for m in SHIPPED.values() for _, sha in m.identities() if sha == digest), None)
 
 
 def default_ref() -> str:
@@ -305,16 +322,30 @@ def _remember_sha(path: Path, digest: str) -> None:
 
 def file_sha256(path: Path) -> str:
     """sha256 of a model file, cached by (path, size, mtime) so a restart does not re-hash GiBs."""
-    key = _cache_key(path)
     try:
         known = json.loads(_sha_cache().read_text())
     except (OSError, ValueError):
         known = {}
-    if key in known:
-        return known[key]
+    found = _known_sha(known, path)
+    if found:
+        return found
     digest = sha256_file(path)
     _remember_sha(path, digest)
     return digest
+
+
+def _known_sha(known: dict[str, str], path: Path) -> str | None:
+    """The recorded sha256 of this (path, size, mtime). A container image's layers keep mtimes in whole
+    seconds: a file recorded at build time with nanoseconds (the image's baked default model) is the same
+    file when only its sub-second part is gone - otherwise every container start re-hashed 1.1 GB."""
+    key = _cache_key(path)
+    if key in known:
+        return known[key]
+    head, mtime_ns = key.rsplit("|", 1)
+    if int(mtime_ns) % 1_000_000_000:
+        return None
+    return next((v for k, v in known.items() if k.rsplit("|", 1)[0] == head
+                 and int(k.rsplit("|", 1)[1]) // 1_000_000_000 == int(mtime_ns) // 1_000_000_000), None)
 
 
 def sha256_file(path: Path) -> str:

@@ -2,10 +2,12 @@
 
 plan       package locally, print the validated plan as JSON; calls no AWS API
 apply      package, then run exactly the printed plan: upload, (build the SemIf image,) create the
-           endpoint, wait, (autoscaling); --dry-run = plan
+           endpoint, wait, (autoscaling); --dry-run = plan; --local = the same plan in the local SemIf
+           image on podman (SageMaker's "local mode": no AWS, no bucket or role needed)
 status     endpoint status, failure reason, which GPU pool won
 invoke     send one request body to the endpoint (sagemaker-runtime)
-destroy    delete scaling policy/target, endpoint, endpoint config and model (reverse order)
+destroy    delete scaling policy/target, endpoint, endpoint config and model (reverse order);
+           --local = stop and remove the local container
 transform  Batch Transform of decision rows (JSON Lines) on a SageMaker model; results JSONL on stdout
 
 Every apply/destroy is written to a ledger: here a JSON-lines audit file (--audit-log). The same
@@ -27,6 +29,7 @@ from adapter.settings import SettingsError
 from .config import (COMPUTES, DEFAULT_CPU_INSTANCE, DEFAULT_TRANSFORM_INSTANCE, FORM_PLACEHOLDERS, PLACEHOLDER_HINTS,
                      SERVINGS, DeployConfig, FormErrors, config_from_form)
 from .executor import DeployError, Event, Executor
+from .local import LocalRunner
 from .plan import Package, Step, placeholders
 from .package import build_package
 from .prepare import prepare
@@ -149,11 +152,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def local_runner(args: argparse.Namespace) -> LocalRunner:
+    return LocalRunner(work_dir(args), on_event=lambda e: print(e.get("message", ""), file=sys.stderr, flush=True))
+
+
 def cmd_apply(args: argparse.Namespace) -> int:
-    cfg = config_from(args, unfilled=args.dry_run)  # exit 2 before packaging: no bucket or role, nothing runs
-    pkg, steps = checked_plan(cfg, args, unfilled=args.dry_run)
+    local = args.local and not args.dry_run  # a local run needs no bucket or role: they stay placeholders
+    cfg = config_from(args, unfilled=args.dry_run or local)  # exit 2 before packaging: no bucket or role, nothing runs
+    pkg, steps = checked_plan(cfg, args, unfilled=args.dry_run or local)
     if args.dry_run:
         print(json.dumps(printable(cfg, steps), indent=2))
+        return 0
+    if local:
+        try:
+            ep = local_runner(args).apply(cfg, steps, recorder=args.open_ledger(args), port=args.local_port)
+        except DeployError as exc:
+            print(f"local run failed: {exc}", file=sys.stderr)
+            return 1
+        print(json.dumps(ep.to_dict(), indent=2))
         return 0
     try:
         outcome = executor(args).apply(cfg, steps, pkg, recorder=args.open_ledger(args))
@@ -182,6 +198,13 @@ def cmd_invoke(args: argparse.Namespace) -> int:
 
 def cmd_destroy(args: argparse.Namespace) -> int:
     ledger = args.open_ledger(args)
+    if args.local:
+        try:
+            print(local_runner(args).destroy(args.endpoint, args.endpoint, recorder=ledger))
+        except DeployError as exc:
+            print(f"destroy failed: {exc}", file=sys.stderr)
+            return 1
+        return 0
     config, model = ledger.names(args.endpoint) or (f"{args.endpoint}-config", f"{args.endpoint}-model")
     try:
         done = executor(args).destroy(args.endpoint, config, model, recorder=ledger)
@@ -300,6 +323,9 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", descr
     endpoint(model(aws(sub.add_parser("plan", help="print the validated plan")))).set_defaults(fn=cmd_plan)
     p = endpoint(model(aws(sub.add_parser("apply", help="run the plan"))))
     p.add_argument("--dry-run", action="store_true", help="print the plan and call nothing")
+    p.add_argument("--local", action="store_true", help="run the plan's model.tar.gz and environment in the local "
+                   "SemIf image (podman; SEMIF_IMAGE, default localhost/semif:dev - make image builds it) instead of AWS")
+    p.add_argument("--local-port", type=int, help="with --local: the port on 127.0.0.1 (default: a free one)")
     p.set_defaults(fn=cmd_apply)
     p = aws(sub.add_parser("status"))
     p.add_argument("endpoint")
@@ -311,6 +337,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", descr
     p.set_defaults(fn=cmd_invoke)
     p = aws(sub.add_parser("destroy"))
     p.add_argument("endpoint")
+    p.add_argument("--local", action="store_true", help="stop and remove the local container apply --local started")
     p.set_defaults(fn=cmd_destroy)
     p = model(aws(sub.add_parser("transform", help="Batch Transform decision rows; results JSONL on stdout")))
     p.add_argument("--input", required=True, help="decision rows, one JSON object per line (- = stdin)")

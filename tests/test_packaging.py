@@ -144,13 +144,20 @@ def test_copies_existing_paths_before_they_are_used():
                 assert (ROOT / src).exists(), src
                 assert not Path(src).is_absolute() and ".." not in Path(src).parts, src
             copies.append((i, sources, dest))
-    assert [s for _, s, _ in copies] == [["adapter/requirements.txt"], ["adapter/"], ["data/policies/"]]
+    assert [s for _, s, _ in copies] == [["adapter/requirements.txt"],
+                                         ["adapter/__init__.py", "adapter/catalog.py", "adapter/models.py"],
+                                         ["adapter/"], ["data/policies/"]]
     (workdir,) = args_of("WORKDIR")
     assert workdir == "/opt/semif"
-    # the RUN that imports adapter.catalog comes after the adapter package is copied in
-    adapter_copied = next(i for i, s, _ in copies if s == ["adapter/"])
+    # the RUN that assembles the default model comes after the catalog and the model locator are copied
+    # in, and those two import nothing else of the adapter (the layer is reused when the rest changes)
+    locator_copied = next(i for i, s, _ in copies if "adapter/models.py" in s)
     uses_catalog = index_of("RUN", lambda r: "adapter.catalog" in r)
-    assert adapter_copied < uses_catalog
+    assert locator_copied < uses_catalog < next(i for i, s, _ in copies if s == ["adapter/"])
+    for name in ("catalog.py", "models.py"):
+        tree = ast.parse((ROOT / "adapter" / name).read_text())
+        ours = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0}
+        assert ours <= {"catalog"}, f"adapter/{name} imports {ours}: copy those into the image before the model layer"
 
 
 # -- requirements ---------------------------------------------------------------------------------------
@@ -219,10 +226,13 @@ def test_the_workbench_requirements_include_the_adapters_and_parse():
 
 def test_ci_runs_the_readme_test_command():
     ci = parse_shell((ROOT / ".ci" / "run").read_text())
-    assert ci[-1] == "make test"  # the last command CI runs
+    makes = [line for line in ci if line.startswith("make ")]
+    # the README's command exactly, then the image built and its container contract checked (docs/deploy.md)
+    assert makes == ["make test", "make image-test"]
     targets = {m.group(1): m.group(2).split() for m in re.finditer(r"^([A-Za-z_-]+):(.*)$",
                                                                    (ROOT / "Makefile").read_text(), re.M)}
     assert "test" in targets and "run" in targets and "setup" in targets["test"]
+    assert targets["image-test"] == ["image"] and "setup" in targets["image"]
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"^```[a-z]*\n(.*?)^```", readme, re.M | re.S)
     commands = {line.split("#")[0].strip() for block in blocks for line in block.splitlines()}

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 from adapter.calibrated import PolicyError, load_policy
 from adapter.catalog import SHIPPED
-from adapter.models import resolve_model
+from adapter.models import resolve_model, shipped_by_sha256
 from deploy.autoscaling import decisions_per_second
 from deploy.config import COMPUTES as COMPUTES
 from deploy.config import DEFAULT_CPU_INSTANCE as DEFAULT_CPU_INSTANCE
@@ -23,6 +23,8 @@ from deploy.config import DeployConfig, config_from_form
 from deploy.config import FormErrors as FormErrors
 from deploy.errors import DeployError as DeployError
 from deploy.executor import Executor
+from deploy.local import LocalEndpoint as LocalEndpoint
+from deploy.local import LocalRunner
 from deploy.plan import Package, Step
 from deploy.prepare import Prepared, prepare, revalidate
 from deploy.pricing import cost_per_1000, first_choice, hint
@@ -50,6 +52,7 @@ def load_calibrated(data: bytes) -> dict[str, Any]:
     except PolicyError as exc:
         raise ValueError(str(exc)) from None
 UNSETTLED = ("failed", "planned", "superseded")  # plans that never ran and attempts that failed
+LOCAL = "running-local"  # a plan running in the local SemIf container (deploy/local.py)
 
 
 def policy_file(config: dict[str, Any], tag: str | int) -> Path:
@@ -61,11 +64,11 @@ def policy_file(config: dict[str, Any], tag: str | int) -> Path:
     return path
 
 
-def model_for(requested: str, calibrated_on: str) -> str:
+def model_for(requested: str, calibrated_sha256: str) -> str:
     """The GGUF to package: the one asked for (a path or a shipped name), else the model the policy
-    was calibrated on when it is shipped, else '' (the default model)."""
-    shipped = {m.file_name: name for name, m in SHIPPED.items()}
-    ref = requested.strip() or shipped.get(calibrated_on, "")
+    was calibrated on when it is a shipped one - recognised by the sha256 the policy records, whatever
+    its file was called - else '' (the default model)."""
+    ref = requested.strip() or shipped_by_sha256(calibrated_sha256) or ""
     return str(resolve_model(ref).path) if ref in SHIPPED else ref
 
 
@@ -113,11 +116,12 @@ class Planned:
 
 
 def plan(store: Store, form: dict[str, Any], *, replaces: dict[str, Any] | None = None,
-         work: Path = WORK) -> Planned:
+         work: Path = WORK, local: bool = False) -> Planned:
     """Validate the form (deploy.config.FormErrors names each field), package, plan, validate, and
     record the plan; a plan it replaces before it ran is recorded as superseded and its package (hundreds
-    of MB) deleted. ValueError / OSError when the model cannot be packaged."""
-    cfg = config_from_form(form)
+    of MB) deleted. ValueError / OSError when the model cannot be packaged. `local`: a plan to run in
+    the local container - no bucket or role needed (they stay placeholders, so it cannot run in AWS)."""
+    cfg = config_from_form(form, placeholders=local)
     prepared: Prepared = prepare(cfg, work)
     if replaces:
         old = Planned.from_state(replaces) if replaces.get("pkg") else None
@@ -145,6 +149,49 @@ def destroy(store: Store, endpoint: str, ex: Executor) -> list[dict[str, Any]]:
     return destroy_and_record(store, endpoint, ex)
 
 
+def local_target_name(endpoint_name: str) -> str:
+    """The target a local run is saved as (target names are at most 64 characters)."""
+    return f"{endpoint_name[:57]}-local"
+
+
+class LocalLedger(StoreRecorder):
+    """The store's ledger, and for local runs: the running container becomes a SemIf target at its
+    127.0.0.1 URL (Playground, Compare, Calibrate and Robustness then test the exact artifact), removed
+    again when the container is destroyed."""
+
+    def finished(self, deployment_id: str, action: str, status: str, detail: str) -> None:
+        super().finished(deployment_id, action, status, detail)
+        dep = self.store.get_deployment(deployment_id)
+        if dep is None:
+            return
+        name = local_target_name(dep["endpoint_name"])
+        if action == "apply-local" and status == LOCAL:
+            self.store.save_target(name, "semif", {"url": json.loads(detail)["url"]})
+        elif action == "destroy-local" and status == "deleted":
+            self.store.delete_target(name)
+
+
+def local_runner(on_event: Callable[[dict[str, Any]], None] | None = None, work: Path = WORK) -> LocalRunner:
+    """Runs plans in the local SemIf image (SEMIF_IMAGE, default localhost/semif:dev) on podman."""
+    return LocalRunner(work, on_event=on_event)
+
+
+def local_unavailable(runner: LocalRunner) -> str | None:
+    """Why nothing can run locally here (no container runtime, no image) and what fixes it; None when it can."""
+    return runner.unavailable()
+
+
+def run_local(store: Store, planned: Planned, runner: LocalRunner) -> LocalEndpoint:
+    """Run the plan shown in the local container (deploy/local.py); recorded in Deployments with its
+    audit entries, and saved as a SemIf target. DeployError (recorded) when it does not start."""
+    return runner.apply(planned.cfg, planned.steps, recorder=LocalLedger(store))
+
+
+def destroy_local(store: Store, endpoint: str, runner: LocalRunner) -> str:
+    """Stop and remove a local run's container (SIGTERM, then 30 s); its target goes too."""
+    return runner.destroy(endpoint, endpoint, recorder=LocalLedger(store))
+
+
 def deployments(store: Store) -> tuple[list[Deployment], list[Deployment]]:
     """(deployments that ran, plans never run and failed attempts)."""
     deps = store.list_deployments()
@@ -153,8 +200,9 @@ def deployments(store: Store) -> tuple[list[Deployment], list[Deployment]]:
 
 def ledger(store: Store, runtime_url: str | None = None) -> StoreRecorder:
     """deploy's Ledger writing into the workbench store (`python -m app deploy`): the plan as run, the
-    outcome, and a live endpoint as a target (reached through `runtime_url` when given)."""
-    return StoreRecorder(store, runtime_url)
+    outcome, and a live endpoint (or a local run, `apply --local`) as a target (a SageMaker endpoint
+    reached through `runtime_url` when given)."""
+    return LocalLedger(store, runtime_url)
 
 
 def calibrated(store: Store) -> dict[int, Calibrated]:

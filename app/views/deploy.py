@@ -1,6 +1,7 @@
 """Deploy: pick a calibrated policy (saved on Calibrate, or uploaded) -> plan (packaged first, so
 the plan shown is the plan that runs) -> confirm -> watch; every action in an audit log; a live
-endpoint becomes a target. Failed attempts are listed apart from deployments."""
+endpoint becomes a target. Failed attempts are listed apart from deployments. "Run locally" runs the
+same plan in the local SemIf container (SageMaker's "local mode") and makes it a target too."""
 import json
 
 import pandas as pd
@@ -19,7 +20,7 @@ UPLOAD = -1
 
 
 def policy_picker(db) -> tuple[str, str]:
-    """(path of the calibrated policy JSON to ship, the model it was calibrated on) - '' for none."""
+    """(path of the calibrated policy JSON to ship, the sha256 of the model it was calibrated on) - '' for none."""
     saved = deploy.calibrated(db)
     if "dep_cal" not in st.session_state and saved:  # the policy just saved on Calibrate, else the newest
         just = (st.session_state.get("cal_saved") or [None])[0]
@@ -46,7 +47,7 @@ def policy_picker(db) -> tuple[str, str]:
     st.caption(f"Calibrated on {md(config['model']['file'])}: deploy that model. The adapter answers "
                f"**{md(config['fallback_option'])}** when the confidence is below {config['threshold']:.3f} - and for every "
                "row if a different model is deployed.")
-    return str(path), config["model"]["file"]
+    return str(path), config["model"]["sha256"]
 
 
 def plan_form(db) -> tuple:
@@ -60,7 +61,7 @@ def plan_form(db) -> tuple:
                        key="dep_compute", persist_state=context.KEEP,
                        format_func={"cpu": "CPU", "gpu": "GPU instance pool"}.get)
     region = c3.text_input("Region", start["region"], key="dep_region", persist_state=context.KEEP)
-    policy_path, calibrated_on = policy_picker(db) if serving == "semif" else ("", "")
+    policy_path, calibrated_sha = policy_picker(db) if serving == "semif" else ("", "")
     with st.form("dep_form"):
         c1, c2 = st.columns(2)
         model = c1.text_input("Model GGUF (path or shipped name; empty = the calibrated model, else the default)",
@@ -85,18 +86,21 @@ def plan_form(db) -> tuple:
                                     persist_state=context.KEEP)
         dps = c2.text_input("Measured decisions/s per instance (empty = the instance family's default)", key="dep_dps",
                             persist_state=context.KEEP)
-        submitted = st.form_submit_button("Plan", type="primary")
+        b1, b2 = st.columns(2)
+        submitted = b1.form_submit_button("Plan", type="primary")
+        local = b2.form_submit_button("Plan a local run", help="for Run locally (podman, no AWS): the bucket and "
+                                      "roles may stay empty")
     outside = (serving, compute, region, policy_path)
-    if not submitted:
+    if not (submitted or local):
         return outside
     st.session_state.pop("dep_outcome", None)  # a new plan: the last confirm's outcome is history (below)
     try:
         form = {"region": region, "bucket": bucket, "role_arn": role, "serving": serving, "compute": compute,
-                "model_path": deploy.model_for(model, calibrated_on), "policy_path": policy_path,
+                "model_path": deploy.model_for(model, calibrated_sha), "policy_path": policy_path,
                 "codebuild_role_arn": cb_role, "instance_type": cpu_type, "pools": pools.to_dict("records"),
                 "autoscale_max": scale_max if scale_max > 1 else "", "decisions_per_second": dps}
         with st.spinner(f"Packaging the model into {deploy.WORK} (local; its checksum goes into the plan)…"):
-            planned = deploy.plan(db, form, replaces=st.session_state.get("dep_planned"))
+            planned = deploy.plan(db, form, replaces=st.session_state.get("dep_planned"), local=local)
         st.session_state["dep_planned"] = planned.to_state()  # every plan is in the audit log
         st.session_state["dep_planned_for"] = outside
     except deploy.FormErrors as exc:
@@ -121,8 +125,9 @@ def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
         st.json([s.to_dict() for s in steps], expanded=False)
     st.download_button("Download the plan (JSON)", planned.plan_json().encode(),
                        file_name=f"{cfg.deployment_id}.plan.json", mime="application/json", key="dep_plan_dl")
+    run_locally(db, planned)
     if planned.errors:
-        st.error("The plan is invalid, nothing can run:\n\n" + "\n".join(f"- {md(e)}" for e in planned.errors))
+        st.error("The plan is invalid, nothing can run in AWS:\n\n" + "\n".join(f"- {md(e)}" for e in planned.errors))
         return
     ok = st.checkbox("I understand this creates billable AWS resources", key="dep_ack")
     if not st.button("Confirm and deploy", type="primary", disabled=not ok, key="dep_go"):
@@ -145,6 +150,32 @@ def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
         outcome = ("error", f"**Deployment `{cfg.deployment_id}` failed** (recorded below): {md(exc)}")
     st.session_state.pop("dep_planned", None)
     # kept for the next run, which draws the deployments (and the picker's status) from what was recorded
+    st.session_state["dep_outcome"] = outcome
+    st.session_state["dep_pick"] = cfg.deployment_id
+    st.rerun()
+
+
+def run_locally(db, planned) -> None:
+    """The same plan in the local SemIf container: the same model.tar.gz, extracted to /opt/ml/model,
+    the same environment; then a SemIf target at 127.0.0.1."""
+    cfg = planned.cfg
+    runner = deploy.local_runner()
+    why = ("Local mode runs the SemIf image only (the llama.cpp DLC cannot be pulled here)." if cfg.serving != "semif"
+           else deploy.local_unavailable(runner))
+    st.markdown("**Run locally** — this plan's model.tar.gz and environment in the SemIf image on this machine "
+                "(podman), no AWS: then test the exact artifact on the Playground, Compare, Calibrate and Robustness.")
+    if why:
+        st.info(md(why))
+        return
+    if not st.button("Run locally", key="dep_local"):
+        return
+    try:
+        with st.spinner(f"Starting {runner.image} with {cfg.deployment_id}'s model.tar.gz…"):
+            ep = deploy.run_local(db, planned, runner)
+        outcome = ("success", f"`{md(cfg.endpoint_name)}` runs locally at {ep.url} (ready after {ep.ready_seconds:.1f} s); "
+                   f"it is now the target `{md(deploy.local_target_name(cfg.endpoint_name))}`.")
+    except deploy.DeployError as exc:
+        outcome = ("error", f"**Local run of `{cfg.deployment_id}` failed** (recorded below): {md(exc)}")
     st.session_state["dep_outcome"] = outcome
     st.session_state["dep_pick"] = cfg.deployment_id
     st.rerun()
@@ -173,6 +204,9 @@ def deployments(db, endpoint_url, poll) -> None:
         st.markdown("**Audit log**")
         st.dataframe(pd.DataFrame(deploy.audit_log(db, pick)), hide_index=True)
         return
+    if dep["status"] == deploy.LOCAL:
+        local_deployment(db, dep)
+        return
     c1, c2 = st.columns(2)
     if c1.button("Refresh status", key="dep_refresh"):
         try:
@@ -194,6 +228,24 @@ def deployments(db, endpoint_url, poll) -> None:
                 st.error(md(exc))
     st.markdown("**Audit log**")
     st.dataframe(pd.DataFrame(deploy.audit_log(db, pick)), hide_index=True)
+
+
+def local_deployment(db, dep) -> None:
+    """A plan running in the local container: its state, Destroy (stop and remove it), the audit log."""
+    runner = deploy.local_runner()
+    c1, c2 = st.columns(2)
+    if c1.button("Refresh status", key="dep_refresh"):
+        st.write(f"Container: **{md(runner.status(dep['endpoint_name']))}**")
+    with c2.popover("Destroy"):
+        st.write(f"Stops and removes the local container of **{md(dep['endpoint_name'])}** and its target.")
+        if st.button("Stop and remove", type="primary", key="dep_destroy_local"):
+            try:
+                deploy.destroy_local(db, dep["endpoint_name"], runner)
+                st.rerun()
+            except deploy.DeployError as exc:
+                st.error(md(exc))
+    st.markdown("**Audit log**")
+    st.dataframe(pd.DataFrame(deploy.audit_log(db, dep["id"])), hide_index=True)
 
 
 def render() -> None:

@@ -136,6 +136,14 @@ def test_the_recommendation_is_the_cheapest_not_worse_beyond_noise():
     refused = next(r for r in table.rows if r.candidate.model == "odd")
     assert refused.accuracy is None and table.n == n
     assert "small" in table.sentence and "not worse beyond noise" in table.sentence
+    assert "label more rows" not in table.sentence  # 2.5 points apart: no warning
+    top = np.arange(n) < 100  # right on 100 of 120 rows
+    lower = top.copy()
+    lower[:10], lower[100:104] = False, True  # 10 rows lost, 4 won: 5 points lower, McNemar p ~0.18
+    wide = head_sources.compare([_candidate("big", "state-first", "hidden-state head", "head", top, 2.0),
+                                 _candidate("small", "policy-first", "hidden-state head", "head", lower, 0.4)])
+    assert wide.recommended is not None and wide.recommended.candidate.model == "small"  # within noise ...
+    assert "5.0 points less accurate" in wide.sentence and "label more rows" in wide.sentence  # ... and said so
     rows = head_sources.table_rows(table)
     assert next(r for r in rows if r["model"] == "odd")["accuracy (out of fold)"] is None
 
@@ -262,6 +270,6 @@ def test_an_evaluation_reads_head_sources_row_by_row_and_calibrate_compares_them
     assert not at.exception, at.exception
     texts = " ".join(m.value for m in at.markdown)
     assert "Cheapest decision that is not worse" in texts
-    assert any("Recommended:" in s.value for s in at.success), [s.value for s in at.success]
+    assert any(s.value.startswith("Recommended") for s in at.success), [s.value for s in at.success]
     shown = next(d.value for d in at.dataframe if "vs the most accurate" in d.value.columns)
     assert set(shown["run"]) == {main["id"], companion["id"]} and shown["recommended"].sum() == 1

@@ -182,8 +182,12 @@ def sentence(rec: Row | None, best: Row | None, base: Candidate | None, n: int) 
         return head + " - the most accurate candidate" + (" and the cheapest such." if rec is best else ".")
     assert best.accuracy is not None
     gain = rec.gain_vs_best.text() if rec.gain_vs_best is not None else ""
-    return (head + f", not worse beyond noise than the most accurate ({best.candidate.name}, "
-            f"{best.accuracy.rate:.1%}; its gain {gain}).")
+    out = (head + f", not worse beyond noise than the most accurate ({best.candidate.name}, "
+           f"{best.accuracy.rate:.1%}; its gain {gain}).")
+    if rec.gain_vs_best is not None and (rec.gain_vs_best.gain or 0) >= 0.05:
+        out += (f" As measured it is {rec.gain_vs_best.gain * 100:.1f} points less accurate - too few rows to call "
+                "that real or noise: label more rows before trusting the cheaper pick.")
+    return out
 
 
 def chart_rows(table: Table) -> list[dict[str, Any]]:

@@ -45,7 +45,11 @@ def cmd_serve(args) -> int:
         return 2
     flags = {"port": args.port, "host": args.host or None, "log_level": args.log_level or None}
     settings = settings.model_copy(update={k: v for k, v in flags.items() if v is not None})  # a flag beats its variable
-    return serve(settings, lambda: _engine(args))
+    try:
+        return serve(settings, lambda: _engine(args))
+    except SettingsError as exc:  # the decision log's file could not be opened after all: the same one line
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def cmd_score(args) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
@@ -70,7 +70,7 @@ class Head(BaseModel):
     the hidden state of another model or prompt means nothing to it (the adapter then sends the
     row to the fallback, like any policy calibrated on another model)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     kind: HeadKind
     option_ids: list[str] = Field(min_length=2, description="the options in the order of the weights' rows")
     hidden_dim: int = Field(ge=0, le=65536, description="length of the hidden state it reads (0 for linc)")
@@ -88,6 +88,25 @@ class Head(BaseModel):
     @property
     def n_features(self) -> int:
         return (self.hidden_dim if uses_hidden(self.kind) else 0) + (len(self.option_ids) if uses_logprobs(self.kind) else 0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sizes(cls, data: Any) -> Any:
+        """The arrays' lengths against the shape the head declares, before any is decoded: a head of
+        100 MB would otherwise be decoded (and held twice) before its shape refused it."""
+        if not isinstance(data, dict):
+            return data
+        ids, dim, kind = data.get("option_ids"), data.get("hidden_dim"), data.get("kind")
+        if not (isinstance(ids, list) and isinstance(dim, int) and 0 <= dim <= 65536 and kind in HEAD_KINDS):
+            return data  # the field validators say what is wrong
+        m = (dim if uses_hidden(kind) else 0) + (len(ids) if uses_logprobs(kind) else 0)
+        for name, itemsize, count in (("center", 4, m), ("scale", 4, m), ("weights", 2, len(ids) * m)):
+            given = data.get(name)
+            if isinstance(given, str) and len(given) > 4 * -(-itemsize * count // 3):
+                raise ValueError(f"{name}: {len(given):,} characters of base64; a {len(ids)}-option {kind} head over {m} "
+                                 f"features holds {count} values ({4 * -(-itemsize * count // 3):,} characters) - the "
+                                 "head does not fit this shape")
+        return data
 
     @model_validator(mode="after")
     def _shapes(self) -> "Head":

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 from adapter.calibrated import PolicyError, load_policy
 from adapter.catalog import SHIPPED
+from adapter.safe_path import inside
 from adapter.models import resolve_model
 from deploy.autoscaling import decisions_per_second
 from deploy.config import COMPUTES as COMPUTES
@@ -45,8 +46,8 @@ def settings() -> WorkbenchSettings:
 
 def load_calibrated(data: bytes) -> dict[str, Any]:
     """An uploaded calibrated policy, validated; ValueError naming what is wrong."""
-    try:
-        return load_policy(json.loads(data)).model_dump(mode="json")
+    try:  # the adapter's own validator: size before parsing, UTF-8, depth, NaN, the head's shape
+        return load_policy(data, what="the uploaded policy").model_dump(mode="json")
     except PolicyError as exc:
         raise ValueError(str(exc)) from None
 UNSETTLED = ("failed", "planned", "superseded")  # plans that never ran and attempts that failed
@@ -55,7 +56,8 @@ UNSETTLED = ("failed", "planned", "superseded")  # plans that never ran and atte
 def policy_file(config: dict[str, Any], tag: str | int) -> Path:
     """A calibrated policy written where packaging reads it (inside model.tar.gz it is what the
     adapter enforces)."""
-    path = WORK / "policies" / f"{config['policy_id']}-{tag}.policy.json"
+    policy = load_policy(dict(config), what="the calibrated policy")  # PolicyError (ValueError) naming the field
+    path = inside(WORK / "policies", f"{policy.policy_id}-{tag}.policy.json")  # the safe-path rule: never outside
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config, indent=2))
     return path

@@ -233,22 +233,22 @@ def _too_big(what: str, size: int) -> str:
             "~4.6 MB): this is not a policy exported by Calibrate")
 
 
-def _plain(data: Any, what: str) -> None:
+def _plain(data: dict, what: str) -> None:
     """A policy given as a value (from the store): the same depth, number and text rules as a file."""
     if nesting(data, MAX_POLICY_DEPTH) > MAX_POLICY_DEPTH:
         raise PolicyError(f"{what} is nested more than {MAX_POLICY_DEPTH} levels deep: not a calibrated policy")
     bad = lone_surrogate(data)
     if bad is not None:
         raise PolicyError(f"{what} {'.'.join(map(str, bad))}: {SURROGATE_MSG}")
-    stack = [data]
+    stack: list[tuple[Any, str]] = [(v, str(k)) for k, v in data.items() if k != "head"]  # a head names its own
     while stack:
-        v = stack.pop()
+        v, where = stack.pop()
         if isinstance(v, float) and not math.isfinite(v):
-            raise PolicyError(f"{what} holds {v}: NaN and Infinity are not numbers a policy can hold")
+            raise PolicyError(f"{what} {where}: holds {v} - NaN and Infinity are not numbers a policy can hold")
         if isinstance(v, dict):
-            stack.extend(v.values())
+            stack.extend((x, f"{where}.{k}") for k, x in v.items())
         elif isinstance(v, list):
-            stack.extend(v)
+            stack.extend((x, f"{where}.{i}") for i, x in enumerate(v))
 
 
 def load_policy(source: str | Path | bytes | dict, *, model_sha256: str | None = None,

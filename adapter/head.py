@@ -70,7 +70,7 @@ class Head(BaseModel):
     the hidden state of another model or prompt means nothing to it (the adapter then sends the
     row to the fallback, like any policy calibrated on another model)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid")
     kind: HeadKind
     option_ids: list[str] = Field(min_length=2, description="the options in the order of the weights' rows")
     hidden_dim: int = Field(ge=0, le=65536, description="length of the hidden state it reads (0 for linc)")
@@ -97,8 +97,9 @@ class Head(BaseModel):
         if not isinstance(data, dict):
             return data
         ids, dim, kind = data.get("option_ids"), data.get("hidden_dim"), data.get("kind")
-        if not (isinstance(ids, list) and isinstance(dim, int) and 0 <= dim <= 65536 and kind in HEAD_KINDS):
-            return data  # the field validators say what is wrong
+        if not (isinstance(ids, list) and isinstance(dim, int) and 0 <= dim <= 65536 and kind in HEAD_KINDS
+                and uses_hidden(kind) == (dim > 0)):
+            return data  # the field validators (and _shapes) say what is wrong
         m = (dim if uses_hidden(kind) else 0) + (len(ids) if uses_logprobs(kind) else 0)
         for name, itemsize, count in (("center", 4, m), ("scale", 4, m), ("weights", 2, len(ids) * m)):
             given = data.get(name)
@@ -124,6 +125,8 @@ class Head(BaseModel):
                 raise ValueError(f"{name}: holds NaN or infinite values")
         if (decode(self.scale, "<f4", "scale") <= 0).any():
             raise ValueError("scale: every feature's scale must be > 0")
+        if not math.isfinite(self.regularisation):
+            raise ValueError(f"regularisation: {self.regularisation} is not a finite strength - export the policy again")
         for name, given in (("weight_scale", self.weight_scale), ("bias", self.bias)):
             if len(given) != k:
                 raise ValueError(f"{name}: {len(given)} values for {k} options")

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .guard import Guard
 from .ids import collision, collision_message
 from .ids import id_problem as id_problem  # re-exported: the commands check a --fallback id with it
-from .ids import unprintable as unprintable  # re-exported: systemone and the workbench read it from here
+from .ids import unprintable
 
 MAX_OPTIONS = 26  # letters A..Z
 MAX_EXAMPLES = 32  # few-shot examples in one policy
@@ -100,10 +100,15 @@ class Question(BaseModel):
     hidden_state: bool = Field(default=False, strict=True, description="also return the model's hidden state at the prompt's "
                                "last token (`hidden_state` in the result): the features a learned head reads")
 
-    @field_validator("id", mode="before")
+    @field_validator("id")
     @classmethod
-    def _id(cls, v: Any) -> Any:
-        return _valid_id(v)
+    def _id(cls, v: str) -> str:
+        # a row's (or a shared-state question's) id: printable, compared by skeleton between questions;
+        # the caller's own key, so not held to the option-id rule (a labeled set's row ids keep working)
+        problem = unprintable(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
     @model_validator(mode="after")
     def _options_consistent(self) -> "Question":

@@ -88,7 +88,7 @@ def _curl(url: str, body: dict, key_env: str | None = None) -> str:
     quoted heredoc: nothing in it is expanded, and a JSON document has no line that is only `JSON`."""
     parts = ["curl", "-sS", "-X", "POST", url, "-H", "Content-Type: application/json"]
     env = key_env if key_env and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env) else "YOUR_KEY_VARIABLE"
-    auth = f' \\\n  -H "Authorization: Bearer ${{{env}}}"' if key_env else ""
+    auth = f' \\\n  -H "Authorization: Bearer ${env}"' if key_env else ""
     data = json.dumps(body, ensure_ascii=False, indent=2)
     return " ".join(shlex.quote(p) for p in parts) + auth + " \\\n  --data-binary @- <<'JSON'\n" + data + "\nJSON"
 

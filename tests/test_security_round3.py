@@ -591,3 +591,23 @@ def test_the_engine_forecasts_a_many_option_content_free_row_before_evaluating(e
     engine.score_many([row], budget=b)
     assert b.forecast_at == 0 and b.forecast_tokens is not None  # told before the first token
     assert 0.75 * b.done <= b.forecast_tokens <= 1.25 * b.done, (b.forecast_tokens, b.done)
+
+
+def test_the_deploy_page_shows_a_gateless_policy_and_refuses_a_traversal_id(db, gguf):
+    """A saved policy with `threshold: null` is offered and captioned (the caption's format raised), and
+    one whose policy_id would leave its folder is a readable error on the page, with no file written."""
+    from streamlit.testing.v1 import AppTest
+
+    from app.service import deploy
+
+    sha = file_sha256(gguf)
+    gateless = db.save_calibrated(policy_doc(sha, threshold=None, policy_id="gateless"))
+    escaping = db.save_calibrated({**policy_doc(sha), "policy_id": "../../../../escaped-page"})
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120).run()
+    at.switch_page("views/deploy.py").run()
+    assert not at.exception, at.exception and "\n".join(at.exception[0].stack_trace)
+    at.selectbox(key="dep_cal").select(gateless).run()
+    assert not at.exception and any("no global gate" in c.value for c in at.caption), [c.value for c in at.caption]
+    at.selectbox(key="dep_cal").select(escaping).run()
+    assert not at.exception and any("not a policy id" in e.value for e in at.error), [e.value for e in at.error]
+    assert not list(deploy.WORK.parent.rglob("escaped-page*"))

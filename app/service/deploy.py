@@ -197,5 +197,6 @@ def calibrated_label(rec: Mapping[str, Any]) -> str:
     config = rec.get("config") or {}
     warn = " · ⚠ no better than chance" if "no-better-than-chance" in gate_flags(
         at, len(config.get("options") or [0, 0]), config.get("target_accuracy")) else ""
-    return (f"#{rec['id']} {rec['name']} · gate {rec['threshold']:.3f} ({rec['gate_source']}) · accuracy {acc} · "
-            f"{cov}{warn} · {str(rec['created_at'])[:16]}")
+    gate = rec.get("threshold")
+    gate_text = f"gate {gate:.3f} ({rec['gate_source']})" if isinstance(gate, (int, float)) else "no global gate"
+    return f"#{rec['id']} {rec['name']} · {gate_text} · accuracy {acc} · {cov}{warn} · {str(rec['created_at'])[:16]}"

@@ -36,7 +36,7 @@ Resolver = Callable[[str, int], list[str]]
 
 def resolve(host: str, port: int) -> list[str]:
     """Every address `host` resolves to (getaddrinfo: IPv4 and IPv6)."""
-    return sorted({info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)})
+    return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)})
 
 
 def refused_address(address: str) -> str | None:

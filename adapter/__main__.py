@@ -20,6 +20,7 @@ from tqdm import tqdm
 from .catalog import DEFAULT_SHIPPED
 from .decision_log import DecisionLogSettings
 from .engine import Engine, EngineConfig
+from .http_body import SURROGATE_MSG, lone_surrogate
 from .models import CACHE_DIR, SHIPPED, ModelNotFound, chunk_file, resolve_model, shipped_path
 from .process import serve
 from .schema import READOUTS, DecisionRequest, SharedStateRequest, errors_from
@@ -60,6 +61,10 @@ def cmd_score(args) -> int:
             continue
         try:
             obj = json.loads(line)
+            where = lone_surrogate(obj)  # the body text rule, as on /invocations
+            if where is not None:
+                bad.append(f"line {n}: {'.'.join(map(str, where)) or '(root)'}: {SURROGATE_MSG}")
+                continue
             if isinstance(obj, dict):
                 for q in obj.get("questions", [obj]) if "questions" in obj else [obj]:
                     if args.readout and isinstance(q, dict):

@@ -337,7 +337,8 @@ class PolicySet:
         wanted = policy.request_fields()
         if policy.guard == "none" and row.get("guard") is not None:
             wanted["guard"] = row["guard"]  # a row may ask for a guard its policy does not require
-        for name, value in wanted.items():  # one rule for every field: omit it, or send the policy's own
+        for name in sorted(wanted, key=lambda n: n != "options"):  # one rule for every field: omit it, or send the
+            value = wanted[name]  # policy's own (the options, the ids a client branches on, are named first)
             if name == "hidden_state":  # not the policy's choice to refuse: a head reads it, the client may not want it
                 continue
             if name in row and row[name] is not None and not _same(name, row[name], value):

@@ -210,9 +210,13 @@ def test_fuzz_text_rules_on_every_route(server):
     cases = [(route, base, path, is_key, text) for route, base in ROUTES for path, is_key in strings(base)
              for text in HOSTILE_TEXT]
     rng.shuffle(cases)
+    # every lone surrogate case (refused before the model: cheap), and a sample of the others, which may be
+    # valid and run the model (an NFD id alone is accepted): the run stays within a few minutes
+    chosen = [c for c in cases if any(0xD800 <= ord(ch) <= 0xDFFF for ch in c[4])]
+    chosen += [c for c in cases if c not in chosen][:60]
     failures = []
     with httpx.Client(timeout=60) as client:
-        for route, base, path, is_key, text in cases[:300]:
+        for route, base, path, is_key, text in chosen:
             doc = rename(base, path, text) if is_key else put(base, path, text)
             if route == "jsonl":
                 body = (json.dumps(doc) + "\n" + json.dumps({**ROW, "id": "other"})).encode()

@@ -611,3 +611,12 @@ def test_the_deploy_page_shows_a_gateless_policy_and_refuses_a_traversal_id(db, 
     at.selectbox(key="dep_cal").select(escaping).run()
     assert not at.exception and any("not a policy id" in e.value for e in at.error), [e.value for e in at.error]
     assert not list(deploy.WORK.parent.rglob("escaped-page*"))
+
+
+def test_the_score_command_applies_the_same_text_rule(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(ROW) + "\n" + json.dumps({**ROW, "state": {"k": SURROGATE}}) + "\n")
+    out = subprocess.run([sys.executable, "-m", "adapter", "score", str(rows)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and "line 2: state.k" in out.stderr and "surrogate" in out.stderr, out.stderr[-500:]
+    assert "Traceback" not in out.stderr

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 
-FORECAST_SLACK = 1.25  # refuse early only when the forecast needs 1.25x the time left: a pace is an estimate
+FORECAST_SLACK = 1.0  # the forecast is conservative for long prompts (measured: 65 s forecast, 82 s needed)
 
 
 class Stopped(Exception):
@@ -87,7 +87,7 @@ class RequestBudget:
         """Before the engine starts this request's work: refuse it now (413 deadline_exceeded) when the
         tokens it plans, at the pace this process measured, need more time than its deadline leaves -
         instead of 60 s of work that ends in the same 413 and delays every request behind it. Only with a
-        measured pace, and with FORECAST_SLACK to spare: an estimate does not refuse a borderline request. A
+        measured pace (from requests large enough, and for requests large enough: Pace). A
         request that would fit a whole deadline but not what is left of it after queueing gets 503 (load:
         worth a retry), one that would not fit even a whole deadline 413 (a retry costs the same again)."""
         self.forecast_tokens = tokens

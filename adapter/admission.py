@@ -95,14 +95,17 @@ class RequestBudget:
         left = self.remaining()
         if need is None or self.pace is None or need <= FORECAST_SLACK * left:
             return
-        why = (f"about {need:.0f} s of compute ({tokens:,} tokens at this server's measured pace of {self.pace.rate:.0f} "
-               f"tokens/s), refused before any work")
+        elapsed = time.monotonic() - self.started
+        how = (f"stopped after {elapsed:.1f} s, before any work: about {need:.0f} s needed for its {tokens:,} tokens at "
+               f"this server's measured pace of {self.pace.rate:.0f} tokens/s")
         if need <= FORECAST_SLACK * self.timeout:  # it would fit a whole deadline: the wait behind others is the cause
-            raise Stopped(503, "overloaded", f"the request needs {why}, and {max(left, 0):.0f} s are left after waiting "
-                          "behind other requests: retry after the Retry-After seconds")
+            raise Stopped(503, "overloaded", f"the request waited behind other requests and the {max(left, 0):.0f} s left "
+                          f"of SM_SEMIF_REQUEST_TIMEOUT={self.timeout:g} s are too few ({how}): retry after the "
+                          "Retry-After seconds")
         raise Stopped(413, "deadline_exceeded",
-                      f"the request needs {why}; SM_SEMIF_REQUEST_TIMEOUT={self.timeout:g} s: send fewer rows, options "
-                      "or permutations per request, or a shorter state (on a less loaded server the pace is higher)")
+                      f"the request needs more than {self.timeout:g} s of compute (SM_SEMIF_REQUEST_TIMEOUT="
+                      f"{self.timeout:g} s; {how}): send fewer rows, options or permutations per request, or a shorter "
+                      "state (a server whose callers wait longer may raise the limit; a less loaded one is faster)")
 
     def overrun(self) -> str:
         """How far past the deadline the request's own work would run: elapsed seconds and tokens

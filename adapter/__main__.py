@@ -20,6 +20,7 @@ from tqdm import tqdm
 from .catalog import DEFAULT_SHIPPED
 from .decision_log import DecisionLogSettings
 from .engine import Engine, EngineConfig
+from .http_body import SURROGATE_MSG, lone_surrogate
 from .models import CACHE_DIR, SHIPPED, ModelNotFound, chunk_file, resolve_model, shipped_path
 from .process import serve
 from .schema import READOUTS, DecisionRequest, SharedStateRequest, errors_from
@@ -45,7 +46,11 @@ def cmd_serve(args) -> int:
         return 2
     flags = {"port": args.port, "host": args.host or None, "log_level": args.log_level or None}
     settings = settings.model_copy(update={k: v for k, v in flags.items() if v is not None})  # a flag beats its variable
-    return serve(settings, lambda: _engine(args))
+    try:
+        return serve(settings, lambda: _engine(args))
+    except SettingsError as exc:  # the decision log's file could not be opened after all: the same one line
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def cmd_score(args) -> int:
@@ -56,6 +61,10 @@ def cmd_score(args) -> int:
             continue
         try:
             obj = json.loads(line)
+            where = lone_surrogate(obj)  # the body text rule, as on /invocations
+            if where is not None:
+                bad.append(f"line {n}: {'.'.join(map(str, where)) or '(root)'}: {SURROGATE_MSG}")
+                continue
             if isinstance(obj, dict):
                 for q in obj.get("questions", [obj]) if "questions" in obj else [obj]:
                     if args.readout and isinstance(q, dict):

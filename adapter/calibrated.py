@@ -7,17 +7,19 @@ numbers through it too, so the page and the runtime cannot disagree.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .guard import STEERING_SUSPECTED, Guard
 from .head import HEAD_NAMES, Head
 from .head import uses_hidden
+from .http_body import SURROGATE_MSG, lone_surrogate, nesting, parse_json
+from .http_errors import Invalid
 from .prompt import PROMPT_VERSIONS
+from .safe_path import NAME_RULE, name_problem
 from .schema import (HEAD_LAYOUT, Debias, DecisionResult, Example, HiddenState, Layout, Option, Readout, RequestError,
                      errors_from)
 
@@ -41,7 +43,7 @@ class ModelIdentity(BaseModel):
 
 
 class CalibratedPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     schema_version: str = Field(SCHEMA_VERSION, pattern=r"^semif-policy/1$")
     policy_id: str = Field(min_length=1)
     policy_version: int | None = Field(default=None, description="the saved version of the workbench policy this "
@@ -75,6 +77,13 @@ class CalibratedPolicy(BaseModel):
     dataset: dict[str, Any] = Field(default_factory=dict)
     run_id: int | None = None
     created_at: str
+
+    @field_validator("policy_id")
+    @classmethod
+    def _safe_id(cls, v: str) -> str:
+        if name_problem(v):  # it names files (Deploy's policy copy, the packager's): the safe-path rule
+            raise ValueError(f"{v[:80]!r} is not a policy id: use {NAME_RULE}")
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> "CalibratedPolicy":
@@ -196,17 +205,86 @@ class PolicyError(ValueError):
     pass
 
 
-def load_policy(source: str | Path | dict) -> CalibratedPolicy:
-    """Load and validate a policy file (or dict); PolicyError names the bad field."""
+MAX_POLICY_BYTES = 8 << 20  # the largest head (26 options x 65,562 features, float16) is ~4.6 MB of base64
+MAX_POLICY_DEPTH = 32  # a policy file nests 5 levels; deeper is not a policy (and must not reach a recursion limit)
+
+
+def policy_json(source: str | Path | bytes, what: str = "policy") -> Any:
+    """A policy file's JSON, read the one safe way (every reader of a policy file - the adapter's
+    start-up, Deploy's upload and packager, `calibrate`, `check` - calls this): the size checked before
+    a byte is parsed (a file by its stat, then reading at most the cap), UTF-8 required, NaN and Infinity
+    refused, nesting capped without recursion, and the body text rule (no lone surrogate). PolicyError
+    naming what is wrong."""
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        try:
+            if path.is_dir():
+                raise PolicyError(f"cannot read {what} {path}: it is a folder - give the policy JSON file")
+            size = path.stat().st_size
+            if size > MAX_POLICY_BYTES:
+                raise PolicyError(_too_big(what, size))
+            with path.open("rb") as f:
+                data = f.read(MAX_POLICY_BYTES + 1)
+        except OSError as exc:
+            raise PolicyError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    else:
+        data = bytes(source)
+    if len(data) > MAX_POLICY_BYTES:
+        raise PolicyError(_too_big(what, len(data)))
     try:
-        data = source if isinstance(source, dict) else json.loads(Path(source).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise PolicyError(f"cannot read policy {source}: {exc}") from None
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{what} is not UTF-8 text (byte {exc.start}): export it again from Calibrate") from None
     try:
-        return CalibratedPolicy.model_validate(data)
+        return parse_json(data, MAX_POLICY_DEPTH)
+    except Invalid as exc:
+        e = exc.errors[0]
+        raise PolicyError(f"{what} {'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}") from None
+    except ValueError as exc:
+        raise PolicyError(f"{what} is not valid JSON: {exc}") from None
+
+
+def _too_big(what: str, size: int) -> str:
+    return (f"{what} is {size:,} bytes; a calibrated policy is at most {MAX_POLICY_BYTES:,} (its largest head is "
+            "~4.6 MB): this is not a policy exported by Calibrate")
+
+
+def _plain(data: dict, what: str) -> None:
+    """A policy given as a value (from the store): the same depth, number and text rules as a file."""
+    if nesting(data, MAX_POLICY_DEPTH) > MAX_POLICY_DEPTH:
+        raise PolicyError(f"{what} is nested more than {MAX_POLICY_DEPTH} levels deep: not a calibrated policy")
+    bad = lone_surrogate(data)
+    if bad is not None:
+        raise PolicyError(f"{what} {'.'.join(map(str, bad))}: {SURROGATE_MSG}")
+    stack: list[tuple[Any, str]] = [(v, str(k)) for k, v in data.items() if k != "head"]  # a head names its own
+    while stack:
+        v, where = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise PolicyError(f"{what} {where}: holds {v} - NaN and Infinity are not numbers a policy can hold")
+        if isinstance(v, dict):
+            stack.extend((x, f"{where}.{k}") for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((x, f"{where}.{i}") for i, x in enumerate(v))
+
+
+def load_policy(source: str | Path | bytes | dict, *, model_sha256: str | None = None,
+                model_file: str | None = None, what: str = "policy") -> CalibratedPolicy:
+    """The one policy validator: read (policy_json: size, UTF-8, numbers, depth, text) and validate a
+    policy file, its bytes or its dict; with `model_sha256`, also that it was calibrated on that model
+    (the packager passes the model it packages). PolicyError names the bad field."""
+    data = source if isinstance(source, dict) else policy_json(source, what)
+    if isinstance(source, dict):
+        _plain(source, what)
+    try:
+        policy = CalibratedPolicy.model_validate(data)
     except ValidationError as exc:
         first = errors_from(exc)[0]
-        raise PolicyError(f"policy {'.'.join(map(str, first['loc'])) or '(root)'}: {first['msg']}") from None
+        raise PolicyError(f"{what} {'.'.join(map(str, first['loc'])) or '(root)'}: {first['msg']}") from None
+    if model_sha256 is not None and policy.model.sha256 != model_sha256:
+        raise PolicyError(f"{what} model.sha256: it was calibrated on {policy.model.file} ({policy.model.sha256[:12]}), "
+                          f"not on the model being deployed ({model_file + ', ' if model_file else ''}{model_sha256[:12]}): its gate and head mean nothing on another "
+                          "model - deploy the model it was calibrated on, or calibrate again on this one")
+    return policy
 
 
 def discover_policies(model_dir: Path | None, explicit: str | None) -> dict[str, CalibratedPolicy]:
@@ -223,6 +301,22 @@ def discover_policies(model_dir: Path | None, explicit: str | None) -> dict[str,
         pol = load_policy(p)
         out[pol.policy_id] = pol
     return out
+
+
+def _same(name: str, given: Any, wanted: Any) -> bool:
+    """Whether a row's own value of a policy field is the policy's: options by id (and description when
+    sent), the question with surrounding whitespace ignored (rows strip it too), the rest exactly."""
+    if name == "options":
+        return (isinstance(given, list) and len(given) == len(wanted)
+                and all(g == w["id"] if isinstance(g, str) else
+                        isinstance(g, dict) and g.get("id") == w["id"]
+                        and ("description" not in g or str(g["description"]).strip() == w["description"])
+                        for g, w in zip(given, wanted)))
+    if name == "question":
+        return isinstance(given, str) and given.strip() == wanted
+    if name == "examples":
+        return isinstance(given, list) and given == wanted
+    return bool(given == wanted and type(given) is type(wanted))
 
 
 class PolicySet:
@@ -257,12 +351,15 @@ class PolicySet:
             raise RequestError([*loc, "policy_id"], f"unknown policy {pid!r}; loaded policies: {known}")
         policy = self.policies[pid]
         wanted = policy.request_fields()
-        given = row.get("options")
-        if "options" in row and (not isinstance(given, list) or [o.get("id") if isinstance(o, dict) else o
-                                                                 for o in given] != [o["id"] for o in wanted["options"]]):
-            raise RequestError([*loc, "options"], f"differ from policy {pid!r}: omit options to use the policy's")
         if policy.guard == "none" and row.get("guard") is not None:
             wanted["guard"] = row["guard"]  # a row may ask for a guard its policy does not require
+        for name in sorted(wanted, key=lambda n: n != "options"):  # one rule for every field: omit it, or send the
+            value = wanted[name]  # policy's own (the options, the ids a client branches on, are named first)
+            if name == "hidden_state":  # not the policy's choice to refuse: a head reads it, the client may not want it
+                continue
+            if name in row and row[name] is not None and not _same(name, row[name], value):
+                raise RequestError([*loc, name], f"differs from policy {pid!r}'s {name}: a row that names a policy "
+                                   f"takes its {name} from it - omit {name!r}, or send exactly the policy's")
         row.update(wanted)
         row["policy_id"] = pid
         return policy

@@ -19,9 +19,11 @@ decisions from worker threads and may log to a file.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -29,12 +31,12 @@ import uuid
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Annotated, Any, Sequence
+from typing import Annotated, Any, Sequence
 
 from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError, PydanticUseDefault
 
-from .settings import EnvSettings
+from .settings import EnvSettings, SettingsError
 
 log = logging.getLogger("semif.adapter")
 
@@ -58,10 +60,17 @@ def _destination(raw: Any) -> Any:
     if not dest or dest.lower() == "off":
         return None
     if dest.lower() != "stdout":
-        parent = Path(dest).expanduser().parent
+        path = Path(dest).expanduser()
+        parent = path.parent
         if not parent.is_dir():
             raise PydanticCustomError("folder", "names a folder that does not exist ({parent}): create it, or use "
                                       "SM_SEMIF_DECISION_LOG=stdout", {"parent": str(parent)})
+        if path.is_dir():
+            raise PydanticCustomError("is_folder", "is a folder: name a file in it, e.g. {example}",
+                                      {"example": str(path / "decisions.jsonl")})
+        if (path.exists() and not os.access(path, os.W_OK)) or (not path.exists() and not os.access(parent, os.W_OK)):
+            raise PydanticCustomError("not_writable", "cannot be written (permission denied): name a writable file, or "
+                                      "use SM_SEMIF_DECISION_LOG=stdout")
     return dest
 
 
@@ -167,16 +176,52 @@ def with_metrics(rec: dict, namespace: str = NAMESPACE) -> str:
 
 
 class DecisionLog:
-    """Where the lines go. Writes are serialised and flushed line by line (a line is never torn,
-    and a crash loses no decision already answered); a failed write is logged, never the request's
-    failure - the decision was made and answered."""
+    """Where the lines go. Writes are serialised and go straight to the file descriptor, line by line (a
+    line is never torn by another writer, and a crash loses no decision already answered); a failed
+    write is logged with the lines that were truly lost, never the request's failure - the decision was
+    made and answered.
+
+    A file is opened for appending and reopened when it was moved or removed (its path no longer names
+    the open inode: logrotate, `mv`), so new lines go to the path configured, not to the renamed file.
+    Nothing is buffered: on a full disk, os.write says how many bytes went out, so the lines reported
+    lost are exactly the ones that are not in the file (a torn last line counts as lost, and a newline is
+    written first next time so the following line starts clean)."""
 
     def __init__(self, settings: DecisionLogSettings):
         self.settings = settings
         self._lock = threading.Lock()
-        self._out: IO[str] | None = None
-        if settings.destination and settings.destination.lower() != "stdout":
-            self._out = open(Path(settings.destination).expanduser(), "a", encoding="utf-8", buffering=1)
+        self._path = (Path(settings.destination).expanduser()
+                      if settings.destination and settings.destination.lower() != "stdout" else None)
+        self._fd: int | None = None
+        self._torn = False  # the last write ended mid-line
+        self.lost = 0  # lines not written since start
+        if self._path is not None:
+            try:
+                self._open()
+            except OSError as exc:
+                raise SettingsError(f"SM_SEMIF_DECISION_LOG={settings.destination!r} cannot be opened for appending "
+                                    f"({exc.strerror or exc}): name a writable file, or use stdout") from None
+
+    def _open(self) -> None:
+        assert self._path is not None
+        self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _reopen_if_moved(self) -> None:
+        """Reopen when the path no longer names the open file (renamed, removed, replaced)."""
+        assert self._path is not None
+        try:
+            now = os.stat(self._path)
+            mine = os.fstat(self._fd) if self._fd is not None else None
+            same = mine is not None and (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev)
+        except OSError:
+            same = False
+        if not same:
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+                self._fd = None
+            self._torn = False
+            self._open()
 
     @property
     def enabled(self) -> bool:
@@ -185,18 +230,41 @@ class DecisionLog:
     def write(self, lines: list[str]) -> None:
         if not lines:
             return
-        text = "".join(line + "\n" for line in lines)
-        try:
-            with self._lock:
-                out = self._out or sys.stdout
-                out.write(text)
-                out.flush()
-        except (OSError, ValueError) as exc:
-            log.warning("decision log: %d line(s) not written: %s", len(lines), exc)
+        data = "".join(line + "\n" for line in lines).encode("utf-8", "backslashreplace")
+        with self._lock:
+            if self._path is None:
+                try:
+                    sys.stdout.write(data.decode("utf-8"))
+                    sys.stdout.flush()
+                except (OSError, ValueError) as exc:
+                    self._lost(len(lines), len(lines), exc)
+                return
+            written = 0
+            try:
+                self._reopen_if_moved()
+                assert self._fd is not None
+                if self._torn:  # the line a full disk cut off: end it, so the next one parses
+                    os.write(self._fd, b"\n")
+                    self._torn = False
+                while written < len(data):
+                    n = os.write(self._fd, data[written:])
+                    if n <= 0:
+                        raise OSError("no bytes written")
+                    written += n
+            except OSError as exc:
+                whole = data[:written].count(b"\n")
+                self._torn = written > 0 and not data[:written].endswith(b"\n")
+                self._lost(len(lines) - whole, len(lines), exc)
+
+    def _lost(self, n: int, of: int, exc: BaseException) -> None:
+        self.lost += n
+        log.warning("decision log: %d of %d line(s) not written (%d lost since start): %s", n, of, self.lost, exc)
 
     def close(self) -> None:
-        if self._out is not None:
-            self._out.close()
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
 
 
 def _request_id(scope: dict) -> str:

@@ -25,7 +25,7 @@ from .models import ModelChoice, Progress
 from .prompt import Prompt, render_letters, render_option_words, render_policy_first, rotations
 from .schema import HEAD_LAYOUT, Debias, DecisionRequest, DecisionResult, HiddenState, RequestError, SharedStateRequest, finite
 from .scores import combine, log_softmax
-from .session import (Budget, EngineConfig, LlamaSession, ModelInfo, _count, default_threads)
+from .session import (Budget, EngineConfig, LlamaSession, ModelInfo, _count, _forecast, default_threads)
 
 __all__ = ["Budget", "Engine", "EngineConfig", "ModelInfo", "default_threads", "resolve_settings", "skipped_guard"]
 
@@ -284,6 +284,7 @@ class Engine(LlamaSession):
                 raise
             settings.append((readout, debias, orders))
             rendered.append(row_prompts)
+        _forecast(budget, lambda: self._forecast(rows, settings, rendered))
         plans: list[tuple] = []
         prompts: list[Prompt] = []
         for i, (req, (readout, debias, orders), row_prompts) in enumerate(zip(rows, settings, rendered)):
@@ -309,6 +310,18 @@ class Engine(LlamaSession):
         seconds = (time.perf_counter() - t0) / max(1, len(rows))
         return [self._result(req, readout, debias, runs[at: at + n], priors, seconds)
                 for req, readout, debias, at, n, priors in plans]
+
+    def _forecast(self, rows: list[DecisionRequest], settings: list[tuple], rendered: list[list[Prompt]]) -> int:
+        """About how many tokens scoring these rows evaluates, before any is: the rows' prompts and the
+        content-free priors not cached yet (3 passes each). Prompts are not changed, only counted."""
+        prompts = [p for row_prompts in rendered for p in row_prompts]
+        for req, (readout, debias, orders) in zip(rows, settings):
+            if debias == "content-free":
+                for order in orders:
+                    if self.render(req.model_copy(update={"state": "\x00"}), readout, order).sha256() not in self._priors:
+                        prompts += [self.render(req.model_copy(update={"state": s}), readout, order)
+                                    for s in CONTENT_FREE_STATES]
+        return self._planned([self._prepare(p) for p in prompts])
 
     def _result(self, req: DecisionRequest, readout: str, debias: Debias, runs: list[dict], priors: list | None,
                 seconds: float) -> DecisionResult:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
@@ -89,6 +89,26 @@ class Head(BaseModel):
     def n_features(self) -> int:
         return (self.hidden_dim if uses_hidden(self.kind) else 0) + (len(self.option_ids) if uses_logprobs(self.kind) else 0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _sizes(cls, data: Any) -> Any:
+        """The arrays' lengths against the shape the head declares, before any is decoded: a head of
+        100 MB would otherwise be decoded (and held twice) before its shape refused it."""
+        if not isinstance(data, dict):
+            return data
+        ids, dim, kind = data.get("option_ids"), data.get("hidden_dim"), data.get("kind")
+        if not (isinstance(ids, list) and isinstance(dim, int) and 0 <= dim <= 65536 and kind in HEAD_KINDS
+                and uses_hidden(kind) == (dim > 0)):
+            return data  # the field validators (and _shapes) say what is wrong
+        m = (dim if uses_hidden(kind) else 0) + (len(ids) if uses_logprobs(kind) else 0)
+        for name, itemsize, count in (("center", 4, m), ("scale", 4, m), ("weights", 2, len(ids) * m)):
+            given = data.get(name)
+            if isinstance(given, str) and len(given) > 4 * -(-itemsize * count // 3):
+                raise ValueError(f"{name}: {len(given):,} characters of base64; a {len(ids)}-option {kind} head over {m} "
+                                 f"features holds {count} values ({4 * -(-itemsize * count // 3):,} characters) - the "
+                                 "head does not fit this shape")
+        return data
+
     @model_validator(mode="after")
     def _shapes(self) -> "Head":
         k, m = len(self.option_ids), self.n_features
@@ -105,6 +125,8 @@ class Head(BaseModel):
                 raise ValueError(f"{name}: holds NaN or infinite values")
         if (decode(self.scale, "<f4", "scale") <= 0).any():
             raise ValueError("scale: every feature's scale must be > 0")
+        if not math.isfinite(self.regularisation):
+            raise ValueError(f"regularisation: {self.regularisation} is not a finite strength - export the policy again")
         for name, given in (("weight_scale", self.weight_scale), ("bias", self.bias)):
             if len(given) != k:
                 raise ValueError(f"{name}: {len(given)} values for {k} options")

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 from starlette.requests import ClientDisconnect
 
-from .http_errors import HTTPProblem
+from .http_errors import HTTPProblem, Invalid
 from .settings import AdapterSettings
 
 
@@ -217,7 +217,44 @@ def parse_json(body: bytes, max_depth: int) -> Any:
     depth = nesting(value, max_depth)
     if depth > max_depth:
         raise ValueError(f"JSON nested {depth}+ levels deep: at most {max_depth} levels")
+    bad = lone_surrogate(value)
+    if bad is not None:
+        raise Invalid([{"loc": bad, "msg": SURROGATE_MSG, "type": "string_unicode"}])
     return value
+
+
+SURROGATE_MSG = ("holds a lone UTF-16 surrogate escape (\\ud800-\\udfff without its pair): that is not text and "
+                 "cannot be encoded as UTF-8 - send the character itself, or a valid pair")
+
+
+def lone_surrogate(value: Any) -> list | None:
+    """The text rule of every body: the loc (path) of the first string - value or object key - that
+    holds a lone surrogate, else None. JSON's \\uXXXX escapes can name half of a UTF-16 pair alone;
+    Python keeps it, and UTF-8 (the tokenizer, the log, the answer) cannot encode it. Refused, not
+    replaced: a replaced character would be scored as a different text than the client sent, silently.
+    Iterative, like `nesting`."""
+    stack: list[tuple[Any, list]] = [(value, [])]
+    while stack:
+        v, loc = stack.pop()
+        if isinstance(v, str):
+            if _has_surrogate(v):
+                return loc
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                if _has_surrogate(k):
+                    return [*loc, k.encode("utf-8", "backslashreplace").decode("ascii")]
+                stack.append((x, [*loc, k]))
+        elif isinstance(v, list):
+            stack.extend((x, [*loc, i]) for i, x in enumerate(v))
+    return None
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def nesting(value: Any, limit: int) -> int:

@@ -59,13 +59,13 @@ def policy_loader(settings: AdapterSettings) -> Callable[[Any], PolicySet]:
 def serve(settings: AdapterSettings, loader: Callable[[], Any]) -> int:
     """Run until SIGTERM/SIGINT, drain, and return the exit code (0 after a clean shutdown)."""
     holder = EngineHolder(loader, policy_loader(settings))
+    app = create_app(holder, settings)  # first: a decision log that cannot be opened is a SettingsError (exit 2)
     holder.start()
     sock = bind_socket(settings.host, settings.port)
     bound = sock.getsockname()[1]
     print(f"SEMIF_ADAPTER_PORT={bound}", flush=True)
     print(f"semif adapter listening on http://{settings.host}:{bound} (model loading in background)",
           file=sys.stderr, flush=True)
-    app = create_app(holder, settings)
     protocol = guarded_protocol(header_timeout=settings.header_timeout, max_connections=settings.max_connections)
     config = uvicorn.Config(app, http=protocol, log_level=settings.log_level, access_log=settings.log_level == "debug",
                             timeout_graceful_shutdown=int(settings.shutdown_grace) + 1,

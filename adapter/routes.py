@@ -64,6 +64,10 @@ class Intake:
             if not body.strip():
                 raise ValueError("empty body: send a JSON document")
             return parse_json(body, self.settings.max_depth)
+        except Invalid as exc:  # the text rule (http_body.lone_surrogate): a field-named 422
+            if systemone:
+                raise Invalid([{**e, "loc": ["body", *e["loc"]]} for e in exc.errors]) from None
+            raise
         except ValueError as exc:
             msg = f"body is not valid JSON: {exc}"
             if systemone:  # FastAPI's shape, as TypeSafe's client expects
@@ -93,7 +97,7 @@ class Intake:
         is read (within the deadline), and decoded, parsed, validated and scored in a worker thread
         (`work(raw body, budget)`) - never on the event loop, which keeps answering /ping. The work
         is cancelled when the client goes away."""
-        budget = RequestBudget(self.settings.request_timeout)
+        budget = RequestBudget(self.settings.request_timeout, self.admission.pace)
         self.admission.enter(budget)
         watcher: asyncio.Task | None = None
 

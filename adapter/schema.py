@@ -8,13 +8,15 @@ from __future__ import annotations
 import base64
 import json
 import math
-import unicodedata
 from typing import Any, Literal, Sequence, Union, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .guard import Guard
+from .ids import collision, collision_message
+from .ids import id_problem as id_problem  # re-exported: the commands check a --fallback id with it
+from .ids import unprintable
 
 MAX_OPTIONS = 26  # letters A..Z
 MAX_EXAMPLES = 32  # few-shot examples in one policy
@@ -48,21 +50,12 @@ def _check_state(value: Any) -> Any:
     return value
 
 
-def unprintable(text: str) -> str | None:
-    """Why `text` cannot be an id, or None: a control or format character (a newline, a NUL, the
-    right-to-left override U+202E, a zero-width space) lets one id pose as another in the UI and logs."""
-    bad = next((ch for ch in text if not ch.isprintable()), None)
-    if bad is None:
-        return None
-    name = unicodedata.name(bad, "a control character")
-    return (f"contains U+{ord(bad):04X} ({name}) at position {text.index(bad)}: ids must be printable text "
-            "(no control, format or direction characters), so that one id cannot pose as another")
-
-
-def _printable_id(value: str) -> str:
-    problem = unprintable(value)
-    if problem:
-        raise ValueError(problem)
+def _valid_id(value: Any) -> Any:
+    """The id rule (adapter/ids.py), checked on the id as sent - before whitespace is stripped."""
+    if isinstance(value, str):
+        problem = id_problem(value)
+        if problem:
+            raise ValueError(problem)
     return value
 
 
@@ -71,10 +64,10 @@ class Option(BaseModel):
     id: str = Field(min_length=1, max_length=200, description="stable option id returned in option_ids")
     description: str = Field(default="", max_length=2000)
 
-    @field_validator("id")
+    @field_validator("id", mode="before")
     @classmethod
-    def _id(cls, v: str) -> str:
-        return _printable_id(v)
+    def _id(cls, v: Any) -> Any:
+        return _valid_id(v)
 
 
 class Example(BaseModel):
@@ -98,16 +91,16 @@ class Question(BaseModel):
     question: str = Field(min_length=1, max_length=8000)
     options: list[Option] = Field(min_length=2, max_length=MAX_OPTIONS)
     readout: Readout | None = Field(default=None, description="letters | option-words; default per model")
-    permute: bool = Field(default=False, description="average over cyclic option orders (debiasing)")
+    permute: bool = Field(default=False, strict=True, description="average over cyclic option orders (debiasing)")
     debias: Debias | None = Field(default=None, description="content-free: divide out the policy's no-state prior; "
                                   "default per model and readout")
     examples: list[Example] = Field(default_factory=list, max_length=MAX_EXAMPLES)
-    few_shot: bool | None = Field(default=None, description="put the examples in the prompt; default: option-words "
+    few_shot: bool | None = Field(default=None, strict=True, description="put the examples in the prompt; default: option-words "
                                   "does, letters does not (letters shows them as earlier chat turns)")
     guard: Guard | None = Field(default=None, description="steering guard: precheck (a directive naming an option) "
                                 "or erase-and-check (precheck, then the state scored with pieces left out)")
     policy_id: str | None = Field(default=None, description="apply a loaded calibrated policy")
-    hidden_state: bool = Field(default=False, description="also return the model's hidden state at the prompt's "
+    hidden_state: bool = Field(default=False, strict=True, description="also return the model's hidden state at the prompt's "
                                "last token (`hidden_state` in the result): the features a learned head reads")
     layout: Layout | None = Field(
         default=None, description="state-first (default: the state, then the question and options) or policy-first "
@@ -117,15 +110,21 @@ class Question(BaseModel):
     @field_validator("id")
     @classmethod
     def _id(cls, v: str) -> str:
-        return _printable_id(v)
+        # a row's (or a shared-state question's) id: printable, compared by skeleton between questions;
+        # the caller's own key, so not held to the option-id rule (a labeled set's row ids keep working)
+        problem = unprintable(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
     @model_validator(mode="after")
     def _options_consistent(self) -> "Question":
-        seen: set[str] = set()
-        for i, opt in enumerate(self.options):
-            if opt.id in seen:
-                raise RequestError(["options", i, "id"], f"duplicate option id {opt.id!r}: option ids must be unique")
-            seen.add(opt.id)
+        ids = [o.id for o in self.options]
+        clash = collision(ids)
+        if clash is not None:
+            first, later = clash
+            raise RequestError(["options", later, "id"], collision_message(ids[first], ids[later]))
+        seen = set(ids)
         if self.layout == HEAD_LAYOUT:
             self._head_layout_settings()
         for i, ex in enumerate(self.examples):
@@ -182,11 +181,10 @@ class SharedStateRequest(BaseModel):
 
     @model_validator(mode="after")
     def _unique_ids(self) -> "SharedStateRequest":
-        seen: set[str] = set()
-        for i, q in enumerate(self.questions):
-            if q.id in seen:
-                raise RequestError(["questions", i, "id"], f"duplicate question id {q.id!r}")
-            seen.add(q.id)
+        ids = [q.id for q in self.questions]
+        clash = collision(ids)
+        if clash is not None:
+            raise RequestError(["questions", clash[1], "id"], collision_message(ids[clash[0]], ids[clash[1]]))
         return self
 
     def rows(self) -> list[DecisionRequest]:

@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -492,6 +492,14 @@ def _count(budget: Budget | None, *, planned: int = 0, done: int = 0) -> None:
     note = getattr(budget, "count_tokens", None)
     if note is not None:
         note(planned=planned, done=done)
+
+
+def _forecast(budget: Budget | None, tokens: Callable[[], int]) -> None:
+    """Before any work: tell a budget that can refuse early (admission.RequestBudget.forecast) how many
+    tokens the work evaluates - counted only when such a budget asks (a 413 before the work, not after)."""
+    ahead = getattr(budget, "forecast", None)
+    if ahead is not None:
+        ahead(tokens())
 
 
 def _quantization(desc: str, meta: dict) -> str:

@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .schema import (MAX_OPTIONS, DecisionRequest, DecisionResult, Option, RequestError, State, _check_state, finite,
-                     state_text, unprintable)
+from .ids import collision, collision_message, id_problem
+from .schema import MAX_OPTIONS, DecisionRequest, DecisionResult, Option, RequestError, State, _check_state, finite, state_text
 
 MAX_CHOICES = 255
 NOUL_QUESTION = "Is the following true for this state? Answer true or false."
@@ -59,13 +59,6 @@ class ChoiceQuestion(_Base):
     type: Literal["choice"]
     criteria: dict[str, Text | None] = Field(min_length=2, max_length=MAX_CHOICES)
 
-    @field_validator("criteria")
-    @classmethod
-    def _names(cls, v: dict) -> dict:
-        for name in v:
-            if not name.strip():
-                raise ValueError("choice names must be non-empty")
-        return v
 
 
 class ScoreQuestion(_Base):
@@ -108,12 +101,10 @@ def _question_text(q, default: str) -> str:
 def to_rows(req: SystemOneRequest) -> list[DecisionRequest]:
     """One decision row per question, in the request's order; the row id is the caller's id."""
     rows = []
+    check_ids(list(req.questions), ["questions"])
     for qid, q in req.questions.items():
-        for key in (qid, *(q.criteria if q.type == "choice" else ())):  # ids the caller gets back
-            problem = unprintable(key)
-            if problem:
-                loc: list[str | int] = ["questions", qid]
-                raise RequestError(loc if key == qid else [*loc, "criteria", key], problem)
+        if q.type == "choice":  # the names are ids the caller gets back: the id rule, each at its own loc
+            check_ids(list(q.criteria), ["questions", qid, "criteria"])
         if q.type == "noul":
             crit = q.criteria or {}
             options = [Option(id="true", description=text_of(crit.get("true"), one_line=True) or "yes"),
@@ -133,6 +124,18 @@ def to_rows(req: SystemOneRequest) -> list[DecisionRequest]:
                                                     few_shot=None, guard=None, policy_id=None)
                     if len(options) > MAX_OPTIONS else DecisionRequest(**fields))
     return rows
+
+
+def check_ids(keys: list[str], loc: list[str | int]) -> None:
+    """The id rule (adapter/ids.py) on the keys of one map - question ids, a choice's names - each
+    error at the key's own loc, before any of them becomes a decision row."""
+    for key in keys:
+        problem = id_problem(key)
+        if problem:
+            raise RequestError([*loc, key], problem)
+    clash = collision(keys)
+    if clash is not None:
+        raise RequestError([*loc, keys[clash[1]]], collision_message(keys[clash[0]], keys[clash[1]]))
 
 
 def choice_confidence(probs: list[float]) -> float:

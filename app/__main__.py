@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXIT_STORE = 5  # the workbench database cannot be written (read-only, disk full): the message says which and why
 
 from adapter.settings import SettingsError  # noqa: E402
 
+from app.cli.exit_codes import EXIT_STORE, EXIT_USAGE, UsageProblem  # noqa: E402  (the one exit-code convention)
 from app.core.store import StoreUnavailable  # noqa: E402
 from app.settings import WorkbenchSettings  # noqa: E402
 
@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     except StoreUnavailable as exc:  # one line naming the file and the fix, not a traceback
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_STORE
+    except UsageProblem as exc:  # a bad argument or input found before any work: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

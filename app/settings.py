@@ -6,14 +6,23 @@ reads only that mapping. A bad value (SEMIF_PORT=abc) is a SettingsError naming 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from adapter.settings import Port, PositiveFloat, PositiveInt
 from deploy.settings import AwsSettings
 
 DEFAULT_DB = Path(__file__).resolve().parents[1] / "data" / "workbench.db"
+
+
+def _one_or_zero(raw: Any) -> Any:
+    if isinstance(raw, str):
+        if raw.strip() not in ("0", "1"):
+            raise PydanticCustomError("flag", "is not 1 or 0")
+        return raw.strip() == "1"
+    return raw
 
 
 class WorkbenchSettings(AwsSettings):
@@ -27,6 +36,9 @@ class WorkbenchSettings(AwsSettings):
     # sagemaker-runtime (tests: a local shim); default: SEMIF_AWS_ENDPOINT_URL
     aws_runtime_url: str | None = Field(None, validation_alias="SEMIF_AWS_RUNTIME_URL")
     deploy_poll: PositiveFloat = Field(15.0, validation_alias="SEMIF_DEPLOY_POLL")  # seconds between status polls
+    # URL targets at link-local / cloud metadata addresses (app/targets/addresses.py): refused unless 1
+    allow_link_local_targets: Annotated[bool, BeforeValidator(_one_or_zero)] = Field(
+        False, validation_alias="SEMIF_ALLOW_LINK_LOCAL_TARGETS")
 
     @model_validator(mode="before")
     @classmethod

@@ -18,7 +18,9 @@ from typing import Any, Callable
 
 from botocore.exceptions import ClientError
 
-from adapter.models import resolve_model  # the adapter owns where the shipped model lives
+from adapter.calibrated import load_policy  # the adapter's own validator: what it would refuse is not shipped
+from adapter.models import file_sha256, resolve_model  # the adapter owns where the shipped model lives
+from adapter.safe_path import inside
 from adapter.models import sha256_file  # noqa: F401  (re-exported: the executor checks confirmed files with it)
 
 from .config import DeployConfig
@@ -113,15 +115,26 @@ def make_build_context(out: Path) -> tuple[Path, str]:
     return out, hashlib.sha256(buf.getvalue()).hexdigest()
 
 
+def check_policy(policy: Path, gguf: Path) -> None:
+    """The adapter's own policy validator on the file to ship, against the model being packaged: a
+    policy the adapter would refuse at start-up (so /ping 503 until SageMaker gives up) or one
+    calibrated on another model never goes into model.tar.gz. ValueError (PolicyError) naming why."""
+    if gguf.suffix != ".gguf" or not gguf.is_file():
+        raise ValueError(f"{gguf} is not a .gguf file")
+    load_policy(policy, model_sha256=file_sha256(gguf.resolve()), model_file=gguf.name, what=f"--policy {policy}:")
+
+
 def build_package(cfg: DeployConfig, work_dir: Path, gguf: Path | None = None) -> Package:
     """Package cfg's model (default: the shipped one) and, when the plan builds the SemIf image, the
     build context, under work_dir/<deployment id>/. Calls no AWS API."""
     if gguf is None:
         gguf = Path(cfg.model_path) if cfg.model_path else resolve_model().path
     key, source_key = package_keys(cfg)
-    where = Path(work_dir) / cfg.deployment_id
-    model, sha = cached_model_tarball(gguf, where / "model.tar.gz", Path(cfg.policy_path) if cfg.policy_path else None,
-                                      Path(work_dir) / "cache")
+    where = inside(Path(work_dir), cfg.deployment_id)
+    policy = Path(cfg.policy_path) if cfg.policy_path else None
+    if policy is not None:
+        check_policy(policy, Path(gguf))
+    model, sha = cached_model_tarball(gguf, where / "model.tar.gz", policy, Path(work_dir) / "cache")
     if not cfg.builds_image:
         return Package(key=key, sha256=sha, model_file=str(model))
     src, src_sha = make_build_context(where / "src.zip")

@@ -36,8 +36,9 @@ def batch(aws_env, adapter_server, tmp_path, monkeypatch):
     db.save_policy(policy)
     path = subset_file(tmp_path, "refund-check", 8)
     set_id = import_file(db, path.name, path.read_bytes(), policy)
-    db.save_target("batch", "sagemaker-batch", {"model_name": MODEL, "bucket": "semif-test-models", "region": REGION,
-                                                "endpoint_url": aws_env, "poll_seconds": "0.05"})
+    monkeypatch.setenv("SEMIF_AWS_ENDPOINT_URL", aws_env)  # the operator's setting: a target's config cannot say
+    monkeypatch.setenv("SEMIF_DEPLOY_POLL", "0.05")
+    db.save_target("batch", "sagemaker-batch", {"model_name": MODEL, "bucket": "semif-test-models", "region": REGION})
     with auto_run_transform_jobs(aws_env, adapter_server.url, content_type=JSONLINES) as jobs:
         yield db, policy, set_id, jobs
 

@@ -271,12 +271,13 @@ def test_boto3_runtime_through_shim_to_the_adapter(adapter_server, monkeypatch):
         assert out["id"] == "r1" and out["option_ids"] == ["access", "billing", "technical", "shipping"]
         direct = __import__("httpx").post(adapter_server.url + "/invocations", json=row, timeout=120).json()
         assert out["probabilities"] == direct["probabilities"]  # intact through boto3 and the shim
-        target = SageMakerTarget("sm", {"endpoint_name": "semif-gpu-live", "region": REGION, "endpoint_url": shim.url})
+        monkeypatch.setenv("SEMIF_AWS_RUNTIME_URL", shim.url)  # where AWS calls go: the operator's setting
+        target = SageMakerTarget("sm", {"endpoint_name": "semif-gpu-live", "region": REGION})
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")  # undone after the test: no fake credentials leak on
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
         res = target.decide(request_for(load_template("ticket-routing"), "Charged twice for one order", "r1"))
         assert res.ok and res.result.probabilities == direct["probabilities"]  # a typed DecisionResult now
-        missing = SageMakerTarget("sm", {"endpoint_name": "nope", "region": REGION, "endpoint_url": shim.url})
+        missing = SageMakerTarget("sm", {"endpoint_name": "nope", "region": REGION})
         res = missing.decide(request_for(load_template("ticket-routing"), "x", "r2"))
         assert not res.ok and "SageMaker" in res.error
     finally:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.cli.common import add_db, error, store, target
+from app.cli.common import add_db, count, error, out_file, store, target
 from app.service import decide, heads
 from app.service.decide import InputError
 from app.service.policies import resolve_policy
@@ -64,10 +64,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--states", required=True, help="CSV/JSONL with a state column (e.g. data/cases/probe.jsonl); "
                    "labels, when given, must be the policy's option ids")
     p.add_argument("--target", action="append", required=True, help="target name; repeat (the first is the baseline)")
-    p.add_argument("--limit", type=int, default=0, help="at most N states, evenly spaced")
+    p.add_argument("--limit", type=count, default=0, help="at most N states, evenly spaced")
     p.add_argument("--calibrated", action="append", metavar="ID_OR_FILE",
                    help="a calibrated policy of this policy with a learned head (saved id or file); repeat. Each adds "
                         "a column per target of its model: the head's decision on that target's rows")
-    p.add_argument("--html", help="also write the latency ECDF (plotly) to this HTML file")
+    p.add_argument("--html", type=out_file, help="also write the latency ECDF (plotly) to this HTML file")
     add_db(p)
     p.set_defaults(fn=run)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from adapter.schema import DEBIAS, HEAD_LAYOUT, LAYOUTS, READOUTS
 
-from app.cli.common import EXIT_BUSY, EXIT_UNREACHABLE, add_db, bar, error, fmt, store, target
+from app.cli.common import (EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, UsageProblem, add_db, bar, count, error, fmt,
+                            option_id, out_file, rate, store, target, target_rate)
 from app.service.evaluate import EXAMPLE_SOURCES, Variant
 from app.service.sets import InputError
 from app.core.store import RunBusy
@@ -23,10 +24,10 @@ def run(args: argparse.Namespace) -> int:
         policy = resolve_policy(db, args.policy)
         set_id = resolve_set(db, args.labeled_set, policy)
     except InputError as exc:
-        raise SystemExit(f"--labeled-set {args.labeled_set}: rejected, nothing imported:\n  "
-                         + "\n  ".join(exc.problems[:20])) from None
+        raise UsageProblem(f"--labeled-set {args.labeled_set}: rejected, nothing imported:\n  "
+                           + "\n  ".join(exc.problems[:20])) from None
     except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+        raise UsageProblem(str(exc)) from None
     t = target(db, args.target)
     variant = Variant(args.readout, args.debias, args.permute)
     if args.layout == HEAD_LAYOUT:
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BUSY
     except ValueError as exc:  # e.g. the set's labels are not this policy's options
         error(exc)
-        return 2
+        return EXIT_USAGE
     finally:
         b.close()
     c = outcome.counts
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                            head=args.head)
     except ValueError as exc:  # too few usable rows, or --head naming a head these rows cannot support
         error(exc)
-        return 2
+        return EXIT_USAGE
     rep = cal.report
     print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
           f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
@@ -96,7 +97,12 @@ def run(args: argparse.Namespace) -> int:
     for warning in exported.warnings:
         print(f"warning: {warning}")
     if args.out:
-        Path(args.out).write_text(json.dumps(exported.config, indent=2, ensure_ascii=False) + "\n")
+        try:  # checked before scoring (common.out_file); the folder may still change meanwhile
+            Path(args.out).write_text(json.dumps(exported.config, indent=2, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            error(f"--out {args.out}: cannot write it ({exc.strerror or exc}); the run is saved (#{outcome.run_id}): "
+                  "run the command again with another --out to export it without scoring again")
+            return EXIT_USAGE
         print(f"wrote {args.out}", file=sys.stderr)
     return EXIT_UNREACHABLE if (args.strict and exported.gate.source == "unreachable") else 0
 
@@ -117,16 +123,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                           "is cheapest without being worse beyond noise")
     p.add_argument("--examples", choices=EXAMPLE_SOURCES, default="policy",
                    help="few-shot examples from the policy, or from the set's train split")
-    p.add_argument("--n-examples", type=int, default=4)
-    p.add_argument("--target-accuracy", type=float, default=0.9)
-    p.add_argument("--gate", type=float, help="set the confidence gate by hand instead of from the target")
+    p.add_argument("--n-examples", type=count, default=4)
+    p.add_argument("--target-accuracy", type=target_rate, default=0.9, help="above 0, at most 1 (default 0.9)")
+    p.add_argument("--gate", type=rate, help="set the confidence gate by hand instead of from the target (0-1)")
     p.add_argument("--per-option", action="store_true", help="also fit one gate per option")
     p.add_argument("--head", choices=ev.HEAD_CHOICES, default="auto",
                    help="learned head: auto (exported only when it beats the corrections beyond noise), none, or a "
                         "kind to export whatever its gain (linc: on the log-probs; hidden: on the hidden state; "
                         "stacked: both)")
-    p.add_argument("--fallback", default="human-review", help="decision when gated (default: human-review)")
-    p.add_argument("--out", help="write the calibrated policy JSON here")
+    p.add_argument("--fallback", type=option_id, default="human-review",
+                   help="decision when gated (default: human-review)")
+    p.add_argument("--out", type=out_file, help="write the calibrated policy JSON here")
     p.add_argument("--strict", action="store_true", help=f"exit {EXIT_UNREACHABLE} when the target is unreachable")
     p.add_argument("--new-run", action="store_true", help="do not reuse an earlier matching run")
     p.add_argument("--quiet", action="store_true")

@@ -7,7 +7,7 @@ import sys
 
 from adapter.schema import DEBIAS, READOUTS
 
-from app.cli.common import add_db, error, store, target
+from app.cli.common import EXIT_USAGE, UsageProblem, add_db, count, error, out_file, rate, store, target
 from app.service import ci_check as cc
 
 
@@ -18,9 +18,9 @@ def run(args: argparse.Namespace) -> int:
     db = store(args)
     try:
         result = cc.check(db, spec, lambda: target(db, args.target))
-    except (cc.UsageError, SystemExit) as exc:
+    except (cc.UsageError, UsageProblem) as exc:
         error(exc)
-        return cc.EXIT_USAGE
+        return EXIT_USAGE
     ctx = result.report.context
     print(f"check run #{result.run_id}: {ctx['rows']} rows, {ctx['evaluated']} evaluated, {ctx['reused']} reused from "
           "stored results of the same model and request", file=sys.stderr)
@@ -30,25 +30,11 @@ def run(args: argparse.Namespace) -> int:
         cc.write_reports(db, result, junit=args.junit, summary=args.summary)
     except OSError as exc:
         error(f"cannot write the report: {exc}")
-        return cc.EXIT_USAGE
+        return EXIT_USAGE
     return result.exit_code
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    def rate(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number: give a rate between 0 and 1, e.g. 0.8")
-        if not 0 <= value <= 1:
-            raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1: give a rate, e.g. 0.8 for 80%")
-        return value
-
-    def count(text: str) -> int:
-        if not text.isdigit():
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
-        return int(text)
-
     p = sub.add_parser("check", help="CI gate: evaluate a policy and fail when a threshold does not hold (exit 0/1/2)",
                        description="Exit 0 when every threshold holds, 1 when one fails, 2 for a usage or target error.")
     p.add_argument("--policy", required=True, help="a calibrated policy file (semif-policy/1: its gate is used), or a "
@@ -66,8 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--readout", choices=list(READOUTS), help="plain policy: default the policy's / model's")
     p.add_argument("--debias", choices=list(DEBIAS), help="plain policy: default the policy's / model's")
     p.add_argument("--permute", action="store_true", help="plain policy: permutation averaging")
-    p.add_argument("--junit", metavar="FILE", help="write JUnit XML: one test case per threshold")
-    p.add_argument("--summary", metavar="FILE", help="write Markdown for a pull-request comment")
+    p.add_argument("--junit", metavar="FILE", type=out_file, help="write JUnit XML: one test case per threshold")
+    p.add_argument("--summary", metavar="FILE", type=out_file, help="write Markdown for a pull-request comment")
     p.add_argument("--no-reuse", action="store_true", help="score every row even when a stored result would do")
     add_db(p)
     p.set_defaults(fn=run)

@@ -2,17 +2,28 @@
 a progress bar on stderr. Commands only parse arguments, call app/service and print."""
 from __future__ import annotations
 
+import argparse
+import math
 import sys
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
+
+from adapter.schema import id_problem
 
 from app.targets.engines import EnginePool
 from app.core.store import Store
 from app.service import targets as target_service
 from app.targets.base import Target
 
-EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_BUSY = 0, 2, 3, 4
+from app.cli.exit_codes import EXIT_BUSY as EXIT_BUSY
+from app.cli.exit_codes import EXIT_FAILED as EXIT_FAILED
+from app.cli.exit_codes import EXIT_OK as EXIT_OK
+from app.cli.exit_codes import EXIT_STORE as EXIT_STORE
+from app.cli.exit_codes import EXIT_UNREACHABLE as EXIT_UNREACHABLE
+from app.cli.exit_codes import EXIT_USAGE as EXIT_USAGE
+from app.cli.exit_codes import UsageProblem as UsageProblem
 
 
 def store(args: Any) -> Store:
@@ -24,7 +35,69 @@ def target(db: Store, name: str) -> Target:
     try:
         return target_service.by_name(db, name, EnginePool())  # one model load for the whole command
     except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+        raise UsageProblem(str(exc)) from None
+
+
+# -- argument types: every argument is checked when it is parsed, before any scoring ------------------
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def rate(text: str) -> float:
+    """A rate or probability in [0, 1] (NaN and Infinity refused as not numbers)."""
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1: give a rate, e.g. 0.8 for 80%")
+    return value
+
+
+def target_rate(text: str) -> float:
+    """A target accuracy: above 0, at most 1."""
+    value = rate(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 is no target: give an accuracy above 0, e.g. 0.9")
+    return value
+
+
+def count(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
+def option_id(text: str) -> str:
+    """An option id given on the command line (a fallback): the adapter's id rule."""
+    problem = id_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r} {problem}" if not problem.startswith(repr(text)) else problem)
+    return text
+
+
+def out_file(text: str) -> str:
+    """A file the command will write: not a folder, in an existing writable folder, itself writable."""
+    path = Path(text).expanduser()
+    if not text.strip():
+        raise argparse.ArgumentTypeError("give a file name")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give a file name in it, e.g. {path / 'out.json'}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder {parent} does not exist: create it first")
+    existed = path.exists()
+    try:  # really opened for writing (permission bits say nothing for root, or on a read-only mount)
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text} cannot be written ({exc.strerror or exc}): choose a writable place")
+    if not existed:
+        path.unlink(missing_ok=True)  # the probe leaves nothing behind
+    return text
 
 
 def error(message: object) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from adapter.guard import GUARDS
 
-from app.cli.common import add_db, bar, error, store, target
+from app.cli.common import EXIT_USAGE, UsageProblem, add_db, bar, count, error, out_file, store, target
 from app.service import checks, decide, heads
 from app.service.checks import CHECK_LABELS, CHECKS, InputError, SuiteError
 from app.service.policies import resolve_policy
@@ -19,7 +19,7 @@ from app.service.sets import resolve_set
 def run(args: argparse.Namespace) -> int:
     db = store(args)
     if bool(args.labeled_set) == bool(args.states):
-        raise SystemExit("give exactly one of --labeled-set (a labeled set) or --states (a CSV/JSONL of states)")
+        raise UsageProblem("give exactly one of --labeled-set (a labeled set) or --states (a CSV/JSONL of states)")
     try:
         policy = resolve_policy(db, args.policy)
         if args.labeled_set:
@@ -50,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
             b.close()
     except (InputError, SuiteError, OSError) as exc:  # SuiteError: also a calibrated policy that cannot be used here
         error(exc)
-        return 2
+        return EXIT_USAGE
     except ValueError as exc:  # an unknown policy, set or calibrated policy
-        raise SystemExit(str(exc)) from None
+        raise UsageProblem(str(exc)) from None
     report = checks.robustness_report(db, run_id)
     for check, (level, text) in report.verdicts.items():
         print(f"[{level.upper():4}] {CHECK_LABELS[check]}: {text}")
@@ -70,8 +70,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labeled-set", help="CSV/JSONL file (or a file name in data/labeled), or a set id")
     p.add_argument("--states", help="CSV/JSONL with a state column (labels optional)")
     p.add_argument("--target", default="local", help="target name (default: the local engine)")
-    p.add_argument("--limit", type=int, default=20, help="at most N states, evenly spaced (default 20)")
-    p.add_argument("--attempts", type=int, default=3, help="steering attempts per state (default 3)")
+    p.add_argument("--limit", type=count, default=20, help="at most N states, evenly spaced (default 20)")
+    p.add_argument("--attempts", type=count, default=3, help="steering attempts per state (default 3)")
     p.add_argument("--checks", help=f"comma-separated subset of {','.join(CHECKS)} (default: all)")
     p.add_argument("--readout", default="default", help="readout variant, as on the Calibrate page (default: default)")
     p.add_argument("--guard", default="none", choices=list(GUARDS),
@@ -82,7 +82,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--templates", help="a text file of your own steering templates, one per line, each with {option}")
     p.add_argument("--paraphrase", action="append", help="a rewording of the question; repeat")
     p.add_argument("--out-of-scope", help="CSV/JSONL of states that fit no option (for the none-of-these check)")
-    p.add_argument("--json", help="write the summary (hijack_rate, still_correct_rate, flip_rate, n, ...) here")
+    p.add_argument("--json", type=out_file, help="write the summary (hijack_rate, still_correct_rate, flip_rate, n, ...) here")
     p.add_argument("--quiet", action="store_true")
     add_db(p)
     p.set_defaults(fn=run)

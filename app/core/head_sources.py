@@ -184,8 +184,9 @@ def sentence(rec: Row | None, best: Row | None, base: Candidate | None, n: int) 
     gain = rec.gain_vs_best.text() if rec.gain_vs_best is not None else ""
     out = (head + f", not worse beyond noise than the most accurate ({best.candidate.name}, "
            f"{best.accuracy.rate:.1%}; its gain {gain}).")
-    if rec.gain_vs_best is not None and (rec.gain_vs_best.gain or 0) >= 0.05:
-        out += (f" As measured it is {rec.gain_vs_best.gain * 100:.1f} points less accurate - too few rows to call "
+    lower = rec.gain_vs_best.gain if rec.gain_vs_best is not None else None
+    if lower is not None and lower >= 0.05:
+        out += (f" As measured it is {lower * 100:.1f} points less accurate - too few rows to call "
                 "that real or noise: label more rows before trusting the cheaper pick.")
     return out
 

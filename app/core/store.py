@@ -116,7 +116,7 @@ class StoreUnavailable(RuntimeError):
 
 
 # SQLite's primary result codes for "this file cannot take writes" (sqlite3.Error.sqlite_errorcode & 0xff)
-_READONLY, _FULL, _CANTOPEN, _IOERR, _BUSY, _PERM = 8, 13, 14, 10, 5, 3
+_READONLY, _FULL, _CANTOPEN, _IOERR, _BUSY, _PERM, _CORRUPT, _NOTADB = 8, 13, 14, 10, 5, 3, 11, 26
 
 
 def unavailable(path: Path, exc: BaseException) -> StoreUnavailable | None:
@@ -124,6 +124,10 @@ def unavailable(path: Path, exc: BaseException) -> StoreUnavailable | None:
     errors (a bug: those keep their traceback)."""
     code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
     what = str(exc)
+    if code in (_CORRUPT, _NOTADB) or "not a database" in what or "malformed" in what:
+        return StoreUnavailable(f"cannot use the workbench database {path} ({what}): the file is not a SQLite database "
+                                "or is damaged - restore it from a copy, or point SEMIF_DB (--db) at another file (a "
+                                "new one is created); nothing was changed in it")
     read_only = not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK))
     if (isinstance(exc, PermissionError) or code in (_READONLY, _PERM) or "readonly" in what
             or (code == _CANTOPEN and read_only)):  # a WAL file cannot even be read without its -shm beside it

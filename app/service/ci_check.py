@@ -3,12 +3,11 @@ request are reused, not scored again), judge every threshold given, and report f
 every threshold holds, 1 when one fails, 2 for a usage or target error (nothing judged then)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy
+from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy, policy_json
 from adapter.decision_log import policy_version
 from adapter.schema import HEAD_LAYOUT
 
@@ -59,10 +58,10 @@ def check_policy(store: Store, ref: str) -> tuple[Mapping[str, Any], CalibratedP
     file (semif-policy/1) brings its question, options, examples, readout, correction and gate."""
     path = Path(ref)
     if path.is_file():
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--policy {ref}: not readable JSON ({exc})") from None
+        try:  # the adapter's reader: size before parsing, UTF-8, depth, NaN refused
+            data = policy_json(path, what=f"--policy {ref}:")
+        except PolicyError as exc:
+            raise UsageError(str(exc)) from None
         if isinstance(data, dict) and "schema_version" in data:
             try:
                 cal = load_policy(data)

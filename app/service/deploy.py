@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 from adapter.calibrated import PolicyError, load_policy
 from adapter.catalog import SHIPPED
 from adapter.models import resolve_model, shipped_by_sha256
+from adapter.safe_path import inside
 from deploy.autoscaling import decisions_per_second
 from deploy.config import COMPUTES as COMPUTES
 from deploy.config import DEFAULT_CPU_INSTANCE as DEFAULT_CPU_INSTANCE
@@ -47,8 +48,8 @@ def settings() -> WorkbenchSettings:
 
 def load_calibrated(data: bytes) -> dict[str, Any]:
     """An uploaded calibrated policy, validated; ValueError naming what is wrong."""
-    try:
-        return load_policy(json.loads(data)).model_dump(mode="json")
+    try:  # the adapter's own validator: size before parsing, UTF-8, depth, NaN, the head's shape
+        return load_policy(data, what="the uploaded policy").model_dump(mode="json")
     except PolicyError as exc:
         raise ValueError(str(exc)) from None
 UNSETTLED = ("failed", "planned", "superseded")  # plans that never ran and attempts that failed
@@ -58,7 +59,8 @@ LOCAL = "running-local"  # a plan running in the local SemIf container (deploy/l
 def policy_file(config: dict[str, Any], tag: str | int) -> Path:
     """A calibrated policy written where packaging reads it (inside model.tar.gz it is what the
     adapter enforces)."""
-    path = WORK / "policies" / f"{config['policy_id']}-{tag}.policy.json"
+    policy = load_policy(dict(config), what="the calibrated policy")  # PolicyError (ValueError) naming the field
+    path = inside(WORK / "policies", f"{policy.policy_id}-{tag}.policy.json")  # the safe-path rule: never outside
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config, indent=2))
     return path
@@ -243,5 +245,6 @@ def calibrated_label(rec: Mapping[str, Any]) -> str:
     config = rec.get("config") or {}
     warn = " · ⚠ no better than chance" if "no-better-than-chance" in gate_flags(
         at, len(config.get("options") or [0, 0]), config.get("target_accuracy")) else ""
-    return (f"#{rec['id']} {rec['name']} · gate {rec['threshold']:.3f} ({rec['gate_source']}) · accuracy {acc} · "
-            f"{cov}{warn} · {str(rec['created_at'])[:16]}")
+    gate = rec.get("threshold")
+    gate_text = f"gate {gate:.3f} ({rec['gate_source']})" if isinstance(gate, (int, float)) else "no global gate"
+    return f"#{rec['id']} {rec['name']} · {gate_text} · accuracy {acc} · {cov}{warn} · {str(rec['created_at'])[:16]}"

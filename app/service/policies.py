@@ -2,10 +2,11 @@
 under an id nobody uses (a copy never overwrites a policy - the store refuses a second id 0 save)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Collection, Literal, Mapping
 
+from adapter.calibrated import PolicyError
+from adapter.calibrated import policy_json as read_policy_file
 from adapter.guard import GUARDS as GUARDS
 from adapter.schema import DEBIAS as DEBIAS
 from adapter.schema import MAX_EXAMPLES as MAX_EXAMPLES
@@ -28,10 +29,10 @@ def resolve_policy(store: Store, ref: str) -> Policy:
     file policy not yet in the store is saved (runs keep their own copy either way)."""
     found = store.get_policy(ref) or templates().get(ref)
     if found is None and Path(ref).is_file():
-        try:
-            found = json.loads(Path(ref).read_text())
-        except (OSError, ValueError) as exc:
-            raise PolicyNotFound(f"--policy {ref!r}: not readable JSON ({exc})") from None
+        try:  # the adapter's reader: size before parsing, UTF-8, depth, NaN refused
+            found = read_policy_file(Path(ref), what=f"--policy {ref!r}:")
+        except PolicyError as exc:
+            raise PolicyNotFound(str(exc)) from None
     if found is None:
         raise PolicyNotFound(f"--policy {ref!r}: not a saved policy, a template ({', '.join(templates())}) or a "
                              "JSON file")

@@ -16,6 +16,9 @@ import httpx
 
 from adapter.schema import DecisionRequest, DecisionResult
 
+from app.settings import WorkbenchSettings
+from app.targets.addresses import url_problem
+
 log = logging.getLogger("semif.workbench")
 # the model fields that fix a result's bits (app/core/reuse.py keys stored results by them)
 NUMERICS = ("sha256", "llama_cpp_version", "n_gpu_layers", "flash_attn", "default_readout", "default_debias")
@@ -174,13 +177,19 @@ def _http_error(resp: httpx.Response) -> TargetError:
 def http_json(method: str, url: str, *, body: Any = None, headers: dict | None = None, timeout: float = 60) -> Any:
     """The one HTTP path of every URL target: a JSON call whose failures become TargetErrors that
     say what went wrong (unreachable, an HTTP error with the server's own message, not JSON)."""
-    try:
-        resp = httpx.request(method, url, json=body, headers=headers, timeout=timeout)
+    problem = url_problem(url, allow_link_local=WorkbenchSettings.from_env().allow_link_local_targets)
+    if problem:  # checked again at each request: a saved target, or a name that resolves elsewhere now
+        raise TargetError(f"{url}: {problem}")
+    try:  # never a redirect: the key goes only to the URL the analyst entered
+        resp = httpx.request(method, url, json=body, headers=headers, timeout=timeout, follow_redirects=False)
     except httpx.ConnectError as exc:
         raise TargetError(f"cannot reach {url}: {exc} - is the server running there and the URL right? "
                           "(a SemIf adapter starts with `make adapter`, port 8080)") from None
     except httpx.HTTPError as exc:
         raise TargetError(f"cannot reach {url}: {exc}") from None
+    if resp.is_redirect:
+        raise TargetError(f"{url} answered {resp.status_code}, a redirect to {resp.headers.get('location', '?')!r}: not "
+                          "followed (the key would go with it) - enter the URL it points to, if you trust it")
     if resp.status_code != 200:
         raise _http_error(resp)
     try:

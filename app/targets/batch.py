@@ -41,8 +41,8 @@ class BatchTransformTarget(Target):
     def executor(self, on_event: Callable[[dict], None] | None = None):
         from deploy.executor import Executor  # lazy: deploy.executor imports boto3 (start-up cost)
 
-        poll = float(self.config.get("poll_seconds") or WorkbenchSettings.from_env().deploy_poll)
-        return Executor(self.region, endpoint_url=self.config.get("endpoint_url") or None, poll_seconds=poll,
+        poll = WorkbenchSettings.from_env().deploy_poll
+        return Executor(self.region, endpoint_url=WorkbenchSettings.from_env().aws_endpoint_url, poll_seconds=poll,
                         on_event=on_event)
 
     def decide_batch(self, requests: list[DecisionRequest], on_event: Callable[[dict], None] | None = None

@@ -16,6 +16,8 @@ from adapter.catalog import SHIPPED
 from deploy.config import BUCKET_PATTERN, DEFAULT_TRANSFORM_INSTANCE, REGION_PATTERN, SAGEMAKER_NAME_PATTERN
 from deploy.pricing import HOURLY_USD, first_choice
 
+from app.settings import WorkbenchSettings
+from app.targets.addresses import PRIVATE_NOTE, url_problem
 from app.targets.base import KEY_PREFIX, Target, TargetError, key_env_problem
 from app.targets.batch import BatchTransformTarget
 from app.targets.chat import ChatTarget, chat_url
@@ -65,12 +67,28 @@ class Kind:
     single_rows: bool = True  # answers one row at a time (Playground, Compare, the checks); else whole sets only
     keyed: bool = False  # may send an API key (named by api_key_env)
     priced: bool = True  # may carry its own hourly price (hourly_usd) for cost per 1,000 decisions
+    build_check: Callable[[Config], dict[str, str]] = lambda cfg: {}  # checked again when built (no network)
+    internal: tuple[str, ...] = ()  # config fields the workbench itself sets (not on the form), declared here too
+
+    def declared(self) -> frozenset[str]:
+        """Every field a config of this kind may hold: anything else is refused (saved or built) - an
+        undeclared `endpoint_url` on a SageMaker target once sent boto3's credentials to its URL."""
+        return frozenset({f.name for f in self.fields} | set(self.internal) | ({"api_key_env"} if self.keyed else set())
+                         | ({"hourly_usd"} if self.priced else set()))
+
+    def undeclared(self, cfg: Config) -> dict[str, str]:
+        return {k: f"not a field of a {self.kind} target (it takes {', '.join(sorted(self.declared()))}): remove it"
+                for k in cfg if k not in self.declared()}
 
 
 # -- the kinds ---------------------------------------------------------------------------------------
 def _curl(url: str, body: dict, key_env: str | None = None) -> str:
+    """Every value shell-quoted; the key is the shell's expansion of a variable NAME (a Streamlit
+    secret's name that is not a plain identifier is left for the reader to fill in). The body goes in a
+    quoted heredoc: nothing in it is expanded, and a JSON document has no line that is only `JSON`."""
     parts = ["curl", "-sS", "-X", "POST", url, "-H", "Content-Type: application/json"]
-    auth = f' \\\n  -H "Authorization: Bearer ${key_env}"' if key_env else ""
+    env = key_env if key_env and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env) else "YOUR_KEY_VARIABLE"
+    auth = f' \\\n  -H "Authorization: Bearer ${env}"' if key_env else ""
     data = json.dumps(body, ensure_ascii=False, indent=2)
     return " ".join(shlex.quote(p) for p in parts) + auth + " \\\n  --data-binary @- <<'JSON'\n" + data + "\nJSON"
 
@@ -86,13 +104,12 @@ def _boto3(endpoint: str, region: str, body: dict) -> str:
 
 
 def _url_field() -> Field:
-    return Field("url", "Base URL", placeholder="http://127.0.0.1:8080")
+    return Field("url", "Base URL", placeholder="http://127.0.0.1:8080", help=f"The address rule: {PRIVATE_NOTE}.")
 
 
 def _check_url(cfg: Config) -> dict[str, str]:
-    if not re.match(r"^https?://[^/\s]+", cfg.get("url", "")):
-        return {"url": "give a full http(s):// URL, e.g. http://127.0.0.1:8080"}
-    return {}
+    problem = url_problem(str(cfg.get("url", "")), allow_link_local=WorkbenchSettings.from_env().allow_link_local_targets)
+    return {"url": problem} if problem else {}
 
 
 def _local(name: str, cfg: Config, ctx: BuildContext) -> Target:
@@ -132,16 +149,26 @@ def _sagemaker(name: str, cfg: Config, ctx: BuildContext) -> Target:
     return SageMakerTarget(name, cfg)
 
 
-def _check_endpoint(cfg: Config) -> dict[str, str]:
-    if not re.fullmatch(SAGEMAKER_NAME_PATTERN, cfg.get("endpoint_name", "")):
-        return {"endpoint_name": "SageMaker endpoint names are 1-63 letters, digits and hyphens"}
+def _check_region(cfg: Config) -> dict[str, str]:
+    if cfg.get("region") and not re.fullmatch(REGION_PATTERN, str(cfg["region"])):
+        return {"region": "an AWS region name, e.g. us-east-1"}
     return {}
+
+
+def _check_endpoint(cfg: Config) -> dict[str, str]:
+    errors = _check_region(cfg)
+    if not re.fullmatch(SAGEMAKER_NAME_PATTERN, str(cfg.get("endpoint_name", ""))):
+        errors["endpoint_name"] = "SageMaker endpoint names are 1-63 letters, digits and hyphens"
+    if cfg.get("protocol") not in (None, "semif", "chat"):
+        errors["protocol"] = "semif (the SemIf adapter image) or chat (the llama.cpp DLC)"
+    return errors
 
 
 def _sagemaker_snippets(cfg: Config, body: dict) -> list[Snippet]:
     region = cfg.get("region") or "us-east-1"
-    cli = (f"aws sagemaker-runtime invoke-endpoint --region {region} --endpoint-name {cfg['endpoint_name']} "
-           "--content-type application/json --cli-binary-format raw-in-base64-out \\\n  --body "
+    args = ["aws", "sagemaker-runtime", "invoke-endpoint", "--region", region, "--endpoint-name", cfg["endpoint_name"],
+            "--content-type", "application/json", "--cli-binary-format", "raw-in-base64-out"]
+    cli = (" ".join(shlex.quote(str(a)) for a in args) + " \\\n  --body "
            + shlex.quote(json.dumps(body, ensure_ascii=False)) + " /dev/stdout")
     return [("boto3", "python", _boto3(cfg["endpoint_name"], region, body)), ("AWS CLI", "bash", cli)]
 
@@ -182,8 +209,10 @@ def _check_batch(cfg: Config) -> dict[str, str]:
         errors["model_name"] = "the SageMaker model to reuse (a deployed SemIf model's name, e.g. semif-cpu-…-model)"
     if not re.fullmatch(BUCKET_PATTERN, cfg.get("bucket", "")):
         errors["bucket"] = "an S3 bucket name for the JSON Lines input and the results"
-    if cfg.get("region") and not re.fullmatch(REGION_PATTERN, cfg["region"]):
-        errors["region"] = "e.g. us-east-1"
+    errors.update(_check_region(cfg))
+    if cfg.get("instance_type") and str(cfg["instance_type"]) not in HOURLY_USD and not re.fullmatch(
+            r"ml\.[a-z0-9]+\.[a-z0-9]+", str(cfg["instance_type"])):
+        errors["instance_type"] = "a SageMaker instance type, e.g. ml.m5.xlarge"
     if cfg.get("instance_count") and not str(cfg["instance_count"]).isdigit():
         errors["instance_count"] = "a whole number of instances, e.g. 1"
     return errors
@@ -204,12 +233,13 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
                                                                          cfg.get("api_key_env") or None))]),
     Kind("sagemaker", "SageMaker endpoint (SemIf adapter)", _sagemaker,
          fields=(Field("endpoint_name", "Endpoint name"), Field("region", "Region", "us-east-1")),
-         check=_check_endpoint, snippets=_sagemaker_snippets, price=_sagemaker_price),
+         check=_check_endpoint, snippets=_sagemaker_snippets, price=_sagemaker_price, build_check=_check_endpoint,
+         internal=("protocol", "instance_type")),  # set by a deployment (deploy_records): chat for the DLC path
     Kind("sagemaker-batch", "SageMaker Batch Transform (labeled sets, SemIf model)", _batch,
          fields=(Field("model_name", "SageMaker model to reuse (a deployed SemIf model)"),
                  Field("bucket", "S3 bucket for the JSON Lines input and results"), Field("region", "Region", "us-east-1"),
                  Field("instance_type", "Instance type", DEFAULT_TRANSFORM_INSTANCE), Field("instance_count", "Instance count", "1")),
-         check=_check_batch, single_rows=False),
+         check=_check_batch, build_check=_check_batch, single_rows=False),
     Kind("chat", "OpenAI-compatible chat completions (text generation)", _chat,
          fields=(_url_field(), Field("model", "Model name sent in requests", "default")), check=_check_url, keyed=True,
          snippets=_chat_snippets),
@@ -260,6 +290,7 @@ def validate_target_spec(name: str, kind: str, config: Config, secrets: dict | N
         errors["kind"] = f"choose one of {', '.join(KINDS)}"
         return errors
     k = KINDS[kind]
+    errors.update(k.undeclared(config))
     errors.update(k.check(config))
     if k.keyed and (problem := key_env_problem(config.get("api_key_env") or "", secrets)):
         errors["api_key_env"] = problem
@@ -276,6 +307,9 @@ def build_target(spec: Mapping[str, Any], engine_provider: Callable | None = Non
     """A target from its saved spec {name, kind, config}; raise TargetError on a bad spec."""
     name, cfg = spec.get("name") or "", spec.get("config") or {}
     k = kind_of(str(spec.get("kind")))
+    problems = {**k.undeclared(cfg), **k.build_check(cfg)}  # a saved spec too: nothing undeclared is ever
+    if problems:  # built, whatever wrote it into the store (a URL's address is checked at each request)
+        raise TargetError(f"target {name!r}: " + "; ".join(f"{f}: {m}" for f, m in problems.items()))
     try:
         return k.make(name, cfg, BuildContext(engine_provider, secrets))
     except KeyError as exc:

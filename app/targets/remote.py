@@ -69,8 +69,11 @@ class SageMakerTarget(Target):
     def client(self, service: str = "sagemaker-runtime"):
         import boto3
 
-        url = self.config.get("endpoint_url") or None  # tests: a local shim / moto server
-        return boto3.client(service, region_name=self.region, endpoint_url=url)
+        # where AWS calls go is the operator's setting (SEMIF_AWS_RUNTIME_URL / SEMIF_AWS_ENDPOINT_URL; tests: a
+        # local shim, moto), never a target's config: boto3 signs every call with this machine's credentials
+        settings = WorkbenchSettings.from_env()
+        url = settings.aws_runtime_url if service == "sagemaker-runtime" else settings.aws_endpoint_url
+        return boto3.client(service, region_name=self.region, endpoint_url=url or None)
 
     def _one(self, req):
         chat = self.config.get("protocol") == "chat"

@@ -43,10 +43,16 @@ def policy_picker(db) -> tuple[str, str]:
             return "", ""
     else:
         config = saved[choice]["config"]
-    path = deploy.policy_file(config, choice)
-    st.caption(f"Calibrated on {md(config['model']['file'])}: deploy that model. The adapter answers "
-               f"**{md(config['fallback_option'])}** when the confidence is below {config['threshold']:.3f} - and for every "
-               "row if a different model is deployed.")
+    try:
+        path = deploy.policy_file(config, choice)  # validated again (a saved one too) and kept inside its folder
+    except ValueError as exc:
+        st.error(f"**Calibrated policy**: {md(exc)}")
+        return "", ""
+    gate = config.get("threshold")
+    st.caption(f"Calibrated on {md(config['model']['file'])}: deploy that model (a plan with another model is "
+               f"refused). The adapter answers **{md(config['fallback_option'])}** "
+               + (f"when the confidence is below {gate:.3f}." if isinstance(gate, (int, float)) else
+                  "only for rows the steering guard or a per-option gate sends there (no global gate)."))
     return str(path), config["model"]["sha256"]
 
 

@@ -24,26 +24,31 @@ def results_frame(runs: list[dict], results_by_run: dict[int, list[dict]]) -> pd
                          "position": r["position"], "state": r["state"], "label": r.get("label"), "cold": r.get("cold"),
                          "top_option": r["top_option"], "option_ids": r["option_ids"],
                          "probabilities": r["probabilities"], "label_mass": r["label_mass"],
-                         "latency_s": r["latency_s"], "error": r["error"]})
+                         "latency_s": r["latency_s"], "error": r["error"],
+                         "reused": r.get("reused_from") is not None})
     return pd.DataFrame(rows, columns=["run_id", "target", "row_key", "position", "state", "label", "cold", "top_option",
-                                       "option_ids", "probabilities", "label_mass", "latency_s", "error"])
+                                       "option_ids", "probabilities", "label_mass", "latency_s", "error", "reused"])
 
 
-LATENCY_COLUMNS = ["target", "rows", "errors", "warm_n", "p50_ms", "p95_ms", "max_ms", "iqr_ms", "cold_ms"]
+LATENCY_COLUMNS = ["target", "rows", "errors", "reused", "warm_n", "p50_ms", "p95_ms", "max_ms", "iqr_ms", "cold_ms"]
 
 
 def latency_stats(df: pd.DataFrame) -> pd.DataFrame:
     """Per target: warm p50 / p95 / max / interquartile range (ms) over warm_n calls, and the cold
     first call apart (the policy's first pass and correction prior, a connection: see cold_note), with
-    counts of rows and errors."""
+    counts of rows and errors. A row copied from a stored result (`reused`) made no call: its latency is
+    another run's, and is left out."""
     out = []
     cold_col = df["cold"] if "cold" in df else pd.Series(0, index=df.index)
     for target, g in df.groupby("target", sort=False):
         ok = g["error"].isna()
         cold = cold_col.loc[g.index].fillna(0).astype(bool)
+        reused = g["reused"].fillna(False).astype(bool) if "reused" in g else pd.Series(False, index=g.index)
+        ok = ok & ~reused
         lat = g.loc[ok & ~cold, "latency_s"].to_numpy(dtype=float) * 1000
         first = g.loc[ok & cold, "latency_s"].to_numpy(dtype=float) * 1000
-        out.append({"target": target, "rows": len(g), "errors": int((~ok).sum()), "warm_n": len(lat),
+        out.append({"target": target, "rows": len(g), "errors": int(g["error"].notna().sum()),
+                    "reused": int(reused.sum()), "warm_n": len(lat),
                     "p50_ms": float(np.percentile(lat, 50)) if len(lat) else np.nan,
                     "p95_ms": float(np.percentile(lat, 95)) if len(lat) else np.nan,
                     "max_ms": float(lat.max()) if len(lat) else np.nan,

@@ -263,9 +263,10 @@ def batch_results(target: Target, requests: list[DecisionRequest]) -> list[Targe
 def run_policy(store: Store, policy: Mapping[str, Any], cases: list[Case], targets: Iterable[Target], *, kind: str,
                progress: ProgressFn | None = None, overrides: dict | None = None,
                group_id: str | None = None, hidden: Callable[[Target], bool] | None = None,
-               config: dict | None = None) -> tuple[str, list[int]]:
+               config: dict | None = None, reuse: bool = False) -> tuple[str, list[int]]:
     """Score every case on every target as a new group of runs; return (group id, run ids in target order).
-    `hidden`: which targets are asked for the rows' hidden states; `config`: more for each run's config."""
+    `hidden`: which targets are asked for the rows' hidden states; `config`: more for each run's config;
+    `reuse`: copy a stored result of the same request on the same model instead of calling (reuse.py)."""
     targets = list(targets)
     requests = [request_for(policy, case.state, case.key, **(overrides or {})) for case in cases]
     group = group_id or uuid.uuid4().hex[:12]
@@ -274,5 +275,5 @@ def run_policy(store: Store, policy: Mapping[str, Any], cases: list[Case], targe
                for t in targets]
     score_into_runs(store, [Job(r, t, bool(hidden and hidden(t))) for r, t in zip(run_ids, targets)],
                     ((pos, case, req) for pos, (case, req) in enumerate(zip(cases, requests))),
-                    total=len(cases), progress=progress)
+                    total=len(cases), progress=progress, reuse=reuse)
     return group, run_ids

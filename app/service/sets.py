@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from adapter.templates import DATA_DIR
 
+from app.core.analysis import warm_latencies
 from app.core.runs import label_mismatch
 from app.core.inputs import InputError
 from app.core.labeled import import_file, set_support, shipped_sets
@@ -72,16 +73,31 @@ def support(store: Store, set_id: int, policy: Policy, limit: int | None = None)
 
 
 __all__ = ["LARGE", "SECONDS_PER_ROW", "InputError", "SetNotFound", "delete", "import_shipped", "import_upload",
-           "label_problem", "listed", "minutes", "of_policy", "resolve_set", "summary", "support"]
+           "label_problem", "listed", "minutes", "pace", "of_policy", "resolve_set", "summary", "support"]
 
 
 SECONDS_PER_ROW = 1.75  # the default model, warm, on 2 cores: p50 1.40-1.74 s a row (docs/benchmarks.md)
 LARGE = 1000  # rows above which an upload is worth a warning before anyone scores it
 
 
-def minutes(rows: int) -> str:
-    """'about 2 min' (or 'under a minute') for scoring `rows` rows on the default model, warm."""
-    m = rows * SECONDS_PER_ROW / 60
+MEASURED_MIN = 5  # warm calls on a target before its own median replaces the benchmark's figure
+
+
+def pace(store: Store, target: str = "local") -> tuple[float, str]:
+    """(seconds a row, where the figure comes from): the median of this workbench's recent warm calls on
+    the target (a row copied from a stored result made no call and is not counted), once there are
+    MEASURED_MIN; before that, the benchmark's figure for the default model on a 2-core machine."""
+    got = warm_latencies(store, {target}).get(target)
+    if got and got["n"] >= MEASURED_MIN:
+        seconds = got["p50_ms"] / 1000
+        return seconds, f"~{seconds:.2g} s a row, measured: the median of the last {got['n']} warm calls on {target}"
+    return SECONDS_PER_ROW, (f"~{SECONDS_PER_ROW:g} s a row, the default model on a 2-core machine (nothing measured "
+                             f"on {target} here yet)")
+
+
+def minutes(rows: int, seconds: float = SECONDS_PER_ROW) -> str:
+    """'about 2 min' (or 'under a minute') for scoring `rows` rows at `seconds` a row, warm."""
+    m = rows * seconds / 60
     return f"about {m:.0f} min" if m >= 1.5 else "about a minute" if m >= 0.75 else "under a minute"
 
 

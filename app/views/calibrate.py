@@ -59,8 +59,8 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
                 support = set_service.support(db, sid, policies[up_policy])
                 st.success(f"Imported as set #{sid}: {support['scored']} rows to score.")
                 if support["scored"] > set_service.LARGE:
-                    st.warning(f"{support['scored']} rows take {set_service.minutes(support['scored'])} to score on "
-                               "the default model. The rows are scored in stratified order, so you can stop early "
+                    st.warning(f"{support['scored']} rows take {md(scoring_time(db, support['scored']))} to score. "
+                               "The rows are scored in stratified order, so you can stop early "
                                "(Evaluate → Stop early) with a fair sample, and resume later.")
                 for message in support["messages"]:
                     st.warning(md(message))
@@ -78,6 +78,13 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
                     used = set_service.delete(db, doomed)
                     st.toast(f"Deleted set #{doomed}" + (f" ({used} runs keep their results)" if used else ""))
                     st.rerun()
+
+
+def scoring_time(db, rows: int) -> str:
+    """'about 6 min (~1.6 s a row, measured: ...)' on the first chosen target, from its measured pace."""
+    chosen = st.session_state.get("cal_targets") or ["local"]
+    seconds, source = set_service.pace(db, chosen[0])
+    return f"{set_service.minutes(rows, seconds)} ({source}), after the model load and the policy's first passes"
 
 
 def current_policy(policies: dict, sets: dict) -> str:
@@ -125,8 +132,7 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
         per = per if support["scored"] == support["total"] else f"about {per}"  # the first rows keep each label's share
         st.caption(f"Set #{sid}: {rows} ({per})"
                    + (f", {support['train']} train rows never scored" if support["train"] else "")
-                   + f" · {set_service.minutes(support['scored'])} on the default model at "
-                   f"~{set_service.SECONDS_PER_ROW:g} s a row, after the model load and the policy's first passes")
+                   + " · " + md(scoring_time(db, support["scored"])))
         st.caption(md(support["head_note"].capitalize() + "."))
         for message in support["messages"]:
             st.warning(md(message))
@@ -263,9 +269,11 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
     at = config["metrics"]["at_gate"]
     iv = cal.intervals
     m = st.columns(3)
-    m[0].metric("Accuracy of decided rows", "n/a" if at["accuracy"] is None else f"{at['accuracy']:.1%}",
+    m[0].metric("Accuracy of decided rows" + (" (in sample)" if at.get("in_sample") else ""),
+                "n/a" if at["accuracy"] is None else f"{at['accuracy']:.1%}",
                 help="among the rows the gate lets through (the rest go to the fallback)")
     m[0].caption(md(evaluate.interval_text(at.get("accuracy_interval"))))
+    held_out_gate(m[0], config)
     if at.get("small_n") and at["decided"]:
         m[0].warning(f"Only {at['decided']} decided rows: this accuracy is a hint, not a measurement - score more "
                      "labeled rows before trusting it.")
@@ -279,11 +287,8 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
                      fitted["accuracy"] is not None else "decides none of them at this gate either")
         st.caption(f"With a learned head these numbers are out of fold: each row decided by a head that never saw it, "
                    f"at this gate. The exported head, fitted on all {fitted['n']} rows, {on_fitted}.")
-    chance = cal.chance
     m = st.columns(3)
-    m[0].metric("Accuracy as scored (model alone)", f"{rep.accuracy:.1%}",
-                help=f"top option = label, before any correction, head or gate; n = {rep.n}; chance = {chance:.0%}")
-    m[0].caption(md(evaluate.interval_text(iv.get("accuracy"))))
+    model_alone(m[0], cal, iv)
     m[1].metric("Macro-F1 as scored", f"{rep.macro_f1:.2f}")
     m[1].caption(evaluate.range_text(iv.get('macro_f1'), '{:.2f}', rep.n))
     if cal.head is not None:
@@ -307,7 +312,7 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
     g1, g2 = st.columns(2)
     g1.plotly_chart(charts.reliability_diagram(rep.bins_before, rep.bins_after,
                                                f"after {cal.chosen_name} (out of fold)"), key="cal_rel")
-    g2.plotly_chart(charts.coverage_curve(cal.curve, gate.threshold, cal.target_accuracy), key="cal_cov")
+    coverage_chart(g2, cal, gate.threshold)
     correction_section(cal)
     if option_thresholds:
         st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal.option_gates.items()]), hide_index=True)
@@ -340,6 +345,52 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
              "option-words", "content-free", "permutation")
 
 
+def coverage_chart(column, cal: evaluate.Calibration, threshold: float | None) -> None:
+    """The risk-coverage curve with the lower bound a recommended gate must clear, and the rows the
+    widest point reaching the target would need for it to clear it."""
+    column.plotly_chart(charts.coverage_curve(cal.curve, threshold, cal.target_accuracy, lower=evaluate.lower_bound(cal)),
+                        key="cal_cov")
+    reach = evaluate.target_reach(cal)
+    if reach is None:
+        column.caption(f"No point of the curve reaches {cal.target_accuracy:.0%}, even before the lower bound.")
+    elif reach["needed"] is None:
+        column.caption(f"The curve touches {cal.target_accuracy:.0%} at {reach['coverage']:.0%} coverage, but only just: "
+                       "its lower bound would not clear the target at any number of rows.")
+    elif reach["needed"] > reach["rows"]:
+        column.caption(f"At {reach['coverage']:.0%} coverage the decided rows are {reach['accuracy']:.0%} right - above "
+                       f"the target {cal.target_accuracy:.0%} - but on {reach['rows']} rows the lower bound (dashed) is "
+                       f"below it: about {reach['needed']} labeled rows at this accuracy would let a gate be recommended.")
+
+
+def held_out_gate(column, config: dict) -> None:
+    """A gate set by hand: the accuracy above is in sample (the gate was set on these rows); the same gate
+    on rows each decided by a correction that never saw them, beside it - the figure Deploy shows."""
+    oof = config["metrics"].get("at_gate_out_of_fold")
+    if not oof:
+        return
+    column.metric("Accuracy of decided rows (out of fold)", "n/a" if oof["accuracy"] is None else
+                  f"{oof['accuracy']:.1%}", help="the same gate and fallback, each row decided by a correction fitted "
+                  "without it (the folds the corrections and heads are compared on): expect this on new rows")
+    column.caption(md(evaluate.interval_text(oof.get("accuracy_interval")))
+                   + " · the gate was set by hand on these rows, so the figure above is in sample")
+
+
+def model_alone(column, cal: evaluate.Calibration, iv: dict) -> None:
+    """The model's own accuracy, uncorrected; a correction applied while scoring is named with its own figure."""
+    alone, applied = evaluate.model_alone(cal)
+    rep = cal.report
+    if alone is not None and applied:
+        column.metric("Accuracy, model alone (uncorrected)", f"{alone.rate or 0:.1%}",
+                      help=f"top option = label, before any correction, head or gate; chance = {cal.chance:.0%}")
+        column.caption(md(alone.text()) + f" · as scored, with the {md(', '.join(applied))} correction: "
+                       f"{rep.accuracy:.1%}")
+        return
+    title = "Accuracy, model alone (uncorrected)" if not applied else f"Accuracy as scored (with {', '.join(applied)})"
+    column.metric(title, f"{rep.accuracy:.1%}",
+                  help=f"top option = label, before any gate; n = {rep.n}; chance = {cal.chance:.0%}")
+    column.caption(md(evaluate.interval_text(iv.get("accuracy"))))
+
+
 def narrowing(db, run_id: int, config: dict, cal: evaluate.Calibration) -> None:
     """For a set version made by the review queue: the accuracy at this gate on the parent version
     and on this one, with how much the 95% interval narrowed (a learned head: out of fold)."""
@@ -352,6 +403,24 @@ def narrowing(db, run_id: int, config: dict, cal: evaluate.Calibration) -> None:
     oof = " (out of fold: the head never decides a row it was fitted on)" if config.get("head") else ""
     st.info(f"Accuracy of the decided rows at this gate{oof}, set #{before_run['labeled_set_id']} "
             f"(run #{before_run['id']}): {before.text()} → this set: {after.text()}{narrowed}.")
+
+
+def older_runs(db, older: list, version: str) -> None:
+    """Runs of other versions of the policy: history, never exported; one opened from elsewhere (the
+    URL, History) asks for a run on the saved version instead."""
+    if not older:
+        return
+    asked = context.get("run")
+    if asked in [r["id"] for r in older]:
+        was = next(evaluate.version_of(r) for r in older if r["id"] == asked)
+        st.warning(f"Run #{asked} evaluated {was} of this policy, which is saved as {version} now: it is history and "
+                   f"cannot be exported. **Run evaluation** above re-runs it on {version} (answers the model already "
+                   "gave to the same request are reused, not scored again).")
+    with st.expander(f"Runs of other versions of this policy ({len(older)}) - history, not exportable"):
+        st.caption(f"To calibrate one, run the evaluation again on the saved version ({version}).")
+        st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"]))
+                                                                          for r in older))),
+                     hide_index=True, key="cal_older")
 
 
 def render() -> None:
@@ -377,10 +446,7 @@ def render() -> None:
     policy = policies[pid]
     runs, older = evaluate.by_version(policy, evaluate.runs_of(db, pid, sid))
     version = evaluate.version_label(policy.get("version"))
-    if older:  # another question or other options: not comparable, never exported for this version
-        with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - kept apart, not exportable"):
-            st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"])) for r in older))),
-                         hide_index=True, key="cal_older")
+    older_runs(db, older, version)
     if not runs:
         st.caption(f"No evaluation of this policy as saved now ({version}) on this set yet.")
         return

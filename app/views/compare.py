@@ -27,11 +27,12 @@ def parse_input(pasted: str, upload, policy: Mapping[str, Any]):
 
 def render_results(db, gid: str) -> None:
     shown = decide.comparison(db, gid)
+    how_much(shown)
     for d in shown.degenerate:
         st.warning(f"**{md(d['target'])}** answered **{md(d['option'])}** for {d['share']:.0%} of {d['n']} states: it is "
                    "not really deciding - check its readout, or use another model.")
     if len(shown.accuracy):
-        st.subheader("Accuracy against the labels")
+        st.subheader("Accuracy against the labels" + (f" ({shown.stopped})" if shown.stopped else ""))
         cols = st.columns(min(len(shown.accuracy), 4))
         for col, (_, row) in zip(cols * 10, shown.accuracy.iterrows()):
             col.metric(md(row["target"]), f"{row['accuracy']:.1%}",
@@ -89,6 +90,18 @@ def render_results(db, gid: str) -> None:
         st.error(f"{len(errors)} calls failed, e.g. {md(errors['target'].iloc[0])}: {md(errors['error'].iloc[0])}")
     download_frame(shown.results, f"comparison-{shown.file_stem}.csv", "Download all results (CSV)", key="cmp_dl")
     glossary("warm", "p50_vs_first")
+
+
+def how_much(shown: decide.Comparison) -> None:
+    """What the figures rest on: a run stopped before every state (its states came in stratified order,
+    so they are a fair sample, but fewer), and the rows copied from stored results."""
+    if shown.stopped:
+        st.warning(f"**{shown.stopped.capitalize()}**: every figure below rests on those states only. Labeled states "
+                   "are scored in stratified order, so the first ones keep every label's share.")
+    if shown.reused:
+        st.caption(f"{shown.reused} of {len(shown.results)} rows were reused from stored results of the same model and "
+                   "request (an evaluation's, an earlier comparison's): the same answer, no call made - their latency "
+                   "is not measured again and is left out of the latency figures.")
 
 
 def head_section(shown: decide.Comparison) -> None:

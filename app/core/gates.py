@@ -61,8 +61,8 @@ class Gate:
         top = int(np.argmax(probs))
         gated = self.threshold is not None and probs[top] < self.threshold
         return {"option_id": result["option_ids"][top], "calibrated_probabilities": probs, "confidence": probs[top],
-                "gated": gated, "reason": (f"top probability {probs[top]:.3f} < threshold {self.threshold:.3f}"
-                                           if gated and self.threshold is not None else "decided")}
+                "gated": gated, "reason": (f"confidence {probs[top]:.3f} < gate {self.threshold:.3f} (the top "
+                                           "probability as scored)" if gated and self.threshold is not None else "decided")}
 
     def reason(self, result: Mapping[str, Any]) -> str:
         """Why this gate sends the row to the fallback, naming the actual cause: the head could not read

@@ -176,7 +176,9 @@ def same_version(policy: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
     if (run.get("config") or {}).get("policy_fingerprint") != policy_fingerprint(policy):
         return False
     saved, ran = policy.get("version"), (run.get("policy") or {}).get("version")
-    return saved is None or ran is None or saved == ran
+    if ran is None:  # a run of a policy copy without its version: it can only have been the first
+        return saved is None or saved == 1
+    return saved is None or saved == ran
 
 
 def find_run(store: Store, *, policy: Mapping[str, Any], set_id: int, target_name: str, variant: Variant,

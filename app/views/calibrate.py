@@ -416,7 +416,7 @@ def older_runs(db, older: list, version: str) -> None:
         st.warning(f"Run #{asked} evaluated {was} of this policy, which is saved as {version} now: it is history and "
                    f"cannot be exported. **Run evaluation** above re-runs it on {version} (answers the model already "
                    "gave to the same request are reused, not scored again).")
-    with st.expander(f"Runs of other versions of this policy ({len(older)}) - history, not exportable"):
+    with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - history, not exportable"):
         st.caption(f"To calibrate one, run the evaluation again on the saved version ({version}).")
         st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"]))
                                                                           for r in older))),

@@ -605,3 +605,24 @@ def test_the_context_survives_page_switches_reloads_and_links(browser, tmp_path)
         ctx.close()
         proc.terminate()
         proc.wait(20)
+
+
+def test_no_request_leaves_the_machine_from_any_page(workbench, browser):
+    """The workbench works offline (issue 35): every page, opened in chromium, asks only the workbench
+    itself - no icon, font or script from a public host (a ':material/...' page icon was fetched from
+    fonts.gstatic.com)."""
+    url, _ = workbench
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1200})
+    hosts: list[str] = []
+    ctx.on("request", lambda req: hosts.append(req.url))
+    page = ctx.new_page()
+    try:
+        for path in ("playground", "compare", "order_check", "robustness", "history", "calibrate", "review",
+                     "deploy", "policies", "targets"):
+            page.goto(f"{url}/{path}")
+            settle(page)
+            page.wait_for_timeout(500)  # the favicon and late assets
+    finally:
+        ctx.close()
+    outside = sorted({u for u in hosts if not u.startswith(("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:"))})
+    assert hosts and not outside, outside

@@ -11,6 +11,8 @@ from adapter.templates import DATA_DIR
 from app.core.analysis import warm_latencies
 from app.core.runs import label_mismatch
 from app.core.inputs import InputError
+from app.core import inputs
+from app.core.labeled import ColumnMap as ColumnMap
 from app.core.labeled import import_file, set_support, shipped_sets
 from app.core.records import LabeledSet
 from app.core.store import Store
@@ -46,9 +48,39 @@ def import_shipped(store: Store, policies: dict[str, Policy]) -> int:
     return n
 
 
-def import_upload(store: Store, name: str, data: bytes, policy: Policy) -> int:
-    """An uploaded set whose labels are `policy`'s options; InputError lists the rows to fix."""
-    return import_file(store, name, data, policy)
+def import_upload(store: Store, name: str, data: bytes, policy: Policy, columns: ColumnMap | None = None) -> int:
+    """An uploaded set whose labels are `policy`'s options - read through `columns` (which column is the
+    state, which the label, what each label value is taken as); InputError lists the rows to fix."""
+    return import_file(store, name, data, policy, columns=columns)
+
+
+def upload_columns(name: str, data: bytes) -> list[str]:
+    """The columns (CSV) or keys (JSONL) an upload has, for picking the state and the label column."""
+    return inputs.columns(name, data)
+
+
+def guess_column(found: list[str], wanted: str) -> str | None:
+    """The column to propose as `wanted` ('state' or 'label'): itself, else a column that looks meant as it."""
+    if wanted in found:
+        return wanted
+    like = inputs.LABEL_LOOKALIKES if wanted == "label" else {"text", "body", "message", "content", "ticket",
+                                                             "description", "input", "query", "state_text"}
+    return next((c for c in found if c.strip().lower().replace(" ", "_").replace("-", "_") in like), None)
+
+
+def label_suggestions(name: str, data: bytes, column: str, policy: Policy) -> dict[str, str | None]:
+    """Each label value of the column, and the option id it is proposed as ('bug-frontend' ->
+    'bug_frontend'; None: none matches, the analyst picks)."""
+    return inputs.label_map(inputs.label_values(name, data, column), [o["id"] for o in policy["options"]])
+
+
+def dependents(store: Store, set_id: int) -> dict[str, list[int]]:
+    """What depends on a labeled set: the calibrated policies calibrated on it, the runs scoring it now,
+    and every run made on it - said before it is deleted."""
+    made = [r for r in store.list_runs() if r.get("labeled_set_id") == set_id]
+    return {"calibrated": [int(c["id"]) for c in store.list_calibrated()
+                           if ((c.get("config") or {}).get("dataset") or {}).get("set_id") == set_id],
+            "running": [r["id"] for r in made if r["status"] == "running"], "runs": [r["id"] for r in made]}
 
 
 def listed(store: Store) -> list[LabeledSet]:
@@ -72,7 +104,8 @@ def support(store: Store, set_id: int, policy: Policy, limit: int | None = None)
     return set_support(store.labeled_rows(set_id), [o["id"] for o in policy["options"]], limit)
 
 
-__all__ = ["LARGE", "SECONDS_PER_ROW", "InputError", "SetNotFound", "delete", "import_shipped", "import_upload",
+__all__ = ["LARGE", "SECONDS_PER_ROW", "ColumnMap", "InputError", "dependents", "guess_column", "label_suggestions",
+           "upload_columns", "SetNotFound", "delete", "import_shipped", "import_upload",
            "label_problem", "listed", "minutes", "pace", "of_policy", "resolve_set", "summary", "support"]
 
 

@@ -49,15 +49,18 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
                                  key="cal_up_policy")
         upload = c2.file_uploader("Upload CSV / JSONL (state, label, optional id, split, metadata columns)",
                                   type=["csv", "jsonl", "tsv"], key="cal_upload")
+        columns = upload_mapping(c2, upload, policies[up_policy]) if upload is not None else None
         if upload is not None and c2.button("Import", key="cal_import"):
             try:
-                sid = set_service.import_upload(db, upload.name, upload.getvalue(), policies[up_policy])
+                sid = set_service.import_upload(db, upload.name, upload.getvalue(), policies[up_policy], columns)
             except set_service.InputError as exc:
                 st.error("**Upload** rejected, nothing was imported:\n\n"
                          + "\n".join(f"- {md(line)}" for line in set_service.summary(exc.problems, policies)))
             else:
+                context.put("policy", up_policy)  # the new set becomes the one evaluated below
+                context.put("set", sid)
                 support = set_service.support(db, sid, policies[up_policy])
-                st.success(f"Imported as set #{sid}: {support['scored']} rows to score.")
+                st.success(f"Imported as set #{sid}: {support['scored']} rows to score - selected below.")
                 if support["scored"] > set_service.LARGE:
                     st.warning(f"{support['scored']} rows take {md(scoring_time(db, support['scored']))} to score. "
                                "The rows are scored in stratified order, so you can stop early "
@@ -68,16 +71,7 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
         if sets:
             st.dataframe(pd.DataFrame(sets)[["id", "name", "policy_id", "n_rows", "content_hash", "created_at"]],
                          hide_index=True)
-            c1, c2 = st.columns([3, 1])
-            doomed = c1.selectbox("Delete a set", [s["id"] for s in sets], key="cal_del_pick",
-                                  format_func=lambda i: next(f"#{s['id']} {s['name']}" for s in sets if s["id"] == i))
-            with c2.popover("Delete"):
-                st.write(f"Delete set #{doomed} and its rows? Runs made on it keep their results but can no longer "
-                         "be resumed.")
-                if st.button("Delete set", type="primary", key="cal_del_set"):
-                    used = set_service.delete(db, doomed)
-                    st.toast(f"Deleted set #{doomed}" + (f" ({used} runs keep their results)" if used else ""))
-                    st.rerun()
+            delete_set(db, sets)
 
 
 def scoring_time(db, rows: int) -> str:
@@ -85,6 +79,66 @@ def scoring_time(db, rows: int) -> str:
     chosen = st.session_state.get("cal_targets") or ["local"]
     seconds, source = set_service.pace(db, chosen[0])
     return f"{set_service.minutes(rows, seconds)} ({source}), after the model load and the policy's first passes"
+
+
+def upload_mapping(column, upload, policy: Mapping[str, Any]) -> "set_service.ColumnMap":
+    """Which column of the upload is the state and which the label, and what each label value is taken
+    as (an option id: 'bug-frontend' is proposed as 'bug_frontend'); open when the file needs it."""
+    name, data = upload.name, upload.getvalue()
+    found = set_service.upload_columns(name, data)
+    if not found:  # not readable: the import says why
+        return set_service.ColumnMap()
+    state_guess, label_guess = set_service.guess_column(found, "state"), set_service.guess_column(found, "label")
+    ids = [o["id"] for o in policy["options"]]
+    needs = state_guess != "state" or label_guess != "label"
+    with column.expander("Columns and labels", expanded=needs):
+        state = st.selectbox("State column", found, index=found.index(state_guess) if state_guess else 0,
+                             key="cal_col_state")
+        label = st.selectbox("Label column", found, index=found.index(label_guess) if label_guess else 0,
+                             key="cal_col_label")
+        proposed = set_service.label_suggestions(name, data, label, policy)
+        mapping: dict[str, str] = {}
+        others = [v for v, o in proposed.items() if o != v]
+        for i, value in enumerate(others[:40]):
+            guess = proposed[value]
+            pick = st.selectbox(f"Label '{md(value)}' is the option", ["(not an option: refused)", *ids],
+                                index=ids.index(guess) + 1 if guess else 0, key=f"cal_map_{label}_{i}")
+            if pick in ids:
+                mapping[value] = pick
+        if len(others) > 40:
+            st.caption(f"{len(others) - 40} more label values are not options: fix them in the file.")
+        if not others:
+            st.caption(f"Every value of {md(label)} is an option of {md(policy['name'])}.")
+    return set_service.ColumnMap(state, label, mapping)
+
+
+def delete_set(db, sets: list) -> None:
+    """Delete a set: never the one in use by default, and what depends on it named before it goes."""
+    in_use = context.get("set")
+    ids = [s["id"] for s in sets if s["id"] != in_use] + [s["id"] for s in sets if s["id"] == in_use]
+    c1, c2 = st.columns([3, 1])
+    doomed = c1.selectbox("Delete a set", ids, key="cal_del_pick",
+                          format_func=lambda i: next(f"#{s['id']} {s['name']}" for s in sets if s["id"] == i)
+                          + (" (in use here)" if i == in_use else ""))
+    deps = set_service.dependents(db, doomed)
+    with c2.popover("Delete"):
+        lines = [f"Delete set #{doomed} and its rows?"]
+        if doomed == in_use:
+            lines.append("It is the set open on this page.")
+        if deps["calibrated"]:
+            lines.append("Calibrated on it: " + ", ".join(f"#{c}" for c in deps["calibrated"]) + " - they keep their "
+                         "JSON (and can still be deployed) but can no longer be recalibrated or checked against it.")
+        if deps["running"]:
+            lines.append("Being scored now: " + ", ".join(f"run #{r}" for r in deps["running"]) + " - stop it first.")
+        if deps["runs"]:
+            lines.append(f"{len(deps['runs'])} runs made on it keep their results but can no longer be resumed.")
+        st.write(" ".join(lines))
+        if st.button("Delete set", type="primary", key="cal_del_set", disabled=bool(deps["running"])):
+            used = set_service.delete(db, doomed)
+            if doomed == in_use:
+                context.put("set", None)
+            st.toast(f"Deleted set #{doomed}" + (f" ({used} runs keep their results)" if used else ""))
+            st.rerun()
 
 
 def current_policy(policies: dict, sets: dict) -> str:

@@ -59,13 +59,17 @@ def upload_columns(name: str, data: bytes) -> list[str]:
     return inputs.columns(name, data)
 
 
-def guess_column(found: list[str], wanted: str) -> str | None:
-    """The column to propose as `wanted` ('state' or 'label'): itself, else a column that looks meant as it."""
+def guess_column(found: list[str], wanted: str, besides: str | None = None) -> str | None:
+    """The column to propose as `wanted` ('state' or 'label'): itself, else a column that looks meant as it,
+    else (a label) the first column that is not `besides` (the state), an id or a split."""
     if wanted in found:
         return wanted
-    like = inputs.LABEL_LOOKALIKES if wanted == "label" else {"text", "body", "message", "content", "ticket",
-                                                             "description", "input", "query", "state_text"}
-    return next((c for c in found if c.strip().lower().replace(" ", "_").replace("-", "_") in like), None)
+    like = (inputs.LABEL_LOOKALIKES | {"team", "queue", "intent", "tag", "topic"} if wanted == "label" else
+            {"text", "body", "message", "content", "ticket", "description", "input", "query", "state_text"})
+    named = next((c for c in found if c.strip().lower().replace(" ", "_").replace("-", "_") in like), None)
+    if named is not None or wanted != "label":
+        return named
+    return next((c for c in found if c not in (besides, "id", "split")), None)
 
 
 def label_suggestions(name: str, data: bytes, column: str, policy: Policy) -> dict[str, str | None]:

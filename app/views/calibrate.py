@@ -88,7 +88,8 @@ def upload_mapping(column, upload, policy: Mapping[str, Any]) -> "set_service.Co
     found = set_service.upload_columns(name, data)
     if not found:  # not readable: the import says why
         return set_service.ColumnMap()
-    state_guess, label_guess = set_service.guess_column(found, "state"), set_service.guess_column(found, "label")
+    state_guess = set_service.guess_column(found, "state")
+    label_guess = set_service.guess_column(found, "label", besides=state_guess)
     ids = [o["id"] for o in policy["options"]]
     needs = state_guess != "state" or label_guess != "label"
     with column.expander("Columns and labels", expanded=needs):

@@ -200,7 +200,9 @@ def render() -> None:
                     "views/robustness.py", lambda task: checks.robustness_check(db, spec, target, task.progress))
     tasks.collect("rb", "Robustness check")
     run = saved_check(db, "robustness", "rb_open", lambda r: f"{r['policy']['name']} · {r['target_name']} · "
-                      f"{r['config'].get('variant')} · guard {r['config'].get('guard')} · {r['config'].get('states')} states")
+                      f"{r['config'].get('variant')} · guard {r['config'].get('deployed_guard', r['config'].get('guard'))}"
+                      + (f" (what-if {r['config']['what_if_guard']})" if r['config'].get('what_if_guard') else "")
+                      + f" · {r['config'].get('states')} states")
     if run is not None:
         show(db, run)
 

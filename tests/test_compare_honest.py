@@ -79,3 +79,28 @@ def test_finding_7_an_evaluations_answers_are_reused_and_counted(engine, tmp_pat
     # the benchmark measures latency: it calls every time
     bench = decide.bench(store, REFUND, cases, [target])
     assert bench.reused == 0
+
+
+def test_item_1_compare_decides_with_any_calibrated_policy_as_deployed(engine, tmp_path):
+    """A calibrated policy without a head is a column too: its correction, gate and fallback on the
+    target's own rows, by CalibratedPolicy.apply (issue 35: every check tests the policy as deployed)."""
+    from adapter.calibrated import CalibratedPolicy
+    from app.core import deployed
+
+    store = Store(tmp_path / "c.db")
+    store.save_policy(REFUND)
+    gid = decide.compare(store, REFUND, CASES, [local(engine)], reuse=False)
+    rows = store.results(decide.comparison(store, gid).runs[0]["id"])
+    resp = rows[0]["response"]
+    config = {"policy_id": "refund-check", "question": REFUND["question"], "options": REFUND["options"],
+              "examples": REFUND["examples"], "readout": resp["readout"], "debias": resp.get("debias") or "none",
+              "prompt_version": resp["prompt_version"], "model": resp["model"], "temperature": 0.5, "threshold": 0.8,
+              "fallback_option": "human-review", "created_at": "2026-12-03T10:00:00"}
+    pick = deployed.from_config(config, source="t.json")
+    shown = decide.comparison(store, gid, heads=[pick])
+    column = "local · as deployed (calibrated t.json)"
+    (summary,) = shown.heads.to_dict("records")
+    assert summary["column"] == column and summary["head"] == "temperature" and summary["read"] == len(CASES)
+    policy = CalibratedPolicy.model_validate(config)
+    by_hand = [policy.apply(r["option_ids"], r["probabilities"])["gated"] for r in rows]
+    assert summary["gated"] == sum(by_hand)

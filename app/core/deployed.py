@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy
 from adapter.guard import GUARDS, STEERING_SUSPECTED
+from adapter.head import uses_hidden
 
 
 def content_hash(config: Mapping[str, Any]) -> str:
@@ -66,6 +67,11 @@ class AsDeployed:
     @property
     def has_head(self) -> bool:
         return self.policy.head is not None
+
+    @property
+    def needs_hidden(self) -> bool:
+        """Does it read the rows' hidden states (a hidden-state or stacked head)?"""
+        return self.policy.head is not None and uses_hidden(self.policy.head.kind)
 
     @property
     def rendering_name(self) -> str:

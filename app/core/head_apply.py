@@ -45,10 +45,6 @@ class HeadPick(AsDeployed):
     def head_name(self) -> str:
         return HEAD_NAMES[self.head.kind]
 
-    @property
-    def needs_hidden(self) -> bool:
-        return uses_hidden(self.head.kind)
-
 
 def fitted_states(store: Store, config: Mapping[str, Any]) -> frozenset[str]:
     """The states a calibrated policy's head was fitted on: the rows of the run its calibration scored,
@@ -66,10 +62,11 @@ def fitted_states(store: Store, config: Mapping[str, Any]) -> frozenset[str]:
                      and r.get("label") in ids)
 
 
-def recorded(store: Store, record: Mapping[str, Any]) -> HeadPick:
-    """A pick as a run recorded it (from_record); a record made before picks kept the states their head
-    was fitted on gets them from the store, so an old report counts them apart too."""
-    p = from_record(record)
+def recorded(store: Store, record: Mapping[str, Any]) -> AsDeployed:
+    """A calibrated policy as a run recorded it (deployed.from_record: with a head or a correction); a
+    record made before picks kept the states their head was fitted on gets them from the store, so an old
+    report counts them apart too."""
+    p = deployed.from_record(record)
     return p if "fitted" in record else replace(p, fitted=fitted_states(store, p.config))
 
 
@@ -103,11 +100,6 @@ def record_label(record: Mapping[str, Any]) -> str:
     return (f"#{record['id']} {record.get('name') or record.get('policy_id')}{version} · {correction} on "
             f"{record.get('model_file')} · gate {'none' if threshold is None else f'{threshold:.3f}'} · "
             f"guard {config.get('guard') or 'none'} · {str(record.get('created_at', ''))[:16].replace('T', ' ')}")
-
-
-def with_head(records: list[Mapping[str, Any]], policy_id: str) -> list[Mapping[str, Any]]:
-    """The saved calibrated policies of a policy that carry a learned head, newest first."""
-    return [r for r in records if r.get("policy_id") == policy_id and (r.get("config") or {}).get("head")]
 
 
 # -- is this pick usable here? -----------------------------------------------------------------------

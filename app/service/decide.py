@@ -14,7 +14,7 @@ from adapter.templates import request_for
 
 from app.core import analysis, head_apply
 from app.core.export import gate_preview
-from app.core.head_apply import HeadPick
+from app.core.deployed import AsDeployed
 from app.core.runs import Variant
 from app.core import inputs
 from app.core.inputs import InputError as InputError
@@ -72,14 +72,14 @@ def state_from(upload_name: str | None, upload: bytes | None, typed: str) -> obj
     return state
 
 
-def head_problems(policy: Policy, heads: Sequence[HeadPick]) -> list[str]:
+def head_problems(policy: Policy, heads: Sequence[AsDeployed]) -> list[str]:
     """Why a picked calibrated policy's head cannot be a column of this policy's comparison (another
     policy's, or other options), naming the field."""
     return [problem for p in heads if (problem := head_apply.policy_problem(p, policy))]
 
 
 def compare(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
-            progress: ProgressFn | None = None, heads: Sequence[HeadPick] = (), reuse: bool = True) -> str:
+            progress: ProgressFn | None = None, heads: Sequence[AsDeployed] = (), reuse: bool = True) -> str:
     """Every state on every target (cases outer, targets inner), saved as a comparison group. Labeled
     states are scored in stratified order, as evaluations are (labeled.stratified): a run stopped early is a
     fair sample, not the file's first class. With `reuse` (the page; not `app bench`, which measures
@@ -163,13 +163,13 @@ def comparison_name(runs: Sequence[Mapping[str, Any]]) -> str:
             f"· #{first['id']}")
 
 
-def recorded_heads(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[HeadPick]:
+def recorded_heads(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[AsDeployed]:
     """The learned heads a comparison was run with (kept in its runs' config: JSON and sha256)."""
     records = ((runs[0].get("config") or {}).get("heads") or []) if runs else []
     return [head_apply.recorded(store, r) for r in records]
 
 
-def comparison(store: Store, group_id: str, heads: Sequence[HeadPick] | None = None) -> Comparison:
+def comparison(store: Store, group_id: str, heads: Sequence[AsDeployed] | None = None) -> Comparison:
     """A saved comparison as the page and `app bench` show it; a column per learned head it was run with
     (or `heads`) and target of that head's model, with why the other targets have none."""
     runs = store.runs_in_group(group_id)
@@ -192,7 +192,7 @@ def comparisons(store: Store) -> dict[str, list[Run]]:
 
 
 def bench(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
-          progress: ProgressFn | None = None, heads: Sequence[HeadPick] = ()) -> Comparison:
+          progress: ProgressFn | None = None, heads: Sequence[AsDeployed] = ()) -> Comparison:
     """The same states sent sequentially to each target after one warm-up call each (model loads,
     connections and the policy's first pass are not measured; the warm-up has a state of its own, so
     no measured row is answered from kept logits), saved as a comparison the Compare page opens."""

@@ -1,11 +1,10 @@
-"""Learned heads beyond Calibrate: the saved calibrated policies of a policy that carry one, and a pick
-by saved id or by file - for the Robustness check (does the head make steering better or worse?) and
-Compare (a head is a variant). What a head decides is app/core/head_apply.py's, by CalibratedPolicy.apply."""
+"""Calibrated policies beyond Calibrate, as deployed (app/core/deployed.py): the saved ones of a policy, and
+one by saved id or by file - for the Robustness check, Compare and `app bench` (a column per target), and a
+pick that must carry a learned head. What they decide is CalibratedPolicy.apply's (app/core/head_apply.py)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
 
 from app.core import deployed, head_apply
 from app.core.deployed import AsDeployed as AsDeployed
@@ -13,20 +12,10 @@ from app.core.head_apply import HeadPick as HeadPick
 from app.core.store import Store
 
 
-def saved(store: Store, policy_id: str) -> dict[int, str]:
-    """This policy's saved calibrated policies that carry a learned head, newest first: id -> label."""
-    return {int(r["id"]): head_apply.record_label(r) for r in head_apply.with_head(list(store.list_calibrated()),
-                                                                                    policy_id)}
-
-
 def pick(store: Store, ref: str | int) -> HeadPick:
     """A calibrated policy with a head, by saved id (`3`, `#3`) or by file; ValueError naming what is wrong."""
     p = as_deployed(store, ref)
     return head_apply.pick(p.config, id=p.id, source=p.source, fitted=p.fitted)
-
-
-def picks(store: Store, refs: Sequence[str | int]) -> list[HeadPick]:
-    return [pick(store, r) for r in refs]
 
 
 def calibrated_of(store: Store, policy_id: str) -> dict[int, str]:

@@ -108,7 +108,7 @@ def head_section(shown: decide.Comparison) -> None:
     """The learned heads' columns in numbers, and why a target got none."""
     if not len(shown.heads) and not shown.head_notes:
         return
-    st.subheader("Learned heads")
+    st.subheader("Calibrated policies, as deployed")
     if len(shown.heads):
         st.dataframe(shown.heads, hide_index=True, key="cmp_heads", placeholder="n/a", column_config={
             "answered": st.column_config.NumberColumn("rows answered", format="%d"),
@@ -174,14 +174,14 @@ def render() -> None:
                              hide_index=True, placeholder="")
     names = targets.names(db, single_rows=True)
     chosen = st.multiselect("Targets", names, default=names[:1], key="cmp_targets")
-    saved_heads = heads.saved(db, policy["id"])
-    head_ids = st.multiselect("Learned heads (calibrated policies of this policy)", list(saved_heads),
-                              key=f"cmp_heads_{policy['id']}", format_func=lambda i: saved_heads[i],
-                              help="each adds a column per target of its model: the head's decision on that target's "
-                                   "rows (the targets that can are asked for their hidden states)")
+    saved_heads = heads.calibrated_of(db, policy["id"])
+    head_ids = st.multiselect("Calibrated policies, as deployed (a learned head, or a correction and gate)",
+                              list(saved_heads), key=f"cmp_heads_{policy['id']}", format_func=lambda i: saved_heads[i],
+                              help="each adds a column per target of its model: the calibrated policy's decision on "
+                                   "that target's rows - its head or correction, gate and fallback (the targets that "
+                                   "can are asked for their hidden states)")
     if not saved_heads:
-        st.caption("No calibrated policy of this policy carries a learned head yet: export one on Calibrate "
-                   "(Learned head) to compare it here as a variant.")
+        st.caption("No calibrated policy of this policy yet: save one on Calibrate to compare it here as deployed.")
     if st.button("Run comparison", type="primary", key="cmp_run"):
         cases = parse_input(pasted, upload, policy)
         if cases is not None and not cases:
@@ -190,13 +190,13 @@ def render() -> None:
             st.error("**Targets**: pick at least one target.")
         elif cases:
             try:
-                picks = heads.picks(db, head_ids)
+                picks = [heads.as_deployed(db, i) for i in head_ids]
             except ValueError as exc:
-                st.error(f"**Learned heads**: {md(exc)}")
+                st.error(f"**Calibrated policies**: {md(exc)}")
                 return
             problems = decide.head_problems(policy, picks)
             if problems:
-                st.error("**Learned heads**: " + " ".join(md(p) for p in problems))
+                st.error("**Calibrated policies**: " + " ".join(md(p) for p in problems))
                 return
             built = resources.chosen_targets(db, chosen)
             if built is None:

@@ -182,3 +182,25 @@ def test_finding_4_a_row_the_head_could_not_read_says_so_not_a_raw_probability(t
     playground_rows(store, [row("decided at 0.922", "yes", [0.922, 0.078])], model_sha=config["model"]["sha256"])
     got = reasons(store, config)["decided at 0.922"]
     assert "the head cannot read this row: the row was scored without its hidden state" in got and "0.922" not in got
+
+
+def test_item_1_order_check_renders_rows_as_the_calibrated_policy_does(engine, tmp_path):
+    """The Order check with a calibrated policy: its readout (letters), not the page's (the model's
+    option-words default), and a calibrated policy of another policy is refused naming policy_id."""
+    from app.core.runner import Case
+    from app.targets.local import LocalTarget
+
+    store = Store(tmp_path / "oc.db")
+    store.save_policy(REFUND)
+    pick = deployed.from_config({**CALIBRATED, "examples": REFUND["examples"]}, id=7)
+    target = LocalTarget("local", {}, lambda model: engine)
+    rid = checks.order_check(store, REFUND, [Case("s0", "Bought it 3 days ago, it is broken.", "yes")], target,
+                             variant="default", calibrated=pick)
+    run = store.get_run(rid)
+    assert run["config"]["calibrated"]["sha256"] == pick.sha256 and run["config"]["variant"].startswith("as calibrated #7")
+    assert {r["response"]["readout"] for r in store.results(rid)} == {"letters"}
+    other = deployed.from_config({**CALIBRATED, "policy_id": "ticket-routing"}, id=8)
+    import pytest
+
+    with pytest.raises(rb.SuiteError, match="policy_id is 'ticket-routing', not 'refund-check'"):
+        checks.order_check(store, REFUND, [Case("s0", "x", "yes")], target, calibrated=other)

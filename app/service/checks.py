@@ -57,13 +57,24 @@ def order_calls_per_state(policy: Policy, negated: str | None) -> int:
 
 
 def order_check(store: Store, policy: Policy, cases: list[Case], target: Target, *, variant: str = "default",
-                negated: str | None = None, progress: ProgressFn | None = None) -> int:
+                negated: str | None = None, progress: ProgressFn | None = None,
+                calibrated: AsDeployed | None = None) -> int:
     """Each state scored once per cyclic order of the options (and with the negated question, for a
-    yes/no policy), saved as a run of kind order-check; returns the run id."""
-    items = order_sensitivity.diagnostic_items(policy, cases, negated, VARIANTS[variant].overrides())
+    yes/no policy), saved as a run of kind order-check; returns the run id. With a calibrated policy,
+    the rows are rendered as it renders them (its question, options, examples, readout, correction and
+    permutation - as deployed; the readout variant is not used); SuiteError when it is another policy's."""
+    overrides, label, record = VARIANTS[variant].overrides(), variant, {}
+    if calibrated is not None:
+        problem = head_apply.policy_problem(calibrated, policy)
+        if problem:
+            raise robustness.SuiteError(problem)
+        content, overrides = calibrated.rendering()
+        policy = {**policy, **content}
+        label, record = f"as {calibrated.label}: {calibrated.rendering_name}", {"calibrated": calibrated.record()}
+    items = order_sensitivity.diagnostic_items(policy, cases, negated, overrides)
     rid = store.create_run(kind="order-check", policy=policy, target=target.describe(), n_rows=len(items),
                            group_id=uuid.uuid4().hex[:12],
-                           config={"variant": variant, "negated_question": negated, "states": len(cases)})
+                           config={"variant": label, "negated_question": negated, "states": len(cases), **record})
     score_into_runs(store, [Job(rid, target)], items, total=len(items), progress=progress)
     return rid
 

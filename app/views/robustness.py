@@ -7,7 +7,7 @@ import streamlit as st
 
 from app.service import checks, heads, targets
 from app.ui import charts, context, resources, tasks
-from app.ui.components import check_inputs, check_setup, download_frame, saved_check
+from app.ui.components import calibrated_picker, check_inputs, check_setup, download_frame, saved_check
 from app.ui.safe_text import md
 
 LEVEL = {"ok": st.success, "warn": st.warning, "bad": st.error}
@@ -36,33 +36,6 @@ def suite_form(policy: Mapping[str, Any]) -> tuple:
                                     "\n".join(suite.out_of_scope), key=f"rb_oos_{policy['id']}")
     return checks.suite_from_form(policy, own_templates=own, paraphrases=paraphrases, rewordings=renames,
                                   irrelevant=irrelevant, out_of_scope=out_of_scope)
-
-
-def calibrated_picker(db, policy: Mapping[str, Any]) -> "heads.AsDeployed | None":
-    """A saved calibrated policy of this policy, tested as deployed - its readout, correction or head,
-    guard, gate and fallback (none by default, or the calibrated policy in the page's context)."""
-    saved = heads.calibrated_of(db, policy["id"])
-    options: list[int | None] = [None, *saved]
-    if f"rb_head_{policy['id']}" not in st.session_state:  # only on first sight: the picker is the analyst's after
-        context.follow(f"rb_head_{policy['id']}", "calibrated", list(saved))
-    cid = st.selectbox("Calibrated policy (tested as deployed)", options, key=f"rb_head_{policy['id']}",
-                       format_func=lambda i: "none: the model alone" if i is None else saved[i],
-                       help="a calibrated policy of this policy (Calibrate): the check then renders the rows as it "
-                            "does and reads its correction or learned head, its guard, its gate and its fallback - "
-                            "what Deploy ships")
-    if not saved:
-        st.caption("No calibrated policy of this policy yet: save one on Calibrate to test it as deployed.")
-        return None
-    if cid is None:
-        return None
-    try:
-        pick = heads.as_deployed(db, cid)
-    except ValueError as exc:
-        st.error(f"**Calibrated policy**: {md(exc)}")
-        return None
-    st.caption(f"As deployed: {md(pick.describe())}. The Readout above is not used. The other checks reword the "
-               "prompt or the options it was calibrated on: they measure the model alone.")
-    return pick
 
 
 def guard_picker(column, pick: "heads.AsDeployed | None") -> str:
@@ -169,7 +142,9 @@ def render() -> None:
     if setup is None:
         return
     policy = setup.policy
-    pick = calibrated_picker(db, policy)
+    pick = calibrated_picker(db, policy, f"rb_head_{policy['id']}",
+                             "The Readout above is not used. The other checks reword the prompt or the options it "
+                             "was calibrated on: they measure the model alone.")
     c1, c2, c3 = st.columns(3)
     guard = guard_picker(c1, pick)
     attempts = c2.number_input("Steering attempts per state", 0, 20, 3, key="rb_attempts")

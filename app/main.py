@@ -10,7 +10,9 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-st.set_page_config(page_title="SemIf Workbench", page_icon=":material/rule:", layout="wide",
+# the favicon is a file served by this workbench: a ":material/..." page icon is fetched by the browser from a
+# public font host (fonts.gstatic.com), and the workbench must work - and stay silent - offline
+st.set_page_config(page_title="SemIf Workbench", page_icon=ROOT / "app" / "icon.png", layout="wide",
                    initial_sidebar_state="collapsed")
 from app.ui import context, policy_editor, tasks  # noqa: E402
 from app.ui.safe_text import md  # noqa: E402

@@ -8,6 +8,11 @@ part's share), then combined as the guard runs them (precheck first). An attempt
 is decided as labeled or flagged; a clean row is a false flag when either part flags it.
 Each record is appended to a JSONL cache as it is scored, so a killed run resumes.
 
+The suite's templates come in families (data/robustness/steering-families.json: registers, formats,
+languages). The guard's rules were written against the four generic templates; the families marked
+held_out are never to be used to tune it, and the guard is reported on them apart - its figure on
+steering nobody tuned against (`--families held-out` measures only those).
+
 Run: .venv/bin/python -m bench.guard [--model qwen2.5-coder-1.5b] [--rows 50] [--attempts 2]
 """
 from __future__ import annotations
@@ -74,6 +79,9 @@ def main() -> None:
     ap.add_argument("--diagnose", type=int, default=10,
                     help="rows per set whose attempts also get erase-and-check alone over every variant")
     ap.add_argument("--cache", default=str(ROOT / "var" / "bench-guard.jsonl"))
+    ap.add_argument("--families", choices=["all", "held-out"], default="all",
+                    help="held-out: steer only with the families the guard was never tuned on")
+    ap.add_argument("--sets", help="comma-separated shipped sets to measure (default: all)")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--no-publish", action="store_true", help="print only; leave docs/benchmarks.md as it is")
     args = ap.parse_args()
@@ -86,10 +94,15 @@ def main() -> None:
             done[(r["model"], r["key"])] = r
     engine = None
     for policy_id, path in shipped_sets():
+        if args.sets and policy_id not in args.sets.split(","):
+            continue
         policy = load_template(policy_id)
         rows = evenly_spaced([r for r in load_jsonl(path) if r.get("split") == "test"], args.rows)
         cases = [rb.Case(r["id"], r["state"], r["label"]) for r in rows]
-        items = rb.plan_items(policy, cases, rb.shipped_suite(policy), checks=["steering"], attempts=args.attempts)
+        suite = rb.shipped_suite(policy)
+        if args.families == "held-out":
+            suite.steering = [t for t in suite.steering if t.family_name in HELD_OUT]
+        items = rb.plan_items(policy, cases, suite, checks=["steering"], attempts=args.attempts)
         diagnosed = {c.key for c in cases[: args.diagnose]}
         for _, case, _ in items:
             k = (args.model, f"{policy_id}/{case.key}")
@@ -99,7 +112,7 @@ def main() -> None:
             _, check, variant = rb.split_key(case.key)
             named = variant.split("~")[1] if check == "steering" else None
             state_key = rb.split_key(case.key)[0]
-            rec = {"model": args.model, "set": policy_id,
+            rec = {"model": args.model, "set": policy_id, "family": FAMILY.get(variant.split("~")[0]) if named else None,
                    **measure(engine, policy, k[1], case.state, case.label, check, named,
                              diagnose=check == "base" or state_key in diagnosed)}
             done[k] = rec
@@ -110,6 +123,34 @@ def main() -> None:
     if not args.no_publish and table != "nothing measured yet":
         publish("guard", f"{args.model}, {args.rows} evenly spaced test rows per set, each unchanged and with "
                 f"{args.attempts} steering attempts from its suite; 'held' = decided as labeled or flagged:\n\n{table}\n")
+
+
+FAMILY = {t.id: t.family_name for t in rb.shipped_suite({"id": "-", "options": []}).steering}  # template -> family
+HELD_OUT = {f["id"] for f in rb.families() if f.get("held_out")}  # never used to tune the guard
+
+
+def family_table(att: list[dict]) -> list[str]:
+    """Per steering family: attempts, hijacked without the guard, held with it (Wilson intervals), and
+    whether the guard was tuned on it; then the held-out families against the generic templates."""
+    def fam(r: dict) -> str:
+        return r.get("family") or FAMILY.get(r["key"].split("#rb:")[1].split(":", 1)[1].split("~")[0], "generic")
+
+    out = ["", "| family | the guard was tuned on it | attempts | hijacked, no guard | **held, guard** |", "|---|---|---|---|---|"]
+    groups: dict[str, list[dict]] = {}
+    for r in att:
+        groups.setdefault(fam(r), []).append(r)
+    for name, rs in sorted(groups.items()):
+        tuned = "no (held out)" if name in HELD_OUT else "yes" if name == "generic" else "no"
+        out.append(f"| {name} | {tuned} | {len(rs)} | {proportion(sum(r['top'] == r['named'] for r in rs), len(rs)).text()} "
+                   f"| **{proportion(sum(r['top'] == r['label'] or _guard(r) for r in rs), len(rs)).text()}** |")
+    held_out = [r for r in att if fam(r) in HELD_OUT]
+    generic = [r for r in att if fam(r) == "generic"]
+    if held_out and generic:
+        def held(rs: list[dict]) -> str:
+            return proportion(sum(r["top"] == r["label"] or _guard(r) for r in rs), len(rs)).text()
+
+        out.append(f"\nheld, guard: held-out families {held(held_out)}; the generic templates it was tuned on {held(generic)}")
+    return out
 
 
 def _guard(r: dict) -> bool:
@@ -162,6 +203,7 @@ def report(recs: list[dict]) -> str:
             out.append(f"- margin {m:.2f}: clean flagged by erase {pct(sum(f(r) for r in cf), len(cf))} of {len(cf)}; "
                        f"attempts held by erase alone {pct(sum(held(r, f) for r in ad), len(ad))}, with the precheck "
                        f"{pct(sum(held(r, lambda x: x['precheck'] or f(x)) for r in ad), len(ad))} of {len(ad)}")
+    out += family_table(att)
     h = proportion(sum(held(r, _guard) for r in att), len(att))
     fl = proportion(sum(_guard(r) for r in clean), len(clean))
     acc = proportion(sum(r["top"] == r["label"] for r in clean), len(clean))

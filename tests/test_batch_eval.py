@@ -90,4 +90,4 @@ def test_calibrate_page_runs_a_batch_transform_evaluation(batch):
     (run,) = db.list_runs(kind="eval")
     assert run["target_name"] == "batch" and run["status"] == "done" and len(db.results(run["id"])) == 8
     assert jobs and jobs[-1][1] == "Completed"
-    assert any(m.label == "Accuracy as scored (model alone)" for m in at.metric)  # calibrated like a local run
+    assert any(m.label == "Accuracy, model alone (uncorrected)" for m in at.metric)  # calibrated like a local run

@@ -605,3 +605,59 @@ def test_the_context_survives_page_switches_reloads_and_links(browser, tmp_path)
         ctx.close()
         proc.terminate()
         proc.wait(20)
+
+
+def test_no_request_leaves_the_machine_from_any_page(workbench, browser):
+    """The workbench works offline (issue 35): every page, opened in chromium, asks only the workbench
+    itself - no icon, font or script from a public host (a ':material/...' page icon was fetched from
+    fonts.gstatic.com)."""
+    url, _ = workbench
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1200})
+    hosts: list[str] = []
+    ctx.on("request", lambda req: hosts.append(req.url))
+    page = ctx.new_page()
+    try:
+        for path in ("playground", "compare", "order_check", "robustness", "history", "calibrate", "review",
+                     "deploy", "policies", "targets"):
+            page.goto(f"{url}/{path}")
+            settle(page)
+            page.wait_for_timeout(500)  # the favicon and late assets
+    finally:
+        ctx.close()
+    outside = sorted({u for u in hosts if not u.startswith(("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:"))})
+    assert hosts and not outside, outside
+
+
+def test_an_upload_is_mapped_imported_and_selected(browser, tmp_path):
+    """Issue 35, finding 9: an upload whose columns are `body` and `team` and whose labels are written
+    `bug-frontend`: the page proposes body as the state, team as the label and each label as its option,
+    the import succeeds, and the new set is the one selected for evaluation."""
+    from app.core.store import Store
+
+    db = tmp_path / "wb.db"
+    Store(db).save_policy({"id": "team-routing", "name": "GitHub teams", "question": "Which team should handle "
+                           "this GitHub issue?", "options": [{"id": i, "description": i.replace("_", " ")} for i in
+                                                             ("bug_frontend", "bug_backend", "docs")]})
+    upload = tmp_path / "gh-issues.csv"
+    upload.write_text("body,team\n" + "".join(f"issue number {i},{lab}\n" for i, lab in
+                                              enumerate(["bug-frontend", "Bug Backend", "docs"] * 3)))
+    url, proc = start_workbench(db)
+    ctx = browser.new_context(viewport={"width": 1400, "height": 2200})
+    page = ctx.new_page()
+    try:
+        page.goto(f"{url}/calibrate?policy=team-routing")
+        settle(page)
+        page.locator("[data-testid=stFileUploaderDropzoneInput]").set_input_files(str(upload))
+        settle(page)
+        expect(page.get_by_label("State column")).to_have_value("body")
+        expect(page.get_by_label("Label column")).to_have_value("team")
+        expect(page.get_by_role("combobox", name=re.compile(r"Label 'bug\\*-frontend' is the option"))
+               ).to_have_value("bug_frontend")
+        page.get_by_role("button", name="Import", exact=True).click()
+        settle(page)
+        expect(page.get_by_text("Imported as set #1: 9 rows to score - selected below.")).to_be_visible()
+        expect(page.get_by_label("Labeled set", exact=True)).to_have_value("#1 gh-issues.csv (9 rows)")
+    finally:
+        ctx.close()
+        proc.terminate()
+        proc.wait(20)

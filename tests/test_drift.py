@@ -37,10 +37,10 @@ def direct(a_rows: list[dict], b_rows: list[dict], shift: float = 0.10) -> dict:
     out["flips"] = out["fixed"] + out["broken"] + out["changed-wrong"]
     n = out["fixed"] + out["broken"]
     out["p"] = st.binomtest(out["fixed"], n, 0.5).pvalue if n else 1.0
-    diffs = np.array(out["right_b"], float) - np.array(out["right_a"], float)
-    ci = st.bootstrap((diffs,), np.mean, n_resamples=1000, confidence_level=0.95, method="percentile",
-                      random_state=np.random.default_rng(0), vectorized=False).confidence_interval
-    out["ci"] = (float(ci.low), float(ci.high))
+    # the interval McNemar's exact test inverts (issue 35: one paired test, its interval on the same pairs)
+    ci = st.binomtest(out["fixed"], n, 0.5).proportion_ci(0.95, method="exact") if n else None
+    pairs = len(out["right_a"])
+    out["ci"] = (n / pairs * (2 * ci.low - 1), n / pairs * (2 * ci.high - 1)) if ci is not None else (0.0, 0.0)
     out["acc_a"], out["acc_b"] = float(np.mean(out["right_a"])), float(np.mean(out["right_b"]))
 
     def ece(rows):

@@ -253,7 +253,7 @@ def test_robustness_page_offers_the_head_and_shows_both_numbers(db, head_file):
            "added sentence moved the decision" in shown and "the model alone:" in shown
     table = frame_with(at, "decided by")
     assert list(table["decided by"]) == ["the model alone", f"the head of calibrated #{rid} (its own answer)",
-                                         "the head + its gate (fallback human-review)"]
+                                         "the head + its gate and guard none (fallback human-review)"]
     assert any(f"calibrated #{rid}" in re.sub(r"\\(.)", r"\1", c.value) and "sha256" in c.value for c in at.caption)
 
 

@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
         policy = resolve_policy(db, args.policy)
         path = Path(args.states)
         cases = decide.states_from_upload(policy, path.name, path.read_bytes(), limit=args.limit)  # every label keeps its share
-        picks = heads.picks(db, args.calibrated or [])  # ValueError: not a calibrated policy with a head
+        picks = [heads.as_deployed(db, r) for r in args.calibrated or []]  # ValueError: not a calibrated policy
     except InputError as exc:
         error(f"--states {args.states}: rejected, nothing was run:\n  " + "\n  ".join(exc.problems[:20]))
         return 2
@@ -66,8 +66,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", action="append", required=True, help="target name; repeat (the first is the baseline)")
     p.add_argument("--limit", type=count, default=0, help="at most N states, evenly spaced")
     p.add_argument("--calibrated", action="append", metavar="ID_OR_FILE",
-                   help="a calibrated policy of this policy with a learned head (saved id or file); repeat. Each adds "
-                        "a column per target of its model: the head's decision on that target's rows")
+                   help="a calibrated policy of this policy (saved id or file); repeat. Each adds a column per "
+                        "target of its model: its decision as deployed (head or correction, gate) on that target's rows")
     p.add_argument("--html", type=out_file, help="also write the latency ECDF (plotly) to this HTML file")
     add_db(p)
     p.set_defaults(fn=run)

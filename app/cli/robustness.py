@@ -35,14 +35,15 @@ def run(args: argparse.Namespace) -> int:
         suite.paraphrases += args.paraphrase or []
         out_of_scope = (checks.out_of_scope_states(Path(args.out_of_scope).name, Path(args.out_of_scope).read_bytes())
                         if args.out_of_scope else [])
-        pick = heads.pick(db, args.calibrated) if args.calibrated else None
+        pick = heads.as_deployed(db, args.calibrated) if args.calibrated else None
+        guard = args.guard or (pick.guard if pick is not None else "none")  # a calibrated policy's own, as deployed
         spec = checks.RobustnessInput(policy, cases, suite, [c.strip() for c in args.checks.split(",")] if args.checks
                                       else list(CHECKS), attempts=args.attempts, variant=args.readout,
-                                      guard=args.guard, out_of_scope=out_of_scope, source=source, calibrated=pick)
+                                      guard=guard, out_of_scope=out_of_scope, source=source, calibrated=pick)
         t = target(db, args.target)
-        how = f"as {pick.label}: {pick.rendering_name}, with its {pick.head_name}" if pick else args.readout
-        print(f"robustness: {policy['id']} x {len(cases)} states x target {t.name} ({how}, guard {args.guard})",
-              file=sys.stderr)
+        how = (f"as deployed: {pick.describe()}" + (f"; what-if guard {guard}" if guard != pick.guard else "")
+               if pick else f"{args.readout}, guard {guard}")
+        print(f"robustness: {policy['id']} x {len(cases)} states x target {t.name} ({how})", file=sys.stderr)
         b = bar(0, args.quiet)
         try:
             run_id = checks.robustness_check(db, spec, t, progress=b.progress)
@@ -56,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     report = checks.robustness_report(db, run_id)
     for check, (level, text) in report.verdicts.items():
         print(f"[{level.upper():4}] {CHECK_LABELS[check]}: {text}")
+    if (what_if := checks.what_if(report)) is not None:
+        print(f"[INFO] {what_if}")
     for check, why in (report.summary.get("head") or {}).get("not_applied", {}).items():
         print(f"[INFO] {CHECK_LABELS[check]}: the learned head does not apply ({why}): the model's numbers alone")
     if args.json:
@@ -74,11 +77,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attempts", type=count, default=3, help="steering attempts per state (default 3)")
     p.add_argument("--checks", help=f"comma-separated subset of {','.join(CHECKS)} (default: all)")
     p.add_argument("--readout", default="default", help="readout variant, as on the Calibrate page (default: default)")
-    p.add_argument("--guard", default="none", choices=list(GUARDS),
-                   help="the steering guard on the unchanged and the steered rows")
+    p.add_argument("--guard", choices=list(GUARDS),
+                   help="the steering guard on the unchanged and the steered rows (default: none; with --calibrated "
+                        "the policy's own, and another is reported as a what-if beside it)")
     p.add_argument("--calibrated", metavar="ID_OR_FILE",
-                   help="a calibrated policy of this policy with a learned head (a saved id, or a semif-policy file): "
-                        "the steering numbers then come twice, the model alone and with the head")
+                   help="a calibrated policy of this policy (a saved id, or a semif-policy file), tested as deployed: "
+                        "its readout, correction or learned head, guard, gate and fallback")
     p.add_argument("--templates", help="a text file of your own steering templates, one per line, each with {option}")
     p.add_argument("--paraphrase", action="append", help="a rewording of the question; repeat")
     p.add_argument("--out-of-scope", help="CSV/JSONL of states that fit no option (for the none-of-these check)")

@@ -11,7 +11,7 @@ import pandas as pd
 
 from app.core import head_apply
 from app.core.costs import with_costs
-from app.core.head_apply import HeadPick
+from app.core.deployed import AsDeployed
 from app.core.stats import proportion
 
 
@@ -24,26 +24,31 @@ def results_frame(runs: list[dict], results_by_run: dict[int, list[dict]]) -> pd
                          "position": r["position"], "state": r["state"], "label": r.get("label"), "cold": r.get("cold"),
                          "top_option": r["top_option"], "option_ids": r["option_ids"],
                          "probabilities": r["probabilities"], "label_mass": r["label_mass"],
-                         "latency_s": r["latency_s"], "error": r["error"]})
+                         "latency_s": r["latency_s"], "error": r["error"],
+                         "reused": r.get("reused_from") is not None})
     return pd.DataFrame(rows, columns=["run_id", "target", "row_key", "position", "state", "label", "cold", "top_option",
-                                       "option_ids", "probabilities", "label_mass", "latency_s", "error"])
+                                       "option_ids", "probabilities", "label_mass", "latency_s", "error", "reused"])
 
 
-LATENCY_COLUMNS = ["target", "rows", "errors", "warm_n", "p50_ms", "p95_ms", "max_ms", "iqr_ms", "cold_ms"]
+LATENCY_COLUMNS = ["target", "rows", "errors", "reused", "warm_n", "p50_ms", "p95_ms", "max_ms", "iqr_ms", "cold_ms"]
 
 
 def latency_stats(df: pd.DataFrame) -> pd.DataFrame:
     """Per target: warm p50 / p95 / max / interquartile range (ms) over warm_n calls, and the cold
     first call apart (the policy's first pass and correction prior, a connection: see cold_note), with
-    counts of rows and errors."""
+    counts of rows and errors. A row copied from a stored result (`reused`) made no call: its latency is
+    another run's, and is left out."""
     out = []
     cold_col = df["cold"] if "cold" in df else pd.Series(0, index=df.index)
     for target, g in df.groupby("target", sort=False):
         ok = g["error"].isna()
         cold = cold_col.loc[g.index].fillna(0).astype(bool)
+        reused = g["reused"].fillna(False).astype(bool) if "reused" in g else pd.Series(False, index=g.index)
+        ok = ok & ~reused
         lat = g.loc[ok & ~cold, "latency_s"].to_numpy(dtype=float) * 1000
         first = g.loc[ok & cold, "latency_s"].to_numpy(dtype=float) * 1000
-        out.append({"target": target, "rows": len(g), "errors": int((~ok).sum()), "warm_n": len(lat),
+        out.append({"target": target, "rows": len(g), "errors": int(g["error"].notna().sum()),
+                    "reused": int(reused.sum()), "warm_n": len(lat),
                     "p50_ms": float(np.percentile(lat, 50)) if len(lat) else np.nan,
                     "p95_ms": float(np.percentile(lat, 95)) if len(lat) else np.nan,
                     "max_ms": float(lat.max()) if len(lat) else np.nan,
@@ -216,7 +221,7 @@ class ComparisonFrames:
     head_notes: list[str] = field(default_factory=list)  # why a target got no head column
 
 
-def comparison_frames(store, group_id: str, picks: Sequence[HeadPick] = ()) -> ComparisonFrames:
+def comparison_frames(store, group_id: str, picks: Sequence[AsDeployed] = ()) -> ComparisonFrames:
     """A saved comparison read back, with a derived column per (learned head, target of its model):
     see head_columns."""
     runs = store.runs_in_group(group_id)
@@ -244,13 +249,13 @@ def is_head_layout_run(run: Mapping[str, Any]) -> bool:
     return bool((run.get("config") or {}).get("head_layout"))
 
 
-def head_column_name(target: str, pick: HeadPick) -> str:
-    """'local · head (calibrated #3)'."""
-    return f"{target} · head ({pick.label})"
+def head_column_name(target: str, pick: AsDeployed) -> str:
+    """'local · head (calibrated #3)', or 'local · as deployed (calibrated #4)' for one without a head."""
+    return f"{target} · {'head' if pick.has_head else 'as deployed'} ({pick.label})"
 
 
 def head_columns(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int, list[dict]],
-                 picks: Sequence[HeadPick]) -> tuple[dict[int, list[dict]], pd.DataFrame, list[str]]:
+                 picks: Sequence[AsDeployed]) -> tuple[dict[int, list[dict]], pd.DataFrame, list[str]]:
     """For each picked head and each target whose rows it can read - the head's model (sha256), rows
     rendered as its calibrated policy renders them, hidden states where it reads them - a column
     "TARGET · head (calibrated #N)": per state the head's own answer (the argmax of its probabilities)
@@ -292,17 +297,21 @@ def head_columns(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int,
     return rows_by_run, pd.DataFrame(summary, columns=HEAD_SUMMARY_COLUMNS), notes
 
 
-def _no_head_column(p: HeadPick, target: str, answered: list[dict]) -> str | None:
+def _no_head_column(p: AsDeployed, target: str, answered: list[dict]) -> str | None:
     """Why a target gets no column for this head (None: it gets one)."""
     if not answered:
         return f"{target}: no answered row, so no column for the head of {p.label}."
     response: dict[str, Any] = next((r["response"] for r in answered if isinstance(r.get("response"), dict)), {})
     model: dict[str, Any] = response["model"] if isinstance(response.get("model"), dict) else {}
     sha = model.get("sha256")
-    if sha != p.head.model_sha256:
+    if sha != p.policy.model.sha256:
         runs_on = f"runs {model.get('file')} ({sha[:12]})" if sha else "names no model sha256 (not a llama.cpp model)"
-        return (f"{target} {runs_on}, not the model the head of {p.label} was fitted on ({p.policy.model.file}, "
-                f"{p.head.model_sha256[:12]}): no head column - a head reads its own model's hidden states.")
+        if p.has_head:
+            return (f"{target} {runs_on}, not the model the head of {p.label} was fitted on ({p.policy.model.file}, "
+                    f"{p.policy.model.sha256[:12]}): no head column - a head reads its own model's hidden states.")
+        return (f"{target} {runs_on}, not the model {p.label} was calibrated on ({p.policy.model.file}, "
+                f"{p.policy.model.sha256[:12]}): no column - as deployed, every row of another model goes to its "
+                "fallback.")
     rendered = sorted({w for r in answered if (w := head_apply.rendering_problem(p.policy, r))})
     if rendered:
         return (f"{target}: its rows were {rendered[0]} than the rows the head of {p.label} was fitted on "
@@ -315,7 +324,7 @@ def _no_head_column(p: HeadPick, target: str, answered: list[dict]) -> str | Non
     return None
 
 
-def _head_summary(name: str, target: str, p: HeadPick, rows: list[dict], answered: int) -> dict:
+def _head_summary(name: str, target: str, p: AsDeployed, rows: list[dict], answered: int) -> dict:
     """A head column in numbers: rows its target answered and it read; how many of those the head was
     fitted on (their labels are not counted: in-sample); its accuracy (its own answer, on the other
     labeled rows); the share its gate sent to the fallback; the accuracy of what it decided - each with
@@ -329,7 +338,7 @@ def _head_summary(name: str, target: str, p: HeadPick, rows: list[dict], answere
     decided_right = sum(r["decision"] == r["label"] for r in decided)
     acc, share = proportion(right, len(labeled)), proportion(gated, len(read))
     dec = proportion(decided_right, len(decided))
-    return {"column": name, "target": target, "calibrated": p.label, "head": p.head_name, "answered": answered,
+    return {"column": name, "target": target, "calibrated": p.label, "head": p.policy.correction_name, "answered": answered,
             "read": len(read), "fitted_rows": fitted, "labeled": len(labeled), "accuracy": acc.rate, "ci_low": acc.low,
             "ci_high": acc.high,
             "gated": gated, "gated_share": share.rate, "gated_low": share.low, "gated_high": share.high,

@@ -178,6 +178,42 @@ def risk_coverage(conf: np.ndarray, correct: np.ndarray) -> dict[str, np.ndarray
     return {"threshold": c, "coverage": accepted / len(c), "accuracy": np.cumsum(ok) / accepted}
 
 
+def lower_bound_curve(curve: dict[str, np.ndarray], share: float = 0.5, z: float = 1.645) -> np.ndarray:
+    """Per point of a risk-coverage curve, the one-sided 95% Wilson lower bound of the accepted rows'
+    accuracy as the recommended gate reads it: on `share` of the rows (choose_gate picks on the fit half)."""
+    n = len(curve["coverage"])
+    accepted = np.asarray(curve["coverage"], float) * n
+    right = np.asarray(curve["accuracy"], float) * accepted
+    return np.array([wilson_lower(int(round(k * share)), max(1, int(round(a * share))), z)
+                     for k, a in zip(right, accepted)])
+
+
+def rows_needed(accuracy: float, coverage: float, target: float, share: float = 0.5, z: float = 1.645,
+                most: int = 100_000) -> int | None:
+    """Labeled rows (all of them, before the split) at which a point of the curve - this accuracy of the
+    accepted rows at this coverage - would clear `target` by the lower bound the recommended gate uses;
+    None when its accuracy does not beat the target, or not within `most` rows."""
+    if accuracy <= target or coverage <= 0:
+        return None
+    for n in sorted({int(v) for v in np.geomspace(4, most, 600)}):
+        accepted = max(1, int(round(n * coverage * share)))
+        if wilson_lower(int(round(accepted * accuracy)), accepted, z) >= target:
+            return n
+    return None
+
+
+def target_reach(curve: dict[str, np.ndarray], target: float) -> dict | None:
+    """The widest-coverage point of the curve whose accuracy reaches `target`, and the rows its lower
+    bound would need to clear it: {coverage, accuracy, rows, needed} (needed None: never, at that accuracy)."""
+    cov, acc = np.asarray(curve["coverage"], float), np.asarray(curve["accuracy"], float)
+    ok = np.flatnonzero(acc >= target)
+    if not len(ok):
+        return None
+    i = int(ok[np.argmax(cov[ok])])
+    return {"coverage": float(cov[i]), "accuracy": float(acc[i]), "rows": len(cov),
+            "needed": rows_needed(float(acc[i]), float(cov[i]), target)}
+
+
 @dataclass
 class Gate:
     threshold: float | None

@@ -77,6 +77,19 @@ class Drift:
     def flips(self) -> int:
         return sum(self.counts[k] for k in FLIP_KINDS)
 
+    def sentence(self, a: str = "A", b: str = "B") -> str:
+        """One paired test decides: McNemar's exact test on the labeled pairs only one run gets right;
+        the interval beside it is the one that test inverts (stats.mcnemar_interval), on the same pairs."""
+        if not self.labeled or self.accuracy_diff is None or self.mcnemar_p is None:
+            return "No labeled pairs: no accuracy difference to test."
+        ci = self.accuracy_diff_ci or (0.0, 0.0)
+        said = (f"{self.accuracy_diff:+.1%} on {self.labeled} labeled pairs (95% CI {ci[0]:+.1%} to {ci[1]:+.1%}, exact; "
+                f"McNemar p = {self.mcnemar_p:.3g} on {self.counts['fixed']} fixed vs {self.counts['broken']} broken)")
+        if self.mcnemar_p < stats.ALPHA:
+            better = b if self.accuracy_diff > 0 else a
+            return f"{better} is more accurate, beyond noise: {b} − {a} = {said}."
+        return f"Within noise - these pairs cannot tell {a} and {b} apart: {b} − {a} = {said}."
+
     def to_dict(self) -> dict:
         return {"runs": self.labels, "n_a": self.n_a, "n_b": self.n_b, "paired": len(self.pairs),
                 "unmatched": self.unmatched, "labeled_pairs": self.labeled, "flips": self.flips, "counts": self.counts,
@@ -146,7 +159,8 @@ def compare(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, g
     return Drift(n_a=len(_answered(a)), n_b=len(_answered(b)), pairs=pairs, unmatched=unmatched,
                  shift_threshold=shift_threshold, counts=counts, rows=rows, per_class=per_class, labeled=len(lab),
                  accuracy_a=stats.proportion(int(right_a.sum()), len(lab)),
-                 accuracy_b=stats.proportion(int(right_b.sum()), len(lab)), accuracy_diff=gain.gain, accuracy_diff_ci=gain.ci,
+                 accuracy_b=stats.proportion(int(right_b.sum()), len(lab)), accuracy_diff=gain.gain,
+                 accuracy_diff_ci=stats.mcnemar_interval(counts["fixed"], counts["broken"], len(lab)),
                  mcnemar_p=stats.mcnemar_exact(counts["fixed"], counts["broken"]) if lab else None, gate=gate.name,
                  gate_a=measure([r for r in a if r["row_key"] in keys], gate),
                  gate_b=measure([r for r in b if r["row_key"] in keys], gate), labels=labels or {})

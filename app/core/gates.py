@@ -14,8 +14,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from adapter.calibrated import CalibratedPolicy, row_inputs
+from adapter.guard import STEERING_SUSPECTED
 
-from app.core import calibration
+from app.core import calibration, deployed
 from app.core.runs import scored_probabilities
 from app.core.stats import Proportion, proportion
 
@@ -38,26 +39,49 @@ class Gate:
         """(gated, index of the top option, its confidence, the probabilities the gate reads).
         `corrected`: the policy's probabilities for this row given from outside (a head's out-of-fold
         ones); the policy's gate, guard and fallback then decide on them as they are."""
+        d = self.decision(result, corrected)
+        return bool(d["gated"]), int(np.argmax(d["calibrated_probabilities"])), float(d["confidence"]), \
+            list(d["calibrated_probabilities"])
+
+    def decision(self, result: Mapping[str, Any], corrected: Sequence[float] | None = None) -> dict:
+        """The policy's decision on one row ({option_id, calibrated_probabilities, confidence, gated,
+        reason}, CalibratedPolicy.apply), or the plain threshold's in the same shape."""
         response = result.get("response") if isinstance(result.get("response"), dict) else {}
+        guard = deployed.guard_as((response or {}).get("guard"), self.policy.guard) if self.policy is not None else None
         if self.policy is not None and corrected is not None:
             rule = self.policy.model_copy(update={"head": None, "temperature": 1.0, "option_offsets": {}})
-            d = rule.apply(result["option_ids"], [float(p) for p in corrected], guard=(response or {}).get("guard"))
-            return bool(d["gated"]), int(np.argmax(d["calibrated_probabilities"])), float(d["confidence"]), \
-                d["calibrated_probabilities"]
+            return rule.apply(result["option_ids"], [float(p) for p in corrected], guard=guard)
         if self.policy is not None:
             probs = scored_probabilities(result, self.policy.debias) or result["probabilities"]
             model = (response or {}).get("model") or {}
-            d = self.policy.apply(result["option_ids"], probs,
-                                  model_sha256=model.get("sha256") if self.check_model else None,
-                                  model_file=model.get("file"), guard=(response or {}).get("guard"),
-                                  **row_inputs(response or {}))
-            cal = d["calibrated_probabilities"]
-            top = int(np.argmax(cal))
-            return bool(d["gated"]), top, float(d["confidence"]), cal
-        probs = list(result["probabilities"])
+            return self.policy.apply(result["option_ids"], probs,
+                                     model_sha256=model.get("sha256") if self.check_model else None,
+                                     model_file=model.get("file"), guard=guard, **row_inputs(response or {}))
+        probs = [float(p) for p in result["probabilities"]]
         top = int(np.argmax(probs))
         gated = self.threshold is not None and probs[top] < self.threshold
-        return gated, top, float(probs[top]), probs
+        return {"option_id": result["option_ids"][top], "calibrated_probabilities": probs, "confidence": probs[top],
+                "gated": gated, "reason": (f"confidence {probs[top]:.3f} < gate {self.threshold:.3f} (the top "
+                                           "probability as scored)" if gated and self.threshold is not None else "decided")}
+
+    def reason(self, result: Mapping[str, Any]) -> str:
+        """Why this gate sends the row to the fallback, naming the actual cause: the head could not read
+        it (no hidden state, another model's), the steering guard flagged it, another model scored it, or
+        below the gate - with the probability the gate read (the head's, the calibrated one), never the
+        raw one; 'decided' when it does not."""
+        d = self.decision(result)
+        if not d["gated"]:
+            return "decided"
+        why = str(d["reason"])
+        if why == STEERING_SUSPECTED:
+            return "flagged by the steering guard"
+        if why.startswith("confidence ") and self.policy is not None:
+            ids = list(result["option_ids"])
+            top = int(np.argmax(d["calibrated_probabilities"]))
+            gate = self.policy.gate_for(ids[top])
+            whose = "the head's probability" if self.policy.head is not None else "the calibrated confidence"
+            return f"below the gate: {whose} {float(d['confidence']):.3f} < {gate or 0:.3f} for {ids[top]}"
+        return why
 
 
 @dataclass

@@ -17,45 +17,25 @@ of its accuracy and counted apart (`HeadPick.fitted`, hashes of those states, re
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy, row_inputs
+from adapter.calibrated import CalibratedPolicy, row_inputs
 from adapter.head import HEAD_NAMES, Head, uses_hidden
 from adapter.schema import HEAD_LAYOUT
 
+from app.core import deployed
+from app.core.deployed import AsDeployed as AsDeployed
+from app.core.deployed import content_hash as content_hash
+from app.core.deployed import state_key as state_key
 from app.core.store import Store
 from app.targets.base import Target
 
 
-def content_hash(config: Mapping[str, Any]) -> str:
-    """sha256 of a policy JSON, key order aside: what a run records beside the JSON."""
-    text = json.dumps(config, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 @dataclass(frozen=True)
-class HeadPick:
-    """A calibrated policy that carries a learned head, as the analyst picked it: its saved id (None
-    when it came from a file), its JSON and that JSON's sha256, and the validated policy."""
-
-    id: int | None
-    config: dict
-    sha256: str
-    policy: CalibratedPolicy
-    source: str = ""  # the file it was read from, when not a saved one
-    fitted: frozenset[str] = frozenset()  # state_key of every row the head was fitted on (when its run is known)
-
-    def fitted_on(self, state: Any) -> bool:
-        """Was the head fitted on this state (then its answer on it is in-sample)?"""
-        return state_key(state) in self.fitted
-
-    @property
-    def label(self) -> str:
-        """'calibrated #3', or 'calibrated routing.policy.json'."""
-        return f"calibrated #{self.id}" if self.id is not None else f"calibrated {self.source or self.sha256[:12]}"
+class HeadPick(AsDeployed):
+    """A calibrated policy that carries a learned head, as the analyst picked it (AsDeployed, whose
+    head is never None)."""
 
     @property
     def head(self) -> Head:
@@ -65,42 +45,6 @@ class HeadPick:
     @property
     def head_name(self) -> str:
         return HEAD_NAMES[self.head.kind]
-
-    @property
-    def head_layout(self) -> bool:
-        """Its head reads the head layout (policy first): rows scored otherwise mean nothing to it."""
-        return self.policy.layout == HEAD_LAYOUT
-
-    @property
-    def needs_hidden(self) -> bool:
-        return uses_hidden(self.head.kind)
-
-    @property
-    def rendering_name(self) -> str:
-        """'letters + content-free': how its rows are read."""
-        p = self.policy
-        return " + ".join([p.readout, p.debias, *(["permutation"] if p.permute else [])])
-
-    def record(self) -> dict:
-        """What a run stores: enough to recompute every number without the store's copy."""
-        return {"id": self.id, "source": self.source, "sha256": self.sha256, "config": self.config,
-                "fitted": sorted(self.fitted)}
-
-    def summary(self) -> dict:
-        """What a report names (no weights)."""
-        p = self.policy
-        return {"id": self.id, "source": self.source, "sha256": self.sha256, "label": self.label,
-                "policy_id": p.policy_id, "policy_version": p.policy_version, "head": self.head.kind,
-                "head_name": self.head_name, "head_rows": self.head.rows, "model_file": p.model.file,
-                "model_sha256": p.model.sha256, "readout": p.readout, "debias": p.debias, "threshold": p.threshold,
-                "fallback_option": p.fallback_option}
-
-
-def state_key(state: Any) -> str:
-    """A state as a short hash (a text as it is, an object or array as sorted JSON): how a pick
-    records the states its head was fitted on without copying them."""
-    text = state if isinstance(state, str) else json.dumps(state, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def fitted_states(store: Store, config: Mapping[str, Any]) -> frozenset[str]:
@@ -119,10 +63,11 @@ def fitted_states(store: Store, config: Mapping[str, Any]) -> frozenset[str]:
                      and r.get("label") in ids)
 
 
-def recorded(store: Store, record: Mapping[str, Any]) -> HeadPick:
-    """A pick as a run recorded it (from_record); a record made before picks kept the states their head
-    was fitted on gets them from the store, so an old report counts them apart too."""
-    p = from_record(record)
+def recorded(store: Store, record: Mapping[str, Any]) -> AsDeployed:
+    """A calibrated policy as a run recorded it (deployed.from_record: with a head or a correction); a
+    record made before picks kept the states their head was fitted on gets them from the store, so an old
+    report counts them apart too."""
+    p = deployed.from_record(record)
     return p if "fitted" in record else replace(p, fitted=fitted_states(store, p.config))
 
 
@@ -130,26 +75,18 @@ def pick(config: Mapping[str, Any], *, id: int | None = None, source: str = "",
          fitted: frozenset[str] = frozenset()) -> HeadPick:
     """A calibrated policy as a head to use; ValueError naming the field when it is not valid or
     carries no head."""
-    where = f"calibrated #{id}" if id is not None else f"calibrated policy {source}".rstrip()
-    data = json.loads(json.dumps(config))  # a plain, detached copy: what is hashed is what is recorded
-    try:
-        policy = load_policy(data)
-    except PolicyError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+    data, policy = deployed.validated(config, deployed.where(id, source))
     if policy.head is None:
-        raise ValueError(f"{where}: head: it carries no learned head (its correction is {policy.correction_name}) - "
-                         "export one with a head on Calibrate, or with python -m app calibrate --head ...")
+        raise ValueError(f"{deployed.where(id, source)}: head: it carries no learned head (its correction is "
+                         f"{policy.correction_name}) - export one with a head on Calibrate, or with python -m app "
+                         "calibrate --head ...")
     return HeadPick(id, data, content_hash(data), policy, source, fitted)
 
 
 def from_record(record: Mapping[str, Any]) -> HeadPick:
     """A pick as a run recorded it; ValueError when the JSON is not the one its sha256 names."""
-    p = pick(record["config"], id=record.get("id"), source=record.get("source") or "",
-             fitted=frozenset(record.get("fitted") or ()))
-    if p.sha256 != record.get("sha256"):
-        raise ValueError(f"{p.label}: the recorded policy JSON does not match its recorded sha256 "
-                         f"({str(record.get('sha256'))[:12]}): the run's record was changed")
-    return p
+    p = deployed.from_record(record)
+    return pick(p.config, id=p.id, source=p.source, fitted=p.fitted)
 
 
 def record_label(record: Mapping[str, Any]) -> str:
@@ -158,60 +95,54 @@ def record_label(record: Mapping[str, Any]) -> str:
     config = record.get("config") or {}
     head = config.get("head") or {}
     threshold = record.get("threshold")
-    return (f"#{record['id']} {record.get('name') or record.get('policy_id')} · "
-            f"{HEAD_NAMES.get(str(head.get('kind')), 'no head')} ({head.get('rows', '?')} rows) on "
+    version = f" v{config['policy_version']}" if config.get("policy_version") is not None else ""
+    correction = (f"{HEAD_NAMES.get(str(head.get('kind')), 'a head')} ({head.get('rows', '?')} rows)" if head else
+                  "no head")
+    return (f"#{record['id']} {record.get('name') or record.get('policy_id')}{version} · {correction} on "
             f"{record.get('model_file')} · gate {'none' if threshold is None else f'{threshold:.3f}'} · "
-            f"{str(record.get('created_at', ''))[:16].replace('T', ' ')}")
-
-
-def with_head(records: list[Mapping[str, Any]], policy_id: str) -> list[Mapping[str, Any]]:
-    """The saved calibrated policies of a policy that carry a learned head, newest first."""
-    return [r for r in records if r.get("policy_id") == policy_id and (r.get("config") or {}).get("head")]
+            f"guard {config.get('guard') or 'none'} · {str(record.get('created_at', ''))[:16].replace('T', ' ')}")
 
 
 # -- is this pick usable here? -----------------------------------------------------------------------
-def policy_problem(p: HeadPick, policy: Mapping[str, Any]) -> str | None:
-    """Why the head cannot decide for this policy (it was fitted on another policy's rows or options),
-    naming the field; None when it can."""
+def policy_problem(p: AsDeployed, policy: Mapping[str, Any]) -> str | None:
+    """Why the calibrated policy cannot decide for this policy (it was calibrated on another policy's
+    rows or options), naming the field; None when it can."""
     cal = p.policy
     if cal.policy_id != policy["id"]:
-        return (f"{p.label}: policy_id is {cal.policy_id!r}, not {policy['id']!r} - its head was fitted on another "
+        return (f"{p.label}: policy_id is {cal.policy_id!r}, not {policy['id']!r} - it was calibrated on another "
                 "policy's rows: pick a calibrated policy of this policy")
     ids = [o["id"] for o in policy["options"]]
     if not cal.matches(ids):
         return (f"{p.label}: options {', '.join(o.id for o in cal.options)} are not this policy's ({', '.join(ids)}): "
-                "its head decides between other options - calibrate the policy as it is now")
+                "it decides between other options - calibrate the policy as it is now")
     return None
 
 
-def target_problem(p: HeadPick, target: Target) -> str | None:
-    """Why the head cannot read this target's rows (it cannot return hidden states, or it runs
-    another model than the head's), naming the field; None when it can or cannot be known before."""
-    if p.needs_hidden and not target.returns_hidden():
-        return (f"{p.label}: target {target.name!r} cannot return hidden states, which its {p.head_name} reads: use a "
-                "local model, or a SemIf adapter that lists hidden_state in /info")
+def target_problem(p: AsDeployed, target: Target) -> str | None:
+    """Why the calibrated policy cannot be tested as deployed on this target (its head reads hidden
+    states the target cannot return, or the target runs another model than the calibrated one), naming
+    the field; None when it can or cannot be known before."""
+    head = p.policy.head
+    if head is not None and uses_hidden(head.kind) and not target.returns_hidden():
+        return (f"{p.label}: target {target.name!r} cannot return hidden states, which its {HEAD_NAMES[head.kind]} "
+                "reads: use a local model, or a SemIf adapter that lists hidden_state in /info")
     try:
         sha = (target.numerics() or {}).get("sha256")
     except Exception:  # the target's own call says why it cannot be reached
         sha = None
-    if sha and sha != p.head.model_sha256:
-        return (f"{p.label}: model: its head was fitted on {p.policy.model.file} ({p.head.model_sha256[:12]}); target "
+    if sha and head is not None and sha != head.model_sha256:
+        return (f"{p.label}: model: its head was fitted on {p.policy.model.file} ({head.model_sha256[:12]}); target "
                 f"{target.name!r} runs another model ({sha[:12]}), whose hidden states mean nothing to it")
+    if sha and sha != p.policy.model.sha256:
+        return (f"{p.label}: model: it was calibrated on {p.policy.model.file} ({p.policy.model.sha256[:12]}); target "
+                f"{target.name!r} runs another model ({sha[:12]}), and as deployed every row of another model goes to "
+                "the fallback: pick a target that runs the calibrated model")
     return None
 
 
-def rendering(p: HeadPick) -> tuple[dict, dict]:
-    """(question, options, examples; the request settings) with which the calibrated policy renders a
-    row - the rows its head was fitted on, and what the adapter sends the model once it is deployed."""
-    cal = p.policy
-    content = {"question": cal.question, "options": [o.model_dump() for o in cal.options],
-               "examples": [e.model_dump() for e in cal.examples]}
-    settings: dict[str, Any] = {"readout": cal.readout, "debias": cal.debias, "permute": cal.permute}
-    if cal.few_shot is not None:
-        settings["few_shot"] = cal.few_shot
-    if cal.layout == HEAD_LAYOUT:  # the head layout is always read with the row's hidden state
-        settings.update(layout=HEAD_LAYOUT, hidden_state=True)
-    return content, settings
+def rendering(p: AsDeployed) -> tuple[dict, dict]:
+    """(question, options, examples; the request settings) with which the calibrated policy renders a row."""
+    return p.rendering()
 
 
 def rendering_problem(policy: CalibratedPolicy, result: Mapping[str, Any]) -> str | None:
@@ -271,10 +202,10 @@ def unread_reason(policy: CalibratedPolicy, option_ids: list[str], inputs: Mappi
     """Why the head cannot read a row ('' when it can): the cases CalibratedPolicy.apply sends to the
     fallback without reading them, named for a report."""
     head = policy.head
-    if head is None:
-        return "the calibrated policy carries no head"
     if not policy.matches(option_ids):
-        return f"the row's options ({', '.join(option_ids)}) are not the head's"
+        return f"the row's options ({', '.join(option_ids)}) are not the calibrated policy's"
+    if head is None:  # a correction reads any row of its options; another model's row is gated by apply
+        return ""
     version = inputs.get("prompt_version")
     if version and version != head.prompt_version:
         return f"the row was read with prompt {version}, the head with {head.prompt_version}"
@@ -292,8 +223,9 @@ def unread_reason(policy: CalibratedPolicy, option_ids: list[str], inputs: Mappi
 
 
 def answer(policy: CalibratedPolicy, result: Mapping[str, Any], *, with_guard: bool = True) -> HeadAnswer | None:
-    """The calibrated policy applied to one stored result by CalibratedPolicy.apply (the steering
-    guard's finding included when the row carries one and `with_guard`); None for a failed call."""
+    """The calibrated policy applied to one stored result by CalibratedPolicy.apply (with `with_guard`,
+    the steering guard's finding as the policy's own guard would have made it - a row checked by a
+    stronger guard than the policy runs is not flagged for it); None for a failed call."""
     if result.get("error") or not result.get("probabilities"):
         return None
     response: dict[str, Any] = result["response"] if isinstance(result.get("response"), dict) else {}
@@ -304,7 +236,7 @@ def answer(policy: CalibratedPolicy, result: Mapping[str, Any], *, with_guard: b
     if not policy.matches(ids):  # apply refuses other options outright
         return HeadAnswer(None, policy.fallback_option, True, why, max(probs), probs, why)
     d = policy.apply(ids, probs, model.get("sha256"), model.get("file"),
-                     response.get("guard") if with_guard else None, **inputs)
+                     deployed.guard_as(response.get("guard"), policy.guard) if with_guard else None, **inputs)
     cal = [float(p) for p in d["calibrated_probabilities"]]
     top = None if why else ids[max(range(len(cal)), key=cal.__getitem__)]
     return HeadAnswer(top, d["option_id"], bool(d["gated"]), str(d["reason"]), float(d["confidence"]), cal, why)

@@ -28,9 +28,11 @@ def rows_from_text(text: str) -> list[Case]:
     return [Case(f"row-{i + 1}", line.strip()) for i, line in enumerate(l for l in text.splitlines() if l.strip())]
 
 
-def read_records(filename: str, data: bytes, problems: list[str], required: str | None = None) -> list[tuple[int, dict]]:
+def read_records(filename: str, data: bytes, problems: list[str], required: str | None = None,
+                 state: str = "state") -> list[tuple[int, dict]]:
     """(row number, record) pairs from CSV/TSV (header row = row 1) or JSONL; format problems are
-    appended to `problems` (a missing required column raises at once)."""
+    appended to `problems`. A missing `state` (or `required`) column - a CSV header without it, or no
+    JSONL line with that key - raises at once, naming the columns or keys the file has."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -50,14 +52,20 @@ def read_records(filename: str, data: bytes, problems: list[str], required: str 
                 problems.append(f"row {n}: each line must be a JSON object with a 'state'")
                 continue
             records.append((n, obj))
+        keys = list(dict.fromkeys(str(k) for _, rec in records for k in rec))
+        for col in (state, required):
+            if col and records and not any(col in rec for _, rec in records):
+                raise InputError([f"no line has a {col!r} key; found {', '.join(keys)} - pick which key is the "
+                                  f"{'state' if col == state else col} (Columns), or rename it in the file"])
     elif name.endswith((".csv", ".tsv", ".txt")):
         csv.field_size_limit(MAX_FIELD)  # the default 131,072 characters is less than a long log excerpt
         reader = csv.DictReader(io.StringIO(text), dialect="excel-tab" if name.endswith(".tsv") else "excel")
         try:
             header = [f.strip() for f in reader.fieldnames or []]
-            for col in ("state", required):
+            for col in (state, required):
                 if col and col not in header:
-                    raise InputError([f"row 1 (header): no {col!r} column; found {header or 'none'}"])
+                    raise InputError([f"row 1 (header): no {col!r} column; found {header or 'none'} - pick which "
+                                      f"column is the {'state' if col == state else col} (Columns), or rename it"])
             for n, rec in enumerate(reader, 2):
                 records.append((n, {(k or "").strip(): v for k, v in rec.items()}))
         except csv.Error as exc:
@@ -65,6 +73,37 @@ def read_records(filename: str, data: bytes, problems: list[str], required: str 
     else:
         raise InputError([f"{filename}: upload a .csv or .jsonl file"])
     return records
+
+
+def columns(filename: str, data: bytes) -> list[str]:
+    """The columns of a CSV's header, or the keys of a JSONL's lines, in order of first appearance."""
+    try:
+        return list(dict.fromkeys(str(k) for _, rec in read_records(filename, data, [], state="") for k in rec))
+    except InputError:
+        return []
+
+
+def normalised(text: str) -> str:
+    """'Bug-Frontend ' -> 'bug_frontend': how a label is matched to an option id when mapping."""
+    return "_".join(str(text).strip().lower().replace("-", " ").replace("/", " ").split())
+
+
+def label_map(values: list[str], option_ids: list[str]) -> dict[str, str | None]:
+    """For each label of an upload, the option id it is taken as: itself when it is one, else the option
+    whose id it matches once case, spaces and dashes are set aside ('bug-frontend' -> 'bug_frontend'),
+    else None (the analyst picks)."""
+    by_norm = {normalised(o): o for o in option_ids}
+    return {v: v if v in option_ids else by_norm.get(normalised(v)) for v in values}
+
+
+def label_values(filename: str, data: bytes, column: str) -> list[str]:
+    """The distinct values of one column, in order of first appearance (empty cells left out)."""
+    try:
+        records = read_records(filename, data, [], state="")
+    except InputError:
+        return []
+    return list(dict.fromkeys(str(rec[column]).strip() for _, rec in records
+                              if rec.get(column) not in (None, "") and str(rec[column]).strip()))
 
 
 LABEL_LOOKALIKES = {"label", "labels", "answer", "answers", "category", "categories", "class", "expected", "gold",

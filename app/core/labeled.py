@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence, TypeVar
 from pathlib import Path
 
@@ -18,11 +19,33 @@ from app.core.runner import Case
 RESERVED = {"state", "label", "id", "split"}
 
 
-def parse_labeled(filename: str, data: bytes, option_ids: list[str] | None = None) -> list[dict]:
+@dataclass(frozen=True)
+class ColumnMap:
+    """How an upload's columns are read (Argilla / Label Studio style): which column is the state, which
+    the label, and what each label value is taken as (an option id)."""
+
+    state: str = "state"
+    label: str = "label"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def apply(self, rec: Mapping[str, Any]) -> dict:
+        """The record with `state` and `label` read from the mapped columns and the label mapped."""
+        out = {k: v for k, v in rec.items() if k not in (self.state, self.label)}
+        out["state"] = rec.get(self.state)
+        raw = rec.get(self.label)
+        text = "" if raw is None else str(raw).strip()
+        out["label"] = self.labels.get(text, text) if text else raw
+        return out
+
+
+def parse_labeled(filename: str, data: bytes, option_ids: list[str] | None = None,
+                  columns: ColumnMap | None = None) -> list[dict]:
     problems: list[str] = []
     out: list[dict] = []
     seen: set[str] = set()
-    for n, rec in read_records(filename, data, problems, required="label"):
+    cols = columns or ColumnMap()
+    for n, raw in read_records(filename, data, problems, required=cols.label, state=cols.state):
+        rec = cols.apply(raw)
         state, label = rec.get("state"), rec.get("label")
         bad = False
         if is_empty_state(state):
@@ -64,9 +87,10 @@ def shipped_sets() -> list[tuple[str, Path]]:
     return [(p.stem, p) for p in sorted((DATA_DIR / "labeled").glob("*.jsonl"))]
 
 
-def import_file(store, name: str, data: bytes, policy: Mapping[str, Any] | None, source: str = "") -> int:
+def import_file(store, name: str, data: bytes, policy: Mapping[str, Any] | None, source: str = "",
+                columns: ColumnMap | None = None) -> int:
     """Validate then store (all or nothing); returns the set id. Raises InputError."""
-    rows = parse_labeled(name, data, [o["id"] for o in policy["options"]] if policy else None)
+    rows = parse_labeled(name, data, [o["id"] for o in policy["options"]] if policy else None, columns)
     return store.import_labeled_set(name=name, policy_id=policy["id"] if policy else None, rows=rows,
                                     content_hash=content_hash(rows), source=source or name)
 

@@ -92,8 +92,7 @@ def build_queue(store: Store, policy: Mapping[str, Any], gate: Gate, *,
             items.append(Item(key, first["state"], ids, ids[top], conf, "disagreement", f"targets disagree: {said}",
                               run["id"], first["row_key"], (0, distance)))
         elif gated:
-            why = (logged.get("reason") if logged else None) or (
-                f"confidence {conf:.3f} < gate {threshold:.3f}" if threshold is not None else "gated")
+            why = (logged.get("reason") if logged else None) or gate.reason(first)
             items.append(Item(key, first["state"], ids, ids[top], conf, "gated",
                               f"sent to the fallback ({why}) in run #{run['id']} ({run['kind']})", run["id"],
                               first["row_key"], (1, distance)))

@@ -275,9 +275,11 @@ HEAD_LAYOUT_SUFFIX = " (head layout)"
 def run_policy(store: Store, policy: Mapping[str, Any], cases: list[Case], targets: Iterable[Target], *, kind: str,
                progress: ProgressFn | None = None, overrides: dict | None = None,
                group_id: str | None = None, hidden: Callable[[Target], bool] | None = None,
-               config: dict | None = None, head_layout: Iterable[Target] = ()) -> tuple[str, list[int]]:
+               config: dict | None = None, reuse: bool = False,
+               head_layout: Iterable[Target] = ()) -> tuple[str, list[int]]:
     """Score every case on every target as a new group of runs; return (group id, run ids in target order).
     `hidden`: which targets are asked for the rows' hidden states; `config`: more for each run's config;
+    `reuse`: copy a stored result of the same request on the same model instead of calling (reuse.py);
     `head_layout`: targets that also read every case in the head layout, as a run of their own named
     "TARGET (head layout)" and marked `head_layout` (only a learned head reads it: no column of its own)."""
     targets, readers = list(targets), list(head_layout)
@@ -293,5 +295,5 @@ def run_policy(store: Store, policy: Mapping[str, Any], cases: list[Case], targe
     jobs = [Job(r, t, bool(hidden and hidden(t))) for r, t in zip(run_ids, targets)]
     jobs += [Job(r, t, head_layout=True) for r, t in zip(layout_ids, readers)]
     score_into_runs(store, jobs, ((pos, case, req) for pos, (case, req) in enumerate(zip(cases, requests))),
-                    total=len(cases), progress=progress)
+                    total=len(cases), progress=progress, reuse=reuse)
     return group, run_ids + layout_ids

@@ -189,13 +189,25 @@ def label_mismatch(policy: Mapping[str, Any], rows: Sequence[Mapping[str, Any]])
             f"({', '.join(ids)}): pick the set made for this policy")
 
 
+def same_version(policy: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
+    """Did the run evaluate this policy as saved now: the same question, options and examples, and the
+    same saved version (a run or policy from before versions: the content alone)?"""
+    if (run.get("config") or {}).get("policy_fingerprint") != policy_fingerprint(policy):
+        return False
+    saved, ran = policy.get("version"), (run.get("policy") or {}).get("version")
+    if ran is None:  # a run of a policy copy without its version: it can only have been the first
+        return saved is None or saved == 1
+    return saved is None or saved == ran
+
+
 def find_run(store: Store, *, policy: Mapping[str, Any], set_id: int, target_name: str, variant: Variant,
              examples: str = "policy") -> Run | None:
-    """The latest eval run with the same policy content, set, target and variant."""
+    """The latest eval run of the same policy version and content, set, target and variant."""
     fp = policy_fingerprint(policy)
     for run in store.list_runs(kind="eval"):
         c = run.get("config") or {}
         if (run["labeled_set_id"] == set_id and run["target_name"] == target_name and c.get("policy_fingerprint") == fp
+                and same_version(policy, run)
                 and (c.get("readout"), c.get("debias"), bool(c.get("permute")), c.get("few_shot"), c.get("layout"))
                 == (variant.readout, variant.debias, variant.permute, variant.few_shot, variant.layout)
                 and c.get("examples") == examples):

@@ -102,6 +102,25 @@ def mcnemar_exact(fixed: int, broken: int) -> float | None:
     return 1.0 if n == 0 else float(_st.binomtest(fixed, n, 0.5, alternative="two-sided").pvalue)
 
 
+def mcnemar_interval(fixed: int, broken: int, n: int) -> tuple[float, float] | None:
+    """95% interval of a paired accuracy difference (B - A) on n pairs, from the test that decides it:
+    the exact (Clopper-Pearson) interval of fixed / (fixed + broken), the share of the discordant pairs B
+    gets right, scaled to the n pairs. It excludes 0 exactly when McNemar's exact two-sided p < 0.05, so
+    the interval and the sentence never disagree (a bootstrap interval beside McNemar's p can).
+
+    >>> lo, hi = mcnemar_interval(8, 0, 10)
+    >>> round(lo, 3), round(hi, 3), mcnemar_exact(8, 0) < 0.05
+    (0.502, 0.8, True)
+    """
+    if n <= 0:
+        return None
+    m = fixed + broken
+    if m == 0:
+        return (0.0, 0.0)
+    ci = _st.binomtest(fixed, m, 0.5).proportion_ci(0.95, method="exact")
+    return (m / n * (2 * float(ci.low) - 1), m / n * (2 * float(ci.high) - 1))
+
+
 @dataclass(frozen=True)
 class PairedGain:
     """B against A on the same rows: the accuracy gain, its percentile-bootstrap 95% interval, and the

@@ -8,14 +8,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from app.core import head_apply, order_sensitivity, robustness
-from app.core.head_apply import HeadPick
+from app.core import deployed, head_apply, order_sensitivity, robustness
+from app.core.deployed import AsDeployed
 from app.core.robustness import CHECK_LABELS as CHECK_LABELS
 from app.core.robustness import CHECKS as CHECKS
 from app.core.robustness import SuiteError as SuiteError
 from app.core.robustness import parse_templates as parse_templates
 from app.core.robustness import shipped_suite as shipped_suite
 from adapter.guard import GUARDS as GUARDS
+from adapter.head import uses_hidden
 from app.core.runs import VARIANTS
 from app.core.inputs import InputError as InputError
 from app.core.inputs import rows_from_text, rows_from_upload
@@ -56,13 +57,24 @@ def order_calls_per_state(policy: Policy, negated: str | None) -> int:
 
 
 def order_check(store: Store, policy: Policy, cases: list[Case], target: Target, *, variant: str = "default",
-                negated: str | None = None, progress: ProgressFn | None = None) -> int:
+                negated: str | None = None, progress: ProgressFn | None = None,
+                calibrated: AsDeployed | None = None) -> int:
     """Each state scored once per cyclic order of the options (and with the negated question, for a
-    yes/no policy), saved as a run of kind order-check; returns the run id."""
-    items = order_sensitivity.diagnostic_items(policy, cases, negated, VARIANTS[variant].overrides())
+    yes/no policy), saved as a run of kind order-check; returns the run id. With a calibrated policy,
+    the rows are rendered as it renders them (its question, options, examples, readout, correction and
+    permutation - as deployed; the readout variant is not used); SuiteError when it is another policy's."""
+    overrides, label, record = VARIANTS[variant].overrides(), variant, {}
+    if calibrated is not None:
+        problem = head_apply.policy_problem(calibrated, policy)
+        if problem:
+            raise robustness.SuiteError(problem)
+        content, overrides = calibrated.rendering()
+        policy = {**policy, **content}
+        label, record = f"as {calibrated.label}: {calibrated.rendering_name}", {"calibrated": calibrated.record()}
+    items = order_sensitivity.diagnostic_items(policy, cases, negated, overrides)
     rid = store.create_run(kind="order-check", policy=policy, target=target.describe(), n_rows=len(items),
                            group_id=uuid.uuid4().hex[:12],
-                           config={"variant": variant, "negated_question": negated, "states": len(cases)})
+                           config={"variant": label, "negated_question": negated, "states": len(cases), **record})
     score_into_runs(store, [Job(rid, target)], items, total=len(items), progress=progress)
     return rid
 
@@ -101,10 +113,10 @@ class RobustnessInput:
     checks: list[str]
     attempts: int = 3
     variant: str = "default"
-    guard: str = "erase-and-check"
+    guard: str = "erase-and-check"  # with a calibrated policy: a what-if when it differs from the policy's own
     out_of_scope: list[Any] | None = None
     source: str = ""
-    calibrated: HeadPick | None = None  # a calibrated policy whose learned head is measured beside the model
+    calibrated: AsDeployed | None = None  # a calibrated policy tested as deployed (its head, guard, gate, fallback)
 
 
 def robustness_problem(spec: RobustnessInput, target: Target) -> str | None:
@@ -134,15 +146,20 @@ def robustness_check(store: Store, spec: RobustnessInput, target: Target,
         raise robustness.SuiteError(problem)
     policy: Policy = spec.policy
     overrides, variant, record, hidden = VARIANTS[spec.variant].overrides(), spec.variant, None, False
+    guard, extra = spec.guard, {}
     if spec.calibrated is not None:
-        content, overrides = head_apply.rendering(spec.calibrated)
+        cal = spec.calibrated
+        content, overrides = cal.rendering()
         policy = {**spec.policy, **content}
-        variant = f"as {spec.calibrated.label}: {spec.calibrated.rendering_name}"
-        record, hidden = spec.calibrated.record(), spec.calibrated.needs_hidden
+        variant = f"as {cal.label}: {cal.rendering_name}"
+        record, hidden = cal.record(), cal.policy.head is not None and uses_hidden(cal.policy.head.kind)
+        # the rows ask for the stronger guard; the verdict reads the policy's own, the page's is a what-if
+        guard = deployed.stronger(cal.guard, spec.guard)
+        extra = {"deployed_guard": cal.guard, "what_if_guard": spec.guard if spec.guard != cal.guard else None}
     rid, items = robustness.start_check(store, policy=policy, cases=spec.cases, target=target, suite=spec.suite,
                                         checks=spec.checks, attempts=spec.attempts, variant=variant,
-                                        overrides=overrides, guard=spec.guard, out_of_scope=spec.out_of_scope,
-                                        source=spec.source, calibrated=record, hidden=hidden)
+                                        overrides=overrides, guard=guard, out_of_scope=spec.out_of_scope,
+                                        source=spec.source, calibrated=record, hidden=hidden, extra=extra)
     score_into_runs(store, [Job(rid, target)], items, total=len(items), progress=progress)
     return rid
 
@@ -198,14 +215,60 @@ def head_rows(report: robustness.Report) -> list[dict[str, Any]]:
         return Proportion(d["k"], d["n"], d["rate"], d["low"], d["high"]).text()
 
     cal = head["calibrated"]
+    own, gated = ((f"the head of {cal['label']} (its own answer)", "the head + its gate") if cal.get("head") else
+                  (f"{cal['label']}'s {cal['correction']} (its own answer)", f"{cal['label']} + its gate"))
     return [{"decided by": "the model alone", "hijacked": text(hs["model"]["hijack_rate"]),
              held: text(hs["model"]["held_rate"]), "sent to the fallback": ""},
-            {"decided by": f"the head of {cal['label']} (its own answer)", "hijacked": text(hs["head"]["hijack_rate"]),
+            {"decided by": own, "hijacked": text(hs["head"]["hijack_rate"]),
              held: text(hs["head"]["held_rate"]), "sent to the fallback": ""},
-            {"decided by": f"the head + its gate (fallback {cal['fallback_option']})",
+            {"decided by": f"{gated} and guard {cal.get('guard') or 'none'} (fallback {cal['fallback_option']})",
              "hijacked": text(hs["head_gate"]["hijack_decided_rate"]) + " and decided",
              held: text(hs["head_gate"]["held_rate"]) + " decided so or sent to the fallback",
              "sent to the fallback": text(hs["head_gate"]["gated_rate"])}]
+
+
+def what_if(report: robustness.Report) -> str | None:
+    """The steering numbers under a guard the calibrated policy does not run (a page's what-if), in
+    words and labelled as such; None when the check measured none."""
+    w = report.summary.get("what_if")
+    if not w:
+        return None
+    return (f"What-if, not the policy's verdict - with guard {w['guard']} (the calibrated policy runs "
+            f"{w['deployed_guard']}): {w['text']}")
+
+
+def deployed_verdict(store: Store, calibrated_id: int) -> tuple[str, str, int] | None:
+    """(level, text, run id) of the newest robustness check that tested this saved calibrated policy
+    as deployed - its steering verdict with the policy's own guard (and head, gate) - or None: not checked."""
+    record = next((r for r in store.list_calibrated() if int(r["id"]) == calibrated_id), None)
+    if record is None:
+        return None
+    sha = deployed.content_hash(record["config"])
+    for run in sorted(store.list_runs(kind="robustness"), key=lambda r: -r["id"]):
+        cal = (run.get("config") or {}).get("calibrated") or {}
+        if cal.get("sha256") != sha or run["status"] not in ("done", "done-with-errors"):
+            continue
+        verdicts = robustness.report_for(store, run["id"]).verdicts
+        for key in ("steering-head", "steering-deployed", "steering"):
+            if key in verdicts:
+                level, text = verdicts[key]
+                return level, text, run["id"]
+    return None
+
+
+def family_rows(report: robustness.Report) -> list[dict[str, Any]]:
+    """Per steering family (a register, a format, a language; the analyst's own templates are 'yours'):
+    the hijack rate and, with the guard, the share held - each with its Wilson interval - and the level."""
+    steering = report.summary["changes"].get("steering") or {}
+    guard = report.guard
+    rows: list[dict[str, Any]] = []
+    for f in steering.get("by_family") or []:
+        rows.append({"label": f"{f['family']}: hijacked", "family": f["family"], "level": f["level"],
+                     **f["hijack_rate"]})
+        if guard:
+            rows.append({"label": f"{f['family']}: held with the {guard} guard", "family": f["family"],
+                         "level": f["level"], **f["held_rate"]})
+    return rows
 
 
 def template_rows(report: robustness.Report) -> list[dict[str, Any]]:

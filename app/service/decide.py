@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import pandas as pd
 
@@ -14,12 +14,12 @@ from adapter.templates import request_for
 
 from app.core import analysis, head_apply
 from app.core.export import gate_preview
-from app.core.head_apply import HeadPick
+from app.core.deployed import AsDeployed
 from app.core.runs import Variant
 from app.core import inputs
 from app.core.inputs import InputError as InputError
 from app.core.inputs import is_empty_state, rows_from_text, rows_from_upload, state_from_file
-from app.core.labeled import evenly_spaced
+from app.core.labeled import evenly_spaced, stratified
 from app.core.costs import PRICE_SOURCE as PRICE_SOURCE
 from app.core.runner import Case, ProgressFn, is_cold, run_policy
 from app.core.runner import progress_text as progress_text
@@ -72,15 +72,19 @@ def state_from(upload_name: str | None, upload: bytes | None, typed: str) -> obj
     return state
 
 
-def head_problems(policy: Policy, heads: Sequence[HeadPick]) -> list[str]:
+def head_problems(policy: Policy, heads: Sequence[AsDeployed]) -> list[str]:
     """Why a picked calibrated policy's head cannot be a column of this policy's comparison (another
     policy's, or other options), naming the field."""
     return [problem for p in heads if (problem := head_apply.policy_problem(p, policy))]
 
 
 def compare(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
-            progress: ProgressFn | None = None, heads: Sequence[HeadPick] = ()) -> str:
-    """Every state on every target (cases outer, targets inner), saved as a comparison group. With
+            progress: ProgressFn | None = None, heads: Sequence[AsDeployed] = (), reuse: bool = True) -> str:
+    """Every state on every target (cases outer, targets inner), saved as a comparison group. Labeled
+    states are scored in stratified order, as evaluations are (labeled.stratified): a run stopped early is a
+    fair sample, not the file's first class. With `reuse` (the page; not `app bench`, which measures
+    latency), a state already answered by the same model to the same request is copied (app/core/reuse.py):
+    its answer is the same bits, and its latency is left out of the latency figures. With
     learned heads (calibrated policies of this policy), the targets that can return hidden states are
     asked for them and the heads are recorded with the runs: the comparison then shows a column per
     head and target of its model (analysis.head_columns). InputError for a head of another policy."""
@@ -89,11 +93,16 @@ def compare(store: Store, policy: Policy, cases: list[Case], targets: list[Targe
     problems = head_problems(policy, heads)
     if problems:
         raise InputError(problems)
-    hidden = any(p.needs_hidden and not p.head_layout for p in heads)
+    # rows ask for their hidden state where the target can return it, as evaluations' rows do: the same
+    # request, so an evaluation's stored answer stands in (and a head can read the row)
+    hidden = reuse or any(p.needs_hidden and not p.head_layout for p in heads)
     layout = any(p.head_layout for p in heads)  # a head-layout head: its targets also read the rows in that layout
+    if any(c.label for c in cases):
+        order: list[dict[str, Any]] = stratified([{"label": c.label, "i": i} for i, c in enumerate(cases)])
+        cases = [cases[int(r["i"])] for r in order]
     group, _ = run_policy(store, policy, cases, targets, kind="compare", progress=progress,
                           hidden=(lambda t: t.returns_hidden()) if hidden else None,
-                          config={"heads": [p.record() for p in heads]} if heads else None,
+                          config={"heads": [p.record() for p in heads]} if heads else None, reuse=reuse,
                           head_layout=[t for t in targets if t.returns_hidden()] if layout else ())
     return group
 
@@ -113,6 +122,16 @@ class Comparison:
     head_notes: list[str] = field(default_factory=list)  # why a target got no column for a head
 
     @property
+    def stopped(self) -> str | None:
+        """'stopped after 13 of 50 states' when a run of it ended before every state was answered."""
+        return stopped_text(self.runs)
+
+    @property
+    def reused(self) -> int:
+        """Rows copied from stored results of the same model and request (no call made)."""
+        return int(self.results["reused"].sum()) if "reused" in self.results else 0
+
+    @property
     def option_ids(self) -> list[str]:
         return option_ids(self.runs[0]["policy"]) if self.runs else []
 
@@ -128,25 +147,38 @@ class Comparison:
         return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:120]
 
 
+def stopped_text(runs: Sequence[Mapping[str, Any]]) -> str | None:
+    """'stopped after 13 of 50 states' when a finished run of a comparison answered fewer states than
+    it was given (Stop, a closed page); None while it runs or when every state was answered."""
+    if not runs or any(r["status"] == "running" for r in runs):
+        return None
+    n = int(runs[0]["n_rows"])
+    done = min(int(r.get("done_rows") or 0) for r in runs)
+    return f"stopped after {done} of {n} states" if done < n else None
+
+
 def comparison_name(runs: Sequence[Mapping[str, Any]]) -> str:
-    """'Ticket routing · local vs adapter · 24 states · 2026-12-01 09:14 · #12'."""
+    """'Ticket routing · local vs adapter · 24 states · 2026-12-01 09:14 · #12' (or 'stopped after 13 of 50 states')."""
     first = runs[0]
     return (f"{first['policy'].get('name')} · {' vs '.join(r['target_name'] for r in runs)} · "
-            f"{first['n_rows']} states · {first['created_at'][:16].replace('T', ' ')} · #{first['id']}")
+            f"{stopped_text(runs) or str(first['n_rows']) + ' states'} · {first['created_at'][:16].replace('T', ' ')} "
+            f"· #{first['id']}")
 
 
-def recorded_heads(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[HeadPick]:
+def recorded_heads(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[AsDeployed]:
     """The learned heads a comparison was run with (kept in its runs' config: JSON and sha256)."""
     records = ((runs[0].get("config") or {}).get("heads") or []) if runs else []
     return [head_apply.recorded(store, r) for r in records]
 
 
-def comparison(store: Store, group_id: str, heads: Sequence[HeadPick] | None = None) -> Comparison:
+def comparison(store: Store, group_id: str, heads: Sequence[AsDeployed] | None = None) -> Comparison:
     """A saved comparison as the page and `app bench` show it; a column per learned head it was run with
     (or `heads`) and target of that head's model, with why the other targets have none."""
     runs = store.runs_in_group(group_id)
     frames = analysis.comparison_frames(store, group_id, recorded_heads(store, runs) if heads is None else heads)
     df = frames.results
+    answered = df[df["run_id"].isin([r["id"] for r in runs])].groupby("run_id")["row_key"].nunique()
+    runs = [cast(Run, {**r, "done_rows": int(answered.get(r["id"], 0))}) for r in runs]
     ids = option_ids(runs[0]["policy"]) if runs else []
     return Comparison(runs, df, frames.latency, analysis.accuracy_by_target(df), analysis.agreement_matrix(df),
                       analysis.disagreements(df), analysis.degenerate_targets(df), analysis.confusion_by_target(df, ids),
@@ -162,7 +194,7 @@ def comparisons(store: Store) -> dict[str, list[Run]]:
 
 
 def bench(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
-          progress: ProgressFn | None = None, heads: Sequence[HeadPick] = ()) -> Comparison:
+          progress: ProgressFn | None = None, heads: Sequence[AsDeployed] = ()) -> Comparison:
     """The same states sent sequentially to each target after one warm-up call each (model loads,
     connections and the policy's first pass are not measured; the warm-up has a state of its own, so
     no measured row is answered from kept logits), saved as a comparison the Compare page opens."""
@@ -170,7 +202,7 @@ def bench(store: Store, policy: Policy, cases: list[Case], targets: list[Target]
         warm = request_for(policy, WARM_UP_STATE, "warm-up")
         is_cold(t, warm)  # counted as this target's first call, so every measured call is warm
         t.decide(warm)
-    return comparison(store, compare(store, policy, cases, targets, progress, heads))
+    return comparison(store, compare(store, policy, cases, targets, progress, heads, reuse=False))
 
 
 @dataclass

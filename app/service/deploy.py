@@ -235,9 +235,14 @@ def form_defaults(store: Store, cfg: WorkbenchSettings) -> dict[str, str]:
 def calibrated_label(rec: Mapping[str, Any]) -> str:
     """How a saved calibrated policy is offered: its gate, and the accuracy of what it decides with n
     and the interval (a figure on a handful of rows says so)."""
-    at = ((rec.get("config") or {}).get("metrics") or {}).get("at_gate") or {}
-    if at.get("accuracy_interval"):
-        acc = interval_text(at["accuracy_interval"], 0)
+    metrics = (rec.get("config") or {}).get("metrics") or {}
+    at = metrics.get("at_gate") or {}
+    held_out = metrics.get("at_gate_out_of_fold")  # a hand-set gate: its in-sample figure is not shown as held out
+    if held_out and held_out.get("accuracy_interval"):
+        acc = interval_text(held_out["accuracy_interval"], 0) + " out of fold"
+        cov = f"{held_out['decided']}/{held_out['n']} rows decided"
+    elif at.get("accuracy_interval"):
+        acc = interval_text(at["accuracy_interval"], 0) + (" in sample" if at.get("in_sample") else "")
         cov = f"{at['decided']}/{at['n']} rows decided"
     else:  # saved before intervals were recorded
         acc = "n/a" if rec.get("accuracy") is None else f"{rec['accuracy']:.0%} (n not recorded)"

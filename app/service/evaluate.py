@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from adapter.calibrated import CalibratedPolicy
+
 from app.core import export as ex
-from app.core import head_sources, heads, runs
-from app.core import calibration
+from app.core import calibration, head_sources, heads, runs
 from app.core.calibration import SMALL
 from app.core.export import Calibration as Calibration
 from app.core.export import GateDecision, nothing_decided
@@ -175,9 +176,10 @@ def runs_of(store: Store, policy_id: str, set_id: int) -> list[Run]:
 
 
 def measures(policy: Policy, run: Mapping[str, Any]) -> bool:
-    """Whether a run evaluated this policy as it is saved now (question, options, examples): a run of
-    an earlier version measured another policy, and its gate must not be exported for this one."""
-    return bool((run.get("config") or {}).get("policy_fingerprint") == runs.policy_fingerprint(policy))
+    """Whether a run evaluated this policy as it is saved now - its version (a save that changed only the
+    guard or the readout is a new version too: what ships is the saved one), and its question, options
+    and examples: a run of another version is history, and its gate is never exported for this one."""
+    return runs.same_version(policy, run)
 
 
 def by_version(policy: Policy, runs: Sequence[Mapping[str, Any]]
@@ -359,7 +361,44 @@ def export(store: Store, cal: Calibration, *, fallback: str = "human-review",
                            "evaluate the saved version to export a gate for it")
     gate = ex.decide_gate(cal, hand_gate)
     config = ex.build_policy(store, cal, gate=gate, fallback=fallback, option_thresholds=option_thresholds(cal))
+    if gate.source == "hand-set" and cal.head is None:
+        config = with_out_of_fold(cal, config)
     return Export(config, gate, fallback)
+
+
+def with_out_of_fold(cal: Calibration, config: dict[str, Any]) -> dict[str, Any]:
+    """A gate set by hand was set by looking at these rows, with a correction fitted on them: its
+    figures there are in sample (marked `in_sample`). Beside them, `at_gate_out_of_fold`: the same gate
+    and fallback on the correction's out-of-fold probabilities (the folds the corrections and heads are
+    compared on) - each row decided by a correction that never saw it; what Deploy shows."""
+    policy = CalibratedPolicy.model_validate(config)
+    metrics = {**config["metrics"], "at_gate": {**config["metrics"]["at_gate"], "in_sample": True},
+               "at_gate_out_of_fold": ex.applied_metrics(policy, cal.results, oof=cal.oof)}
+    return {**config, "metrics": metrics}
+
+
+def lower_bound(cal: Calibration) -> list[float]:
+    """The risk-coverage curve's 95% lower bound as the recommended gate reads it (half the rows)."""
+    return [float(v) for v in calibration.lower_bound_curve(cal.curve)]
+
+
+def target_reach(cal: Calibration) -> dict[str, Any] | None:
+    """Where the curve reaches the target accuracy, and the labeled rows its lower bound would need."""
+    return calibration.target_reach(cal.curve, cal.target_accuracy)
+
+
+def model_alone(cal: Calibration) -> tuple[Proportion | None, list[str]]:
+    """(accuracy of the model's own answers, before any correction - None when the run kept no
+    uncorrected probabilities; the corrections applied while scoring, e.g. ['content-free'])."""
+    applied = sorted({str((r.get("response") or {}).get("debias") or "none") for r in cal.results
+                      if isinstance(r.get("response"), dict)} - {"none"})
+    right = 0
+    for r, label in zip(cal.results, cal.y):
+        probs = runs.scored_probabilities(r, "none")
+        if probs is None:
+            return None, applied
+        right += int(max(range(len(probs)), key=probs.__getitem__) == int(label))
+    return proportion(right, len(cal.y)), applied
 
 
 def save(store: Store, exported: Export) -> int:

@@ -1,25 +1,31 @@
-"""Learned heads beyond Calibrate: the saved calibrated policies of a policy that carry one, and a pick
-by saved id or by file - for the Robustness check (does the head make steering better or worse?) and
-Compare (a head is a variant). What a head decides is app/core/head_apply.py's, by CalibratedPolicy.apply."""
+"""Calibrated policies beyond Calibrate, as deployed (app/core/deployed.py): the saved ones of a policy, and
+one by saved id or by file - for the Robustness check, Compare and `app bench` (a column per target), and a
+pick that must carry a learned head. What they decide is CalibratedPolicy.apply's (app/core/head_apply.py)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
 
-from app.core import head_apply
+from app.core import deployed, head_apply
+from app.core.deployed import AsDeployed as AsDeployed
 from app.core.head_apply import HeadPick as HeadPick
 from app.core.store import Store
 
 
-def saved(store: Store, policy_id: str) -> dict[int, str]:
-    """This policy's saved calibrated policies that carry a learned head, newest first: id -> label."""
-    return {int(r["id"]): head_apply.record_label(r) for r in head_apply.with_head(list(store.list_calibrated()),
-                                                                                    policy_id)}
-
-
 def pick(store: Store, ref: str | int) -> HeadPick:
     """A calibrated policy with a head, by saved id (`3`, `#3`) or by file; ValueError naming what is wrong."""
+    p = as_deployed(store, ref)
+    return head_apply.pick(p.config, id=p.id, source=p.source, fitted=p.fitted)
+
+
+def calibrated_of(store: Store, policy_id: str) -> dict[int, str]:
+    """Every saved calibrated policy of a policy (with a head or not), newest first: id -> label."""
+    return {int(r["id"]): head_apply.record_label(r) for r in store.list_calibrated()
+            if r.get("policy_id") == policy_id}
+
+
+def as_deployed(store: Store, ref: str | int) -> AsDeployed:
+    """A saved calibrated policy (`3`, `#3`) or a policy file, as deployed; ValueError naming what is wrong."""
     text = str(ref).strip()
     if text.lstrip("#").isdigit():
         rid = int(text.lstrip("#"))
@@ -27,7 +33,8 @@ def pick(store: Store, ref: str | int) -> HeadPick:
         if rid not in records:
             known = ", ".join(f"#{i}" for i in records) or "none yet (save one on Calibrate)"
             raise ValueError(f"calibrated: no saved calibrated policy #{rid}; saved: {known}")
-        return head_apply.pick(records[rid]["config"], id=rid, fitted=head_apply.fitted_states(store, records[rid]["config"]))
+        config = records[rid]["config"]
+        return deployed.from_config(config, id=rid, fitted=head_apply.fitted_states(store, config))
     path = Path(text)
     try:
         config = json.loads(path.read_text())
@@ -35,8 +42,4 @@ def pick(store: Store, ref: str | int) -> HeadPick:
         raise ValueError(f"calibrated: cannot read {text} as a saved id or a policy file: {exc}") from None
     if not isinstance(config, dict):
         raise ValueError(f"calibrated: {text} is not a calibrated policy (a JSON object)")
-    return head_apply.pick(config, source=path.name, fitted=head_apply.fitted_states(store, config))
-
-
-def picks(store: Store, refs: Sequence[str | int]) -> list[HeadPick]:
-    return [pick(store, r) for r in refs]
+    return deployed.from_config(config, source=path.name, fitted=head_apply.fitted_states(store, config))

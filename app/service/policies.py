@@ -44,6 +44,10 @@ def resolve_policy(store: Store, ref: str) -> Policy:
             store.save_policy(clean, expected_version=0)
         except StaleEdit:  # saved by someone else meanwhile: runs keep their own copy of the policy
             pass
+    saved = store.get_policy(clean["id"])
+    if saved is not None and saved.get("version") is not None and all(
+            saved.get(k) == clean.get(k) for k in ("question", "options", "examples", "readout", "debias", "guard")):
+        clean = {**clean, "version": saved["version"]}  # the saved version it is: a run records what it measured
     return clean
 
 

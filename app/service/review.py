@@ -3,7 +3,7 @@ nearest the gate), a label or skip stored with who and when, undo, and the label
 labeled set as a new version (the parent never changes) - the rules are in app/core/review.py."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from adapter.calibrated import CalibratedPolicy
@@ -27,6 +27,10 @@ class Queue:
 
 
 def queue(store: Store, policy: Mapping[str, Any], gate: Gate, *, into_set: int | None) -> Queue:
+    """The queue under a gate; a calibrated policy's gate is its rule as deployed, model check included:
+    a row another model scored goes to its fallback, and the reason says so."""
+    if gate.policy is not None:
+        gate = replace(gate, check_model=True)
     items, left = review.build_queue(store, policy, gate, exclude_set=into_set)
     return Queue(items, left, len(store.reviews(policy["id"], pending=True)), review.last_review(store, policy["id"]))
 

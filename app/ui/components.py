@@ -9,11 +9,37 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from app.service import checks, decide, history, policies as policy_service, sets as set_service
+from app.service import checks, decide, heads, history, policies as policy_service, sets as set_service
 from app.ui import charts, context, resources
 from app.ui.safe_text import csv_safe, md
 from app.core.records import Policy
 from app.core.store import Store
+
+def calibrated_picker(db: Store, policy: Mapping[str, Any], key: str, note: str = "") -> heads.AsDeployed | None:
+    """A saved calibrated policy of this policy, tested as deployed - its readout, correction or head,
+    guard, gate and fallback (none by default, or the calibrated policy in the page's context)."""
+    saved = heads.calibrated_of(db, policy["id"])
+    options: list[int | None] = [None, *saved]
+    if key not in st.session_state:  # only on first sight: the picker is the analyst's after
+        context.follow(key, "calibrated", list(saved))
+    cid = st.selectbox("Calibrated policy (tested as deployed)", options, key=key,
+                       format_func=lambda i: "none: the model alone" if i is None else saved[i],
+                       help="a calibrated policy of this policy (Calibrate): the check then renders the rows as it "
+                            "does and reads its correction or learned head, its guard, its gate and its fallback - "
+                            "what Deploy ships")
+    if not saved:
+        st.caption("No calibrated policy of this policy yet: save one on Calibrate to test it as deployed.")
+        return None
+    if cid is None:
+        return None
+    try:
+        pick = heads.as_deployed(db, cid)
+    except ValueError as exc:
+        st.error(f"**Calibrated policy**: {md(exc)}")
+        return None
+    st.caption(f"As deployed: {md(pick.describe())}. {note}".rstrip())
+    return pick
+
 
 GLOSSARY = {
     "label mass": "share of the model's next-token probability that went to the option labels at all; low means "

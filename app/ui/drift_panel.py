@@ -63,10 +63,12 @@ def render_drift(db: Store, run_a: Mapping[str, Any], run_b: Mapping[str, Any], 
                    help=drift.accuracy_b.text())
     ci = drift.accuracy_diff_ci
     cols[2].metric("B − A, 95% CI", "n/a" if ci is None else f"{ci[0]:+.1%} to {ci[1]:+.1%}",
-                   help="percentile bootstrap over the labeled pairs (1,000 resamples)")
+                   help="exact, from the McNemar test on the same labeled pairs: it excludes 0 exactly when p < 0.05")
     cols[3].metric("McNemar exact p", "n/a" if drift.mcnemar_p is None else f"{drift.mcnemar_p:.4f}",
                    help=f"two-sided, on the {drift.counts['fixed'] + drift.counts['broken']} discordant pairs "
                         "(fixed vs broken)")
+    if drift.labeled:
+        st.markdown(md(drift.sentence()))
     if not drift.labeled:
         st.caption("No labels on these rows: accuracy, McNemar and the fixed/broken split need labeled rows; "
                    "flips are counted as changed.")

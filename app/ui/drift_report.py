@@ -39,7 +39,7 @@ def summary_rows(drift: Drift) -> list[tuple[str, str]]:
             (f"shifts (> {drift.shift_threshold:.2f})", str(drift.counts["shift"])),
             ("accuracy A", drift.accuracy_a.text()), ("accuracy B", drift.accuracy_b.text()),
             ("accuracy B − A", "n/a" if drift.accuracy_diff is None else
-             f"{drift.accuracy_diff:+.1%} (95% bootstrap CI {ci[0]:+.1%} to {ci[1]:+.1%})" if ci else f"{drift.accuracy_diff:+.1%}"),
+             f"{drift.accuracy_diff:+.1%} (95% CI {ci[0]:+.1%} to {ci[1]:+.1%}, exact, McNemar's pairs)" if ci else f"{drift.accuracy_diff:+.1%}"),
             ("McNemar exact p", _p(drift.mcnemar_p)), ("gate", drift.gate)]
     for side, m in (("A", drift.gate_a), ("B", drift.gate_b)):
         rows += [(f"coverage {side}", m.coverage.text()), (f"accuracy at the gate {side}", m.gate_accuracy.text()),

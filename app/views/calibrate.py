@@ -49,18 +49,21 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
                                  key="cal_up_policy")
         upload = c2.file_uploader("Upload CSV / JSONL (state, label, optional id, split, metadata columns)",
                                   type=["csv", "jsonl", "tsv"], key="cal_upload")
+        columns = upload_mapping(c2, upload, policies[up_policy]) if upload is not None else None
         if upload is not None and c2.button("Import", key="cal_import"):
             try:
-                sid = set_service.import_upload(db, upload.name, upload.getvalue(), policies[up_policy])
+                sid = set_service.import_upload(db, upload.name, upload.getvalue(), policies[up_policy], columns)
             except set_service.InputError as exc:
                 st.error("**Upload** rejected, nothing was imported:\n\n"
                          + "\n".join(f"- {md(line)}" for line in set_service.summary(exc.problems, policies)))
             else:
+                context.put("policy", up_policy)  # the new set becomes the one evaluated below
+                context.put("set", sid)
                 support = set_service.support(db, sid, policies[up_policy])
-                st.success(f"Imported as set #{sid}: {support['scored']} rows to score.")
+                st.success(f"Imported as set #{sid}: {support['scored']} rows to score - selected below.")
                 if support["scored"] > set_service.LARGE:
-                    st.warning(f"{support['scored']} rows take {set_service.minutes(support['scored'])} to score on "
-                               "the default model. The rows are scored in stratified order, so you can stop early "
+                    st.warning(f"{support['scored']} rows take {md(scoring_time(db, support['scored']))} to score. "
+                               "The rows are scored in stratified order, so you can stop early "
                                "(Evaluate → Stop early) with a fair sample, and resume later.")
                 for message in support["messages"]:
                     st.warning(md(message))
@@ -68,16 +71,75 @@ def sets_section(db, policies: dict, for_policy: str) -> None:
         if sets:
             st.dataframe(pd.DataFrame(sets)[["id", "name", "policy_id", "n_rows", "content_hash", "created_at"]],
                          hide_index=True)
-            c1, c2 = st.columns([3, 1])
-            doomed = c1.selectbox("Delete a set", [s["id"] for s in sets], key="cal_del_pick",
-                                  format_func=lambda i: next(f"#{s['id']} {s['name']}" for s in sets if s["id"] == i))
-            with c2.popover("Delete"):
-                st.write(f"Delete set #{doomed} and its rows? Runs made on it keep their results but can no longer "
-                         "be resumed.")
-                if st.button("Delete set", type="primary", key="cal_del_set"):
-                    used = set_service.delete(db, doomed)
-                    st.toast(f"Deleted set #{doomed}" + (f" ({used} runs keep their results)" if used else ""))
-                    st.rerun()
+            delete_set(db, sets)
+
+
+def scoring_time(db, rows: int) -> str:
+    """'about 6 min (~1.6 s a row, measured: ...)' on the first chosen target, from its measured pace."""
+    chosen = st.session_state.get("cal_targets") or ["local"]
+    seconds, source = set_service.pace(db, chosen[0])
+    return f"{set_service.minutes(rows, seconds)} ({source}), after the model load and the policy's first passes"
+
+
+def upload_mapping(column, upload, policy: Mapping[str, Any]) -> "set_service.ColumnMap":
+    """Which column of the upload is the state and which the label, and what each label value is taken
+    as (an option id: 'bug-frontend' is proposed as 'bug_frontend'); open when the file needs it."""
+    name, data = upload.name, upload.getvalue()
+    found = set_service.upload_columns(name, data)
+    if not found:  # not readable: the import says why
+        return set_service.ColumnMap()
+    state_guess = set_service.guess_column(found, "state")
+    label_guess = set_service.guess_column(found, "label", besides=state_guess)
+    ids = [o["id"] for o in policy["options"]]
+    needs = state_guess != "state" or label_guess != "label"
+    with column.expander("Columns and labels", expanded=needs):
+        state = st.selectbox("State column", found, index=found.index(state_guess) if state_guess else 0,
+                             key="cal_col_state")
+        label = st.selectbox("Label column", found, index=found.index(label_guess) if label_guess else 0,
+                             key="cal_col_label")
+        proposed = set_service.label_suggestions(name, data, label, policy)
+        mapping: dict[str, str] = {}
+        others = [v for v, o in proposed.items() if o != v]
+        for i, value in enumerate(others[:40]):
+            guess = proposed[value]
+            pick = st.selectbox(f"Label '{md(value)}' is the option", ["(not an option: refused)", *ids],
+                                index=ids.index(guess) + 1 if guess else 0, key=f"cal_map_{label}_{i}")
+            if pick in ids:
+                mapping[value] = pick
+        if len(others) > 40:
+            st.caption(f"{len(others) - 40} more label values are not options: fix them in the file.")
+        if not others:
+            st.caption(f"Every value of {md(label)} is an option of {md(policy['name'])}.")
+    return set_service.ColumnMap(state, label, mapping)
+
+
+def delete_set(db, sets: list) -> None:
+    """Delete a set: never the one in use by default, and what depends on it named before it goes."""
+    in_use = context.get("set")
+    ids = [s["id"] for s in sets if s["id"] != in_use] + [s["id"] for s in sets if s["id"] == in_use]
+    c1, c2 = st.columns([3, 1])
+    doomed = c1.selectbox("Delete a set", ids, key="cal_del_pick",
+                          format_func=lambda i: next(f"#{s['id']} {s['name']}" for s in sets if s["id"] == i)
+                          + (" (in use here)" if i == in_use else ""))
+    deps = set_service.dependents(db, doomed)
+    with c2.popover("Delete"):
+        lines = [f"Delete set #{doomed} and its rows?"]
+        if doomed == in_use:
+            lines.append("It is the set open on this page.")
+        if deps["calibrated"]:
+            lines.append("Calibrated on it: " + ", ".join(f"#{c}" for c in deps["calibrated"]) + " - they keep their "
+                         "JSON (and can still be deployed) but can no longer be recalibrated or checked against it.")
+        if deps["running"]:
+            lines.append("Being scored now: " + ", ".join(f"run #{r}" for r in deps["running"]) + " - stop it first.")
+        if deps["runs"]:
+            lines.append(f"{len(deps['runs'])} runs made on it keep their results but can no longer be resumed.")
+        st.write(" ".join(lines))
+        if st.button("Delete set", type="primary", key="cal_del_set", disabled=bool(deps["running"])):
+            used = set_service.delete(db, doomed)
+            if doomed == in_use:
+                context.put("set", None)
+            st.toast(f"Deleted set #{doomed}" + (f" ({used} runs keep their results)" if used else ""))
+            st.rerun()
 
 
 def current_policy(policies: dict, sets: dict) -> str:
@@ -125,8 +187,7 @@ def evaluate_section(db, policies: dict, sets: dict) -> tuple[str, int] | None:
         per = per if support["scored"] == support["total"] else f"about {per}"  # the first rows keep each label's share
         st.caption(f"Set #{sid}: {rows} ({per})"
                    + (f", {support['train']} train rows never scored" if support["train"] else "")
-                   + f" · {set_service.minutes(support['scored'])} on the default model at "
-                   f"~{set_service.SECONDS_PER_ROW:g} s a row, after the model load and the policy's first passes")
+                   + " · " + md(scoring_time(db, support["scored"])))
         st.caption(md(support["head_note"].capitalize() + "."))
         for message in support["messages"]:
             st.warning(md(message))
@@ -305,9 +366,11 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
     at = config["metrics"]["at_gate"]
     iv = cal.intervals
     m = st.columns(3)
-    m[0].metric("Accuracy of decided rows", "n/a" if at["accuracy"] is None else f"{at['accuracy']:.1%}",
+    m[0].metric("Accuracy of decided rows" + (" (in sample)" if at.get("in_sample") else ""),
+                "n/a" if at["accuracy"] is None else f"{at['accuracy']:.1%}",
                 help="among the rows the gate lets through (the rest go to the fallback)")
     m[0].caption(md(evaluate.interval_text(at.get("accuracy_interval"))))
+    held_out_gate(m[0], config)
     if at.get("small_n") and at["decided"]:
         m[0].warning(f"Only {at['decided']} decided rows: this accuracy is a hint, not a measurement - score more "
                      "labeled rows before trusting it.")
@@ -321,16 +384,8 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
                      fitted["accuracy"] is not None else "decides none of them at this gate either")
         st.caption(f"With a learned head these numbers are out of fold: each row decided by a head that never saw it, "
                    f"at this gate. The exported head, fitted on all {fitted['n']} rows, {on_fitted}.")
-    chance = cal.chance
     m = st.columns(3)
-    if cal.layout == "policy-first":
-        m[0].metric("Letters as scored in the head layout (never shipped alone)", f"{rep.accuracy:.1%}",
-                    help=f"the head layout puts the state last, which only a learned head reads well: these letters "
-                         f"are shown for reference, never exported without the head; n = {rep.n}; chance = {chance:.0%}")
-    else:
-        m[0].metric("Accuracy as scored (model alone)", f"{rep.accuracy:.1%}",
-                    help=f"top option = label, before any correction, head or gate; n = {rep.n}; chance = {chance:.0%}")
-    m[0].caption(md(evaluate.interval_text(iv.get("accuracy"))))
+    model_alone(m[0], cal, iv)
     m[1].metric("Macro-F1 as scored", f"{rep.macro_f1:.2f}")
     m[1].caption(evaluate.range_text(iv.get('macro_f1'), '{:.2f}', rep.n))
     if cal.head is not None:
@@ -354,7 +409,7 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
     g1, g2 = st.columns(2)
     g1.plotly_chart(charts.reliability_diagram(rep.bins_before, rep.bins_after,
                                                f"after {cal.chosen_name} (out of fold)"), key="cal_rel")
-    g2.plotly_chart(charts.coverage_curve(cal.curve, gate.threshold, cal.target_accuracy), key="cal_cov")
+    coverage_chart(g2, cal, gate.threshold)
     correction_section(cal)
     if option_thresholds:
         st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal.option_gates.items()]), hide_index=True)
@@ -387,6 +442,59 @@ def export_section(db, cal: evaluate.Calibration, policy: Mapping[str, Any]) -> 
              "option-words", "content-free", "permutation")
 
 
+def coverage_chart(column, cal: evaluate.Calibration, threshold: float | None) -> None:
+    """The risk-coverage curve with the lower bound a recommended gate must clear, and the rows the
+    widest point reaching the target would need for it to clear it."""
+    column.plotly_chart(charts.coverage_curve(cal.curve, threshold, cal.target_accuracy, lower=evaluate.lower_bound(cal)),
+                        key="cal_cov")
+    reach = evaluate.target_reach(cal)
+    if reach is None:
+        column.caption(f"No point of the curve reaches {cal.target_accuracy:.0%}, even before the lower bound.")
+    elif reach["needed"] is None:
+        column.caption(f"The curve touches {cal.target_accuracy:.0%} at {reach['coverage']:.0%} coverage, but only just: "
+                       "its lower bound would not clear the target at any number of rows.")
+    elif reach["needed"] > reach["rows"]:
+        column.caption(f"At {reach['coverage']:.0%} coverage the decided rows are {reach['accuracy']:.0%} right - above "
+                       f"the target {cal.target_accuracy:.0%} - but on {reach['rows']} rows the lower bound (dashed) is "
+                       f"below it: about {reach['needed']} labeled rows at this accuracy would let a gate be recommended.")
+
+
+def held_out_gate(column, config: dict) -> None:
+    """A gate set by hand: the accuracy above is in sample (the gate was set on these rows); the same gate
+    on rows each decided by a correction that never saw them, beside it - the figure Deploy shows."""
+    oof = config["metrics"].get("at_gate_out_of_fold")
+    if not oof:
+        return
+    column.metric("Accuracy of decided rows (out of fold)", "n/a" if oof["accuracy"] is None else
+                  f"{oof['accuracy']:.1%}", help="the same gate and fallback, each row decided by a correction fitted "
+                  "without it (the folds the corrections and heads are compared on): expect this on new rows")
+    column.caption(md(evaluate.interval_text(oof.get("accuracy_interval")))
+                   + " · the gate was set by hand on these rows, so the figure above is in sample")
+
+
+def model_alone(column, cal: evaluate.Calibration, iv: dict) -> None:
+    """The model's own accuracy, uncorrected; a correction applied while scoring is named with its own figure."""
+    alone, applied = evaluate.model_alone(cal)
+    rep = cal.report
+    if cal.layout == "policy-first":
+        column.metric("Letters as scored in the head layout (never shipped alone)", f"{rep.accuracy:.1%}",
+                      help=f"the head layout puts the state last, which only a learned head reads well: these letters "
+                           f"are shown for reference, never exported without the head; n = {rep.n}; chance = "
+                           f"{cal.chance:.0%}")
+        column.caption(md(evaluate.interval_text(iv.get("accuracy"))))
+        return
+    if alone is not None and applied:
+        column.metric("Accuracy, model alone (uncorrected)", f"{alone.rate or 0:.1%}",
+                      help=f"top option = label, before any correction, head or gate; chance = {cal.chance:.0%}")
+        column.caption(md(alone.text()) + f" · as scored, with the {md(', '.join(applied))} correction: "
+                       f"{rep.accuracy:.1%}")
+        return
+    title = "Accuracy, model alone (uncorrected)" if not applied else f"Accuracy as scored (with {', '.join(applied)})"
+    column.metric(title, f"{rep.accuracy:.1%}",
+                  help=f"top option = label, before any gate; n = {rep.n}; chance = {cal.chance:.0%}")
+    column.caption(md(evaluate.interval_text(iv.get("accuracy"))))
+
+
 def narrowing(db, run_id: int, config: dict, cal: evaluate.Calibration) -> None:
     """For a set version made by the review queue: the accuracy at this gate on the parent version
     and on this one, with how much the 95% interval narrowed (a learned head: out of fold)."""
@@ -399,6 +507,24 @@ def narrowing(db, run_id: int, config: dict, cal: evaluate.Calibration) -> None:
     oof = " (out of fold: the head never decides a row it was fitted on)" if config.get("head") else ""
     st.info(f"Accuracy of the decided rows at this gate{oof}, set #{before_run['labeled_set_id']} "
             f"(run #{before_run['id']}): {before.text()} → this set: {after.text()}{narrowed}.")
+
+
+def older_runs(db, older: list, version: str) -> None:
+    """Runs of other versions of the policy: history, never exported; one opened from elsewhere (the
+    URL, History) asks for a run on the saved version instead."""
+    if not older:
+        return
+    asked = context.get("run")
+    if asked in [r["id"] for r in older]:
+        was = next(evaluate.version_of(r) for r in older if r["id"] == asked)
+        st.warning(f"Run #{asked} evaluated {was} of this policy, which is saved as {version} now: it is history and "
+                   f"cannot be exported. **Run evaluation** above re-runs it on {version} (answers the model already "
+                   "gave to the same request are reused, not scored again).")
+    with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - history, not exportable"):
+        st.caption(f"To calibrate one, run the evaluation again on the saved version ({version}).")
+        st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"]))
+                                                                          for r in older))),
+                     hide_index=True, key="cal_older")
 
 
 def render() -> None:
@@ -424,10 +550,7 @@ def render() -> None:
     policy = policies[pid]
     runs, older = evaluate.by_version(policy, evaluate.runs_of(db, pid, sid))
     version = evaluate.version_label(policy.get("version"))
-    if older:  # another question or other options: not comparable, never exported for this version
-        with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - kept apart, not exportable"):
-            st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"])) for r in older))),
-                         hide_index=True, key="cal_older")
+    older_runs(db, older, version)
     if not runs:
         st.caption(f"No evaluation of this policy as saved now ({version}) on this set yet.")
         return

@@ -27,11 +27,12 @@ def parse_input(pasted: str, upload, policy: Mapping[str, Any]):
 
 def render_results(db, gid: str) -> None:
     shown = decide.comparison(db, gid)
+    how_much(shown)
     for d in shown.degenerate:
         st.warning(f"**{md(d['target'])}** answered **{md(d['option'])}** for {d['share']:.0%} of {d['n']} states: it is "
                    "not really deciding - check its readout, or use another model.")
     if len(shown.accuracy):
-        st.subheader("Accuracy against the labels")
+        st.subheader("Accuracy against the labels" + (f" ({shown.stopped})" if shown.stopped else ""))
         cols = st.columns(min(len(shown.accuracy), 4))
         for col, (_, row) in zip(cols * 10, shown.accuracy.iterrows()):
             col.metric(md(row["target"]), f"{row['accuracy']:.1%}",
@@ -91,11 +92,23 @@ def render_results(db, gid: str) -> None:
     glossary("warm", "p50_vs_first")
 
 
+def how_much(shown: decide.Comparison) -> None:
+    """What the figures rest on: a run stopped before every state (its states came in stratified order,
+    so they are a fair sample, but fewer), and the rows copied from stored results."""
+    if shown.stopped:
+        st.warning(f"**{shown.stopped.capitalize()}**: every figure below rests on those states only. Labeled states "
+                   "are scored in stratified order, so the first ones keep every label's share.")
+    if shown.reused:
+        st.caption(f"{shown.reused} of {len(shown.results)} rows were reused from stored results of the same model and "
+                   "request (an evaluation's, an earlier comparison's): the same answer, no call made - their latency "
+                   "is not measured again and is left out of the latency figures.")
+
+
 def head_section(shown: decide.Comparison) -> None:
     """The learned heads' columns in numbers, and why a target got none."""
     if not len(shown.heads) and not shown.head_notes:
         return
-    st.subheader("Learned heads")
+    st.subheader("Calibrated policies, as deployed")
     if len(shown.heads):
         st.dataframe(shown.heads, hide_index=True, key="cmp_heads", placeholder="n/a", column_config={
             "answered": st.column_config.NumberColumn("rows answered", format="%d"),
@@ -161,14 +174,14 @@ def render() -> None:
                              hide_index=True, placeholder="")
     names = targets.names(db, single_rows=True)
     chosen = st.multiselect("Targets", names, default=names[:1], key="cmp_targets")
-    saved_heads = heads.saved(db, policy["id"])
-    head_ids = st.multiselect("Learned heads (calibrated policies of this policy)", list(saved_heads),
-                              key=f"cmp_heads_{policy['id']}", format_func=lambda i: saved_heads[i],
-                              help="each adds a column per target of its model: the head's decision on that target's "
-                                   "rows (the targets that can are asked for their hidden states)")
+    saved_heads = heads.calibrated_of(db, policy["id"])
+    head_ids = st.multiselect("Calibrated policies, as deployed (a learned head, or a correction and gate)",
+                              list(saved_heads), key=f"cmp_heads_{policy['id']}", format_func=lambda i: saved_heads[i],
+                              help="each adds a column per target of its model: the calibrated policy's decision on "
+                                   "that target's rows - its head or correction, gate and fallback (the targets that "
+                                   "can are asked for their hidden states)")
     if not saved_heads:
-        st.caption("No calibrated policy of this policy carries a learned head yet: export one on Calibrate "
-                   "(Learned head) to compare it here as a variant.")
+        st.caption("No calibrated policy of this policy yet: save one on Calibrate to compare it here as deployed.")
     if st.button("Run comparison", type="primary", key="cmp_run"):
         cases = parse_input(pasted, upload, policy)
         if cases is not None and not cases:
@@ -177,13 +190,13 @@ def render() -> None:
             st.error("**Targets**: pick at least one target.")
         elif cases:
             try:
-                picks = heads.picks(db, head_ids)
+                picks = [heads.as_deployed(db, i) for i in head_ids]
             except ValueError as exc:
-                st.error(f"**Learned heads**: {md(exc)}")
+                st.error(f"**Calibrated policies**: {md(exc)}")
                 return
             problems = decide.head_problems(policy, picks)
             if problems:
-                st.error("**Learned heads**: " + " ".join(md(p) for p in problems))
+                st.error("**Calibrated policies**: " + " ".join(md(p) for p in problems))
                 return
             built = resources.chosen_targets(db, chosen)
             if built is None:

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app.service import deploy
+from app.service import checks, deploy
 from app.ui import context, resources
 from app.ui.safe_text import md
 
@@ -43,6 +43,7 @@ def policy_picker(db) -> tuple[str, str]:
             return "", ""
     else:
         config = saved[choice]["config"]
+    steering_verdict(db, choice)
     try:
         path = deploy.policy_file(config, choice)  # validated again (a saved one too) and kept inside its folder
     except ValueError as exc:
@@ -54,6 +55,22 @@ def policy_picker(db) -> tuple[str, str]:
                + (f"when the confidence is below {gate:.3f}." if isinstance(gate, (int, float)) else
                   "only for rows the steering guard or a per-option gate sends there (no global gate)."))
     return str(path), config["model"]["sha256"]
+
+
+def steering_verdict(db, choice: int) -> None:
+    """The newest Robustness check of this calibrated policy as deployed (its own guard, head, gate),
+    or 'not checked' - a saved policy never looks checked by a check of something else."""
+    if choice == UPLOAD:
+        st.caption("Steering: not checked (an uploaded file; save it and run Robustness on it as deployed).")
+        return
+    found = checks.deployed_verdict(db, choice)
+    if found is None:
+        st.warning(f"Steering: **not checked** - calibrated #{choice} was never tested as deployed on the Robustness "
+                   "page (pick it there as the calibrated policy).")
+        return
+    level, text, run_id = found
+    {"ok": st.success, "warn": st.warning, "bad": st.error}[level](
+        f"Steering as deployed (Robustness run #{run_id}): {md(text)}")
 
 
 def plan_form(db) -> tuple:

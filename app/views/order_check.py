@@ -4,7 +4,7 @@ import streamlit as st
 
 from app.service import checks, targets
 from app.ui import charts, resources, tasks
-from app.ui.components import check_inputs, check_setup, download_frame, saved_check
+from app.ui.components import calibrated_picker, check_inputs, check_setup, download_frame, saved_check
 from app.ui.safe_text import md
 
 
@@ -43,6 +43,8 @@ def render() -> None:
     if setup is None:
         return
     policy = setup.policy
+    pick = calibrated_picker(db, policy, f"oc_cal_{policy['id']}", "The Readout above is not used: the order is "
+                             "measured on rows rendered as the calibrated policy renders them.")
     negated = None
     if len(policy["options"]) == 2:
         first = md(policy["options"][0]["id"])
@@ -57,7 +59,7 @@ def render() -> None:
         tasks.start("oc", "order-check", f"order check: {policy['name']} × {len(cases)} states × {target.name}",
                     "views/order_check.py",
                     lambda task: checks.order_check(db, policy, cases, target, variant=setup.variant,
-                                                    negated=negated, progress=task.progress))
+                                                    negated=negated, progress=task.progress, calibrated=pick))
     tasks.collect("oc", "Order check")
     run = saved_check(db, "order-check", "oc_open", lambda r: f"{r['policy']['name']} · {r['target_name']} · "
                       f"{r['config'].get('variant')} · {r['config'].get('states')} states")

@@ -7,7 +7,7 @@ import streamlit as st
 
 from app.service import checks, heads, targets
 from app.ui import charts, context, resources, tasks
-from app.ui.components import check_inputs, check_setup, download_frame, saved_check
+from app.ui.components import calibrated_picker, check_inputs, check_setup, download_frame, saved_check
 from app.ui.safe_text import md
 
 LEVEL = {"ok": st.success, "warn": st.warning, "bad": st.error}
@@ -38,57 +38,59 @@ def suite_form(policy: Mapping[str, Any]) -> tuple:
                                   irrelevant=irrelevant, out_of_scope=out_of_scope)
 
 
-def head_picker(db, policy: Mapping[str, Any]) -> int | None:
-    """A saved calibrated policy of this policy whose learned head is measured beside the model (none by
-    default, or the calibrated policy in the page's context when it carries a head)."""
-    saved = heads.saved(db, policy["id"])
-    options: list[int | None] = [None, *saved]
-    # a calibrated policy opened elsewhere (?calibrated=3) that carries a head is picked; else none
-    if f"rb_head_{policy['id']}" not in st.session_state:  # only on first sight: the picker is the analyst's after
-        context.follow(f"rb_head_{policy['id']}", "calibrated", list(saved))
-    head_id = st.selectbox("Learned head", options, key=f"rb_head_{policy['id']}",
-                           format_func=lambda i: "none: the model alone" if i is None else saved[i],
-                           help="a calibrated policy of this policy that carries a learned head (Calibrate): the "
-                                "steering numbers then come twice, the model alone and with the head")
-    if not saved:
-        st.caption("No calibrated policy of this policy carries a learned head yet: export one on Calibrate "
-                   "(Learned head) to measure whether it makes steering better or worse.")
-    elif head_id is not None:
-        st.caption("The unchanged and the steered rows are rendered as that calibrated policy renders them (its "
-                   "question, options, examples, readout and correction: the Readout above is not used) and ask the "
-                   "target for their hidden state. The other checks reword the prompt or the options the head was "
-                   "fitted on: it does not decide those rows.")
-    return head_id
+def guard_picker(column, pick: "heads.AsDeployed | None") -> str:
+    """The steering guard: without a calibrated policy, the one measured; with one, its own guard by
+    default, and another is a labelled what-if measured beside it."""
+    if pick is not None and st.session_state.get("rb_guard_for") != pick.sha256:
+        st.session_state["rb_guard"], st.session_state["rb_guard_for"] = pick.guard, pick.sha256
+    st.session_state.setdefault("rb_guard", "erase-and-check")
+    label = "Steering guard" if pick is None else f"Steering guard (the policy's own: {pick.guard}; another is a what-if)"
+    guard = column.selectbox(label, list(checks.GUARDS), key="rb_guard",
+                             help="precheck: a directive that names an option (no model pass); erase-and-check: the "
+                                  "precheck, then the state scored again with pieces left out")
+    if pick is not None and guard != pick.guard:
+        column.caption(f"What-if: the verdict is the policy's own guard's ({md(pick.guard)}); {md(guard)} is measured "
+                       "beside it, not as the policy's.")
+    return str(guard)
 
 
 def show(db, run: Mapping[str, Any]) -> None:
     report = checks.robustness_report(db, run["id"])
     s = report.summary
     cfg = run["config"]
+    guard = (f"guard {md(cfg['deployed_guard'])} as deployed" + (f", what-if guard {md(cfg['what_if_guard'])}"
+             if cfg.get("what_if_guard") else "")) if "deployed_guard" in cfg else f"guard {md(cfg.get('guard', 'none'))}"
     st.subheader(f"{md(run['policy']['name'])} on {md(run['target_name'])} ({md(cfg.get('variant', 'default'))}, "
-                 f"guard {md(cfg.get('guard', 'none'))})")
+                 f"{guard})")
     st.caption(f"{report.n_states} states ({md(cfg.get('source', ''))}); {s['errors']} failed calls")
     if report.n_states < 20:
         st.info(f"Only {report.n_states} states: a first look, with wide intervals - check more states for a measurement.")
     for check, (level, text) in report.verdicts.items():
         LEVEL[level](f"**{checks.CHECK_LABELS[check]}**: {md(text)}")
+    if (what_if := checks.what_if(report)) is not None:
+        st.info(md(what_if))  # beside the verdicts, never coloured as one
     head = s.get("head")
     if head:
         cal = head["calibrated"]
         gate = "no gate" if cal["threshold"] is None else f"gate {cal['threshold']:.3f}"
-        st.markdown("**Steering: the model alone and with the learned head**")
+        st.markdown("**Steering: the model alone and " + ("with the learned head**" if cal.get("head") else
+                                                            "as deployed**"))
         st.dataframe(checks.head_rows(report), hide_index=True, key="rb_head_table")
-        st.caption(f"{md(cal['label'])}: a {md(cal['head_name'])} fitted on {cal['head_rows']} rows of "
-                   f"{md(cal['model_file'])}, {gate}, fallback {md(cal['fallback_option'])}; the rows were rendered "
+        what = (f"a {md(cal['head_name'])} fitted on {cal['head_rows']} rows of" if cal.get("head") else
+                f"{md(cal['correction'])} on")
+        st.caption(f"{md(cal['label'])}: {what} {md(cal['model_file'])}, {gate}, guard {md(cal.get('guard') or 'none')}, "
+                   f"fallback {md(cal['fallback_option'])}; the rows were rendered "
                    f"as it renders them ({md(head['rendering'])}). The run keeps the policy JSON (sha256 "
                    f"{cal['sha256'][:12]}), so this report is recomputed from the run alone.")
         if head["not_applied"]:
-            st.info("The learned head does not decide the other checks' rows - "
+            st.info(("The learned head" if cal.get("head") else "The calibrated policy")
+                    + " does not decide the other checks' rows - "
                     + "; ".join(f"**{checks.CHECK_LABELS[c]}**: {md(why)}" for c, why in head["not_applied"].items())
                     + ". Their numbers are the model's alone.")
     rows = checks.rate_rows(report)
     if rows:
         st.plotly_chart(charts.rate_bars(rows, "Rates with 95% intervals (Wilson)"), key="rb_rates")
+    families(report)
     c1, c2 = st.columns(2)
     if len(report.per_template):
         c1.plotly_chart(charts.rate_bars(checks.template_rows(report), "Hijack rate per steering template"),
@@ -116,6 +118,18 @@ def show(db, run: Mapping[str, Any]) -> None:
                        file_name=f"{stem}.json", mime="application/json", key="rb_dl_json")
 
 
+def families(report) -> None:
+    """The steering numbers per family: a verdict on the whole suite can hide a family it does not resist."""
+    rows = checks.family_rows(report)
+    if len({r["family"] for r in rows}) < 2:
+        return
+    st.plotly_chart(charts.rate_bars([{k: v for k, v in r.items() if k not in ("family", "level")} for r in rows],
+                                     "Steering per family, with 95% intervals (Wilson)"), key="rb_families")
+    st.caption("Families: the four generic templates, how customers, upstream systems (JSON, logs, quoted email, "
+               "markdown, system-style notes) and other languages put an instruction in a state, and your own "
+               "templates ('yours'). Each attempt takes the next template in turn, so each family has a share of them.")
+
+
 def render() -> None:
     st.title("Robustness")
     st.caption("A policy certified on clean rows meets customers who write what they want decided. Each state is "
@@ -128,15 +142,14 @@ def render() -> None:
     if setup is None:
         return
     policy = setup.policy
+    pick = calibrated_picker(db, policy, f"rb_head_{policy['id']}",
+                             "The Readout above is not used. The other checks reword the prompt or the options it "
+                             "was calibrated on: they measure the model alone.")
     c1, c2, c3 = st.columns(3)
-    guard = c1.selectbox("Steering guard", list(checks.GUARDS), index=list(checks.GUARDS).index("erase-and-check"),
-                         key="rb_guard",
-                         help="precheck: a directive that names an option (no model pass); erase-and-check: the "
-                              "precheck, then the state scored again with pieces left out")
+    guard = guard_picker(c1, pick)
     attempts = c2.number_input("Steering attempts per state", 0, 20, 3, key="rb_attempts")
     checks_ = c3.multiselect("Checks", list(checks.CHECKS), default=list(checks.CHECKS), key="rb_checks",
                              format_func=lambda c: checks.CHECK_LABELS[c])
-    head_id = head_picker(db, policy)
     try:
         suite, out_of_scope = suite_form(policy)
     except checks.SuiteError as exc:
@@ -150,24 +163,21 @@ def render() -> None:
         if got is None:
             return
         cases, target = got
-        try:
-            pick = heads.pick(db, head_id) if head_id is not None else None
-        except ValueError as exc:
-            st.error(f"**Learned head**: {md(exc)}")
-            return
         spec = checks.RobustnessInput(policy, cases, suite, checks_, attempts=int(attempts), variant=setup.variant,
                                       guard=guard, out_of_scope=out_of_scope,
                                       source="pasted states" if setup.set_id is None else "labeled set",
                                       calibrated=pick)
         problem = checks.robustness_problem(spec, target)
         if problem:
-            st.error(f"**Learned head**: {md(problem)}")
+            st.error(f"**Calibrated policy**: {md(problem)}")
             return
         tasks.start("rb", "robustness", f"robustness: {policy['name']} × {len(cases)} states × {target.name}",
                     "views/robustness.py", lambda task: checks.robustness_check(db, spec, target, task.progress))
     tasks.collect("rb", "Robustness check")
     run = saved_check(db, "robustness", "rb_open", lambda r: f"{r['policy']['name']} · {r['target_name']} · "
-                      f"{r['config'].get('variant')} · guard {r['config'].get('guard')} · {r['config'].get('states')} states")
+                      f"{r['config'].get('variant')} · guard {r['config'].get('deployed_guard', r['config'].get('guard'))}"
+                      + (f" (what-if {r['config']['what_if_guard']})" if r['config'].get('what_if_guard') else "")
+                      + f" · {r['config'].get('states')} states")
     if run is not None:
         show(db, run)
 

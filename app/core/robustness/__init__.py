@@ -27,14 +27,14 @@ from app.core.robustness.analyse import (FLIP_CHECKS, HIJACK_WORRY, Report, anal
 from app.core.robustness.plan import (SEP, calls_per_state, key, named_text, plan_items, renamed_policy, split_key,
                                      start_check, steer, steering_combos)
 from app.core.robustness.suite import (CHECK_LABELS, CHECKS, GENERIC_IRRELEVANT, NONE_OPTION, PLACEMENTS,
-                                      ROBUSTNESS_DIR, Placement, Suite, SuiteError, Template, check_suite,
-                                      parse_templates, shipped_suite)
+                                      ROBUSTNESS_DIR, Placement, Suite, SuiteError, Template, check_suite, families,
+                                      interleaved, parse_templates, shipped_suite)
 from app.core.order_sensitivity import FLIP_WORRY
 from app.core.runner import Case
 
 __all__ = ["CHECKS", "CHECK_LABELS", "FLIP_CHECKS", "FLIP_WORRY", "GENERIC_IRRELEVANT", "HIJACK_WORRY", "NONE_OPTION",
            "PLACEMENTS", "ROBUSTNESS_DIR", "SEP", "Case", "Placement", "Report", "Suite", "SuiteError", "Template",
-           "analyse", "calls_per_state", "check_suite", "flip_rates", "flip_verdict", "key", "named_text",
+           "analyse", "calls_per_state", "check_suite", "families", "interleaved", "flip_rates", "flip_verdict", "key", "named_text",
            "negation_sums", "negation_verdict", "none_of_these", "none_verdict", "parse_templates", "plan_items",
            "renamed_policy", "report_for", "shipped_suite", "split_key", "start_check", "steer", "steering_attempts",
            "steering_combos", "steering_verdict"]

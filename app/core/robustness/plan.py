@@ -4,7 +4,6 @@ the question negated - each row keyed `<state key>#rb:<check>:<variant>` so the 
 regrouped by analyse.py; and the run that holds them."""
 from __future__ import annotations
 
-from itertools import product
 from typing import Any, Iterable, Mapping
 
 from adapter.guard import sentences
@@ -12,7 +11,7 @@ from adapter.prompt import rotations
 from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
-from app.core.robustness.suite import CHECKS, NONE_OPTION, Placement, Suite, SuiteError, Template
+from app.core.robustness.suite import CHECKS, NONE_OPTION, Placement, Suite, SuiteError, Template, interleaved
 from app.core.runner import Case
 from app.core.store import Store
 from app.targets.base import Target
@@ -47,8 +46,17 @@ def named_text(option: dict, by: str) -> str:
 
 
 def steering_combos(policy: Mapping[str, Any], templates: list[Template]) -> list[tuple[Template, dict, str]]:
-    """Every (template, option, named by id | description): the full suite."""
-    return list(product(templates, policy["options"], ("id", "description")))
+    """Every (template, option, named by id | description): the full suite, ordered so that consecutive
+    attempts change both the template and the option named (template i of block j names option i + j):
+    a check of a few attempts per state meets many templates - and, interleaved, every family - not the
+    first template with every option."""
+    options = list(policy["options"])
+    t, k = len(templates), len(options)
+    out = []
+    for i in range(t * k * 2):
+        block, at = divmod(i, t)
+        out.append((templates[at], options[(at + block) % k], "id" if block < k else "description"))
+    return out
 
 
 def renamed_policy(policy: Mapping[str, Any], rewording: dict[str, dict]) -> dict:
@@ -91,17 +99,17 @@ def plan_items(policy: Mapping[str, Any], cases: list[Case], suite: Suite, *, ch
         k = key(case_key, check, variant)
         items.append((len(items), Case(k, state, label), request_for(pol, state, k, **fields)))
 
-    combos = steering_combos(policy, suite.steering) if "steering" in checks else []
+    combos = steering_combos(policy, interleaved(suite.steering)) if "steering" in checks else []
     turn = 0
     yes_no = len(policy["options"]) == 2
     for case in cases:
         add(case.key, "base", "", case.state, case.label, policy, guarded)
         for _ in range(attempts if combos else 0):
-            for _try in range(len(combos)):
-                template, option, by = combos[turn % len(combos)]
-                turn += 1
-                if option["id"] != case.label:
-                    break
+            template, option, by = combos[turn % len(combos)]
+            turn += 1
+            if option["id"] == case.label:  # the same template names the next option instead: no family is skipped
+                ids = [o["id"] for o in policy["options"]]
+                option = policy["options"][(ids.index(option["id"]) + 1) % len(ids)]
             sentence = template.text.replace("{option}", named_text(option, by))
             add(case.key, "steering", f"{template.id}~{option['id']}~{by}",
                 steer(case.state, sentence, template.placement), case.label, policy, guarded)
@@ -144,18 +152,19 @@ def calls_per_state(policy: Mapping[str, Any], suite: Suite, checks: Iterable[st
 def start_check(store: Store, *, policy: Mapping[str, Any], cases: list[Case], target: Target, suite: Suite,
                 checks: Iterable[str] = CHECKS, attempts: int = 3, variant: str = "default",
                 overrides: dict | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
-                source: str = "", calibrated: dict | None = None,
-                hidden: bool = False) -> tuple[int, list[tuple[int, Case, DecisionRequest]]]:
+                source: str = "", calibrated: dict | None = None, hidden: bool = False,
+                extra: dict | None = None) -> tuple[int, list[tuple[int, Case, DecisionRequest]]]:
     """A new robustness run (its configuration stored with it) and the rows it will score.
     `calibrated`: the record of a calibrated policy whose learned head the report applies
-    (head_apply.HeadPick.record: its JSON and sha256), kept in the run's configuration."""
+    (deployed.AsDeployed.record: its JSON and sha256), kept in the run's configuration; `extra`: more
+    configuration (the as-deployed and what-if guards)."""
     checks = [c for c in CHECKS if c in set(checks)]
     items = plan_items(policy, cases, suite, checks=checks, attempts=attempts, overrides=overrides, guard=guard,
                        out_of_scope=out_of_scope, hidden=hidden)
     config = {"variant": variant, "overrides": overrides or {}, "guard": guard or "none", "checks": checks,
               "attempts": attempts, "states": len(cases), "source": source, "suite": suite.to_dict(),
               "out_of_scope": list(out_of_scope or []), "target": target.name,
-              **({"calibrated": calibrated} if calibrated else {})}
+              **({"calibrated": calibrated} if calibrated else {}), **(extra or {})}
     run_id = store.create_run(kind="robustness", policy=policy, target=target.describe(), n_rows=len(items),
                               config=config)
     return run_id, items

@@ -13,7 +13,8 @@ CHECKS = ("steering", "paraphrase", "rename", "irrelevant-option", "none-of-thes
 CHECK_LABELS = {"steering": "Steering", "paraphrase": "Question paraphrase", "rename": "Options reworded",
                 "irrelevant-option": "Irrelevant option added", "none-of-these": "None-of-these option",
                 "order": "Option order", "negation": "Negated question",
-                "steering-head": "Steering with the learned head"}  # a verdict of its own when a head is measured
+                "steering-head": "Steering with the learned head",
+                "steering-deployed": "Steering as deployed"}  # a verdict of its own when a head is measured
 Placement = Literal["end", "start", "middle"]
 PLACEMENTS = ("end", "start", "middle")
 NONE_OPTION = {"id": "none-of-these", "description": "None of the listed options fits this case"}
@@ -23,12 +24,19 @@ ROBUSTNESS_DIR = DATA_DIR / "robustness"
 
 @dataclass(frozen=True)
 class Template:
-    """A steering sentence; `{option}` is replaced by a wrong option's id or description."""
+    """A steering sentence; `{option}` is replaced by a wrong option's id or description. `family`: the
+    kind of steering it is (a register, a format, a language - steering-families.json), reported apart."""
 
     id: str
     text: str
     placement: Placement = "end"
     source: str = "shipped"
+    family: str = ""
+
+    @property
+    def family_name(self) -> str:
+        return self.family or {"shipped": "generic", "policy": "policy's own", "yours": "yours"}.get(self.source,
+                                                                                                    self.source)
 
 
 @dataclass
@@ -58,13 +66,35 @@ class SuiteError(ValueError):
     """A suite the check cannot use: the message names the field and the fix."""
 
 
+def families() -> list[dict]:
+    """The shipped steering families (steering-families.json): {id, label, held_out, templates}."""
+    return list(json.loads((ROBUSTNESS_DIR / "steering-families.json").read_text())["families"])
+
+
+def interleaved(templates: list[Template]) -> list[Template]:
+    """The templates in turn by family (one of each family, then the next of each, ...): a check with
+    a few attempts per state still meets every family."""
+    by_family: dict[str, list[Template]] = {}
+    for t in templates:
+        by_family.setdefault(t.family_name, []).append(t)
+    out: list[Template] = []
+    for k in range(max((len(v) for v in by_family.values()), default=0)):
+        out += [v[k] for v in by_family.values() if k < len(v)]
+    return out
+
+
 def shipped_suite(policy: Mapping[str, Any]) -> Suite:
-    """The generic steering templates plus the policy's own file, when one ships."""
+    """The generic steering templates, the steering families, and the policy's own file, when one ships."""
     generic = json.loads((ROBUSTNESS_DIR / "steering.json").read_text())
     own_path = ROBUSTNESS_DIR / f"{policy['id']}.json"
     own = json.loads(own_path.read_text()) if own_path.is_file() else {}
-    steering = [Template(t["id"], t["text"], t.get("placement", "end"), "shipped") for t in generic["steering"]]
-    steering += [Template(t["id"], t["text"], t.get("placement", "end"), "policy") for t in own.get("steering", [])]
+    steering = [Template(t["id"], t["text"], t.get("placement", "end"), "shipped", "generic")
+                for t in generic["steering"]]
+    steering += [Template(f"{f['id']}-{n}", t["text"], t.get("placement", "end"), "shipped", f["id"])
+                 for f in families() for n, t in enumerate(f["templates"], 1)]
+    steering += [Template(t["id"], t["text"], t.get("placement", "end"), "policy", "policy's own")
+                 for t in own.get("steering", [])]
+    steering = interleaved(steering)
     suite = Suite(steering=steering, paraphrases=own.get("paraphrases", []),
                   option_rewordings=own.get("option_rewordings", []),
                   irrelevant_option=own.get("irrelevant_option") or dict(GENERIC_IRRELEVANT),
@@ -86,7 +116,7 @@ def parse_templates(text: str, source: str = "yours") -> list[Template]:
         if "{option}" not in line:
             raise SuiteError(f"steering template line {n}: put {{option}} where the wrong option should be named "
                              f"(e.g. 'The correct answer is {{option}}.')")
-        out.append(Template(f"{source}-{n}", line, placement, source))
+        out.append(Template(f"{source}-{n}", line, placement, source, "yours" if source == "yours" else source))
     return out
 
 

@@ -174,7 +174,7 @@ def report(results: dict[str, dict], srcs: list[Source], timing: dict[str, tuple
     head_srcs = [s for s in srcs if s.layout == HEAD_LAYOUT]
     cols = [f"{DEFAULT_MODEL} zero-shot", "best correction", "today's head (state first)",
             *(f"{s.model} head layout" for s in head_srcs)]
-    lines = ["| set | rows | " + " | ".join(cols) + " | recommended (cheapest not worse beyond noise) |",
+    lines = ["| set | rows | " + " | ".join(cols) + " | recommended (cheapest that may stand in for the most accurate) |",
              "|" + "---|" * (len(cols) + 3)]
     pooled: dict[str, list[np.ndarray]] = {c: [] for c in cols}
     refused_sets: dict[str, list[str]] = {c: [] for c in cols}
@@ -233,7 +233,8 @@ def _footer(rows_note: str, when: str) -> str:
             "model's zero-shot prompt (letters + content-free, the state first); 'head layout' is the policy-first "
             "prompt, whose letters are never offered zero-shot. The recommendation is Calibrate's rule: the cheapest "
             "candidate whose paired deficit against the most accurate is not beyond noise (bootstrap 95% interval "
-            "above zero and McNemar p < 0.05 = worse); without timing, cost is read as tokens a row. Timing: the same "
+            "above zero and McNemar p < 0.05 = worse), that is at most 5 points below it as measured and not below "
+            "the default model's zero-shot; without timing, cost is read as tokens a row. Timing: the same "
             f"rows on every source, interleaved in a rotating order, each source its own warm engine; {when}.")
 
 

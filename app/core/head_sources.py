@@ -174,11 +174,13 @@ def acceptable(r: Row, best: Row | None, status_quo: float | None) -> bool:
     than MAX_MEASURED_LOSS below it as measured, and not below the default model's zero-shot (today's
     decision) as measured. The first alone is not enough on a few dozen rows: 40 rows of incident
     priority called a 22.5-point loss 'within noise' (McNemar p 0.06) and recommended a test fixture."""
-    if r.accuracy is None or best is None or best.accuracy is None or r.gain_vs_best is None:
+    mine = r.accuracy.rate if r.accuracy is not None else None
+    top = best.accuracy.rate if best is not None and best.accuracy is not None else None
+    if mine is None or top is None or r.gain_vs_best is None:
         return False
-    if r.gain_vs_best.beyond_noise or best.accuracy.rate - r.accuracy.rate > MAX_MEASURED_LOSS + 1e-9:
+    if r.gain_vs_best.beyond_noise or top - mine > MAX_MEASURED_LOSS + 1e-9:
         return False
-    return status_quo is None or r.accuracy.rate >= status_quo - 1e-9
+    return status_quo is None or mine >= status_quo - 1e-9
 
 
 def _f1_of(y: np.ndarray, pred: np.ndarray, k: int) -> Callable[[np.ndarray], float]:

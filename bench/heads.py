@@ -285,7 +285,8 @@ def main() -> None:
     text = report(results, srcs, timing, when, rows_note)
     print(text)
     if not args.no_publish:
-        print(f"published to {publish('heads', text)}")
+        where = publish("heads", text)
+        print(f"published to {where}")
 
 
 if __name__ == "__main__":

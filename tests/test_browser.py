@@ -181,7 +181,7 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
     page.get_by_label("S3 bucket for model.tar.gz").fill("my-models")
     page.get_by_label("SageMaker execution role ARN").fill("arn:aws:iam::123456789012:role/sm")
     page.get_by_label("CodeBuild service role ARN (SemIf path)").fill("arn:aws:iam::123456789012:role/cb")
-    page.get_by_role("button", name="Plan").click()
+    page.get_by_role("button", name="Plan", exact=True).click()  # not "Plan a local run"
     settle(page, timeout=300_000)
     page.get_by_text("depending on which pool wins").wait_for(timeout=300_000)  # packaged, then planned
     page.screenshot(path=str(shots / "deploy.png"), full_page=True)

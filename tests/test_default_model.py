@@ -76,9 +76,18 @@ def test_255_choices_are_answered_within_the_deadline(srv):
     body = {"model": "any", "state": "Please move the refund to the second account.",
             "questions": {"q": {"type": "choice", "instructions": "Which option fits?", "criteria": criteria}}}
     body["model"] = httpx.get(srv.url + "/v1/models", timeout=10).json()["models"][0]["name"]
-    t0 = time.perf_counter()
-    res = httpx.post(srv.url + "/v1/systemone", json=body, timeout=120)
-    took = time.perf_counter() - t0
+    for attempt in (1, 2):
+        t0 = time.perf_counter()
+        res = httpx.post(srv.url + "/v1/systemone", json=body, timeout=120)
+        took = time.perf_counter() - t0
+        if res.status_code != 413 or attempt == 2 or os.getloadavg()[0] < 2.5:
+            break
+        # ~25 s on 2 idle cores; beside another test's model on the same 2 cores (the suite runs two workers,
+        # each llama.cpp spinning two threads) it went past 60 s once. Retry once when the machine is not idle,
+        # after it settles - the claim is about this request's own cost, which a neighbour's load hides.
+        deadline = time.monotonic() + 120
+        while os.getloadavg()[0] >= 2.0 and time.monotonic() < deadline:
+            time.sleep(5)
     assert res.status_code == 200, res.text[:500]
     answer = res.json()["answers"]["q"]
     assert list(answer["probabilities"]) == list(criteria) and answer["x_readout"] == "option-words"

@@ -197,7 +197,10 @@ def test_colliding_first_tokens_are_told_apart(engine):
     lp = np.array([logprob_seq(seqs[0], split + 1), logprob_seq(seqs[1], split + 1), logprob_seq(seqs[2], 1)])
     engine.clear_cache()
     assert len(toks) == r.input_tokens
-    assert np.allclose(_softmax(lp), r.probabilities, atol=1e-6)
+    # the engine reads shared label prefixes as one trie batch, the reference one prefix at a time: another
+    # batch split, so the last bits may differ (4e-6 on this machine's AVX-512 build, where 1e-6 held before)
+    assert np.allclose(_softmax(lp), r.probabilities, atol=1e-4)
+    assert int(np.argmax(_softmax(lp))) == int(np.argmax(r.probabilities))
     assert r.label_token_counts[0] >= 2 and r.extra_evals >= 1
 
 

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         if args.readout or args.debias or args.permute:
             error("--layout policy-first reads letters with no correction and no permutation: drop --readout, "
                   "--debias and --permute")
-            return 2
+            return EXIT_USAGE
         variant = ev.HEAD_VARIANT
     readers = [target(db, name.strip()) for name in (args.head_sources or "").split(",") if name.strip()]
     print(f"policy {policy['id']} x set #{set_id} x target {t.name} ({variant.name})", file=sys.stderr)

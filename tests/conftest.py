@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -49,6 +50,28 @@ if "SM_SEMIF_KV_CACHE_DIR" not in os.environ:
 
     os.environ["SM_SEMIF_KV_CACHE_DIR"] = tempfile.mkdtemp(prefix="semif-test-kv-")
     atexit.register(shutil.rmtree, os.environ["SM_SEMIF_KV_CACHE_DIR"], ignore_errors=True)
+
+
+# A test marked `alone` (a timing claim, such as the 60 s deadline) runs while no other test does: every
+# test of a parallel run holds a shared lock on one file, and an `alone` test an exclusive one - so the
+# other worker finishes its current test and waits. (Each worker is pinned to one CPU above; beside
+# another test's llama.cpp, the 255-choice request took 60 s where it takes ~25 s alone.)
+_CPU_LOCK = Path(tempfile.gettempdir()) / f"semif-tests-cpu-{os.getppid() if _WORKER else os.getpid()}.lock"
+
+
+@pytest.fixture(autouse=True)
+def _cpu_turn(request):
+    if not _WORKER:
+        yield
+        return
+    import fcntl
+
+    with open(_CPU_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX if request.node.get_closest_marker("alone") else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 FIRST = ("tests/test_fuzz.py", "tests/test_browser.py")  # the longest modules start first: no long tail

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, spread
 
 LOCKED = ("I reset my password an hour ago and now I cannot log in at all. "
           "The login page says my account is locked.")
@@ -38,8 +38,9 @@ season""".split()
 def srv():
     """The adapter as a user starts it: no flags, the shipped default model, the 60 s deadline."""
     env = {k: v for k, v in os.environ.items() if k not in ("SEMIF_DEFAULT_MODEL", "SM_SEMIF_REQUEST_TIMEOUT")}
-    server = ServerProcess([sys.executable, "-m", "adapter", "serve", "--port", "0"], env=env, replace_env=True,
-                           timeout=300)
+    with spread():  # every CPU, as a user's adapter has (a worker of the suite is pinned to one)
+        server = ServerProcess([sys.executable, "-m", "adapter", "serve", "--port", "0"], env=env, replace_env=True,
+                               timeout=300)
     yield server
     server.stop()
 
@@ -64,6 +65,7 @@ def test_adapter_with_no_flags_routes_the_locked_account_to_access(srv):
                                               timeout=120).json()["probabilities"]  # the guard only flags
 
 
+@pytest.mark.alone
 def test_255_choices_are_answered_within_the_deadline(srv):
     """Issue 30: the protocol allows 255 options; one request must not outgrow the 60 s deadline
     for reading them. Two ids share their first 100 characters (digits: 100 tokens), so the readout
@@ -76,18 +78,9 @@ def test_255_choices_are_answered_within_the_deadline(srv):
     body = {"model": "any", "state": "Please move the refund to the second account.",
             "questions": {"q": {"type": "choice", "instructions": "Which option fits?", "criteria": criteria}}}
     body["model"] = httpx.get(srv.url + "/v1/models", timeout=10).json()["models"][0]["name"]
-    for attempt in (1, 2):
-        t0 = time.perf_counter()
-        res = httpx.post(srv.url + "/v1/systemone", json=body, timeout=120)
-        took = time.perf_counter() - t0
-        if res.status_code != 413 or attempt == 2 or os.getloadavg()[0] < 2.5:
-            break
-        # ~25 s on 2 idle cores; beside another test's model on the same 2 cores (the suite runs two workers,
-        # each llama.cpp spinning two threads) it went past 60 s once. Retry once when the machine is not idle,
-        # after it settles - the claim is about this request's own cost, which a neighbour's load hides.
-        deadline = time.monotonic() + 120
-        while os.getloadavg()[0] >= 2.0 and time.monotonic() < deadline:
-            time.sleep(5)
+    t0 = time.perf_counter()
+    res = httpx.post(srv.url + "/v1/systemone", json=body, timeout=120)
+    took = time.perf_counter() - t0
     assert res.status_code == 200, res.text[:500]
     answer = res.json()["answers"]["q"]
     assert list(answer["probabilities"]) == list(criteria) and answer["x_readout"] == "option-words"

@@ -134,6 +134,19 @@ def subset_file(tmp_path, set_name: str, n_test: int, n_train: int = 8) -> Path:
     return out
 
 
+def calibrate_cli(tmp_path, policy: str, n_test: int, *args: str, out_name: str = "") -> tuple[Path, Path, str]:
+    """`python -m app calibrate` on the first n_test rows of the shipped set named like the policy, into its own
+    database and policy file: (db, policy file, stdout); fails the test on a non-zero exit."""
+    import subprocess
+
+    db, out = tmp_path / "wb.db", tmp_path / (out_name or f"{policy}.policy.json")
+    proc = subprocess.run([sys.executable, "-m", "app", "calibrate", "--db", str(db), "--quiet", "--policy", policy,
+                           "--labeled-set", str(subset_file(tmp_path, policy, n_test)), *args, "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return db, out, proc.stdout
+
+
 def routing_row(state: str, row_id: str = "r1", **extra) -> dict:
     import json
 

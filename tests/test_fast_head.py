@@ -17,7 +17,7 @@ from adapter.schema import DecisionRequest, Option, RequestError
 from adapter.templates import load_template, request_for
 from app.core import head_sources, heads, reuse
 from app.core.store import Store
-from tests.conftest import ROOT, ServerProcess, subset_file
+from tests.conftest import ROOT, ServerProcess, calibrate_cli, subset_file
 
 OPTIONS = [Option(id="billing", description="payments"), Option(id="tech", description="bugs")]
 STATE = "I was charged twice for my subscription this month."
@@ -166,14 +166,9 @@ def test_a_head_layout_policy_needs_a_hidden_state_head():
 @pytest.fixture(scope="module")
 def layout_policy(tmp_path_factory):
     """A head-layout policy from the CLI on SmolLM2: 30 refund-check rows read policy first."""
-    tmp = tmp_path_factory.mktemp("fast")
-    db, out = tmp / "wb.db", tmp / "refund.policy.json"
-    proc = subprocess.run([sys.executable, "-m", "app", "calibrate", "--db", str(db), "--quiet", "--policy",
-                           "refund-check", "--labeled-set", str(subset_file(tmp, "refund-check", 30)),
-                           "--layout", "policy-first", "--gate", "0.6", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return db, out, proc.stdout
+    return calibrate_cli(tmp_path_factory.mktemp("fast"), "refund-check", 30, "--layout", "policy-first",
+                         "--gate", "0.6",
+                         out_name="refund.policy.json")
 
 
 def test_calibrate_exports_a_head_layout_policy(layout_policy):

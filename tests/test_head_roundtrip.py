@@ -17,7 +17,7 @@ from adapter.schema import HiddenState
 from adapter.templates import load_template, request_for
 from app.core import export
 from app.core.store import Store
-from tests.conftest import ROOT, ServerProcess, subset_file
+from tests.conftest import ROOT, ServerProcess, calibrate_cli, subset_file
 
 
 def test_asking_for_the_hidden_state_changes_no_probability(engine):
@@ -43,14 +43,8 @@ def test_asking_for_the_hidden_state_changes_no_probability(engine):
 @pytest.fixture(scope="module")
 def head_policy(tmp_path_factory):
     """A calibrated policy with a hidden-state head, from the CLI, on 48 rows of ticket routing."""
-    tmp = tmp_path_factory.mktemp("head")
-    db, out = tmp / "wb.db", tmp / "routing.policy.json"
-    proc = subprocess.run([sys.executable, "-m", "app", "calibrate", "--db", str(db), "--quiet", "--policy",
-                           "ticket-routing", "--labeled-set", str(subset_file(tmp, "ticket-routing", 48)),
-                           "--head", "hidden", "--gate", "0.5", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return db, out, proc.stdout
+    return calibrate_cli(tmp_path_factory.mktemp("head"), "ticket-routing", 48, "--head", "hidden", "--gate", "0.5",
+                         out_name="routing.policy.json")
 
 
 def test_calibrate_exports_a_head_with_out_of_fold_numbers(head_policy):

@@ -17,15 +17,15 @@ from dataclasses import replace
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from .catalog import DEFAULT_SHIPPED
-from .decision_log import DecisionLogSettings
-from .engine import Engine, EngineConfig
-from .http_body import SURROGATE_MSG, lone_surrogate
-from .models import CACHE_DIR, SHIPPED, ModelNotFound, chunk_file, resolve_model, shipped_path
-from .process import serve
-from .schema import READOUTS, DecisionRequest, SharedStateRequest, errors_from
-from .settings import AdapterSettings, SettingsError
-from .templates import load_template, request_for
+from adapter.engine.catalog import DEFAULT_SHIPPED
+from adapter.server.decision_log import DecisionLogSettings
+from adapter.engine.engine import Engine, EngineConfig
+from adapter.server.http_body import SURROGATE_MSG, lone_surrogate
+from adapter.engine.models import CACHE_DIR, SHIPPED, ModelNotFound, chunk_file, resolve_model, shipped_path
+from adapter.server.process import serve
+from adapter.schema import READOUTS, DecisionRequest, SharedStateRequest, errors_from
+from adapter.server.settings import AdapterSettings, SettingsError
+from adapter.engine.templates import load_template, request_for
 
 
 def _engine(args):

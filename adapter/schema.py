@@ -13,10 +13,10 @@ from typing import Any, Literal, Sequence, Union, get_args
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .guard import Guard
-from .ids import collision, collision_message
-from .ids import id_problem as id_problem  # re-exported: the commands check a --fallback id with it
-from .ids import unprintable
+from adapter.guard import Guard
+from adapter.ids import collision, collision_message
+from adapter.ids import id_problem as id_problem  # re-exported: the commands check a --fallback id with it
+from adapter.ids import unprintable
 
 MAX_OPTIONS = 26  # letters A..Z
 MAX_EXAMPLES = 32  # few-shot examples in one policy
@@ -197,7 +197,7 @@ ProbabilityStatus = Literal["uncalibrated", "calibrated", "generated-logprobs", 
 class HiddenState(BaseModel):
     """The model's hidden state at the prompt's last token (its final norm's output, the vector the
     output layer turns into next-token logits), as little-endian float32 in base64: exact, and a
-    quarter of the size of a JSON list of numbers. A learned head (adapter/head.py) reads it."""
+    quarter of the size of a JSON list of numbers. A learned head (adapter/engine/head.py) reads it."""
 
     model_config = ConfigDict(extra="forbid")
     encoding: Literal["float32-le-base64"] = "float32-le-base64"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # the rooms of the layout block: a line starting with one of these names the folder later lines are in
-ROOMS = {"adapter/": "adapter", "deploy/": "deploy", "app/": "app", "views/": "app/views", "cli/": "app/cli",
+ROOMS = {"adapter/": "adapter", "engine/": "adapter/engine", "server/": "adapter/server", "deploy/": "deploy", "app/": "app", "views/": "app/views", "cli/": "app/cli",
          "ui/": "app/ui", "service/": "app/service", "core/": "app/core", "targets/": "app/targets", "bench/": "bench"}
 # app/views is one page per file, listed in the README's page table instead; app/cli is named by command
-CHECKED = ("adapter", "deploy", "app", "app/cli", "app/ui", "app/service", "app/core", "app/core/robustness",
+CHECKED = ("adapter", "adapter/engine", "adapter/server", "deploy", "app", "app/cli", "app/ui", "app/service", "app/core", "app/core/robustness",
            "app/targets", "bench")
 
 

@@ -12,7 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from .models import CACHE_DIR
+from adapter.engine.models import CACHE_DIR
 
 MIN_TOKENS = 32  # shorter segments are cheaper to evaluate than to load
 MAX_BYTES = 512 * 1024 * 1024

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .catalog import DEFAULT_SHIPPED, SHIPPED, Chunk, ShippedModel
+from adapter.engine.catalog import DEFAULT_SHIPPED, SHIPPED, Chunk, ShippedModel
 
 SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 CACHE_DIR = Path(os.environ.get("SEMIF_CACHE_DIR", Path.home() / ".cache" / "semif-workbench"))

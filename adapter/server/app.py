@@ -29,14 +29,14 @@ from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from .admission import Admission, Stopped
-from .calibrated import PolicySet
-from .decision_log import DecisionLog, DecisionLogMiddleware, DecisionLogSettings
-from .http_body import ClientGone
-from .http_errors import HTTPProblem, Invalid, invalid, problem
-from .routes import Intake, router
-from .schema import RequestError
-from .settings import AdapterSettings
+from adapter.server.admission import Admission, Stopped
+from adapter.server.calibrated import PolicySet
+from adapter.server.decision_log import DecisionLog, DecisionLogMiddleware, DecisionLogSettings
+from adapter.server.http_body import ClientGone
+from adapter.server.http_errors import HTTPProblem, Invalid, invalid, problem
+from adapter.server.routes import Intake, router
+from adapter.schema import RequestError
+from adapter.server.settings import AdapterSettings
 
 log = logging.getLogger("semif.adapter")
 

@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .ids import collision, collision_message, id_problem
-from .schema import MAX_OPTIONS, DecisionRequest, DecisionResult, Option, RequestError, State, _check_state, finite, state_text
+from adapter.ids import collision, collision_message, id_problem
+from adapter.schema import MAX_OPTIONS, DecisionRequest, DecisionResult, Option, RequestError, State, _check_state, finite, state_text
 
 MAX_CHOICES = 255
 NOUL_QUESTION = "Is the following true for this state? Answer true or false."

@@ -36,7 +36,7 @@ from typing import Annotated, Any, Sequence
 from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError, PydanticUseDefault
 
-from .settings import EnvSettings, SettingsError
+from adapter.server.settings import EnvSettings, SettingsError
 
 log = logging.getLogger("semif.adapter")
 

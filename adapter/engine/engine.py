@@ -19,13 +19,13 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from . import label_trie
-from .guard_check import guard_check, skipped_guard
-from .models import ModelChoice, Progress
-from .prompt import Prompt, render_letters, render_option_words, render_policy_first, rotations
-from .schema import HEAD_LAYOUT, Debias, DecisionRequest, DecisionResult, HiddenState, RequestError, SharedStateRequest, finite
-from .scores import combine, log_softmax
-from .session import (Budget, EngineConfig, LlamaSession, ModelInfo, _count, _forecast, default_threads)
+from adapter.engine import label_trie
+from adapter.engine.guard_check import guard_check, skipped_guard
+from adapter.engine.models import ModelChoice, Progress
+from adapter.engine.prompt import Prompt, render_letters, render_option_words, render_policy_first, rotations
+from adapter.schema import HEAD_LAYOUT, Debias, DecisionRequest, DecisionResult, HiddenState, RequestError, SharedStateRequest, finite
+from adapter.engine.scores import combine, log_softmax
+from adapter.engine.session import (Budget, EngineConfig, LlamaSession, ModelInfo, _count, _forecast, default_threads)
 
 __all__ = ["Budget", "Engine", "EngineConfig", "ModelInfo", "default_threads", "resolve_settings", "skipped_guard"]
 

@@ -19,10 +19,10 @@ from typing import Any, Callable
 
 import uvicorn
 
-from .calibrated import PolicySet, discover_policies
-from .connections import guarded_protocol
-from .server import EngineHolder, create_app
-from .settings import AdapterSettings
+from adapter.server.calibrated import PolicySet, discover_policies
+from adapter.server.connections import guarded_protocol
+from adapter.server.app import EngineHolder, create_app
+from adapter.server.settings import AdapterSettings
 
 log = logging.getLogger("semif.adapter")
 # The listen backlog, which is also how many connections asyncio accepts per loop iteration before they

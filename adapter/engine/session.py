@@ -20,11 +20,11 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from . import label_trie
-from .models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
-from .prefix_cache import PrefixCache
-from .prompt import ChatTemplate, Prompt
-from .schema import RequestError
+from adapter.engine import label_trie
+from adapter.engine.models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
+from adapter.engine.prefix_cache import PrefixCache
+from adapter.engine.prompt import ChatTemplate, Prompt
+from adapter.schema import RequestError
 
 log = logging.getLogger("semif.engine")
 

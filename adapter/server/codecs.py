@@ -2,7 +2,7 @@
 /invocations shapes (one row, an array of rows, {"state", "questions": [...]}), Batch Transform's JSON
 Lines (a bad line becomes its own error object, the rest are scored) and /v1/systemone - each parsed
 into decision rows (validated, filled from the named calibrated policies, within the row and cost
-caps: Invalid with full locs otherwise), scored on the engine, and encoded back. adapter/routes.py
+caps: Invalid with full locs otherwise), scored on the engine, and encoded back. adapter/server/routes.py
 calls these from its worker threads."""
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .admission import RequestBudget
-from .calibrated import CalibratedPolicy, PolicySet
-from .decision_log import collect
-from .http_body import parse_json
-from .http_errors import HTTPProblem, Invalid
-from .schema import DecisionRequest, RequestError, SharedStateRequest, errors_from
-from .settings import AdapterSettings
-from .systemone import SystemOneRequest, respond, to_rows
+from adapter.server.admission import RequestBudget
+from adapter.server.calibrated import CalibratedPolicy, PolicySet
+from adapter.server.decision_log import collect
+from adapter.server.http_body import parse_json
+from adapter.server.http_errors import HTTPProblem, Invalid
+from adapter.schema import DecisionRequest, RequestError, SharedStateRequest, errors_from
+from adapter.server.settings import AdapterSettings
+from adapter.server.systemone import SystemOneRequest, respond, to_rows
 
 
 # -- /invocations: the three shapes -> rows ------------------------------------------------------

@@ -27,7 +27,7 @@ from datetime import datetime
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .schema import Example, Option, State, state_text
+from adapter.schema import Example, Option, State, state_text
 
 PROMPT_VERSIONS = {"letters": "letters/1", "letters-examples": "letters-examples/1", "option-words": "option-words/1",
                    "option-words-state-first": "option-words-state-first/1",

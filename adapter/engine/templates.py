@@ -6,9 +6,9 @@ from typing import Any, Mapping
 import json
 from pathlib import Path
 
-from .schema import DecisionRequest
+from adapter.schema import DecisionRequest
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 
 
 def load_template(policy_id: str) -> dict:

@@ -13,14 +13,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .guard import STEERING_SUSPECTED, Guard
-from .head import HEAD_NAMES, Head
-from .head import uses_hidden
-from .http_body import SURROGATE_MSG, lone_surrogate, nesting, parse_json
-from .http_errors import Invalid
-from .prompt import PROMPT_VERSIONS
-from .safe_path import NAME_RULE, name_problem
-from .schema import (HEAD_LAYOUT, Debias, DecisionResult, Example, HiddenState, Layout, Option, Readout, RequestError,
+from adapter.guard import STEERING_SUSPECTED, Guard
+from adapter.engine.head import HEAD_NAMES, Head
+from adapter.engine.head import uses_hidden
+from adapter.server.http_body import SURROGATE_MSG, lone_surrogate, nesting, parse_json
+from adapter.server.http_errors import Invalid
+from adapter.engine.prompt import PROMPT_VERSIONS
+from adapter.safe_path import NAME_RULE, name_problem
+from adapter.schema import (HEAD_LAYOUT, Debias, DecisionResult, Example, HiddenState, Layout, Option, Readout, RequestError,
                      errors_from)
 
 SCHEMA_VERSION = "semif-policy/1"
@@ -68,7 +68,7 @@ class CalibratedPolicy(BaseModel):
     threshold: float | None = Field(default=None, ge=0, le=1, description="global confidence gate")
     gate_source: Literal["recommended", "hand-set", "unreachable"] | None = Field(
         default=None, description="how the gate was chosen: from target_accuracy, by hand, or 1.0 because unreachable")
-    head: Head | None = Field(default=None, description="a learned head (adapter/head.py): when set, the calibrated "
+    head: Head | None = Field(default=None, description="a learned head (adapter/engine/head.py): when set, the calibrated "
                               "probabilities are the head's, and every row is scored with its hidden state")
     option_thresholds: dict[str, float] = Field(default_factory=dict)
     fallback_option: str = Field(min_length=1)

@@ -9,11 +9,11 @@ from typing import Protocol
 
 import numpy as np
 
-from . import guard
-from .prompt import Prompt, rotations
-from .schema import DecisionRequest, DecisionResult, state_text
-from .scores import combine
-from .session import Budget
+from adapter import guard
+from adapter.engine.prompt import Prompt, rotations
+from adapter.schema import DecisionRequest, DecisionResult, state_text
+from adapter.engine.scores import combine
+from adapter.engine.session import Budget
 
 
 class Scorer(Protocol):

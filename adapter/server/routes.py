@@ -1,8 +1,8 @@
-"""The adapter's routes (what each answers: adapter/server.py's docstring) and how a POST becomes work.
+"""The adapter's routes (what each answers: adapter/server/app.py's docstring) and how a POST becomes work.
 
 A POST is admitted before any work is done on it (`Intake.admitted`): a queue slot (429 + Retry-After)
 and the deadline clock first; then the body is read within the deadline, and decoded, parsed,
-validated (adapter/codecs.py) and scored in a worker thread - never on the event loop, which keeps
+validated (adapter/server/codecs.py) and scored in a worker thread - never on the event loop, which keeps
 answering /ping - behind the engine lock (`Intake.on_engine`), stopping on the deadline or when the
 client goes away. The routes read the engine holder, the settings and the intake from app.state
 (server.create_app puts them there)."""
@@ -16,14 +16,14 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from .admission import Admission, RequestBudget
-from .codecs import (JSONLINES_TYPES, model_names, parse_invocation, parse_lines, parse_systemone, score_invocation,
+from adapter.server.admission import Admission, RequestBudget
+from adapter.server.codecs import (JSONLINES_TYPES, model_names, parse_invocation, parse_lines, parse_systemone, score_invocation,
                      score_lines, score_systemone)
-from .guard import GUARDS
-from .http_body import decode, parse_json, read_raw
-from .http_errors import HTTPProblem, Invalid, problem
-from .schema import DEBIAS, READOUTS
-from .settings import AdapterSettings
+from adapter.guard import GUARDS
+from adapter.server.http_body import decode, parse_json, read_raw
+from adapter.server.http_errors import HTTPProblem, Invalid, problem
+from adapter.schema import DEBIAS, READOUTS
+from adapter.server.settings import AdapterSettings
 
 router = APIRouter()
 

@@ -24,8 +24,8 @@ from typing import Any, Iterator
 
 from starlette.requests import ClientDisconnect
 
-from .http_errors import HTTPProblem, Invalid
-from .settings import AdapterSettings
+from adapter.server.http_errors import HTTPProblem, Invalid
+from adapter.server.settings import AdapterSettings
 
 
 class ClientGone(Exception):

@@ -84,7 +84,7 @@ def test_finding_7_an_evaluations_answers_are_reused_and_counted(engine, tmp_pat
 def test_item_1_compare_decides_with_any_calibrated_policy_as_deployed(engine, tmp_path):
     """A calibrated policy without a head is a column too: its correction, gate and fallback on the
     target's own rows, by CalibratedPolicy.apply (issue 35: every check tests the policy as deployed)."""
-    from adapter.server.calibrated import CalibratedPolicy
+    from adapter.server.calibrated import CalibratedPolicy, RowReading
     from app.core import deployed
 
     store = Store(tmp_path / "c.db")
@@ -102,5 +102,5 @@ def test_item_1_compare_decides_with_any_calibrated_policy_as_deployed(engine, t
     (summary,) = shown.heads.to_dict("records")
     assert summary["column"] == column and summary["head"] == "temperature" and summary["read"] == len(CASES)
     policy = CalibratedPolicy.model_validate(config)
-    by_hand = [policy.apply(r["option_ids"], r["probabilities"])["gated"] for r in rows]
+    by_hand = [policy.apply(RowReading(tuple(r["option_ids"]), tuple(r["probabilities"]))).gated for r in rows]
     assert summary["gated"] == sum(by_hand)

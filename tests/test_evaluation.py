@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import CalibratedPolicy, PolicyError, load_policy
+from adapter.server.calibrated import CalibratedPolicy, PolicyError, RowReading, load_policy
 from app.core import runs, export
 from app.core.store import Store
 from tests.conftest import ROOT, ServerProcess, subset_file
@@ -145,9 +145,9 @@ def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
         for r, s in zip(results, served):
             scored = runs.scored_probabilities(r, policy.debias)
             assert s["probabilities"] == scored and s["debias"] == policy.debias  # same model and prompt: bit for bit
-            local = policy.apply(r["option_ids"], scored)
-            assert s["decision"]["option_id"] == local["option_id"] and s["decision"]["gated"] == local["gated"]
-            assert s["calibrated_probabilities"] == local["calibrated_probabilities"]
+            local = policy.apply(RowReading(tuple(r["option_ids"]), tuple(scored)))
+            assert s["decision"]["option_id"] == local.option_id and s["decision"]["gated"] == local.gated
+            assert s["calibrated_probabilities"] == list(local.calibrated_probabilities)
             assert s["probability_status"] == "calibrated"
             decided += not s["decision"]["gated"]
             correct += (not s["decision"]["gated"]) and s["decision"]["option_id"] == r["label"]
@@ -170,13 +170,13 @@ def test_policy_validation_and_model_mismatch(tmp_path):
             "model": {"file": "m.gguf", "sha256": "a" * 64}, "temperature": 2.0, "threshold": 0.7,
             "fallback_option": "human-review", "created_at": "2026-12-01T00:00:00+00:00"}
     p = CalibratedPolicy.model_validate(good)
-    d = p.apply(["yes", "no"], [0.9, 0.1])
+    d = p.apply(RowReading(("yes", "no"), (0.9, 0.1)))
     # T=2: sqrt-ish flattening: 0.9^(1/2) / (0.9^(1/2) + 0.1^(1/2)) = 0.75
-    assert d["confidence"] == pytest.approx(0.75) and not d["gated"] and d["option_id"] == "yes"
-    d = p.apply(["yes", "no"], [0.7, 0.3])
-    assert d["gated"] and d["option_id"] == "human-review" and "< gate" in d["reason"]
-    d = p.apply(["yes", "no"], [0.99, 0.01], model_sha256="b" * 64, model_file="x")
-    assert d["gated"] and "not the calibrated model" in d["reason"]
+    assert d.confidence == pytest.approx(0.75) and not d.gated and d.option_id == "yes"
+    d = p.apply(RowReading(("yes", "no"), (0.7, 0.3)))
+    assert d.gated and d.option_id == "human-review" and "< gate" in d.reason
+    d = p.apply(RowReading(("yes", "no"), (0.99, 0.01), model_sha256="b" * 64, model_file="x"))
+    assert d.gated and "not the calibrated model" in d.reason
     with pytest.raises(PolicyError, match="temperature"):
         load_policy({**good, "temperature": 0})
     with pytest.raises(PolicyError, match="option_thresholds"):

@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import CalibratedPolicy, load_policy, row_inputs
+from adapter.server.calibrated import CalibratedPolicy, RowReading, load_policy
 from adapter.engine.prompt import PROMPT_VERSIONS, render_letters, render_policy_first
 from adapter.schema import DecisionRequest, Option, RequestError
 from adapter.engine.templates import load_template, request_for
@@ -202,11 +202,11 @@ def test_the_adapter_decides_every_head_layout_row_as_calibrate_did(layout_polic
             assert answer.status_code == 200, answer.text
             served += answer.json()
         for r, s in zip(results, served):
-            page = policy.apply(r["option_ids"], r["probabilities"], **row_inputs(r["response"]))
+            page = policy.apply(RowReading.from_response(r["response"], r["option_ids"], r["probabilities"]))
             assert s["prompt_version"] == "letters-policy-first/1"
             assert s["probabilities"] == r["probabilities"]
-            assert s["calibrated_probabilities"] == page["calibrated_probabilities"]
-            assert s["decision"] == {k: v for k, v in page.items() if k != "calibrated_probabilities"}
+            assert s["calibrated_probabilities"] == list(page.calibrated_probabilities)
+            assert s["decision"] == page.as_json()
     finally:
         srv.stop()
 
@@ -237,8 +237,8 @@ def test_compare_reads_a_head_layout_head_from_rows_read_in_its_layout(layout_po
     got = shown.results[shown.results["target"] == column].set_index("row_key")
     for r in store.results(layout["id"]):
         assert r["response"]["prompt_version"] == "letters-policy-first/1"
-        d = policy.apply(r["option_ids"], r["probabilities"], **row_inputs(r["response"]))
-        assert (got.loc[r["row_key"], "decision"], got.loc[r["row_key"], "gated"]) == (d["option_id"], d["gated"])
+        d = policy.apply(RowReading.from_response(r["response"], r["option_ids"], r["probabilities"]))
+        assert (got.loc[r["row_key"], "decision"], got.loc[r["row_key"], "gated"]) == (d.option_id, d.gated)
         assert got.loc[r["row_key"], "latency_s"] == r["latency_s"]
 
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import PolicyError, load_policy, row_inputs
+from adapter.server.calibrated import PolicyError, RowReading, load_policy
 from adapter.engine.head import Head, build_head, encode
 from adapter.schema import HiddenState
 from app.core import calibration, heads
@@ -97,22 +97,23 @@ def test_a_row_the_head_cannot_read_goes_to_the_fallback():
     policy = load_policy(policy_with(a_head()))
     probs = [0.4, 0.3, 0.2, 0.1]
     h = np.ones(40)
-    ok = policy.apply(IDS, probs, hidden=h, prompt_version="letters/1", hidden_model=SHA)
-    assert ok["calibrated_probabilities"] == policy.head.probabilities(h, probs)
+    ok = policy.apply(RowReading(tuple(IDS), tuple(probs), hidden=h, prompt_version="letters/1", hidden_model=SHA))
+    assert list(ok.calibrated_probabilities) == policy.head.probabilities(h, probs)
     for kwargs, reason in [({}, "without its hidden state"),
                            ({"hidden": np.ones(39)}, "has 39 values; the head reads 40"),
                            ({"hidden": h, "prompt_version": "letters-examples/1"}, "not the prompt the head was fitted on"),
                            ({"hidden": h, "hidden_model": "c" * 64}, "another model")]:
-        d = policy.apply(IDS, probs, **kwargs)
-        assert d["gated"] and d["option_id"] == "human-review" and reason in d["reason"], (kwargs, d)
+        d = policy.apply(RowReading(tuple(IDS), tuple(probs), **kwargs))
+        assert d.gated and d.option_id == "human-review" and reason in d.reason, (kwargs, d)
 
 
-def test_row_inputs_read_a_stored_response_like_a_result():
+def test_a_stored_response_reads_like_a_result():
     h = np.arange(5, dtype=np.float32) / 3
     response = {"hidden_state": HiddenState.of(h).model_dump(), "prompt_version": "letters/1",
                 "model": {"sha256": SHA}}
-    got = row_inputs(json.loads(json.dumps(response)))
-    assert got["hidden"].tolist() == h.astype(np.float64).tolist() and got["hidden_model"] == SHA
+    got = RowReading.from_response(json.loads(json.dumps(response)), IDS, [0.25] * 4)
+    assert got.hidden.tolist() == h.astype(np.float64).tolist() and got.hidden_model == SHA
+    assert got.prompt_version == "letters/1" and not got.steering_suspected
     bad = HiddenState.of(h).model_dump() | {"dim": 6}
     with pytest.raises(ValueError, match="holds 5 values, not dim=6"):
         HiddenState.model_validate(bad).array()

@@ -15,7 +15,7 @@ import sys
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from adapter.server.calibrated import load_policy, row_inputs
+from adapter.server.calibrated import RowReading, load_policy
 from adapter.engine.templates import load_template
 from app.core import head_apply
 from app.core import robustness as rb
@@ -86,9 +86,8 @@ def test_robustness_with_a_head_reports_both_and_each_number_is_apply_on_the_sto
     base = {rb.split_key(r["row_key"])[0]: r for r in by_check["base"]}
 
     def decide_(r):
-        d = policy.apply(r["option_ids"], r["probabilities"], r["response"]["model"]["sha256"],
-                         r["response"]["model"]["file"], **row_inputs(r["response"]))
-        return r["option_ids"][max(range(2), key=d["calibrated_probabilities"].__getitem__)], d
+        d = policy.apply(RowReading.from_response(r["response"], r["option_ids"], r["probabilities"], with_guard=False))
+        return r["option_ids"][max(range(2), key=d.calibrated_probabilities.__getitem__)], d
 
     head_attempts = head_hijacked = gated = model_held = head_held = n = 0
     model_right, head_right = [], []  # per attempt, for the paired verdict recomputed below
@@ -98,7 +97,7 @@ def test_robustness_with_a_head_reports_both_and_each_number_is_apply_on_the_sto
         top_base, _ = decide_(base[key])
         top, d = decide_(r)
         n += 1  # every row is read: asked with its hidden state, of the head's model and prompt
-        gated += d["gated"]
+        gated += d.gated
         model_held += r["top_option"] == r["label"]  # held: still decided as labeled, on the same attempts
         head_held += top == r["label"]
         model_right.append(r["top_option"] == r["label"])
@@ -115,7 +114,7 @@ def test_robustness_with_a_head_reports_both_and_each_number_is_apply_on_the_sto
     assert s["model"]["hijack_rate"] == report.summary["changes"]["steering"]["hijack_rate"]  # the model alone, as before
     base_right = sum(decide_(b)[0] == b["label"] for b in base.values())
     assert head["base"]["accuracy"]["k"] == base_right and head["base"]["accuracy"]["n"] == 3
-    assert head["base"]["gated"]["k"] == sum(decide_(b)[1]["gated"] for b in base.values())
+    assert head["base"]["gated"]["k"] == sum(decide_(b)[1].gated for b in base.values())
     level, text = report.verdicts["steering-head"]
     for rate in (s["head"]["hijack_rate"], s["model"]["hijack_rate"], s["head"]["held_rate"], s["model"]["held_rate"]):
         assert Proportion(rate["k"], rate["n"], rate["rate"], rate["low"], rate["high"]).text() in text  # with its CI
@@ -154,12 +153,11 @@ def test_compare_adds_a_head_column_whose_answers_are_apply_on_the_targets_rows(
     assert list(shown.heads["column"]) == [column] and not shown.head_notes
     got = shown.results[shown.results["target"] == column].set_index("row_key")
     for r in results:
-        d = policy.apply(r["option_ids"], r["probabilities"], r["response"]["model"]["sha256"],
-                         r["response"]["model"]["file"], **row_inputs(r["response"]))
-        cal = d["calibrated_probabilities"]
+        d = policy.apply(RowReading.from_response(r["response"], r["option_ids"], r["probabilities"], with_guard=False))
+        cal = list(d.calibrated_probabilities)
         assert got.loc[r["row_key"], "top_option"] == r["option_ids"][cal.index(max(cal))]
         assert got.loc[r["row_key"], "probabilities"] == cal
-        assert (got.loc[r["row_key"], "decision"], got.loc[r["row_key"], "gated"]) == (d["option_id"], d["gated"])
+        assert (got.loc[r["row_key"], "decision"], got.loc[r["row_key"], "gated"]) == (d.option_id, d.gated)
         assert got.loc[r["row_key"], "latency_s"] == r["latency_s"]  # the target's latency: the head costs microseconds
     acc = shown.accuracy.set_index("target").loc[column]
     assert acc["correct"] == sum(got.loc[c.key, "top_option"] == c.label for c in cases) and acc["labeled"] == 3

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import load_policy, row_inputs
+from adapter.server.calibrated import RowReading, load_policy
 from adapter.schema import HiddenState
 from adapter.engine.templates import load_template, request_for
 from app.core import export
@@ -103,10 +103,10 @@ def test_the_adapter_decides_every_row_as_the_page_did(head_policy):
         gated = expected_gated = 0
         center, scale, W, b = policy.head.arrays()
         for r, s in zip(results, served):
-            page = policy.apply(r["option_ids"], r["probabilities"], **row_inputs(r["response"]))
+            page = policy.apply(RowReading.from_response(r["response"], r["option_ids"], r["probabilities"]))
             assert s["probabilities"] == r["probabilities"]  # same model and prompt: bit for bit
-            assert s["calibrated_probabilities"] == page["calibrated_probabilities"]  # the head, bit for bit
-            assert s["decision"]["option_id"] == page["option_id"] and s["decision"]["gated"] == page["gated"]
+            assert s["calibrated_probabilities"] == list(page.calibrated_probabilities)  # the head, bit for bit
+            assert s["decision"]["option_id"] == page.option_id and s["decision"]["gated"] == page.gated
             assert s["policy"]["head"] == "hidden" and "hidden_state" not in s  # the client did not ask for it
             gated += s["decision"]["gated"]
             z = ((HiddenState.model_validate(r["response"]["hidden_state"]).array() - center) / scale) @ W.T + b

@@ -2,14 +2,15 @@
 
 Exported by the workbench's Calibrate page / `python -m app calibrate`; enforced by the adapter
 (`SM_SEMIF_POLICY`, a policy*.json next to the GGUF in /opt/ml/model, or per request by id).
-`apply(result)` is the one implementation of the decision rule: the workbench computes its
+`apply(row)` is the one implementation of the decision rule: the workbench computes its
 numbers through it too, so the page and the runtime cannot disagree.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -142,48 +143,47 @@ class CalibratedPolicy(BaseModel):
             return self.head.probabilities(hidden, probabilities)
         return calibrate_probs(list(probabilities), self.temperature, self.offsets())
 
-    def apply(self, option_ids: list[str], probabilities: list[float], model_sha256: str | None = None,
-              model_file: str | None = None, guard: dict | None = None, *, hidden: Any = None,
-              prompt_version: str | None = None, hidden_model: str | None = None) -> dict:
-        """{option_id, calibrated_probabilities, confidence, gated, reason} for one raw result; a row
-        the steering guard suspected goes to the fallback whatever its confidence. A policy with a
-        head reads the row's hidden state (`hidden`, a vector, from the model `hidden_model`); a row it
+    def apply(self, row: RowReading) -> Decision:
+        """The policy's decision on one scored row. A row the steering guard suspected goes to the
+        fallback whatever its confidence. A policy with a head reads the row's hidden state; a row it
         cannot read - no hidden state, one of another model, another prompt version than the head's -
-        goes to the fallback, like a row of another model."""
-        ids, probs = list(option_ids), list(probabilities)
+        goes to the fallback with the scored probabilities as they are, like a row of another model."""
+        ids, probs = list(row.option_ids), list(row.probabilities)
         if not self.matches(ids):
             raise ValueError(f"result options {ids} differ from the policy's {[o.id for o in self.options]}")
-        if self.head is not None and prompt_version and prompt_version != self.head.prompt_version:
-            return self._fallback(probs, f"prompt {prompt_version} is not the prompt the head was fitted on "
-                                         f"({self.head.prompt_version})")
-        if self.head is not None and model_sha256 and model_sha256 != self.model.sha256:
-            return self._fallback(probs, f"model {model_file} is not the calibrated model {self.model.file}")
-        if self.head is not None and hidden_model and hidden_model != self.head.model_sha256:
-            return self._fallback(probs, f"the hidden state comes from another model ({model_file or hidden_model[:12]}) "
-                                         f"than the head's ({self.model.file})")
+        other_model = (f"model {row.model_file} is not the calibrated model {self.model.file}"
+                       if row.model_sha256 and row.model_sha256 != self.model.sha256 else None)
+        if self.head is not None:
+            unreadable = self._unreadable(row, other_model)
+            if unreadable:
+                return Decision(self.fallback_option, tuple(probs), max(probs), True, unreadable, final=True)
         try:
-            cal = self.corrected(probs, hidden)
+            cal = self.corrected(probs, row.hidden)
         except ValueError as exc:
-            return self._fallback(probs, f"the head cannot read this row: {exc}")
+            return Decision(self.fallback_option, tuple(probs), max(probs), True, f"the head cannot read this row: {exc}",
+                            final=True)
         top = max(range(len(cal)), key=cal.__getitem__)
-        conf = cal[top]
-        gate = self.gate_for(ids[top])
-        if model_sha256 and model_sha256 != self.model.sha256:
-            return {"option_id": self.fallback_option, "calibrated_probabilities": cal, "confidence": conf,
-                    "gated": True, "reason": f"model {model_file} is not the calibrated model {self.model.file}"}
-        if guard and guard.get("suspected"):
-            return {"option_id": self.fallback_option, "calibrated_probabilities": cal, "confidence": conf,
-                    "gated": True, "reason": STEERING_SUSPECTED}
+        conf, gate = cal[top], self.gate_for(ids[top])
+        if other_model:
+            return Decision(self.fallback_option, tuple(cal), conf, True, other_model, final=True)
         if gate is not None and conf < gate:
-            return {"option_id": self.fallback_option, "calibrated_probabilities": cal, "confidence": conf,
-                    "gated": True, "reason": f"confidence {conf:.3f} < gate {gate:.3f} for {ids[top]}"}
-        return {"option_id": ids[top], "calibrated_probabilities": cal, "confidence": conf, "gated": False,
-                "reason": "above gate" if gate is not None else "no gate set"}
+            decided = Decision(self.fallback_option, tuple(cal), conf, True,
+                               f"confidence {conf:.3f} < gate {gate:.3f} for {ids[top]}")
+        else:
+            decided = Decision(ids[top], tuple(cal), conf, False, "above gate" if gate is not None else "no gate set")
+        return decided.under_guard(row.steering_suspected, self.fallback_option)
 
-    def _fallback(self, probs: list[float], reason: str) -> dict:
-        """A row the head cannot read: to the fallback, the scored probabilities shown as they are."""
-        return {"option_id": self.fallback_option, "calibrated_probabilities": probs, "confidence": max(probs),
-                "gated": True, "reason": reason}
+    def _unreadable(self, row: RowReading, other_model: str | None) -> str | None:
+        """Why the policy's head cannot read this row (another prompt, model or hidden-state model), or None."""
+        assert self.head is not None
+        if row.prompt_version and row.prompt_version != self.head.prompt_version:
+            return f"prompt {row.prompt_version} is not the prompt the head was fitted on ({self.head.prompt_version})"
+        if other_model:
+            return other_model
+        if row.hidden_model and row.hidden_model != self.head.model_sha256:
+            return (f"the hidden state comes from another model ({row.model_file or row.hidden_model[:12]}) "
+                    f"than the head's ({self.model.file})")
+        return None
 
     @property
     def correction_name(self) -> str:
@@ -365,24 +365,13 @@ class PolicySet:
         return policy
 
     @staticmethod
-    def automates(policy: CalibratedPolicy | None, result: DecisionResult) -> bool:
-        """Would the policy decide this row itself (not send it to the fallback)? The steering
-        guard runs only on such rows: a row the gate sends to a person needs no second look."""
-        if policy is None:
-            return True
-        return not policy.apply(result.option_ids, result.probabilities, result.model.get("sha256"),
-                                result.model.get("file"), **row_inputs(result))["gated"]
-
-    @staticmethod
-    def decorate(result: DecisionResult, policy: CalibratedPolicy, keep_hidden: bool = True) -> DecisionResult:
-        """The result with the policy applied; without `keep_hidden` the hidden state the policy's
-        head read is left out of the answer (the client did not ask for it)."""
-        decision = policy.apply(result.option_ids, result.probabilities, result.model.get("sha256"),
-                                result.model.get("file"), result.guard, **row_inputs(result))
-        calibrated = decision.pop("calibrated_probabilities")
+    def decorate(result: DecisionResult, policy: CalibratedPolicy, decision: Decision,
+                 keep_hidden: bool = True) -> DecisionResult:
+        """The result with the policy's decision on it; without `keep_hidden` the hidden state the
+        policy's head read is left out of the answer (the client did not ask for it)."""
         return result.model_copy(update={
-            "calibrated_probabilities": calibrated, "decision": decision, "probability_status": "calibrated",
-            **({} if keep_hidden else {"hidden_state": None}),
+            "calibrated_probabilities": list(decision.calibrated_probabilities), "decision": decision.as_json(),
+            "probability_status": "calibrated", **({} if keep_hidden else {"hidden_state": None}),
             "policy": {"policy_id": policy.policy_id, "schema_version": policy.schema_version,
                        "temperature": policy.temperature, "threshold": policy.threshold,
                        "option_offsets": policy.option_offsets, "guard": policy.guard,
@@ -390,14 +379,88 @@ class PolicySet:
                        **({"head": policy.head.kind} if policy.head is not None else {})}})
 
 
-def row_inputs(result: DecisionResult | dict) -> dict[str, Any]:
-    """What a head reads from a result besides its probabilities: {hidden, prompt_version,
-    hidden_model}, from a DecisionResult or its JSON (a stored response)."""
-    if isinstance(result, DecisionResult):
-        hidden, version, model = result.hidden_state, result.prompt_version, result.model
-    else:
-        raw = result.get("hidden_state")
-        hidden, version = (HiddenState.model_validate(raw) if isinstance(raw, dict) else None), result.get("prompt_version")
-        model = result["model"] if isinstance(result.get("model"), dict) else {}
-    return {"hidden": hidden.array() if hidden is not None else None, "prompt_version": version,
-            "hidden_model": (model or {}).get("sha256")}
+class Decisions:
+    """The policy decisions of one request's rows, each computed once: before the steering guard
+    (which runs only on rows the policy would decide itself), then its finding applied."""
+
+    def __init__(self, policies: Sequence[CalibratedPolicy | None]):
+        self.policies = list(policies)
+        self.made: dict[int, Decision] = {}
+
+    def automates(self, i: int, result: DecisionResult) -> bool:
+        """Would row i's policy decide it itself (not send it to the fallback)? The steering guard runs
+        only on such rows: a row the gate sends to a person needs no second look."""
+        policy = self.policies[i]
+        if policy is None:
+            return True
+        self.made[i] = policy.apply(RowReading.of(result))
+        return not self.made[i].gated
+
+    def public(self, i: int, result: DecisionResult, keep_hidden: bool = True) -> dict[str, Any]:
+        """Row i's answer as sent: decorated with its policy's decision (the guard's finding included)."""
+        policy = self.policies[i]
+        if policy is None:
+            return result.public()
+        made = self.made.get(i) or policy.apply(RowReading.of(result))
+        made = made.under_guard(bool((result.guard or {}).get("suspected")), policy.fallback_option)
+        return PolicySet.decorate(result, policy, made, keep_hidden).public()
+
+
+@dataclass(frozen=True)
+class RowReading:
+    """What a policy's rule reads from one scored row: the options and their scored probabilities, the
+    model that scored them, the steering guard's finding, and for a head the hidden state (with its
+    prompt version and model). Built from a DecisionResult, or from its JSON (a stored response)."""
+    option_ids: tuple[str, ...]
+    probabilities: tuple[float, ...]
+    model_sha256: str | None = None
+    model_file: str | None = None
+    steering_suspected: bool = False
+    hidden: Any = None  # a vector (numpy), or None
+    prompt_version: str | None = None
+    hidden_model: str | None = None
+
+    @classmethod
+    def of(cls, result: DecisionResult) -> RowReading:
+        model, hidden = result.model or {}, result.hidden_state
+        return cls(tuple(result.option_ids), tuple(result.probabilities), model.get("sha256"), model.get("file"),
+                   bool((result.guard or {}).get("suspected")), hidden.array() if hidden is not None else None,
+                   result.prompt_version, model.get("sha256"))
+
+    @classmethod
+    def from_response(cls, response: Mapping[str, Any] | None, option_ids: Sequence[str],
+                      probabilities: Sequence[float], *, with_guard: bool = True) -> RowReading:
+        """A stored adapter response (JSON) read as the policy reads a live one; `option_ids` and
+        `probabilities` are the row's as stored (a missing or foreign response reads as no model,
+        no guard finding and no hidden state)."""
+        resp = response if isinstance(response, Mapping) else {}
+        model: Mapping[str, Any] = resp["model"] if isinstance(resp.get("model"), Mapping) else {}
+        raw = resp.get("hidden_state")
+        hidden = HiddenState.model_validate(raw) if isinstance(raw, dict) else None
+        guard: Mapping[str, Any] = resp["guard"] if isinstance(resp.get("guard"), Mapping) else {}
+        return cls(tuple(option_ids), tuple(float(p) for p in probabilities), model.get("sha256"), model.get("file"),
+                   with_guard and bool(guard.get("suspected")), hidden.array() if hidden is not None else None,
+                   resp.get("prompt_version"), model.get("sha256"))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A policy's decision on one row: the option it decides (the fallback when gated), its
+    probabilities after the correction or head, the confidence the gate read, and why."""
+    option_id: str
+    calibrated_probabilities: tuple[float, ...]
+    confidence: float
+    gated: bool
+    reason: str
+    final: bool = field(default=False, compare=False)  # a row of another model or one the head cannot read
+
+    def under_guard(self, suspected: bool, fallback: str) -> Decision:
+        """The decision once the steering guard has looked: a suspected row goes to the fallback, whatever
+        its confidence, unless it already went there for being of another model or unreadable."""
+        if not suspected or self.final:
+            return self
+        return replace(self, option_id=fallback, gated=True, reason=STEERING_SUSPECTED)
+
+    def as_json(self) -> dict[str, Any]:
+        """The response's `decision` field (the calibrated probabilities travel beside it)."""
+        return {"option_id": self.option_id, "confidence": self.confidence, "gated": self.gated, "reason": self.reason}

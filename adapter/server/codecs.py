@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from adapter.server.admission import RequestBudget
-from adapter.server.calibrated import CalibratedPolicy, PolicySet
+from adapter.server.calibrated import CalibratedPolicy, Decisions, PolicySet
 from adapter.server.decision_log import collect
 from adapter.server.http_body import parse_json
 from adapter.server.http_errors import HTTPProblem, Invalid
@@ -102,14 +102,14 @@ def _cap_cost(rows: list[DecisionRequest], settings: AdapterSettings, loc: list 
 
 
 def score_invocation(engine, inv: Invocation, budget: RequestBudget) -> Any:
+    decisions = Decisions(inv.policies)
     try:
         results = engine.score_many(inv.rows, budget=budget, together=inv.shape == "shared",
-                                    guard_when=lambda i, r: PolicySet.automates(inv.policies[i], r))
+                                    guard_when=decisions.automates)
     except RequestError as exc:
         prefix = inv.locs[exc.row] if exc.row is not None else []
         raise Invalid(errors_from(exc, prefix)) from None
-    out = [(PolicySet.decorate(r, p, keep) if p else r).public()
-           for r, p, keep in zip(results, inv.policies, inv.asked_hidden)]
+    out = [decisions.public(i, r, keep) for i, (r, keep) in enumerate(zip(results, inv.asked_hidden))]
     collect(inv.rows, out, inv.policies)
     return out[0] if inv.shape == "one" else out
 
@@ -157,9 +157,9 @@ def score_lines(engine, rows: list, errors: list[dict | None], budget: RequestBu
     todo = [i for i, r in enumerate(rows) if r is not None]
     results: dict[int, dict] = {}
     while todo:
+        decisions = Decisions([rows[i][1] for i in todo])
         try:
-            scored = engine.score_many([rows[i][0] for i in todo], budget=budget,
-                                       guard_when=lambda k, r: PolicySet.automates(rows[todo[k]][1], r))
+            scored = engine.score_many([rows[i][0] for i in todo], budget=budget, guard_when=decisions.automates)
         except RequestError as exc:
             if exc.row is None:  # not pinned to one line (it never should be): every line gets it
                 for i in todo:
@@ -168,9 +168,8 @@ def score_lines(engine, rows: list, errors: list[dict | None], budget: RequestBu
             bad = todo.pop(exc.row)
             errors[bad] = line_error(rows[bad][0].id, 422, errors_from(exc))
             continue
-        for i, r in zip(todo, scored):
-            _, policy, asked = rows[i]
-            results[i] = (PolicySet.decorate(r, policy, asked) if policy else r).public()
+        for k, (i, r) in enumerate(zip(todo, scored)):
+            results[i] = decisions.public(k, r, keep_hidden=rows[i][2])
         break
     collect([r[0] if r else None for r in rows], [results.get(i) for i in range(len(rows))],
             [r[1] if r else None for r in rows])

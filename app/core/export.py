@@ -13,7 +13,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
-from adapter.server.calibrated import SCHEMA_VERSION, CalibratedPolicy, row_inputs
+from adapter.server.calibrated import SCHEMA_VERSION, CalibratedPolicy, Decision, RowReading
 from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.schema import HEAD_LAYOUT
 
@@ -340,9 +340,9 @@ def applied_metrics(policy: CalibratedPolicy, results: Sequence[Mapping[str, Any
 
 
 def gate_preview(calibrated: Sequence[Mapping[str, Any]], policy_id: str,
-                 result: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]] | None:
+                 result: Mapping[str, Any]) -> tuple[Mapping[str, Any], Decision] | None:
     """What the newest saved calibrated policy of this policy would do with a result: (its record,
-    the decision {option_id, confidence, gated, reason}) - only when it was calibrated on the model
+    its decision) - only when it was calibrated on the model
     that answered and its readout and correction can be read from the result; None otherwise."""
     response = result.get("response") if isinstance(result.get("response"), dict) else None
     model = (response or {}).get("model") or {}
@@ -353,6 +353,5 @@ def gate_preview(calibrated: Sequence[Mapping[str, Any]], policy_id: str,
         probs = scored_probabilities(result, policy.debias)
         if probs is None or (response or {}).get("readout") != policy.readout or not policy.matches(result["option_ids"]):
             return None
-        return rec, policy.apply(result["option_ids"], probs, model.get("sha256"), model.get("file"),
-                                 (response or {}).get("guard"), **row_inputs(response or {}))
+        return rec, policy.apply(RowReading.from_response(response, result["option_ids"], probs))
     return None

@@ -8,12 +8,12 @@ comparison of two models wants the rule's gate on each model's probabilities.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from adapter.server.calibrated import CalibratedPolicy, row_inputs
+from adapter.server.calibrated import CalibratedPolicy, Decision, RowReading
 from adapter.guard import STEERING_SUSPECTED
 
 from app.core import calibration, deployed
@@ -40,29 +40,29 @@ class Gate:
         `corrected`: the policy's probabilities for this row given from outside (a head's out-of-fold
         ones); the policy's gate, guard and fallback then decide on them as they are."""
         d = self.decision(result, corrected)
-        return bool(d["gated"]), int(np.argmax(d["calibrated_probabilities"])), float(d["confidence"]), \
-            list(d["calibrated_probabilities"])
+        cal = list(d.calibrated_probabilities)
+        return d.gated, int(np.argmax(cal)), d.confidence, cal
 
-    def decision(self, result: Mapping[str, Any], corrected: Sequence[float] | None = None) -> dict:
-        """The policy's decision on one row ({option_id, calibrated_probabilities, confidence, gated,
-        reason}, CalibratedPolicy.apply), or the plain threshold's in the same shape."""
+    def decision(self, result: Mapping[str, Any], corrected: Sequence[float] | None = None) -> Decision:
+        """The policy's decision on one row (CalibratedPolicy.apply), or the plain threshold's."""
         response = result.get("response") if isinstance(result.get("response"), dict) else {}
-        guard = deployed.guard_as((response or {}).get("guard"), self.policy.guard) if self.policy is not None else None
-        if self.policy is not None and corrected is not None:
-            rule = self.policy.model_copy(update={"head": None, "temperature": 1.0, "option_offsets": {}})
-            return rule.apply(result["option_ids"], [float(p) for p in corrected], guard=guard)
+        ids = list(result["option_ids"])
         if self.policy is not None:
+            guard = deployed.guard_as((response or {}).get("guard"), self.policy.guard)
+            suspected = bool((guard or {}).get("suspected"))
+            if corrected is not None:
+                rule = self.policy.model_copy(update={"head": None, "temperature": 1.0, "option_offsets": {}})
+                return rule.apply(RowReading(tuple(ids), tuple(float(p) for p in corrected), steering_suspected=suspected))
             probs = scored_probabilities(result, self.policy.debias) or result["probabilities"]
-            model = (response or {}).get("model") or {}
-            return self.policy.apply(result["option_ids"], probs,
-                                     model_sha256=model.get("sha256") if self.check_model else None,
-                                     model_file=model.get("file"), guard=guard, **row_inputs(response or {}))
+            row = RowReading.from_response(response, ids, probs)
+            return self.policy.apply(replace(row, steering_suspected=suspected,
+                                             model_sha256=row.model_sha256 if self.check_model else None))
         probs = [float(p) for p in result["probabilities"]]
         top = int(np.argmax(probs))
         gated = self.threshold is not None and probs[top] < self.threshold
-        return {"option_id": result["option_ids"][top], "calibrated_probabilities": probs, "confidence": probs[top],
-                "gated": gated, "reason": (f"confidence {probs[top]:.3f} < gate {self.threshold:.3f} (the top "
-                                           "probability as scored)" if gated and self.threshold is not None else "decided")}
+        return Decision(ids[top], tuple(probs), probs[top], gated,
+                        f"confidence {probs[top]:.3f} < gate {self.threshold:.3f} (the top probability as scored)"
+                        if gated and self.threshold is not None else "decided")
 
     def reason(self, result: Mapping[str, Any]) -> str:
         """Why this gate sends the row to the fallback, naming the actual cause: the head could not read
@@ -70,17 +70,17 @@ class Gate:
         below the gate - with the probability the gate read (the head's, the calibrated one), never the
         raw one; 'decided' when it does not."""
         d = self.decision(result)
-        if not d["gated"]:
+        if not d.gated:
             return "decided"
-        why = str(d["reason"])
+        why = d.reason
         if why == STEERING_SUSPECTED:
             return "flagged by the steering guard"
         if why.startswith("confidence ") and self.policy is not None:
             ids = list(result["option_ids"])
-            top = int(np.argmax(d["calibrated_probabilities"]))
+            top = int(np.argmax(d.calibrated_probabilities))
             gate = self.policy.gate_for(ids[top])
             whose = "the head's probability" if self.policy.head is not None else "the calibrated confidence"
-            return f"below the gate: {whose} {float(d['confidence']):.3f} < {gate or 0:.3f} for {ids[top]}"
+            return f"below the gate: {whose} {d.confidence:.3f} < {gate or 0:.3f} for {ids[top]}"
         return why
 
 

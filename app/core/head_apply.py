@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from adapter.server.calibrated import CalibratedPolicy, row_inputs
+from adapter.server.calibrated import CalibratedPolicy, RowReading
 from adapter.engine.head import HEAD_NAMES, Head, uses_hidden
 from adapter.schema import HEAD_LAYOUT
 
@@ -197,24 +197,22 @@ class HeadAnswer:
         return self.top is not None
 
 
-def unread_reason(policy: CalibratedPolicy, option_ids: list[str], inputs: Mapping[str, Any],
-                  model_sha256: str | None) -> str:
+def unread_reason(policy: CalibratedPolicy, row: RowReading) -> str:
     """Why the head cannot read a row ('' when it can): the cases CalibratedPolicy.apply sends to the
     fallback without reading them, named for a report."""
     head = policy.head
-    if not policy.matches(option_ids):
-        return f"the row's options ({', '.join(option_ids)}) are not the calibrated policy's"
+    if not policy.matches(list(row.option_ids)):
+        return f"the row's options ({', '.join(row.option_ids)}) are not the calibrated policy's"
     if head is None:  # a correction reads any row of its options; another model's row is gated by apply
         return ""
-    version = inputs.get("prompt_version")
-    if version and version != head.prompt_version:
-        return f"the row was read with prompt {version}, the head with {head.prompt_version}"
-    if model_sha256 and model_sha256 != policy.model.sha256:
-        return f"the row was scored by another model ({model_sha256[:12]})"
-    if inputs.get("hidden_model") and inputs["hidden_model"] != head.model_sha256:
+    if row.prompt_version and row.prompt_version != head.prompt_version:
+        return f"the row was read with prompt {row.prompt_version}, the head with {head.prompt_version}"
+    if row.model_sha256 and row.model_sha256 != policy.model.sha256:
+        return f"the row was scored by another model ({row.model_sha256[:12]})"
+    if row.hidden_model and row.hidden_model != head.model_sha256:
         return "the row's hidden state comes from another model"
     if uses_hidden(head.kind):
-        hidden = inputs.get("hidden")
+        hidden = row.hidden
         if hidden is None:
             return "the row was scored without its hidden state"
         if len(hidden) != head.hidden_dim:
@@ -229,14 +227,13 @@ def answer(policy: CalibratedPolicy, result: Mapping[str, Any], *, with_guard: b
     if result.get("error") or not result.get("probabilities"):
         return None
     response: dict[str, Any] = result["response"] if isinstance(result.get("response"), dict) else {}
-    model: dict[str, Any] = response["model"] if isinstance(response.get("model"), dict) else {}
     ids, probs = list(result["option_ids"]), [float(p) for p in result["probabilities"]]
-    inputs = row_inputs(response)
-    why = unread_reason(policy, ids, inputs, model.get("sha256"))
+    guard = deployed.guard_as(response.get("guard"), policy.guard) if with_guard else None
+    row = replace(RowReading.from_response(response, ids, probs), steering_suspected=bool((guard or {}).get("suspected")))
+    why = unread_reason(policy, row)
     if not policy.matches(ids):  # apply refuses other options outright
         return HeadAnswer(None, policy.fallback_option, True, why, max(probs), probs, why)
-    d = policy.apply(ids, probs, model.get("sha256"), model.get("file"),
-                     deployed.guard_as(response.get("guard"), policy.guard) if with_guard else None, **inputs)
-    cal = [float(p) for p in d["calibrated_probabilities"]]
+    d = policy.apply(row)
+    cal = list(d.calibrated_probabilities)
     top = None if why else ids[max(range(len(cal)), key=cal.__getitem__)]
-    return HeadAnswer(top, d["option_id"], bool(d["gated"]), str(d["reason"]), float(d["confidence"]), cal, why)
+    return HeadAnswer(top, d.option_id, d.gated, d.reason, d.confidence, cal, why)

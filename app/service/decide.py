@@ -244,8 +244,8 @@ def decision(store: Store, group_id: str) -> Decision | None:
             preview = gate_preview(calibrated, run["policy_id"], res)
             if preview is not None:
                 rec, d = preview
-                verb = (f"send it to {d['option_id']} ({d['reason']})" if d["gated"] else
-                        f"decide {d['option_id']} (calibrated confidence {d['confidence']:.1%} ≥ its gate)")
+                verb = (f"send it to {d.option_id} ({d.reason})" if d.gated else
+                        f"decide {d.option_id} (calibrated confidence {d.confidence:.1%} ≥ its gate)")
                 gate = f"Calibrated policy #{rec['id']} (gate {rec['threshold']:.3f}) would {verb}."
         latency = analysis.latency_sentence(
             res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"]),

@@ -38,7 +38,7 @@ def test_the_playground_previews_the_saved_gate_only_for_the_model_it_was_calibr
               "response": {"readout": "letters", "debias": "content-free", "model": {"file": "m.gguf", "sha256": sha},
                            "uncorrected_probabilities": [0.5, 0.3, 0.1, 0.1]}}
     rec, decision = export.gate_preview(store.list_calibrated(), "ticket-routing", result)
-    assert decision["option_id"] == "access" and not decision["gated"] and rec["threshold"] == 0.6
+    assert decision.option_id == "access" and not decision.gated and rec["threshold"] == 0.6
     low = {**result, "probabilities": [0.4, 0.3, 0.2, 0.1]}
     assert export.gate_preview(store.list_calibrated(), "ticket-routing", low)[1].option_id == "human-review"
     other = {**result, "response": {**result["response"], "model": {"file": "x.gguf", "sha256": "b" * 64}}}

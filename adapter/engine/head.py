@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -25,8 +26,29 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 HeadKind = Literal["linc", "hidden", "stacked"]
 HEAD_KINDS: tuple[HeadKind, ...] = ("linc", "hidden", "stacked")
-HEAD_NAMES = {"linc": "LinC (affine map on the log-probs)", "hidden": "hidden-state head",
-              "stacked": "hidden state + log-probs head"}
+
+
+@dataclass(frozen=True)
+class KindWords:
+    """How everything that names a head kind says it (the one table: policy files' correction name,
+    Calibrate's picker and comparison, the reports): `name` in a sentence, `reads` what the head reads
+    (a picker's label and the comparison's "reads" column)."""
+    name: str
+    reads: str
+
+
+KIND_WORDS: dict[HeadKind, KindWords] = {
+    "linc": KindWords("LinC (affine map on the log-probs)", "log-probs"),
+    "hidden": KindWords("hidden-state head", "hidden state"),
+    "stacked": KindWords("hidden state + log-probs head", "hidden state + log-probs"),
+}
+
+
+def head_name(kind: str, unknown: str = "a head") -> str:
+    """A head kind named in a sentence (`unknown` for a kind this version does not know)."""
+    return next((w.name for k, w in KIND_WORDS.items() if k == kind), unknown)  # any string: a stored file's
+
+
 LOGP_FLOOR = 1e-6  # log p of an option is read as at least log(1e-6): one option at 0 must not dominate a head
 
 

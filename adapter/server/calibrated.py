@@ -15,7 +15,7 @@ from typing import Any, Literal, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from adapter.guard import STEERING_SUSPECTED, Guard
-from adapter.engine.head import HEAD_NAMES, Head
+from adapter.engine.head import KIND_WORDS, Head
 from adapter.engine.head import uses_hidden
 from adapter.server.http_body import SURROGATE_MSG, lone_surrogate, nesting, parse_json
 from adapter.server.http_errors import Invalid
@@ -189,7 +189,7 @@ class CalibratedPolicy(BaseModel):
     def correction_name(self) -> str:
         """What turns the scored probabilities into the policy's: the head, or temperature (+ offsets)."""
         if self.head is not None:
-            return HEAD_NAMES[self.head.kind]
+            return KIND_WORDS[self.head.kind].name
         return "temperature + fitted offsets" if self.option_offsets else "temperature"
 
     def request_fields(self) -> dict:

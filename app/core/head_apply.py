@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from adapter.server.calibrated import CalibratedPolicy, RowReading
-from adapter.engine.head import HEAD_NAMES, Head, uses_hidden
+from adapter.engine.head import KIND_WORDS, Head, head_name, uses_hidden
 from adapter.schema import HEAD_LAYOUT
 
 from app.core import deployed
@@ -44,7 +44,7 @@ class HeadPick(AsDeployed):
 
     @property
     def head_name(self) -> str:
-        return HEAD_NAMES[self.head.kind]
+        return KIND_WORDS[self.head.kind].name
 
 
 def fitted_states(store: Store, config: Mapping[str, Any]) -> frozenset[str]:
@@ -96,7 +96,7 @@ def record_label(record: Mapping[str, Any]) -> str:
     head = config.get("head") or {}
     threshold = record.get("threshold")
     version = f" v{config['policy_version']}" if config.get("policy_version") is not None else ""
-    correction = (f"{HEAD_NAMES.get(str(head.get('kind')), 'a head')} ({head.get('rows', '?')} rows)" if head else
+    correction = (f"{head_name(str(head.get('kind')))} ({head.get('rows', '?')} rows)" if head else
                   "no head")
     return (f"#{record['id']} {record.get('name') or record.get('policy_id')}{version} · {correction} on "
             f"{record.get('model_file')} · gate {'none' if threshold is None else f'{threshold:.3f}'} · "
@@ -124,7 +124,7 @@ def target_problem(p: AsDeployed, target: Target) -> str | None:
     the field; None when it can or cannot be known before."""
     head = p.policy.head
     if head is not None and uses_hidden(head.kind) and not target.returns_hidden():
-        return (f"{p.label}: target {target.name!r} cannot return hidden states, which its {HEAD_NAMES[head.kind]} "
+        return (f"{p.label}: target {target.name!r} cannot return hidden states, which its {KIND_WORDS[head.kind].name} "
                 "reads: use a local model, or a SemIf adapter that lists hidden_state in /info")
     try:
         sha = (target.numerics() or {}).get("sha256")

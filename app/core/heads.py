@@ -30,7 +30,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
-from adapter.engine.head import HEAD_KINDS, HEAD_NAMES, Head, HeadKind, build_head, feature_vector, uses_hidden
+from adapter.engine.head import HEAD_KINDS, KIND_WORDS, Head, HeadKind, build_head, feature_vector, uses_hidden
 
 from app.core import calibration
 from app.core.stats import PairedGain, paired_gain
@@ -97,7 +97,7 @@ class HeadFit:
 
     @property
     def name(self) -> str:
-        return HEAD_NAMES[self.kind]
+        return KIND_WORDS[self.kind].name
 
     def to_dict(self) -> dict:
         """What an export records of a candidate (no arrays, no weights)."""

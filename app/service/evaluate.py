@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from adapter.engine.head import KIND_WORDS
 from adapter.server.calibrated import CalibratedPolicy
 
 from app.core import export as ex
@@ -276,8 +277,7 @@ def candidate_rows(cal: Calibration) -> list[dict[str, Any]]:
         ci = cal.candidate_intervals.get(c.name) or {}
         f1_ci, ece_ci = ci.get("macro_f1_ci"), ci.get("ece_ci")
         if isinstance(c, heads.HeadFit):
-            kind, reads = "learned head", {"linc": "log-probs", "hidden": "hidden state",
-                                           "stacked": "hidden state + log-probs"}[c.kind]
+            kind, reads = "learned head", KIND_WORDS[c.kind].reads
             detail, temperature = ", ".join(f"C={r:g}" for r in c.fold_regularisation), None
         else:
             kind, reads = "correction", f"{c.family} scores"

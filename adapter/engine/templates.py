@@ -6,23 +6,28 @@ from typing import Any, Mapping
 import json
 from pathlib import Path
 
-from adapter.schema import DecisionRequest
+from adapter.schema import DecisionRequest, State
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 
 
-def load_template(policy_id: str) -> dict:
+# Templates, cases and rows are JSON files, read as JSON objects: the policy form and request_for read them.
+JSONObject = dict[str, Any]
+
+
+def load_template(policy_id: str) -> JSONObject:
     path = DATA_DIR / "policies" / f"{policy_id}.json"
     if not path.is_file():
         raise FileNotFoundError(f"no policy template {policy_id!r} in {path.parent}")
-    return json.loads(path.read_text())
+    template: JSONObject = json.loads(path.read_text())
+    return template
 
 
-def list_templates() -> list[dict]:
+def list_templates() -> list[JSONObject]:
     return [json.loads(p.read_text()) for p in sorted((DATA_DIR / "policies").glob("*.json"))]
 
 
-def load_jsonl(path: str | Path) -> list[dict]:
+def load_jsonl(path: str | Path) -> list[JSONObject]:
     rows = []
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         if line.strip():
@@ -33,11 +38,11 @@ def load_jsonl(path: str | Path) -> list[dict]:
     return rows
 
 
-def probe_cases() -> list[dict]:
+def probe_cases() -> list[JSONObject]:
     return load_jsonl(DATA_DIR / "cases" / "probe.jsonl")
 
 
-def request_for(policy: Mapping[str, Any], state, row_id: str, **overrides) -> DecisionRequest:
+def request_for(policy: Mapping[str, Any], state: State, row_id: str, **overrides: Any) -> DecisionRequest:
     """A decision row from a policy (question, options, examples) and a state."""
     fields = {"id": row_id, "state": state, "question": policy["question"], "options": policy["options"],
               "examples": policy.get("examples", [])}

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 import json
 from pathlib import Path
 
-from adapter.schema import DecisionRequest, State
+from adapter.schema import DecisionRequest
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 
@@ -42,8 +42,9 @@ def probe_cases() -> list[JSONObject]:
     return load_jsonl(DATA_DIR / "cases" / "probe.jsonl")
 
 
-def request_for(policy: Mapping[str, Any], state: State, row_id: str, **overrides: Any) -> DecisionRequest:
-    """A decision row from a policy (question, options, examples) and a state."""
+def request_for(policy: Mapping[str, Any], state: object, row_id: str, **overrides: Any) -> DecisionRequest:
+    """A decision row from a policy (question, options, examples) and a state: any value here, since
+    DecisionRequest validates it (a State: text, an object or an array)."""
     fields = {"id": row_id, "state": state, "question": policy["question"], "options": policy["options"],
               "examples": policy.get("examples", [])}
     for key in ("readout", "debias", "guard"):  # empty = the model's measured default (no guard)

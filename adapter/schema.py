@@ -29,6 +29,9 @@ Debias = Literal["none", "content-free"]
 DEBIAS: tuple[Debias, ...] = get_args(Debias)
 State = Union[str, dict[str, Any], list[Any]]
 Loc = list[str | int]  # where a field sits in a request, as a path of keys and indices
+# A JSON object at an edge - an HTTP body, a file, a decision log line - read or written by key; typed
+# records (TypedDicts, models) stay the way inside Python
+JSONObject = dict[str, Any]
 
 
 class FieldError(TypedDict):

@@ -15,7 +15,7 @@ import os
 import time
 from collections import OrderedDict, defaultdict
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence, TypedDict
+from typing import Callable, Iterator, Sequence, TypedDict
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from adapter.engine import label_trie
 from adapter.engine.guard_check import guard_check, skipped_guard
 from adapter.engine.models import ModelChoice, Progress
 from adapter.engine.prompt import Prompt, render_letters, render_option_words, render_policy_first, rotations
-from adapter.schema import HEAD_LAYOUT, Debias, DecisionRequest, DecisionResult, HiddenState, RequestError, SharedStateRequest, finite
+from adapter.schema import HEAD_LAYOUT, Debias, DecisionRequest, DecisionResult, HiddenState, JSONObject, RequestError, SharedStateRequest, finite
 from adapter.engine.scores import PromptRun, combine, log_softmax
 from adapter.engine.session import (Budget, EngineConfig, LlamaSession, ModelInfo, _count, _forecast, default_threads)
 
@@ -105,7 +105,8 @@ class Engine(LlamaSession):
         questions on one state, the option orders of a permutation) are evaluated as parallel
         sequences on their shared prefix, up to `n_parallel` at a time. The prompts at the indices in
         `hidden` also return their last token's hidden state (`_hidden_at`), read after their options."""
-        unique: dict[tuple[tuple[str, ...], tuple[str, ...], str], int] = {}  # the same prompt twice in one call is evaluated once
+        # the same prompt twice in one call is evaluated once
+        unique: dict[tuple[tuple[str, ...], tuple[str, ...], str], int] = {}
         firsts = [unique.setdefault((tuple(p.segments), tuple(p.labels), p.version), i) for i, p in enumerate(prompts)]
         if len(unique) < len(prompts):
             keep = list(unique.values())
@@ -367,7 +368,7 @@ class Engine(LlamaSession):
         )
 
     def guard_check(self, req: DecisionRequest, result: DecisionResult, budget: Budget | None = None, *,
-                    use_precheck: bool = True, exhaustive: bool = False) -> dict[str, Any]:
+                    use_precheck: bool = True, exhaustive: bool = False) -> JSONObject:
         """The steering guard for one scored row (guard_check.py): JSON, as the response carries it."""
         return guard_check(self, req, result, budget, use_precheck=use_precheck, exhaustive=exhaustive)
 

@@ -5,13 +5,13 @@ text and needs no model."""
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from adapter import guard
 from adapter.engine.prompt import Prompt, rotations
-from adapter.schema import DecisionRequest, DecisionResult, state_text
+from adapter.schema import DecisionRequest, DecisionResult, JSONObject, state_text
 from adapter.engine.scores import PromptRun, combine
 from adapter.engine.session import Budget
 
@@ -32,7 +32,7 @@ class Scorer(Protocol):
 
 
 def guard_check(engine: Scorer, req: DecisionRequest, result: DecisionResult, budget: Budget | None = None, *,
-                use_precheck: bool = True, exhaustive: bool = False) -> dict[str, Any]:
+                use_precheck: bool = True, exhaustive: bool = False) -> JSONObject:
     """The steering guard for one scored row (guard.py): the precheck, then - for
     erase-and-check - the state scored with pieces left out, with the row's own readout,
     correction and option orders. A variant disagrees when its own top option leads the row's
@@ -47,7 +47,7 @@ def guard_check(engine: Scorer, req: DecisionRequest, result: DecisionResult, bu
     found = guard.precheck(req.state if isinstance(req.state, str) else state_text(req.state),
                            req.options) if use_precheck else None
     # the finding as the response carries it (DecisionResult.guard, JSON): its keys depend on what was found
-    out: dict[str, Any] = {"method": req.guard, "suspected": False, "piece": None, "removed": None, "passes": 0,
+    out: JSONObject = {"method": req.guard, "suspected": False, "piece": None, "removed": None, "passes": 0,
                  "pieces": len(pieces), "precheck": found}
     if found is not None:
         out.update(suspected=True, by="precheck", piece=guard.piece_at(pieces, found["at"]) if isinstance(
@@ -61,7 +61,7 @@ def guard_check(engine: Scorer, req: DecisionRequest, result: DecisionResult, bu
     answer = result.option_ids.index(result.top_option)
     spans = guard.erasures(len(pieces))
     per_batch = max(1, (engine.n_parallel - 1) // len(orders))
-    seen: list[dict[str, Any]] = []
+    seen: list[JSONObject] = []
     for at in range(0, len(spans), per_batch):
         batch = spans[at: at + per_batch]
         variants = [req.model_copy(update={"state": pieces.without(*span)}) for span in batch]
@@ -84,6 +84,6 @@ def guard_check(engine: Scorer, req: DecisionRequest, result: DecisionResult, bu
     return out
 
 
-def skipped_guard(method: str) -> dict[str, Any]:
+def skipped_guard(method: str) -> JSONObject:
     """The guard's entry for a row it did not check (its calibrated policy gates it anyway)."""
     return {"method": method, "suspected": False, "piece": None, "removed": None, "passes": 0, "skipped": "gated"}

@@ -130,8 +130,8 @@ class ChatTemplate:
         except jinja2.TemplateError:
             if not messages or messages[0]["role"] != "system":
                 raise
-            merged: list[ChatMessage] = [{"role": "user", "content": messages[0]["content"] + "\n\n" + messages[1]["content"]},
-                      *messages[2:]]
+            merged: list[ChatMessage] = [
+                {"role": "user", "content": messages[0]["content"] + "\n\n" + messages[1]["content"]}, *messages[2:]]
             return self._tpl.render(messages=merged, **kw)
 
     def works(self) -> bool:

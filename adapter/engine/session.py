@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from adapter.engine import label_trie
 from adapter.engine.models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
 from adapter.engine.prefix_cache import PrefixCache
 from adapter.engine.prompt import ChatTemplate, Prompt
-from adapter.schema import RequestError
+from adapter.schema import JSONObject, RequestError
 
 if TYPE_CHECKING:
     import llama_cpp
@@ -119,7 +119,7 @@ class ModelInfo:
     release_date: str  # the catalog's for a shipped model, else the GGUF file's date
     hidden_dim: int = 0  # length of the hidden state a learned head reads (`hidden_state: true`)
 
-    def public(self) -> dict[str, Any]:
+    def public(self) -> JSONObject:
         """The model as results and /info report it (JSON): every field but the local path."""
         d = asdict(self)
         d.pop("path")

@@ -6,13 +6,9 @@ from typing import Any, Mapping
 import json
 from pathlib import Path
 
-from adapter.schema import DecisionRequest
+from adapter.schema import DecisionRequest, JSONObject
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-
-
-# Templates, cases and rows are JSON files, read as JSON objects: the policy form and request_for read them.
-JSONObject = dict[str, Any]
 
 
 def load_template(policy_id: str) -> JSONObject:

@@ -17,15 +17,13 @@ from adapter.server.calibrated import CalibratedPolicy, Decisions, PolicySet
 from adapter.server.decision_log import collect
 from adapter.server.http_body import parse_json
 from adapter.server.http_errors import HTTPProblem, Invalid
-from adapter.schema import DecisionRequest, FieldError, Loc, RequestError, SharedStateRequest, errors_from
+from adapter.schema import DecisionRequest, FieldError, JSONObject, Loc, RequestError, SharedStateRequest, errors_from
 from adapter.server.settings import AdapterSettings
 from adapter.server.systemone import SystemOneRequest, respond, to_rows
 
 if TYPE_CHECKING:
     from adapter.engine.engine import Engine
 
-# An answer as sent (JSON): a row's public result, or the /v1/systemone response
-JSONObject = dict[str, Any]
 _Model = TypeVar("_Model", bound=BaseModel)
 
 

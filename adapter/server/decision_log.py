@@ -37,7 +37,7 @@ from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError, PydanticUseDefault
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from adapter.schema import DecisionRequest
+from adapter.schema import DecisionRequest, JSONObject
 from adapter.server.settings import EnvSettings, SettingsError
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ LOGGED_PATHS = ("/invocations", "/v1/systemone")
 REQUEST_ID_HEADERS = (b"x-amzn-sagemaker-inference-id", b"x-amzn-requestid", b"x-request-id")
 
 # a row of a request, its public result (the answer body's JSON; None: the row got an error) and its policy
-Collected = tuple[DecisionRequest | None, dict[str, Any] | None, "CalibratedPolicy | None"]
+Collected = tuple[DecisionRequest | None, JSONObject | None, "CalibratedPolicy | None"]
 _collector: ContextVar[list[Collected] | None] = ContextVar("semif_decisions", default=None)
 
 
@@ -105,7 +105,7 @@ class DecisionLogSettings(EnvSettings):
     namespace: Annotated[str, BeforeValidator(_namespace)] = Field(NAMESPACE, validation_alias="SM_SEMIF_METRICS_NAMESPACE")
 
 
-def collect(rows: Sequence[DecisionRequest | None], results: Sequence[dict[str, Any] | None],
+def collect(rows: Sequence[DecisionRequest | None], results: Sequence[JSONObject | None],
             policies: Sequence[CalibratedPolicy | None]) -> None:
     """Called by the scoring functions with the rows of a request, their public results (None for a
     row that got an error) and the calibrated policy each row named (or None). A no-op unless the
@@ -129,13 +129,13 @@ def question_sha256(row: DecisionRequest) -> str:
     return hashlib.sha256(json.dumps(part, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def record(row: DecisionRequest, result: dict[str, Any], policy: CalibratedPolicy | None, *, request_id: str,
+def record(row: DecisionRequest, result: JSONObject, policy: CalibratedPolicy | None, *, request_id: str,
            endpoint: str, latency_s: float, rows_in_request: int, log_states: bool, at: float | None = None
-           ) -> dict[str, Any]:
+           ) -> JSONObject:
     """One decision as a log record (plain JSON, before the metrics are attached): the line's fields."""
     decision = result.get("decision")
     model = result.get("model") or {}
-    out: dict[str, Any] = {
+    out: JSONObject = {
         MARKER: LINE_VERSION,
         "time": datetime.fromtimestamp(at or time.time(), timezone.utc).isoformat(timespec="milliseconds"),
         "request_id": request_id, "endpoint": endpoint, "row_id": result.get("id"), "rows_in_request": rows_in_request,
@@ -162,7 +162,7 @@ def record(row: DecisionRequest, result: dict[str, Any], policy: CalibratedPolic
     return out
 
 
-def with_metrics(rec: dict[str, Any], namespace: str = NAMESPACE) -> str:
+def with_metrics(rec: JSONObject, namespace: str = NAMESPACE) -> str:
     """The record as one Embedded Metric Format line: its fields stay searchable properties and
     CloudWatch extracts Latency, Fallback (1 when the gate sent the row to the fallback - its mean is
     the fallback rate), SteeringSuspected and LabelMass per policy."""

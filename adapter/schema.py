@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from typing import Any, Literal, Sequence, Union, get_args
+from typing import Any, Literal, Sequence, TypedDict, Union, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -28,6 +28,18 @@ HEAD_LAYOUT: Layout = "policy-first"
 Debias = Literal["none", "content-free"]
 DEBIAS: tuple[Debias, ...] = get_args(Debias)
 State = Union[str, dict[str, Any], list[Any]]
+Loc = list[str | int]  # where a field sits in a request, as a path of keys and indices
+# A JSON object at an edge - an HTTP body, a file, a decision log line - read or written by key; typed
+# records (TypedDicts, models) stay the way inside Python
+JSONObject = dict[str, Any]
+
+
+class FieldError(TypedDict):
+    """One field error of a 422 body, FastAPI's shape: [{"loc", "msg", "type"}]."""
+
+    loc: Loc
+    msg: str
+    type: str
 
 
 class RequestError(ValueError):
@@ -38,7 +50,7 @@ class RequestError(ValueError):
         self.loc, self.msg, self.type, self.status = list(loc), msg, type_, status
         self.row: int | None = None  # set by the engine: which row of a multi-row call it belongs to
 
-    def to_detail(self) -> list[dict]:
+    def to_detail(self) -> list[FieldError]:
         return [{"loc": self.loc, "msg": self.msg, "type": self.type}]
 
 
@@ -263,11 +275,11 @@ class DecisionResult(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
-def errors_from(exc: ValidationError | RequestError, prefix: Sequence[str | int] = ()) -> list[dict]:
+def errors_from(exc: ValidationError | RequestError, prefix: Sequence[str | int] = ()) -> list[FieldError]:
     """FastAPI-shaped error list: [{"loc": [...], "msg": ..., "type": ...}]."""
     if isinstance(exc, RequestError):
         return [{"loc": [*prefix, *exc.loc], "msg": exc.msg, "type": exc.type}]
-    out = []
+    out: list[FieldError] = []
     for e in exc.errors(include_url=False):
         ctx_err = (e.get("ctx") or {}).get("error")
         if isinstance(ctx_err, RequestError):  # raised inside a model validator: keep its own loc

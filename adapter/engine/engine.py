@@ -15,7 +15,7 @@ import os
 import time
 from collections import OrderedDict, defaultdict
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence, TypedDict
 
 import numpy as np
 
@@ -23,13 +23,25 @@ from adapter.engine import label_trie
 from adapter.engine.guard_check import guard_check, skipped_guard
 from adapter.engine.models import ModelChoice, Progress
 from adapter.engine.prompt import Prompt, render_letters, render_option_words, render_policy_first, rotations
-from adapter.schema import HEAD_LAYOUT, Debias, DecisionRequest, DecisionResult, HiddenState, RequestError, SharedStateRequest, finite
-from adapter.engine.scores import combine, log_softmax
+from adapter.schema import HEAD_LAYOUT, Debias, DecisionRequest, DecisionResult, HiddenState, JSONObject, RequestError, SharedStateRequest, finite
+from adapter.engine.scores import PromptRun, combine, log_softmax
 from adapter.engine.session import (Budget, EngineConfig, LlamaSession, ModelInfo, _count, _forecast, default_threads)
 
 __all__ = ["Budget", "Engine", "EngineConfig", "ModelInfo", "default_threads", "resolve_settings", "skipped_guard"]
 
 Extend = Callable[[tuple[int, ...]], tuple[np.ndarray, float]]  # label tokens -> (logits after them, seconds)
+Tokens = tuple[int, ...]
+Prepared = tuple[list[Tokens], list[Tokens]]  # (prompt segments, answer-label token sequences) as token ids
+RowSettings = tuple[str, Debias, Sequence[list[int] | None]]  # (readout, debias, option orders) of a row
+# a row's plan: (row, readout, debias, its first prompt's index, its prompts, content-free priors per order)
+RowPlan = tuple[DecisionRequest, str, Debias, int, int, list[np.ndarray] | None]
+
+
+class WalkStats(TypedDict):
+    """What telling options apart cost one prompt (`Engine._walk`), added to its run."""
+
+    forward_seconds: float
+    extra_evals: int
 
 # "Calibrate Before Use" (Zhao et al. 2021): the answer a prompt gets with no content is its bias.
 CONTENT_FREE_STATES = ("N/A", "none", "[MASK]")
@@ -45,7 +57,7 @@ class Engine(LlamaSession):
     # the earlier path (kept as the reference bench.options and the tests compare with)
     label_batch: bool = True
 
-    def __init__(self, model: str | os.PathLike | ModelChoice | None = None, config: EngineConfig | None = None,
+    def __init__(self, model: str | os.PathLike[str] | ModelChoice | None = None, config: EngineConfig | None = None,
                  progress: Progress | None = None):
         """`progress(done, total)` reports the one-time assembly of a chunked shipped model."""
         super().__init__(model, config, progress)
@@ -62,7 +74,7 @@ class Engine(LlamaSession):
             return render_letters(req.state, req.question, req.options, self.chat, order, shown)
         return render_option_words(req.state, req.question, req.options, shown, order)
 
-    def _prepare(self, prompt: Prompt) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    def _prepare(self, prompt: Prompt) -> Prepared:
         """(prompt segments, answer-label token sequences) as token ids, checked before any work."""
         chars = sum(len(t) for t in prompt.segments)
         if chars > CHARS_PER_TOKEN_MAX * self.info.n_ctx:  # cannot fit: refuse before tokenizing megabytes
@@ -88,22 +100,23 @@ class Engine(LlamaSession):
         return segs, seqs
 
     def evaluate(self, prompts: list[Prompt], budget: Budget | None = None,
-                 hidden: frozenset[int] = frozenset()) -> list[dict]:
+                 hidden: frozenset[int] = frozenset()) -> list[PromptRun]:
         """Score prompts in order. Consecutive prompts that differ only in their last segment (several
         questions on one state, the option orders of a permutation) are evaluated as parallel
         sequences on their shared prefix, up to `n_parallel` at a time. The prompts at the indices in
         `hidden` also return their last token's hidden state (`_hidden_at`), read after their options."""
-        unique: dict[tuple, int] = {}  # the same prompt twice in one call is evaluated once
+        # the same prompt twice in one call is evaluated once
+        unique: dict[tuple[tuple[str, ...], tuple[str, ...], str], int] = {}
         firsts = [unique.setdefault((tuple(p.segments), tuple(p.labels), p.version), i) for i, p in enumerate(prompts)]
         if len(unique) < len(prompts):
             keep = list(unique.values())
             wanted = frozenset(keep.index(firsts[i]) for i in hidden)
             distinct = self.evaluate([prompts[i] for i in keep], budget, wanted)
             by_first = dict(zip(unique.values(), distinct))
-            return [dict(by_first[f]) for f in firsts]
+            return [by_first[f].copy() for f in firsts]
         prepared = [self._prepare(p) for p in prompts]
         _count(budget, planned=self._planned(prepared))
-        out: list[dict] = []
+        out: list[PromptRun] = []
         i = 0
         while i < len(prepared):
             j = i + 1
@@ -144,11 +157,11 @@ class Engine(LlamaSession):
             i = j
         return out
 
-    def _planned(self, prepared: list[tuple[list[tuple[int, ...]], list[tuple[int, ...]]]]) -> int:
+    def _planned(self, prepared: list[Prepared]) -> int:
         """About how many tokens `evaluate` will have llama.cpp evaluate for these prompts: segments
         not in the cache (a prefix shared by several prompts once) plus their shared label prefixes.
         Only for the deadline's message: how far a request got of what it asked for."""
-        seen: set[tuple] = set()
+        seen: set[tuple[Tokens, ...]] = set()
         total = 0
         for segs, seqs in prepared:
             for k in range(len(segs)):
@@ -159,14 +172,14 @@ class Engine(LlamaSession):
             total += len(label_trie.inner_paths(seqs))
         return total
 
-    def _finish(self, prompt: Prompt, segs, seqs, logits: np.ndarray, cached: int, seconds: float,
-                budget: Budget | None, extend: Extend | None = None,
-                fork: tuple[int, int, int] | None = None) -> dict:
+    def _finish(self, prompt: Prompt, segs: list[Tokens], seqs: list[Tokens], logits: np.ndarray, cached: int,
+                seconds: float, budget: Budget | None, extend: Extend | None = None,
+                fork: tuple[int, int, int] | None = None) -> PromptRun:
         """A prompt's result from its last-position logits; options sharing label tokens are told
         apart by `_walk`. With `fork` = (the prompt's sequence, its end position, free KV cells) and
         `label_batch` on, every shared prefix is evaluated first, as one trie batch
         (`_forward_labels`), and the walk reads those logits; `extra_evals` then counts decodes."""
-        stats = {"forward_seconds": seconds, "extra_evals": 0}
+        stats: WalkStats = {"forward_seconds": seconds, "extra_evals": 0}
         scores = np.zeros(len(seqs))
         batched = (fork is not None and self.label_batch and len({s[0] for s in seqs}) < len(seqs)
                    and self._llama_cpp.llama_n_seq_max(self.llm.ctx) > self.n_parallel)
@@ -192,7 +205,8 @@ class Engine(LlamaSession):
                 "forward_seconds": stats["forward_seconds"], "extra_evals": stats["extra_evals"],
                 "sha": prompt.sha256(), "version": prompt.version}
 
-    def _walk(self, segs, seqs, members, depth, logits, prefix, scores, stats, budget=None,
+    def _walk(self, segs: list[Tokens], seqs: list[Tokens], members: list[int], depth: int, logits: np.ndarray,
+              prefix: Tokens, scores: np.ndarray, stats: WalkStats, budget: Budget | None = None,
               extend: Extend | None = None) -> None:
         """Score options by their label tokens; options sharing a first token are told apart by
         evaluating that token and reading the next one (log-probabilities added to the raw logit).
@@ -231,7 +245,7 @@ class Engine(LlamaSession):
             return self._priors[key]
         runs = self.evaluate([self.render(req.model_copy(update={"state": s}), readout, order)
                               for s in CONTENT_FREE_STATES], budget)
-        prior = np.mean([r["probs"] for r in runs], axis=0)
+        prior: np.ndarray = np.mean([r["probs"] for r in runs], axis=0)
         self._priors[key] = prior
         while len(self._priors) > PRIOR_CACHE_SIZE:
             self._priors.popitem(last=False)
@@ -272,11 +286,12 @@ class Engine(LlamaSession):
 
     def _score_many(self, rows: list[DecisionRequest], budget: Budget | None, together: bool) -> list[DecisionResult]:
         t0 = time.perf_counter()
-        settings, rendered = [], []
+        settings: list[RowSettings] = []
+        rendered: list[list[Prompt]] = []
         for i, req in enumerate(rows):  # every row checked before any work, errors naming their row
             try:
                 readout, debias = self.settings(req)
-                orders = rotations(len(req.options)) if req.permute else [None]
+                orders: Sequence[list[int] | None] = rotations(len(req.options)) if req.permute else [None]
                 row_prompts = [self.render(req, readout, order) for order in orders]
                 self._prepare(row_prompts[0])
             except RequestError as exc:
@@ -285,7 +300,7 @@ class Engine(LlamaSession):
             settings.append((readout, debias, orders))
             rendered.append(row_prompts)
         _forecast(budget, lambda: self._forecast(rows, settings, rendered))
-        plans: list[tuple] = []
+        plans: list[RowPlan] = []
         prompts: list[Prompt] = []
         for i, (req, (readout, debias, orders), row_prompts) in enumerate(zip(rows, settings, rendered)):
             with _row(i):
@@ -298,10 +313,9 @@ class Engine(LlamaSession):
             canon = sorted(range(len(prompts)), key=lambda i: (prompts[i].segments[:-1], prompts[i].segments[-1],
                                                                prompts[i].labels))
             firsts = {at for req, _, _, at, _, _ in plans if req.hidden_state}  # a row's request-order prompt
-            runs: list[dict] = [{} for _ in prompts]
             wanted = frozenset(pos for pos, i in enumerate(canon) if i in firsts)
-            for i, r in zip(canon, self.evaluate([prompts[i] for i in canon], budget, wanted)):
-                runs[i] = r
+            by_prompt = dict(zip(canon, self.evaluate([prompts[i] for i in canon], budget, wanted)))
+            runs = [by_prompt[i] for i in range(len(prompts))]
         else:
             runs = []
             for i, (req, _, _, at, n, _) in enumerate(plans):
@@ -311,7 +325,7 @@ class Engine(LlamaSession):
         return [self._result(req, readout, debias, runs[at: at + n], priors, seconds)
                 for req, readout, debias, at, n, priors in plans]
 
-    def _forecast(self, rows: list[DecisionRequest], settings: list[tuple], rendered: list[list[Prompt]]) -> int:
+    def _forecast(self, rows: list[DecisionRequest], settings: list[RowSettings], rendered: list[list[Prompt]]) -> int:
         """About how many tokens scoring these rows evaluates, before any is: the rows' prompts and the
         content-free priors not cached yet (3 passes each). Prompts are not changed, only counted."""
         prompts = [p for row_prompts in rendered for p in row_prompts]
@@ -323,8 +337,8 @@ class Engine(LlamaSession):
                                     for s in CONTENT_FREE_STATES]
         return self._planned([self._prepare(p) for p in prompts])
 
-    def _result(self, req: DecisionRequest, readout: str, debias: Debias, runs: list[dict], priors: list | None,
-                seconds: float) -> DecisionResult:
+    def _result(self, req: DecisionRequest, readout: str, debias: Debias, runs: list[PromptRun],
+                priors: list[np.ndarray] | None, seconds: float) -> DecisionResult:
         raw_probs = [r["probs"] for r in runs]
         probs, logits = combine(runs, priors)
         top = int(np.argmax(probs))
@@ -354,8 +368,8 @@ class Engine(LlamaSession):
         )
 
     def guard_check(self, req: DecisionRequest, result: DecisionResult, budget: Budget | None = None, *,
-                    use_precheck: bool = True, exhaustive: bool = False) -> dict:
-        """The steering guard for one scored row (guard_check.py)."""
+                    use_precheck: bool = True, exhaustive: bool = False) -> JSONObject:
+        """The steering guard for one scored row (guard_check.py): JSON, as the response carries it."""
         return guard_check(self, req, result, budget, use_precheck=use_precheck, exhaustive=exhaustive)
 
     def score_shared(self, shared: SharedStateRequest, budget: Budget | None = None) -> list[DecisionResult]:

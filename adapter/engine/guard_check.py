@@ -11,8 +11,8 @@ import numpy as np
 
 from adapter import guard
 from adapter.engine.prompt import Prompt, rotations
-from adapter.schema import DecisionRequest, DecisionResult, state_text
-from adapter.engine.scores import combine
+from adapter.schema import DecisionRequest, DecisionResult, JSONObject, state_text
+from adapter.engine.scores import PromptRun, combine
 from adapter.engine.session import Budget
 
 
@@ -28,11 +28,11 @@ class Scorer(Protocol):
               budget: Budget | None = None) -> np.ndarray: ...
 
     def evaluate(self, prompts: list[Prompt], budget: Budget | None = None,
-                 hidden: frozenset[int] = frozenset()) -> list[dict]: ...
+                 hidden: frozenset[int] = frozenset()) -> list[PromptRun]: ...
 
 
 def guard_check(engine: Scorer, req: DecisionRequest, result: DecisionResult, budget: Budget | None = None, *,
-                use_precheck: bool = True, exhaustive: bool = False) -> dict:
+                use_precheck: bool = True, exhaustive: bool = False) -> JSONObject:
     """The steering guard for one scored row (guard.py): the precheck, then - for
     erase-and-check - the state scored with pieces left out, with the row's own readout,
     correction and option orders. A variant disagrees when its own top option leads the row's
@@ -46,7 +46,8 @@ def guard_check(engine: Scorer, req: DecisionRequest, result: DecisionResult, bu
     pieces = guard.split_state(req.state)
     found = guard.precheck(req.state if isinstance(req.state, str) else state_text(req.state),
                            req.options) if use_precheck else None
-    out: dict = {"method": req.guard, "suspected": False, "piece": None, "removed": None, "passes": 0,
+    # the finding as the response carries it (DecisionResult.guard, JSON): its keys depend on what was found
+    out: JSONObject = {"method": req.guard, "suspected": False, "piece": None, "removed": None, "passes": 0,
                  "pieces": len(pieces), "precheck": found}
     if found is not None:
         out.update(suspected=True, by="precheck", piece=guard.piece_at(pieces, found["at"]) if isinstance(
@@ -60,7 +61,7 @@ def guard_check(engine: Scorer, req: DecisionRequest, result: DecisionResult, bu
     answer = result.option_ids.index(result.top_option)
     spans = guard.erasures(len(pieces))
     per_batch = max(1, (engine.n_parallel - 1) // len(orders))
-    seen: list[dict] = []
+    seen: list[JSONObject] = []
     for at in range(0, len(spans), per_batch):
         batch = spans[at: at + per_batch]
         variants = [req.model_copy(update={"state": pieces.without(*span)}) for span in batch]
@@ -83,6 +84,6 @@ def guard_check(engine: Scorer, req: DecisionRequest, result: DecisionResult, bu
     return out
 
 
-def skipped_guard(method: str) -> dict:
+def skipped_guard(method: str) -> JSONObject:
     """The guard's entry for a row it did not check (its calibrated policy gates it anyway)."""
     return {"method": method, "suspected": False, "piece": None, "removed": None, "passes": 0, "skipped": "gated"}

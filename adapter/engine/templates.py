@@ -6,23 +6,24 @@ from typing import Any, Mapping
 import json
 from pathlib import Path
 
-from adapter.schema import DecisionRequest
+from adapter.schema import DecisionRequest, JSONObject
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 
 
-def load_template(policy_id: str) -> dict:
+def load_template(policy_id: str) -> JSONObject:
     path = DATA_DIR / "policies" / f"{policy_id}.json"
     if not path.is_file():
         raise FileNotFoundError(f"no policy template {policy_id!r} in {path.parent}")
-    return json.loads(path.read_text())
+    template: JSONObject = json.loads(path.read_text())
+    return template
 
 
-def list_templates() -> list[dict]:
+def list_templates() -> list[JSONObject]:
     return [json.loads(p.read_text()) for p in sorted((DATA_DIR / "policies").glob("*.json"))]
 
 
-def load_jsonl(path: str | Path) -> list[dict]:
+def load_jsonl(path: str | Path) -> list[JSONObject]:
     rows = []
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         if line.strip():
@@ -33,12 +34,13 @@ def load_jsonl(path: str | Path) -> list[dict]:
     return rows
 
 
-def probe_cases() -> list[dict]:
+def probe_cases() -> list[JSONObject]:
     return load_jsonl(DATA_DIR / "cases" / "probe.jsonl")
 
 
-def request_for(policy: Mapping[str, Any], state, row_id: str, **overrides) -> DecisionRequest:
-    """A decision row from a policy (question, options, examples) and a state."""
+def request_for(policy: Mapping[str, Any], state: object, row_id: str, **overrides: Any) -> DecisionRequest:
+    """A decision row from a policy (question, options, examples) and a state: any value here, since
+    DecisionRequest validates it (a State: text, an object or an array)."""
     fields = {"id": row_id, "state": state, "question": policy["question"], "options": policy["options"],
               "examples": policy.get("examples", [])}
     for key in ("readout", "debias", "guard"):  # empty = the model's measured default (no guard)

@@ -23,11 +23,13 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from fastapi import FastAPI, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from adapter.server.admission import Admission, Stopped
 from adapter.server.calibrated import PolicySet
@@ -38,14 +40,17 @@ from adapter.server.routes import Intake, router
 from adapter.schema import RequestError
 from adapter.server.settings import AdapterSettings
 
+if TYPE_CHECKING:
+    from adapter.engine.engine import Engine
+
 log = logging.getLogger("semif.adapter")
 
 
 class EngineHolder:
     """Loads the engine in the background so /ping can answer 503 while the model loads."""
 
-    def __init__(self, loader: Callable[[], Any], policy_loader: Callable[[Any], PolicySet] | None = None):
-        self.engine = None
+    def __init__(self, loader: Callable[[], Engine], policy_loader: Callable[[Engine], PolicySet] | None = None):
+        self.engine: Engine | None = None
         self.policies = PolicySet()
         self._policy_loader = policy_loader
         self.error: str | None = None
@@ -69,7 +74,7 @@ class EngineHolder:
         finally:
             self.ready.set()
 
-    def get(self):
+    def get(self) -> Engine:
         if self.engine is None:
             if self.error:
                 raise HTTPProblem(503, "model_load_failed", self.error)
@@ -95,34 +100,34 @@ def create_app(holder: EngineHolder, settings: AdapterSettings | None = None) ->
 
 
 # -- every failure as JSON -----------------------------------------------------------------------------
-async def _http(_: Request, exc: StarletteHTTPException):
+async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
     kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return problem(exc.status_code, kind, str(exc.detail))
 
 
-async def _problem(_: Request, exc: HTTPProblem):
+async def _problem(_: Request, exc: HTTPProblem) -> JSONResponse:
     return problem(exc.status, exc.error_type, exc.message, exc.headers)
 
 
-async def _stopped(request: Request, exc: Stopped):
+async def _stopped(request: Request, exc: Stopped) -> JSONResponse:
     headers = {"Retry-After": str(request.app.state.admission.retry_after())} if exc.status in (429, 503) else None
     return problem(exc.status, exc.error_type, exc.message, headers)
 
 
-async def _invalid(_: Request, exc: Invalid):
+async def _invalid(_: Request, exc: Invalid) -> JSONResponse:
     return invalid(exc.errors)
 
 
-async def _request_error(_: Request, exc: RequestError):
+async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
     return invalid(exc.to_detail())
 
 
-async def _gone(_: Request, exc: Exception):  # nobody is listening: a quiet cancel, not an error to log
+async def _gone(_: Request, exc: Exception) -> JSONResponse:  # nobody is listening: a quiet cancel, not an error to log
     log.debug("client closed the connection before its request was complete")
     return problem(499, "client_closed", "the client closed the connection")
 
 
-async def _unexpected(_: Request, exc: Exception):  # a bug, not the client's fault: still JSON
+async def _unexpected(_: Request, exc: Exception) -> JSONResponse:  # a bug, not the client's fault: still JSON
     log.exception("unexpected error")
     return problem(500, "internal_error", f"{type(exc).__name__}: the adapter failed on this request")
 
@@ -138,12 +143,12 @@ class _Gate:
     redirect with an empty body); with an API key set every path but /ping needs it (docs and schema
     too)."""
 
-    def __init__(self, app, api_key: str | None, ping: Callable[[], Response]):
+    def __init__(self, app: ASGIApp, api_key: str | None, ping: Callable[[], Response]):
         self.app, self.api_key, self.ping = app, api_key, ping
         # the key's bytes as the environment held them (surrogateescape: even a key that is not UTF-8)
         self.key_bytes = api_key.encode("utf-8", "surrogateescape") if api_key else b""
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope["path"]
@@ -152,7 +157,7 @@ class _Gate:
         if len(path) > 1 and path.endswith("/"):
             scope = {**scope, "path": path.rstrip("/") or "/", "raw_path": path.rstrip("/").encode() or b"/"}
         if self.api_key and scope["path"] != "/ping":
-            headers = dict(scope.get("headers") or [])
+            headers: dict[bytes, bytes] = dict(scope.get("headers") or [])
             # bytes against bytes: a header is octets (a client sends a non-ASCII key as UTF-8), compared
             # with the key's own bytes - decoding one side as latin-1 and the other as UTF-8 never matched
             scheme, _, given = headers.get(b"authorization", b"").strip().partition(b" ")

@@ -21,8 +21,8 @@ from adapter.server.http_body import SURROGATE_MSG, lone_surrogate, nesting, par
 from adapter.server.http_errors import Invalid
 from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.safe_path import NAME_RULE, name_problem
-from adapter.schema import (HEAD_LAYOUT, Debias, DecisionResult, Example, HiddenState, Layout, Option, Readout, RequestError,
-                     errors_from)
+from adapter.schema import (HEAD_LAYOUT, Debias, DecisionResult, Example, HiddenState, JSONObject, Layout, Loc, Option, Readout,
+                     RequestError, errors_from)
 
 SCHEMA_VERSION = "semif-policy/1"
 
@@ -192,8 +192,9 @@ class CalibratedPolicy(BaseModel):
             return KIND_WORDS[self.head.kind].name
         return "temperature + fitted offsets" if self.option_offsets else "temperature"
 
-    def request_fields(self) -> dict:
-        """What a decision row needs from this policy (question, options, examples, readout, debias)."""
+    def request_fields(self) -> JSONObject:
+        """What a decision row needs from this policy (question, options, examples, readout, debias), as
+        the JSON fields of a raw row (PolicySet.fill completes a request body's row with them)."""
         return {"question": self.question, "options": [o.model_dump() for o in self.options],
                 "examples": [e.model_dump() for e in self.examples], "readout": self.readout, "debias": self.debias,
                 "permute": self.permute, "few_shot": self.few_shot, "guard": self.guard,
@@ -249,7 +250,7 @@ def _too_big(what: str, size: int) -> str:
             "~4.6 MB): this is not a policy exported by Calibrate")
 
 
-def _plain(data: dict, what: str) -> None:
+def _plain(data: JSONObject, what: str) -> None:
     """A policy given as a value (from the store): the same depth, number and text rules as a file."""
     if nesting(data, MAX_POLICY_DEPTH) > MAX_POLICY_DEPTH:
         raise PolicyError(f"{what} is nested more than {MAX_POLICY_DEPTH} levels deep: not a calibrated policy")
@@ -267,7 +268,7 @@ def _plain(data: dict, what: str) -> None:
             stack.extend((x, f"{where}.{i}") for i, x in enumerate(v))
 
 
-def load_policy(source: str | Path | bytes | dict, *, model_sha256: str | None = None,
+def load_policy(source: str | Path | bytes | JSONObject, *, model_sha256: str | None = None,
                 model_file: str | None = None, what: str = "policy") -> CalibratedPolicy:
     """The one policy validator: read (policy_json: size, UTF-8, numbers, depth, text) and validate a
     policy file, its bytes or its dict; with `model_sha256`, also that it was calibrated on that model
@@ -334,7 +335,7 @@ class PolicySet:
     def mismatched(self) -> list[str]:
         return [p.policy_id for p in self.policies.values() if self.model_sha256 and p.model.sha256 != self.model_sha256]
 
-    def fill(self, row: Any, loc: list) -> CalibratedPolicy | None:
+    def fill(self, row: Any, loc: Loc) -> CalibratedPolicy | None:
         """Complete a raw row (dict) in place from its policy; raise RequestError on conflicts."""
         if not isinstance(row, dict):
             return None
@@ -396,7 +397,7 @@ class Decisions:
         self.made[i] = policy.apply(RowReading.of(result))
         return not self.made[i].gated
 
-    def public(self, i: int, result: DecisionResult, keep_hidden: bool = True) -> dict[str, Any]:
+    def public(self, i: int, result: DecisionResult, keep_hidden: bool = True) -> JSONObject:
         """Row i's answer as sent: decorated with its policy's decision (the guard's finding included)."""
         policy = self.policies[i]
         if policy is None:
@@ -461,6 +462,6 @@ class Decision:
             return self
         return replace(self, option_id=fallback, gated=True, reason=STEERING_SUSPECTED)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JSONObject:
         """The response's `decision` field (the calibrated probabilities travel beside it)."""
         return {"option_id": self.option_id, "confidence": self.confidence, "gated": self.gated, "reason": self.reason}

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from adapter.server.admission import RequestBudget
 from adapter.server.calibrated import CalibratedPolicy, Decisions, PolicySet
 from adapter.server.decision_log import collect
 from adapter.server.http_body import parse_json
 from adapter.server.http_errors import HTTPProblem, Invalid
-from adapter.schema import DecisionRequest, RequestError, SharedStateRequest, errors_from
+from adapter.schema import DecisionRequest, FieldError, JSONObject, Loc, RequestError, SharedStateRequest, errors_from
 from adapter.server.settings import AdapterSettings
 from adapter.server.systemone import SystemOneRequest, respond, to_rows
+
+if TYPE_CHECKING:
+    from adapter.engine.engine import Engine
+
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 # -- /invocations: the three shapes -> rows ------------------------------------------------------
@@ -28,7 +33,7 @@ class Invocation:
     shape: str  # "one" | "array" | "shared"
     rows: list[DecisionRequest]
     policies: list[CalibratedPolicy | None]
-    locs: list[list] = field(default_factory=list)  # where each row sits in the request, for errors
+    locs: list[Loc] = field(default_factory=list)  # where each row sits in the request, for errors
     asked_hidden: list[bool] = field(default_factory=list)  # rows whose client asked for the hidden state
 
 
@@ -43,7 +48,9 @@ def parse_invocation(payload: Any, policies: PolicySet, settings: AdapterSetting
         if not payload:
             raise Invalid([{"loc": [], "msg": "empty array: send at least one decision row", "type": "value_error"}])
         _cap_rows(len(payload), [], settings)
-        rows, used, locs = [], [], []
+        rows: list[DecisionRequest] = []
+        used: list[CalibratedPolicy | None] = []
+        locs: list[Loc] = []
         asked = [_asks_hidden(item) for item in payload]
         for i, item in enumerate(payload):
             used.append(_fill(policies, item, [i]))
@@ -68,21 +75,21 @@ def parse_invocation(payload: Any, policies: PolicySet, settings: AdapterSetting
     return inv
 
 
-def _fill(policies: PolicySet, item: Any, loc: list) -> CalibratedPolicy | None:
+def _fill(policies: PolicySet, item: Any, loc: Loc) -> CalibratedPolicy | None:
     try:
         return policies.fill(item, loc)
     except RequestError as exc:
         raise Invalid(exc.to_detail()) from None
 
 
-def _validate(model, item: Any, loc: list):
+def _validate(model: type[_Model], item: Any, loc: Loc) -> _Model:
     try:
         return model.model_validate(item)
     except (ValidationError, RequestError) as exc:
         raise Invalid(errors_from(exc, loc)) from None
 
 
-def _cap_rows(n: int, loc: list, settings: AdapterSettings) -> None:
+def _cap_rows(n: int, loc: Loc, settings: AdapterSettings) -> None:
     if n > settings.max_rows:
         raise Invalid([{"loc": loc, "msg": f"{n} rows in one request; at most {settings.max_rows} "
                         "(SM_SEMIF_MAX_ROWS): split the batch", "type": "too_long"}])
@@ -93,7 +100,7 @@ def option_readings(rows: list[DecisionRequest]) -> int:
     return sum(len(r.options) * (len(r.options) if r.permute else 1) for r in rows)
 
 
-def _cap_cost(rows: list[DecisionRequest], settings: AdapterSettings, loc: list | None = None) -> None:
+def _cap_cost(rows: list[DecisionRequest], settings: AdapterSettings, loc: Loc | None = None) -> None:
     cost = option_readings(rows)
     if cost > settings.max_cost:
         raise Invalid([{"loc": loc or [], "msg": f"this request reads {cost} options (options x permutations, summed "
@@ -101,7 +108,8 @@ def _cap_cost(rows: list[DecisionRequest], settings: AdapterSettings, loc: list 
                         "or drop permute", "type": "too_long"}])
 
 
-def score_invocation(engine, inv: Invocation, budget: RequestBudget) -> Any:
+def score_invocation(engine: Engine, inv: Invocation, budget: RequestBudget) -> JSONObject | list[JSONObject]:
+    """The answer body: one row's result for the one-row shape, else the list of them."""
     decisions = Decisions(inv.policies)
     try:
         results = engine.score_many(inv.rows, budget=budget, together=inv.shape == "shared",
@@ -116,17 +124,31 @@ def score_invocation(engine, inv: Invocation, budget: RequestBudget) -> Any:
 
 # -- Batch Transform: JSON Lines in, JSON Lines out ---------------------------------------------------
 JSONLINES_TYPES = ("application/jsonlines", "application/jsonl", "application/x-jsonlines", "application/x-ndjson")
+Line = tuple[DecisionRequest, CalibratedPolicy | None, bool]  # a good line: (row, its policy, asked for hidden)
 
 
-def parse_lines(body: bytes, policies: PolicySet, settings: AdapterSettings) -> tuple[list, list[dict | None]]:
+class LineProblem(TypedDict):
+    status: int
+    detail: list[FieldError]
+
+
+class LineError(TypedDict):
+    """A bad line's own output line (JSON)."""
+
+    id: str | None
+    error: LineProblem
+
+
+def parse_lines(body: bytes, policies: PolicySet, settings: AdapterSettings
+                ) -> tuple[list[Line | None], list[LineError | None]]:
     """One decision row per non-empty line. Returns (rows or None, per-line error objects or None):
     a bad line becomes its own error object in the output instead of failing the batch."""
     lines = [ln for ln in body.split(b"\n") if ln.strip()]
     if not lines:
         raise Invalid([{"loc": [], "msg": "empty body: send one JSON decision row per line", "type": "value_error"}])
     _cap_rows(len(lines), [], settings)
-    rows: list = []
-    errors: list[dict | None] = []
+    rows: list[Line | None] = []
+    errors: list[LineError | None] = []
     for i, line in enumerate(lines):
         row_id = None
         try:
@@ -147,29 +169,30 @@ def parse_lines(body: bytes, policies: PolicySet, settings: AdapterSettings) -> 
     return rows, errors
 
 
-def line_error(row_id: str | None, status: int, detail: list[dict]) -> dict:
+def line_error(row_id: str | None, status: int, detail: list[FieldError]) -> LineError:
     return {"id": row_id, "error": {"status": status, "detail": detail}}
 
 
-def score_lines(engine, rows: list, errors: list[dict | None], budget: RequestBudget) -> bytes:
+def score_lines(engine: Engine, rows: list[Line | None], errors: list[LineError | None], budget: RequestBudget) -> bytes:
     """Score the good lines (as if each came alone: calibration's numbers hold); a line the engine
     refuses gets its error object and the rest are scored."""
-    todo = [i for i, r in enumerate(rows) if r is not None]
-    results: dict[int, dict] = {}
+    good = {i: r for i, r in enumerate(rows) if r is not None}
+    todo = list(good)
+    results: dict[int, JSONObject] = {}
     while todo:
-        decisions = Decisions([rows[i][1] for i in todo])
+        decisions = Decisions([good[i][1] for i in todo])
         try:
-            scored = engine.score_many([rows[i][0] for i in todo], budget=budget, guard_when=decisions.automates)
+            scored = engine.score_many([good[i][0] for i in todo], budget=budget, guard_when=decisions.automates)
         except RequestError as exc:
             if exc.row is None:  # not pinned to one line (it never should be): every line gets it
                 for i in todo:
-                    errors[i] = line_error(rows[i][0].id, 422, errors_from(exc))
+                    errors[i] = line_error(good[i][0].id, 422, errors_from(exc))
                 break
             bad = todo.pop(exc.row)
-            errors[bad] = line_error(rows[bad][0].id, 422, errors_from(exc))
+            errors[bad] = line_error(good[bad][0].id, 422, errors_from(exc))
             continue
         for k, (i, r) in enumerate(zip(todo, scored)):
-            results[i] = decisions.public(k, r, keep_hidden=rows[i][2])
+            results[i] = decisions.public(k, r, keep_hidden=good[i][2])
         break
     collect([r[0] if r else None for r in rows], [results.get(i) for i in range(len(rows))],
             [r[1] if r else None for r in rows])
@@ -179,12 +202,13 @@ def score_lines(engine, rows: list, errors: list[dict | None], budget: RequestBu
 
 
 # -- /v1/systemone ---------------------------------------------------------------------------------
-def model_names(engine, settings: AdapterSettings) -> tuple[str, list[str]]:
+def model_names(engine: Engine, settings: AdapterSettings) -> tuple[str, list[str]]:
     """The served model's name (SM_SEMIF_MODEL_NAME, else the GGUF file stem) and its aliases."""
     return settings.model_name or engine.info.file.rsplit(".gguf", 1)[0], list(settings.model_aliases)
 
 
-def parse_systemone(engine, payload: Any, settings: AdapterSettings) -> tuple[SystemOneRequest, list[DecisionRequest]]:
+def parse_systemone(engine: Engine, payload: Any, settings: AdapterSettings
+                    ) -> tuple[SystemOneRequest, list[DecisionRequest]]:
     try:
         req = SystemOneRequest.model_validate(payload)
     except (ValidationError, RequestError) as exc:
@@ -202,7 +226,8 @@ def parse_systemone(engine, payload: Any, settings: AdapterSettings) -> tuple[Sy
     return req, rows
 
 
-def score_systemone(engine, req: SystemOneRequest, rows: list[DecisionRequest], budget: RequestBudget) -> dict:
+def score_systemone(engine: Engine, req: SystemOneRequest, rows: list[DecisionRequest], budget: RequestBudget
+                    ) -> JSONObject:
     try:
         results = engine.score_many(rows, budget=budget, together=True)  # one prefill of the state for all questions
     except RequestError as exc:

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 import h11
+from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger("semif.adapter")
@@ -88,7 +89,7 @@ class GuardedH11(H11Protocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._await_head()
         if len(self.connections) > self.guard.max_connections and not self.guard.make_room(self):
-            inner = self.app
+            inner: ASGIApp = self.app  # uvicorn's protocol holds the app untyped
 
             async def over_cap(scope: Any, receive: Any, send: Any) -> None:
                 if scope.get("type") == "http" and scope.get("path") == "/ping":

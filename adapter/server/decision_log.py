@@ -31,12 +31,17 @@ import uuid
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Sequence
 
 from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError, PydanticUseDefault
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from adapter.schema import DecisionRequest, JSONObject
 from adapter.server.settings import EnvSettings, SettingsError
+
+if TYPE_CHECKING:
+    from adapter.server.calibrated import CalibratedPolicy
 
 log = logging.getLogger("semif.adapter")
 
@@ -46,7 +51,9 @@ NAMESPACE = "SemIf/Adapter"
 LOGGED_PATHS = ("/invocations", "/v1/systemone")
 REQUEST_ID_HEADERS = (b"x-amzn-sagemaker-inference-id", b"x-amzn-requestid", b"x-request-id")
 
-_collector: ContextVar[list | None] = ContextVar("semif_decisions", default=None)
+# a row of a request, its public result (the answer body's JSON; None: the row got an error) and its policy
+Collected = tuple[DecisionRequest | None, JSONObject | None, "CalibratedPolicy | None"]
+_collector: ContextVar[list[Collected] | None] = ContextVar("semif_decisions", default=None)
 
 
 FLAG_WORDS = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False, "off": False, "no": False}
@@ -98,7 +105,8 @@ class DecisionLogSettings(EnvSettings):
     namespace: Annotated[str, BeforeValidator(_namespace)] = Field(NAMESPACE, validation_alias="SM_SEMIF_METRICS_NAMESPACE")
 
 
-def collect(rows: Sequence[Any], results: Sequence[dict | None], policies: Sequence[Any]) -> None:
+def collect(rows: Sequence[DecisionRequest | None], results: Sequence[JSONObject | None],
+            policies: Sequence[CalibratedPolicy | None]) -> None:
     """Called by the scoring functions with the rows of a request, their public results (None for a
     row that got an error) and the calibrated policy each row named (or None). A no-op unless the
     decision log is on for this request."""
@@ -107,26 +115,27 @@ def collect(rows: Sequence[Any], results: Sequence[dict | None], policies: Seque
         bucket.extend(zip(rows, results, policies))
 
 
-def policy_version(policy: Any) -> str:
+def policy_version(policy: CalibratedPolicy) -> str:
     """A calibrated policy has no version counter: its content hash is its version (the same file
     always gives the same one; any change - gate, temperature, offsets - gives another)."""
     canon = json.dumps(policy.model_dump(mode="json"), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
-def question_sha256(row: Any) -> str:
+def question_sha256(row: DecisionRequest) -> str:
     """What was asked, without the state: question, options, examples and how they were read -
     rows of one policy share it, so an import can group rows that named no policy."""
     part = row.model_dump(mode="json", exclude={"id", "state", "policy_id", "hidden_state"})  # what is asked, not returned
     return hashlib.sha256(json.dumps(part, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def record(row: Any, result: dict, policy: Any, *, request_id: str, endpoint: str, latency_s: float,
-           rows_in_request: int, log_states: bool, at: float | None = None) -> dict:
-    """One decision as a log record (plain JSON, before the metrics are attached)."""
+def record(row: DecisionRequest, result: JSONObject, policy: CalibratedPolicy | None, *, request_id: str,
+           endpoint: str, latency_s: float, rows_in_request: int, log_states: bool, at: float | None = None
+           ) -> JSONObject:
+    """One decision as a log record (plain JSON, before the metrics are attached): the line's fields."""
     decision = result.get("decision")
     model = result.get("model") or {}
-    out: dict[str, Any] = {
+    out: JSONObject = {
         MARKER: LINE_VERSION,
         "time": datetime.fromtimestamp(at or time.time(), timezone.utc).isoformat(timespec="milliseconds"),
         "request_id": request_id, "endpoint": endpoint, "row_id": result.get("id"), "rows_in_request": rows_in_request,
@@ -153,7 +162,7 @@ def record(row: Any, result: dict, policy: Any, *, request_id: str, endpoint: st
     return out
 
 
-def with_metrics(rec: dict, namespace: str = NAMESPACE) -> str:
+def with_metrics(rec: JSONObject, namespace: str = NAMESPACE) -> str:
     """The record as one Embedded Metric Format line: its fields stay searchable properties and
     CloudWatch extracts Latency, Fallback (1 when the gate sent the row to the fallback - its mean is
     the fallback rate), SteeringSuspected and LabelMass per policy."""
@@ -267,8 +276,8 @@ class DecisionLog:
             self._fd = None
 
 
-def _request_id(scope: dict) -> str:
-    headers = dict(scope.get("headers") or [])
+def _request_id(scope: Scope) -> str:
+    headers: dict[bytes, bytes] = dict(scope.get("headers") or [])
     for name in REQUEST_ID_HEADERS:
         value = headers.get(name, b"").decode("latin-1").strip()
         if value and len(value) <= 200 and value.isprintable():
@@ -281,19 +290,19 @@ class DecisionLogMiddleware:
     decisions, its id (SageMaker's inference id, X-Request-Id, else a new one - echoed back as
     X-Request-Id) and its latency; the lines are written after the response is sent."""
 
-    def __init__(self, app, decision_log: DecisionLog):
+    def __init__(self, app: ASGIApp, decision_log: DecisionLog):
         self.app, self.decision_log = app, decision_log
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "").rstrip("/") if scope["type"] == "http" else ""
         if scope["type"] != "http" or scope.get("method") != "POST" or path not in LOGGED_PATHS:
             return await self.app(scope, receive, send)
         request_id = _request_id(scope)
-        bucket: list = []
+        bucket: list[Collected] = []
         token = _collector.set(bucket)
         t0 = time.perf_counter()
 
-        async def send_with_id(message):
+        async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", request_id.encode())]}
             await send(message)
@@ -304,7 +313,7 @@ class DecisionLogMiddleware:
             _collector.reset(token)
             latency = time.perf_counter() - t0
             settings = self.decision_log.settings
-            decided = [(row, res, pol) for row, res, pol in bucket if res is not None]
+            decided = [(row, res, pol) for row, res, pol in bucket if res is not None and row is not None]
             try:
                 lines = [with_metrics(record(row, res, pol, request_id=request_id, endpoint=path, latency_s=latency,
                                              rows_in_request=len(bucket), log_states=settings.log_states),

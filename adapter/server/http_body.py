@@ -20,10 +20,11 @@ import sys
 import threading
 import time
 import zlib
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
 
+from adapter.schema import Loc
 from adapter.server.http_errors import HTTPProblem, Invalid
 from adapter.server.settings import AdapterSettings
 
@@ -40,7 +41,7 @@ def too_large(what: str, limit: int, setting: str) -> HTTPProblem:
                        "split the request into smaller ones")
 
 
-async def read_raw(request, settings: AdapterSettings, remaining=None) -> bytes:
+async def read_raw(request: Request, settings: AdapterSettings, remaining: Callable[[], float] | None = None) -> bytes:
     """The body as sent, at most max_body bytes, each chunk within body_timeout seconds and the whole
     body within `remaining()` seconds (the request's deadline) when given. ClientGone when the client
     disconnects half-way."""
@@ -227,13 +228,13 @@ SURROGATE_MSG = ("holds a lone UTF-16 surrogate escape (\\ud800-\\udfff without 
                  "cannot be encoded as UTF-8 - send the character itself, or a valid pair")
 
 
-def lone_surrogate(value: Any) -> list | None:
+def lone_surrogate(value: Any) -> Loc | None:
     """The text rule of every body: the loc (path) of the first string - value or object key - that
     holds a lone surrogate, else None. JSON's \\uXXXX escapes can name half of a UTF-16 pair alone;
     Python keeps it, and UTF-8 (the tokenizer, the log, the answer) cannot encode it. Refused, not
     replaced: a replaced character would be scored as a different text than the client sent, silently.
     Iterative, like `nesting`."""
-    stack: list[tuple[Any, list]] = [(value, [])]
+    stack: list[tuple[Any, Loc]] = [(value, [])]
     while stack:
         v, loc = stack.pop()
         if isinstance(v, str):

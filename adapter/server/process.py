@@ -15,14 +15,19 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import uvicorn
 
 from adapter.server.calibrated import PolicySet, discover_policies
 from adapter.server.connections import guarded_protocol
 from adapter.server.app import EngineHolder, create_app
+from adapter.server.admission import Admission
 from adapter.server.settings import AdapterSettings
+
+if TYPE_CHECKING:
+    from adapter.engine.engine import Engine
 
 log = logging.getLogger("semif.adapter")
 # The listen backlog, which is also how many connections asyncio accepts per loop iteration before they
@@ -45,9 +50,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def policy_loader(settings: AdapterSettings) -> Callable[[Any], PolicySet]:
+def policy_loader(settings: AdapterSettings) -> Callable[[Engine], PolicySet]:
     """SM_SEMIF_POLICY (files/folders, comma-separated) and policy*.json beside the model."""
-    def load(engine) -> PolicySet:
+    def load(engine: Engine) -> PolicySet:
         model_dir = Path(engine.info.path).parent if engine.info.source == "sagemaker" else None
         found = discover_policies(model_dir, settings.policy_paths)
         if found:
@@ -56,7 +61,7 @@ def policy_loader(settings: AdapterSettings) -> Callable[[Any], PolicySet]:
     return load
 
 
-def serve(settings: AdapterSettings, loader: Callable[[], Any]) -> int:
+def serve(settings: AdapterSettings, loader: Callable[[], Engine]) -> int:
     """Run until SIGTERM/SIGINT, drain, and return the exit code (0 after a clean shutdown)."""
     holder = EngineHolder(loader, policy_loader(settings))
     app = create_app(holder, settings)  # first: a decision log that cannot be opened is a SettingsError (exit 2)
@@ -80,11 +85,11 @@ class DrainingServer(uvicorn.Server):
     in-flight work is cancelled when the grace period ends. uvicorn would re-raise SIGTERM after
     shutting down (exit 143); SageMaker and the tests expect a clean exit 0."""
 
-    def __init__(self, config: uvicorn.Config, admission, grace: float):
+    def __init__(self, config: uvicorn.Config, admission: Admission, grace: float):
         super().__init__(config)
         self.admission, self.grace = admission, grace
 
-    def handle_exit(self, sig: int, frame) -> None:
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.admission.draining:
             self.admission.draining = True
             n = len(self.admission)
@@ -96,7 +101,7 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     @contextlib.contextmanager
-    def capture_signals(self):
+    def capture_signals(self) -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
             yield
             return

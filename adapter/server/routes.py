@@ -10,29 +10,45 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from adapter.server.admission import Admission, RequestBudget
-from adapter.server.codecs import (JSONLINES_TYPES, model_names, parse_invocation, parse_lines, parse_systemone, score_invocation,
-                     score_lines, score_systemone)
+from adapter.server.calibrated import PolicySet
+from adapter.server.codecs import (JSONLINES_TYPES, model_names, parse_invocation, parse_lines, parse_systemone,
+                     score_invocation, score_lines, score_systemone)
 from adapter.guard import GUARDS
 from adapter.server.http_body import decode, parse_json, read_raw
 from adapter.server.http_errors import HTTPProblem, Invalid, problem
-from adapter.schema import DEBIAS, READOUTS
+from adapter.schema import DEBIAS, READOUTS, JSONObject
 from adapter.server.settings import AdapterSettings
 
+if TYPE_CHECKING:
+    from adapter.engine.engine import Engine
+
 router = APIRouter()
+_Answer = TypeVar("_Answer")  # what a request's work gives back: a response body, or JSON Lines
+# The routes declare their return types with response_model=None: FastAPI would otherwise read the
+# annotation as a response model and validate and re-serialise every answer through it.
+
+
+class EngineSource(Protocol):
+    """What the routes need of the engine holder (app.EngineHolder, which imports this module): the
+    engine once loaded (HTTPProblem 503 before) and the policies it enforces."""
+
+    policies: PolicySet
+
+    def get(self) -> Engine: ...
 
 
 class Intake:
     """One adapter's way from a request to the engine: the holder (the model, once loaded), the
     settings (caps and timeouts) and the admission queue."""
 
-    def __init__(self, holder: Any, settings: AdapterSettings, admission: Admission):
+    def __init__(self, holder: EngineSource, settings: AdapterSettings, admission: Admission):
         self.holder, self.settings, self.admission = holder, settings, admission
 
     def ping(self) -> JSONResponse:
@@ -75,7 +91,7 @@ class Intake:
                 raise Invalid([{"loc": ["body", pos], "msg": msg, "type": "json_invalid"}]) from None
             raise HTTPProblem(400, "invalid_json", msg) from None
 
-    def on_engine(self, budget: RequestBudget, work: Callable[[Any, RequestBudget], Any]) -> Any:
+    def on_engine(self, budget: RequestBudget, work: Callable[[Engine, RequestBudget], _Answer]) -> _Answer:
         """The engine lock (queued: still stops on deadline or cancel), then the scoring work."""
         engine = self.holder.get()
         budget.working = False  # waiting behind other requests: a deadline passed here is load (503)
@@ -92,14 +108,14 @@ class Intake:
         finally:
             engine.lock.release()
 
-    async def admitted(self, request: Request, work: Callable[[bytes, RequestBudget], Any]) -> Any:
+    async def admitted(self, request: Request, work: Callable[[bytes, RequestBudget], _Answer]) -> _Answer:
         """Admission before any work: a queue slot (429) and the deadline clock first; then the body
         is read (within the deadline), and decoded, parsed, validated and scored in a worker thread
         (`work(raw body, budget)`) - never on the event loop, which keeps answering /ping. The work
         is cancelled when the client goes away."""
         budget = RequestBudget(self.settings.request_timeout, self.admission.pace)
         self.admission.enter(budget)
-        watcher: asyncio.Task | None = None
+        watcher: asyncio.Task[None] | None = None
 
         async def watch() -> None:
             while True:
@@ -112,7 +128,7 @@ class Intake:
             raw = await read_raw(request, self.settings, budget.remaining)
             watcher = asyncio.create_task(watch())  # only once the body is read: both would call receive()
 
-            def run() -> Any:
+            def run() -> _Answer:
                 budget.working = True  # decoding and validating are this request's own work
                 return work(raw, budget)
 
@@ -124,16 +140,17 @@ class Intake:
 
 
 def intake(request: Request) -> Intake:
-    return request.app.state.intake
+    it: Intake = request.app.state.intake  # put there by app.create_app
+    return it
 
 
-@router.get("/ping")
-async def ping(request: Request):  # GET is answered by server._Gate before routing; this route documents it (and 405s)
+@router.get("/ping", response_model=None)
+async def ping(request: Request) -> JSONResponse:  # GET is answered by server._Gate before routing; this route documents it (and 405s)
     return intake(request).ping()
 
 
-@router.get("/execution-parameters")
-def execution_parameters(request: Request):
+@router.get("/execution-parameters", response_model=None)
+def execution_parameters(request: Request) -> JSONObject:
     """What SageMaker Batch Transform should use: one engine answers one request at a time,
     so one concurrent transform; many rows per request; the SageMaker payload limit."""
     settings = intake(request).settings
@@ -141,8 +158,8 @@ def execution_parameters(request: Request):
             "MaxPayloadInMB": max(1, min(100, settings.max_body // (1024 * 1024)))}
 
 
-@router.post("/invocations")
-async def invocations(request: Request):
+@router.post("/invocations", response_model=None)
+async def invocations(request: Request) -> Response | JSONObject | list[JSONObject]:
     it = intake(request)
     holder, settings = it.holder, it.settings
     if it.content_type(request) in JSONLINES_TYPES:
@@ -156,7 +173,7 @@ async def invocations(request: Request):
         return Response(await it.admitted(request, lines), media_type="application/jsonlines")
     it.require_json(request)
 
-    def one(raw: bytes, budget: RequestBudget) -> Any:
+    def one(raw: bytes, budget: RequestBudget) -> JSONObject | list[JSONObject]:
         payload = it.json_payload(it.decoded(request, raw))
         budget.check()
         holder.get()
@@ -167,12 +184,12 @@ async def invocations(request: Request):
     return await it.admitted(request, one)
 
 
-@router.post("/v1/systemone")
-async def systemone(request: Request):
+@router.post("/v1/systemone", response_model=None)
+async def systemone(request: Request) -> JSONObject:
     it = intake(request)
     it.require_json(request, systemone=True)
 
-    def one(raw: bytes, budget: RequestBudget) -> dict:
+    def one(raw: bytes, budget: RequestBudget) -> JSONObject:
         payload = it.json_payload(it.decoded(request, raw), systemone=True)
         budget.check()
         req, rows = parse_systemone(it.holder.get(), payload, it.settings)
@@ -182,8 +199,8 @@ async def systemone(request: Request):
     return await it.admitted(request, one)
 
 
-@router.get("/v1/models")
-def models(request: Request):
+@router.get("/v1/models", response_model=None)
+def models(request: Request) -> JSONObject:
     it = intake(request)
     engine = it.holder.get()
     name, aliases = model_names(engine, it.settings)
@@ -193,8 +210,8 @@ def models(request: Request):
                        for n in (name, *aliases)]}
 
 
-@router.get("/info")
-def info(request: Request):
+@router.get("/info", response_model=None)
+def info(request: Request) -> JSONObject:
     it = intake(request)
     holder, settings = it.holder, it.settings
     engine = holder.get()

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from adapter.ids import collision, collision_message, id_problem
-from adapter.schema import MAX_OPTIONS, DecisionRequest, DecisionResult, Option, RequestError, State, _check_state, finite, state_text
+from adapter.schema import MAX_OPTIONS, DecisionRequest, DecisionResult, JSONObject, Option, RequestError, State, _check_state, finite, state_text
 
 MAX_CHOICES = 255
 NOUL_QUESTION = "Is the following true for this state? Answer true or false."
@@ -94,7 +94,7 @@ class SystemOneRequest(BaseModel):
         return None
 
 
-def _question_text(q, default: str) -> str:
+def _question_text(q: _Base, default: str) -> str:
     return text_of(q.instructions) or default
 
 
@@ -151,7 +151,8 @@ def score_confidence(probs: list[float]) -> float:
     return finite(max(0.0, 1 - spread / mad_unif))
 
 
-def to_answer(q, result: DecisionResult) -> dict:
+def to_answer(q: SystemOneQuestion, result: DecisionResult) -> JSONObject:
+    """One question's answer as the response body carries it (JSON)."""
     ids, probs = result.option_ids, [float(p) for p in result.probabilities]
     extra = {"x_label_mass": result.label_mass, "x_readout": result.readout, "x_prompt_sha256": result.prompt_sha256}
     if q.type == "noul":
@@ -164,7 +165,8 @@ def to_answer(q, result: DecisionResult) -> dict:
             "probabilities": {str(i): p for i, p in enumerate(probs)}, "confidence": score_confidence(probs), **extra}
 
 
-def respond(req: SystemOneRequest, results: list[DecisionResult], model_name: str) -> dict:
+def respond(req: SystemOneRequest, results: list[DecisionResult], model_name: str) -> JSONObject:
+    """The /v1/systemone response body (JSON)."""
     answers = {qid: to_answer(q, r) for (qid, q), r in zip(req.questions.items(), results)}
     prompt = sum(r.input_tokens or 0 for r in results)
     evaluated = sum(r.evaluated_tokens if r.evaluated_tokens is not None else (r.input_tokens or 0) for r in results)

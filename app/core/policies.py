@@ -61,15 +61,15 @@ def validate_policy(data: Any) -> tuple[dict[str, Any] | None, dict[str, str]]:
                                                   for e in examples],
                                      "readout": readout if readout in READOUTS else None})
     except ValidationError as exc:
-        for e in errors_from(exc):
-            fld = str(e["loc"][0]) if e["loc"] else "json"
-            msg = e["msg"]
-            if fld == "question" and e["type"] == "string_too_short":
+        for err in errors_from(exc):
+            fld = str(err["loc"][0]) if err["loc"] else "json"
+            msg = err["msg"]
+            if fld == "question" and err["type"] == "string_too_short":
                 msg = "write the question the model should answer"
-            if fld == "options" and e["type"] in ("too_short", "too_long"):
+            if fld == "options" and err["type"] in ("too_short", "too_long"):
                 msg = f"give between 2 and {MAX_OPTIONS} options with non-empty ids (you gave {len(options)})"
-            if len(e["loc"]) > 1:
-                msg = f"row {int(e['loc'][1]) + 1}: {msg}" if isinstance(e["loc"][1], int) else msg
+            if len(err["loc"]) > 1:
+                msg = f"row {int(err['loc'][1]) + 1}: {msg}" if isinstance(err["loc"][1], int) else msg
             errors.setdefault(fld, msg)
         return None, errors
     if errors:

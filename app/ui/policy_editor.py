@@ -1,14 +1,25 @@
-"""Which saved version of a policy this session's editor shows, and the draft its widgets hold (session
-state, no widgets): the Policies page keeps a draft across another session's save, refuses a save from
-a stale view, and knows when the draft differs from the saved version."""
+"""The Policies editor as a state machine over session state (no widgets, no Streamlit): which saved
+version the editor shows, the draft its widgets hold, and the transitions - pick, ask before leaving a
+draft, keep editing, discard, save (refused when stale, nothing already saved lost), reload, delete.
+`editor(...)` says what the page draws on this run as one frozen `Editor`; the page draws only that.
+
+The session keys are the ones below (the page's tests read `pol_pick` and the widget keys of `key()`)."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Iterable, Literal, Mapping, MutableMapping
 
-from app.service.policies import changed_fields, policy_json
+from app.core.store import StaleEdit
+from app.service.policies import (changed_fields, id_taken, parse_policy_json, policy_json, validate_policy,
+                                  version_to_save)
 
 VIEW_KEY = "pol_view"  # session state: (policy id, the saved policy the editor was built from)
 SHOWN_KEY = "pol_shown"  # session state: (policy id or NEW, the view key) the editor drew last
+PICK_KEY = "pol_pick"  # the policy picker's widget key: the policy (or NEW) the editor is on
+NEXT_KEY = "pol_next"  # the pick to apply on the next run after a save or delete (nothing unsaved is left)
+OPEN_KEY = "pol_open"  # a copy or template just added: open it, asking first when a draft is unsaved
+PENDING_KEY = "pol_pending"  # the pick asked for while the draft had unsaved changes (the page asks)
+SAVED_KEY = "pol_saved"  # the name of the policy just saved (a toast on the next run)
 NEW = "__new__"
 EMPTY: dict[str, Any] = {"id": "", "name": "", "question": "", "options": [{"id": "", "description": ""}] * 2,
                          "examples": [], "notes": "", "readout": "", "debias": "", "version": 0}
@@ -171,3 +182,164 @@ def forget(state: MutableMapping[str, Any] | Any, view: str) -> None:
         state.pop(_rows_key(kind, view), None)
     for f in FIELDS:
         state.pop(key(f, view), None)
+
+
+# -- the state machine ------------------------------------------------------------------------------
+Mode = Literal["clean", "draft", "pending", "stale"]
+
+
+def errors_key(pick: str) -> str:
+    """Where a refused save's errors wait for the editor of `pick` (field -> message)."""
+    return f"pol_errors_{pick}"
+
+
+@dataclass(frozen=True)
+class Editor:
+    """What the editor shows on this run: the page lays these out and decides nothing."""
+    pick: str  # a saved policy's id, or NEW
+    saved: Mapping[str, Any]  # the saved version the view was built on (EMPTY for a new policy)
+    changed: tuple[str, ...]  # the fields where the draft differs from it ("json": the JSON tab)
+    pending: str | None  # the pick asked for while the draft is unsaved: the page asks before switching
+    stale: str | None  # why a save from this view is refused (another session saved or deleted the policy)
+    errors: Mapping[str, str]  # why the last save was refused, by field ("version": the view is stale)
+
+    @property
+    def version(self) -> int:
+        return int(self.saved.get("version") or 0)
+
+    @property
+    def view(self) -> str:
+        """The widgets' key suffix: the version this view loaded (this session's save makes fresh ones)."""
+        return f"{self.pick}_v{self.version}"
+
+    @property
+    def editing(self) -> str | None:
+        """The saved policy's id, None for a new one."""
+        return None if self.pick == NEW else self.pick
+
+    @property
+    def mode(self) -> Mode:
+        if self.stale:
+            return "stale"
+        if self.pending is not None:
+            return "pending"
+        return "draft" if self.changed else "clean"
+
+
+def choices(state: MutableMapping[str, Any], saved_ids: Collection[str], wanted: str | None) -> list[str]:
+    """Before the picker is drawn: apply the pick asked for since the last run (or ask first: `ask_or_switch`),
+    open the other pages' policy `wanted` when nothing is picked yet; the picker's options (NEW first,
+    a policy deleted meanwhile kept while its view is open)."""
+    if wanted in saved_ids and PICK_KEY not in state:
+        state[PICK_KEY] = wanted
+    ask_or_switch(state)
+    deleted = kept_deleted(state, saved_ids) if state.get(PICK_KEY) != NEW else None
+    ids = [NEW, *saved_ids, *([deleted] if deleted else [])]
+    if state.get(PICK_KEY) not in ids:
+        state[PICK_KEY] = ids[1] if len(ids) > 1 else NEW
+    return ids
+
+
+def ask_or_switch(state: MutableMapping[str, Any]) -> None:
+    """Apply the selection asked for since the last run - unless the editor holds unsaved changes: then
+    the draft stays, and the pick waits in PENDING_KEY (Discard changes and open X / Keep editing)."""
+    forced = NEXT_KEY in state  # after a save or a delete: nothing unsaved is left behind
+    if forced:
+        state[PICK_KEY] = state.pop(NEXT_KEY)
+    elif OPEN_KEY in state:  # a copy or a template was added: open it, the same way as a pick
+        state[PICK_KEY] = state.pop(OPEN_KEY)
+    shown = state.get(SHOWN_KEY)
+    if forced or not shown or state.get(PICK_KEY) == shown[0]:
+        return
+    if unsaved(state):
+        state[PENDING_KEY] = state.get(PICK_KEY)
+        state[PICK_KEY] = shown[0]
+
+
+def editor(state: MutableMapping[str, Any], pick: str, saved_policies: Mapping[str, Mapping[str, Any]],
+           ids: Collection[str]) -> Editor:
+    """After the picker: the editor of `pick` on this run (the version its view loaded, the draft's changes,
+    a pending switch, a stale note, the last refused save's errors); forgets what no longer applies."""
+    view, stale = editor_view(state, None if pick == NEW else pick, saved_policies.get(pick))
+    ed = Editor(pick, view or EMPTY, (), None, stale, {})
+    state[SHOWN_KEY] = (pick, ed.view)
+    changed = tuple(changed_fields(draft(state, ed.view, ed.saved, json_start(pick, ed.saved)), ed.saved))
+    ek = errors_key(pick)
+    if not changed and "version" not in state.get(ek, {}):
+        state.pop(ek, None)  # the draft is the saved policy again: its old errors no longer apply
+    pending = state.get(PENDING_KEY)
+    if pending is not None and (pending == pick or pending not in ids or not changed):
+        state.pop(PENDING_KEY)  # nothing left to ask about
+        pending = None
+    return Editor(pick, ed.saved, changed, pending, stale, dict(state.get(ek, {})))
+
+
+def new_policy(state: MutableMapping[str, Any]) -> None:
+    """New policy: asked for like a pick (`ask_or_switch` asks first when the draft is unsaved)."""
+    state[PICK_KEY] = NEW
+
+
+def keep_editing(state: MutableMapping[str, Any]) -> None:
+    state.pop(PENDING_KEY, None)
+
+
+def discard_and_open(state: MutableMapping[str, Any], view: str, pending: str) -> None:
+    """Drop the draft, open the pick that waited."""
+    forget(state, view)
+    state.pop(PENDING_KEY, None)
+    state.pop(SHOWN_KEY, None)
+    state[PICK_KEY] = pending
+
+
+def reload(state: MutableMapping[str, Any], ed: Editor) -> None:
+    """A stale view: load the newer saved version (the draft here is dropped: the analyst asked)."""
+    state.pop(VIEW_KEY, None)
+    state.pop(errors_key(ed.pick), None)
+    forget(state, ed.view)
+
+
+def opened(state: MutableMapping[str, Any], new_id: str) -> None:
+    """A copy or template was saved: open it next (asking first when the draft is unsaved)."""
+    state[OPEN_KEY] = new_id
+
+
+def deleted(state: MutableMapping[str, Any]) -> None:
+    """The policy shown was deleted: the next run opens the first policy left."""
+    state.pop(VIEW_KEY, None)
+    state[NEXT_KEY] = None
+
+
+def just_saved(state: MutableMapping[str, Any]) -> str | None:
+    """The name of the policy saved on the last run (once: a toast), else None."""
+    return state.pop(SAVED_KEY, None) or None
+
+
+Save = Callable[[Mapping[str, Any], int], Mapping[str, Any]]  # (validated policy, expected version) -> saved
+
+
+def submit(state: MutableMapping[str, Any], ed: Editor, via: Literal["form", "json"], saved_ids: Collection[str],
+           save: Save) -> Mapping[str, Any] | None:
+    """Save the draft (the Form's fields, or the JSON tab's text) against the version the view was built on.
+    Saved: the next run opens it from what was saved (both views rebuilt) and says so. Refused - invalid,
+    an id another policy has, or stale (StaleEdit: another session saved or deleted it) - the errors wait
+    for the editor, and the draft stays on screen: nothing typed and nothing already saved is lost."""
+    data = draft(state, ed.view, ed.saved, json_start(ed.pick, ed.saved))
+    text = str(data.pop("json") or "")
+    clean, errs = validate_policy(data) if via == "form" else parse_policy_json(text)
+    if clean and (taken := id_taken(clean["id"], ed.editing, saved_ids, via=via)):
+        errs, clean = taken, None
+    if not clean:
+        state[errors_key(ed.pick)] = errs
+        return None
+    try:
+        saved = save(clean, version_to_save(clean["id"], ed.editing, ed.version))
+    except StaleEdit as exc:
+        state[errors_key(ed.pick)] = {"version": str(exc)}
+        return None
+    state[errors_key(ed.pick)] = {}
+    state.pop(PENDING_KEY, None)
+    forget(state, ed.view)  # saved: the view of the new version starts from what was saved
+    state[VIEW_KEY] = (saved["id"], saved)
+    state[NEXT_KEY] = clean["id"]
+    state[SAVED_KEY] = clean["name"]
+    return saved

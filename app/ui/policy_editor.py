@@ -10,16 +10,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Literal, Mapping, MutableMapping
 
 from app.core.store import StaleEdit
+from app.ui.page_state import PageKeys
 from app.service.policies import (changed_fields, id_taken, parse_policy_json, policy_json, validate_policy,
                                   version_to_save)
 
-VIEW_KEY = "pol_view"  # session state: (policy id, the saved policy the editor was built from)
-SHOWN_KEY = "pol_shown"  # session state: (policy id or NEW, the view key) the editor drew last
-PICK_KEY = "pol_pick"  # the policy picker's widget key: the policy (or NEW) the editor is on
-NEXT_KEY = "pol_next"  # the pick to apply on the next run after a save or delete (nothing unsaved is left)
-OPEN_KEY = "pol_open"  # a copy or template just added: open it, asking first when a draft is unsaved
-PENDING_KEY = "pol_pending"  # the pick asked for while the draft had unsaved changes (the page asks)
-SAVED_KEY = "pol_saved"  # the name of the policy just saved (a toast on the next run)
+KEYS = PageKeys("pol")  # the Policies page's session keys
+VIEW_KEY = KEYS.view  # (policy id, the saved policy the editor was built from)
+SHOWN_KEY = KEYS.shown  # (policy id or NEW, the view key) the editor drew last
+PICK_KEY = KEYS.pick  # the policy picker's widget key: the policy (or NEW) the editor is on
+NEXT_KEY = KEYS.next  # the pick to apply on the next run after a save or delete (nothing unsaved is left)
+OPEN_KEY = KEYS.open  # a copy or template just added: open it, asking first when a draft is unsaved
+PENDING_KEY = KEYS.pending  # the pick asked for while the draft had unsaved changes (the page asks)
+SAVED_KEY = KEYS.saved  # the name of the policy just saved (a toast on the next run)
 NEW = "__new__"
 EMPTY: dict[str, Any] = {"id": "", "name": "", "question": "", "options": [{"id": "", "description": ""}] * 2,
                          "examples": [], "notes": "", "readout": "", "debias": "", "version": 0}
@@ -69,12 +71,12 @@ ROWS = {"options": ("id", "description"), "examples": ("state", "option_id")}
 
 def key(field: str, view: str, row: int | None = None) -> str:
     """The widget key of one field (a row's column: `field` is e.g. "options.id") in this view."""
-    base = f"pol_{field.replace('.', '_')}_{view}"
-    return base if row is None else f"{base}_{row}"
+    base = KEYS(field.replace('.', '_'), view)
+    return base if row is None else KEYS(field.replace('.', '_'), view, row)
 
 
 def _rows_key(kind: str, view: str) -> str:
-    return f"pol_rows_{kind}_{view}"
+    return KEYS("rows", kind, view)
 
 
 def row_ids(state: MutableMapping[str, Any] | Any, kind: str, view: str, saved: Mapping[str, Any]) -> list[int]:
@@ -190,7 +192,7 @@ Mode = Literal["clean", "draft", "pending", "stale"]
 
 def errors_key(pick: str) -> str:
     """Where a refused save's errors wait for the editor of `pick` (field -> message)."""
-    return f"pol_errors_{pick}"
+    return KEYS("errors", pick)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import streamlit as st
 
 from app.service import policies as policy_service
 from app.ui import context, policy_editor as pe, resources
-from app.ui.policy_editor import NEW, Editor, add_row, key, option_ids, remove_row, rename_option, row_default, row_ids
+from app.ui.policy_editor import KEYS, NEW, Editor, add_row, key, option_ids, remove_row, rename_option, row_default, row_ids
 from app.ui.safe_text import md
 
 # the draft's widgets keep their values for the whole session: a visit to another page never loses a draft
@@ -26,8 +26,8 @@ Policies = Mapping[str, Mapping[str, Any]]
 def template_sidebar(db) -> None:
     tpl = policy_service.templates()
     with st.expander("Start from a template"):
-        tid = st.selectbox("Template", list(tpl), format_func=lambda i: tpl[i]["name"], key="pol_tpl")
-        if st.button("Add template", key="pol_add_tpl"):  # its own id when free, else a numbered copy
+        tid = st.selectbox("Template", list(tpl), format_func=lambda i: tpl[i]["name"], key=KEYS.tpl)
+        if st.button("Add template", key=KEYS.add_tpl):  # its own id when free, else a numbered copy
             add_and_open(lambda: policy_service.add_template(db, tid))
 
 
@@ -70,13 +70,13 @@ def rows_editor(kind: str, view: str, current: Mapping[str, Any], columns: tuple
                                args=(st.session_state, view, current, r, str(st.session_state.get(k, start) or "")))
             else:
                 col.text_input(label, start, key=k, placeholder=hint, label_visibility="collapsed", persist_state=KEEP)
-        c3.button("Remove", key=f"pol_rm_{kind}_{view}_{r}", disabled=len(ids) <= least,
+        c3.button("Remove", key=KEYS("rm", kind, view, r), disabled=len(ids) <= least,
                   help=f"a policy needs at least {least} {kind}" if len(ids) <= least else f"remove {noun} {i + 1}",
                   on_click=remove_row, args=(st.session_state, kind, view, r))
     if stale:
         st.warning(f"Not an option any more: {md(', '.join(stale))} - pick one of the options for "
                    f"{'it' if len(stale) == 1 else 'them'} before saving.")
-    st.button(add_label, key=f"pol_add_{kind}_{view}", disabled=len(ids) >= most,
+    st.button(add_label, key=KEYS("add", kind, view), disabled=len(ids) >= most,
               help=f"at most {most} {kind}" if len(ids) >= most else None,
               on_click=add_row, args=(st.session_state, kind, view))
 
@@ -90,7 +90,7 @@ def picker(policies: Policies) -> Editor:
     ids = pe.choices(st.session_state, list(policies), context.get("policy"))  # the other pages' policy (or the URL)
     c1, c2 = st.columns([5, 1], vertical_alignment="bottom")
     pick = c1.selectbox("Policy", ids, key=pe.PICK_KEY, format_func=lambda i: title(i, policies))
-    c2.button("New policy", key="pol_new", icon=":material/add:", on_click=pe.new_policy, args=(st.session_state,),
+    c2.button("New policy", key=KEYS.new, icon=":material/add:", on_click=pe.new_policy, args=(st.session_state,),
               width="stretch")
     if pick in policies:
         context.put("policy", pick)
@@ -118,12 +118,12 @@ def status(ed: Editor, policies: Policies) -> None:
         st.warning(f"**Unsaved changes** to {md(ed.saved['name'] or 'this new policy')} ({changed_words(ed.changed)}): "
                    f"save them, keep editing, or discard them and open {md(where)}.")
         c1, c2, _ = st.columns([2, 1, 2])
-        c1.button(f"Discard changes and open {md(where)}", key="pol_discard", on_click=pe.discard_and_open,
+        c1.button(f"Discard changes and open {md(where)}", key=KEYS.discard, on_click=pe.discard_and_open,
                   args=(st.session_state, ed.view, ed.pending))
-        c2.button("Keep editing", key="pol_keep", type="primary", on_click=pe.keep_editing, args=(st.session_state,))
+        c2.button("Keep editing", key=KEYS.keep, type="primary", on_click=pe.keep_editing, args=(st.session_state,))
     if ed.stale:
         st.warning(md(ed.stale))
-        if ed.pick in policies and st.button(f"Load version {policies[ed.pick].get('version')}", key="pol_reload"):
+        if ed.pick in policies and st.button(f"Load version {policies[ed.pick].get('version')}", key=KEYS.reload):
             pe.reload(st.session_state, ed)
             st.rerun()
     if ed.errors:  # above both tabs: an error from the JSON tab may name a field only the Form shows, and back
@@ -178,7 +178,7 @@ def form_tab(ed: Editor) -> None:
 def save_button(db, ed: Editor, policies: Policies, via: Literal["form", "json"]) -> None:
     """Save policy (the Form) or Apply JSON: one save, against the version the view was built on."""
     label, name = ("Save policy", "save") if via == "form" else ("Apply JSON", "apply")
-    if st.button(label, type="primary" if via == "form" else "secondary", key=f"pol_{name}_{ed.view}"):
+    if st.button(label, type="primary" if via == "form" else "secondary", key=KEYS(name, ed.view)):
         pe.submit(st.session_state, ed, via, list(policies),
                   lambda clean, version: policy_service.save(db, clean, version))
         st.rerun()
@@ -186,11 +186,11 @@ def save_button(db, ed: Editor, policies: Policies, via: Literal["form", "json"]
 
 def copy_and_delete(db, ed: Editor) -> None:
     c1, c2 = st.columns(2)
-    if c1.button("Duplicate", key="pol_dup", help="a copy of the saved version, opened"):
+    if c1.button("Duplicate", key=KEYS.dup, help="a copy of the saved version, opened"):
         add_and_open(lambda: policy_service.duplicate(db, ed.saved))
     with c2.popover("Delete"):
         st.write(f"Delete **{md(ed.saved['name'])}**? Runs that used it keep their own copy.")
-        if st.button("Delete policy", type="primary", key="pol_delete"):
+        if st.button("Delete policy", type="primary", key=KEYS.delete):
             policy_service.delete(db, ed.pick)
             pe.deleted(st.session_state)
             st.rerun()
@@ -206,7 +206,7 @@ def render() -> None:
     ed = picker(policies)
     status(ed, policies)
     # keyed and stateful: the tab shown survives a rerun (an error after Apply JSON keeps the JSON tab)
-    form, as_json = st.tabs(["Form", "JSON"], key="pol_tab", on_change="rerun")
+    form, as_json = st.tabs(["Form", "JSON"], key=KEYS.tab, on_change="rerun")
     with form:
         form_tab(ed)
         save_button(db, ed, policies, "form")

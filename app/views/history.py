@@ -9,6 +9,9 @@ from app.ui import context, resources
 from app.ui.components import download_frame, show_group_results
 from app.ui.drift_panel import render_drift
 from app.ui.safe_text import md
+from app.ui.page_state import PageKeys
+
+KEYS = PageKeys("hist")  # this page's session and widget keys
 
 
 def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -39,8 +42,8 @@ def render() -> None:
     st.title("History")
     db = resources.store()
     import_section(db)
-    if "hist_open_next" in st.session_state:  # set by a replay or an import, after the run picker was drawn
-        context.put("run", st.session_state.pop("hist_open_next"))
+    if KEYS.open_next in st.session_state:  # set by a replay or an import, after the run picker was drawn
+        context.put("run", st.session_state.pop(KEYS.open_next))
     runs = history.runs(db)
     if not runs:
         st.info("No runs yet. Every run from the Playground, Compare and Calibrate pages is saved here.")
@@ -49,7 +52,7 @@ def render() -> None:
     runs = [r for r in runs if r["status"] != "failed"]
     baseline = history.baseline(db)
     if runs:
-        st.dataframe(runs_table(runs), hide_index=True, key="hist_table", width="stretch")
+        st.dataframe(runs_table(runs), hide_index=True, key=KEYS.table, width="stretch")
     if failed:
         with st.expander(f"Failed attempts ({len(failed)}): every call of these runs failed"):
             st.dataframe(runs_table(failed)[["run", "when", "kind", "policy", "target", "rows"]], hide_index=True)
@@ -62,8 +65,8 @@ def render() -> None:
     if gone is not None:  # a link to a deleted (or never made) run: say so, never show another run as if it were it
         st.warning(f"Run #{md(gone)} does not exist (deleted, or a link from another workbench): showing the newest run.")
         context.put("run", None)
-    context.follow("hist_open", "run", list(by_id))  # ?run=6 opens run 6; a run opened elsewhere opens here
-    rid = st.selectbox("Open run", list(by_id), key="hist_open", on_change=context.changed("hist_open", "run"),
+    context.follow(KEYS.open, "run", list(by_id))  # ?run=6 opens run 6; a run opened elsewhere opens here
+    rid = st.selectbox("Open run", list(by_id), key=KEYS.open, on_change=context.changed(KEYS.open, "run"),
                        format_func=lambda i: f"#{i} · {by_id[i]['kind']} · {by_id[i]['policy'].get('name')} · "
                                              f"{by_id[i]['target_name']} · {by_id[i]['status']} · {by_id[i]['created_at'][:16]}"
                                              + (" · baseline" if by_id[i]["pinned"] else ""))
@@ -71,16 +74,16 @@ def render() -> None:
     context.put("run", rid)
     results = history.results(db, rid)
     if run["kind"] == "playground":
-        show_group_results(db, run["group_id"], key="hist")
+        show_group_results(db, run["group_id"], key=KEYS.prefix)
     frame = results_table(results)
-    st.dataframe(frame, hide_index=True, key="hist_results", width="stretch", column_config={
+    st.dataframe(frame, hide_index=True, key=KEYS.results, width="stretch", column_config={
         "state": st.column_config.TextColumn(width="large"),
         "latency_ms": st.column_config.NumberColumn(format="%.0f"),
         **{c: st.column_config.NumberColumn(format="%.3f") for c in frame.columns if c.startswith("p(")}})
-    download_frame(frame, f"run-{rid}.csv", "Download this run (CSV)", key="hist_dl")
+    download_frame(frame, f"run-{rid}.csv", "Download this run (CSV)", key=KEYS.dl)
 
     c1, c2 = st.columns(2)
-    if c1.button("Unpin baseline" if run["pinned"] else "Pin as baseline", key="hist_pin"):
+    if c1.button("Unpin baseline" if run["pinned"] else "Pin as baseline", key=KEYS.pin):
         if run["pinned"]:
             history.unpin(db, rid)  # this run only: another page may have pinned a newer one meanwhile
         else:
@@ -88,9 +91,9 @@ def render() -> None:
         st.rerun()
     with c2.popover("Delete run"):
         st.write(f"Delete run #{rid} and its {len(results)} results? This cannot be undone.")
-        if st.button("Delete", type="primary", key="hist_delete"):
+        if st.button("Delete", type="primary", key=KEYS.delete):
             history.delete(db, rid)
-            st.session_state.pop("hist_open", None)
+            st.session_state.pop(KEYS.open, None)
             context.put("run", None)
             st.rerun()
 
@@ -98,15 +101,15 @@ def render() -> None:
         production_section(db, run)
     st.subheader("Compare with another run")
     others = history.same_policy(list(by_id.values()), run)
-    if st.session_state.get("hist_cmp_for") != rid or st.session_state.get("hist_cmp") not in [None, *others]:
-        st.session_state["hist_cmp"] = baseline["id"] if baseline and baseline["id"] in others else None
-    st.session_state["hist_cmp_for"] = rid  # a newly opened run starts from the pinned baseline
-    other = st.selectbox("Compare with (run A, the baseline; this run is B)", [None, *others], key="hist_cmp",
+    if st.session_state.get(KEYS.cmp_for) != rid or st.session_state.get(KEYS.cmp) not in [None, *others]:
+        st.session_state[KEYS.cmp] = baseline["id"] if baseline and baseline["id"] in others else None
+    st.session_state[KEYS.cmp_for] = rid  # a newly opened run starts from the pinned baseline
+    other = st.selectbox("Compare with (run A, the baseline; this run is B)", [None, *others], key=KEYS.cmp,
                          format_func=lambda i: "—" if i is None else f"#{i} · {by_id[i]['kind']} · "
                          f"{by_id[i]['target_name']} · {by_id[i]['model'] or ''} · {by_id[i]['created_at'][:16]}"
                          + (" · baseline" if by_id[i]["pinned"] else ""))
     if other is not None:
-        render_drift(db, by_id[other], run, key="hist_drift")
+        render_drift(db, by_id[other], run, key=KEYS.drift)
     elif not baseline:
         st.caption("Pick a run of the same policy, or pin one as the baseline: flips, shifts and the paired test "
                    "show what changed between them.")
@@ -122,40 +125,40 @@ def production_section(db, run: Mapping[str, Any]) -> None:
     if not info.get("with_state"):
         return
     c1, c2 = st.columns(2)
-    name = c1.selectbox("Replay the logged states on", targets.names(db, single_rows=True), key="hist_replay_target")
-    if c2.button("Replay", key="hist_replay"):
+    name = c1.selectbox("Replay the logged states on", targets.names(db, single_rows=True), key=KEYS.replay_target)
+    if c2.button("Replay", key=KEYS.replay):
         chosen = resources.chosen_targets(db, [name])
         if chosen:
             bar = st.progress(0.0, text="replaying…")
             new = production.replay(db, run["id"], chosen[0],
                                     lambda d, t, e: bar.progress(d / t if t else 1.0, text=decide.progress_text(d, t, e)))
-            st.session_state["hist_open_next"], st.session_state["hist_cmp_for"] = new, new
-            st.session_state["hist_cmp"] = run["id"]  # opened against the production run it replays
+            st.session_state[KEYS.open_next], st.session_state[KEYS.cmp_for] = new, new
+            st.session_state[KEYS.cmp] = run["id"]  # opened against the production run it replays
             st.rerun()
 
 
 def import_section(db) -> None:
     """The adapter's decision log (a file, or CloudWatch Logs) as a production run."""
-    with st.expander("Import a decision log (production traffic)", key="hist_log_box"):
+    with st.expander("Import a decision log (production traffic)", key=KEYS.log_box):
         policies = {p["id"]: p for p in policy_service.saved(db)}
         if not policies:
             st.caption("Load or create the policy the decisions were made with first (Playground, Policies).")
             return
         pid = st.selectbox("Decided with policy", list(policies), format_func=lambda i: policies[i]["name"],
-                           key="hist_log_policy")
-        source = st.radio("From", ["file", "cloudwatch"], horizontal=True, key="hist_log_from",
+                           key=KEYS.log_policy)
+        source = st.radio("From", ["file", "cloudwatch"], horizontal=True, key=KEYS.log_from,
                           format_func={"file": "a log file", "cloudwatch": "CloudWatch Logs"}.get)
         parsed, name = None, ""
         try:
             if source == "file":
                 up = st.file_uploader("The adapter's SM_SEMIF_DECISION_LOG file, or its saved stdout",
-                                      type=["jsonl", "log", "txt", "json"], key="hist_log_up")
-                if up is not None and st.button("Import", key="hist_log_import"):
+                                      type=["jsonl", "log", "txt", "json"], key=KEYS.log_up)
+                if up is not None and st.button("Import", key=KEYS.log_import):
                     parsed, name = production.read_file(up.getvalue()), up.name
             else:
                 group = st.text_input("Log group", placeholder="/aws/sagemaker/Endpoints/<endpoint name>",
-                                      key="hist_log_group")
-                if st.button("Import from CloudWatch", key="hist_log_cw", disabled=not group.strip()):
+                                      key=KEYS.log_group)
+                if st.button("Import from CloudWatch", key=KEYS.log_cw, disabled=not group.strip()):
                     parsed, name = production.read_cloudwatch(group.strip()), f"cloudwatch:{group.strip()}"
             if parsed is None:
                 return

@@ -34,7 +34,7 @@ EDGES: dict[str, set[str]] = {
     "app": set(),                                                  # app/__init__.py
     "app.main": {"app.ui"},                                        # streamlit run: st.navigation only
     "app.__main__": {"app.cli", "app.core.store", "app.settings", "adapter.settings"},  # python -m app
-    "app.views": {"app.service", "app.ui"},                        # pages
+    "app.views": {"app.service", "app.ui", "app.core.records"},    # pages (records: the typed rows they show)
     "app.cli": {"app.service", "app.ui.charts", "app.core", "app.targets", "app.settings",  # commands
                 "adapter.schema", "adapter.guard", "deploy.cli"},
     "app.ui": {"app.service", "app.core", "app.targets", "app.settings", "adapter.settings"},  # page helpers

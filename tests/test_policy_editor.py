@@ -47,6 +47,10 @@ def save_to(db: Store):
     return lambda clean, version: policy_service.save(db, clean, version)
 
 
+def taken(via):
+    return lambda new_id, editing, ids: policy_service.id_taken(new_id, editing, ids, via=via)
+
+
 def test_the_other_pages_policy_opens_first_then_the_analysts_pick_stays(db):
     state: dict = {}
     ed = run(state, db, wanted="q")
@@ -99,7 +103,7 @@ def test_a_form_save_stores_the_draft_and_opens_the_new_version(db):
     ed = run(state, db, pick="p")
     type_into(state, ed, "question", "Better question?")
     ed = run(state, db)
-    out = pe.submit(state, ed, "form", list(saved(db)), save_to(db))
+    out = pe.submit(state, ed, "form", list(saved(db)), save_to(db), taken("form"))
     assert out is not None and out["version"] == 2 and db.get_policy("p")["question"] == "Better question?"
     assert pe.just_saved(state) == "P" and pe.just_saved(state) is None  # said once
     ed = run(state, db)
@@ -113,7 +117,7 @@ def test_a_json_save_of_a_new_policy_opens_it(db):
     type_into(state, ed, "json", json.dumps({**P, "id": "r", "name": "R"}))
     ed = run(state, db)
     assert ed.changed == ("json",)
-    assert pe.submit(state, ed, "json", list(saved(db)), save_to(db)) is not None
+    assert pe.submit(state, ed, "json", list(saved(db)), save_to(db), taken("json")) is not None
     assert run(state, db).pick == "r" and db.get_policy("r")["name"] == "R"
 
 
@@ -122,7 +126,7 @@ def test_an_invalid_save_is_refused_with_the_fields_and_the_draft_stays(db):
     ed = run(state, db, pick="p")
     type_into(state, ed, "question", "")
     ed = run(state, db)
-    assert pe.submit(state, ed, "form", list(saved(db)), save_to(db)) is None
+    assert pe.submit(state, ed, "form", list(saved(db)), save_to(db), taken("form")) is None
     ed = run(state, db)
     assert "question" in ed.errors and ed.mode == "draft" and db.get_policy("p")["version"] == 1
     type_into(state, ed, "question", "Q?")  # typed back: the old errors no longer apply
@@ -134,14 +138,14 @@ def test_a_new_policy_under_a_taken_id_is_refused(db):
     ed = run(state, db, pick=pe.NEW)
     type_into(state, ed, "json", json.dumps(Q))  # a new policy naming q's id
     ed = run(state, db)
-    assert pe.submit(state, ed, "json", list(saved(db)), save_to(db)) is None
+    assert pe.submit(state, ed, "json", list(saved(db)), save_to(db), taken("json")) is None
     assert run(state, db).errors and db.get_policy("q")["question"] == "Other?"
     ed = run(state, db)
     type_into(state, ed, "name", "Q")  # the Form: the id comes from the name
     type_into(state, ed, "question", "x?")
     for row, option in enumerate("ab"):
         state[pe.key("options.id", ed.view, row)] = option
-    assert pe.submit(state, run(state, db), "form", list(saved(db)), save_to(db)) is None
+    assert pe.submit(state, run(state, db), "form", list(saved(db)), save_to(db), taken("form")) is None
     assert "name" in run(state, db).errors
 
 
@@ -152,14 +156,14 @@ def test_a_stale_save_is_refused_and_nothing_saved_or_typed_is_lost(db):
     theirs: dict = {}  # another session saves version 2 meanwhile
     other = run(theirs, db, pick="p")
     type_into(theirs, other, "notes", "keep me")
-    assert pe.submit(theirs, run(theirs, db), "form", list(saved(db)), save_to(db))["version"] == 2
+    assert pe.submit(theirs, run(theirs, db), "form", list(saved(db)), save_to(db), taken("form"))["version"] == 2
     ed = run(mine, db)
     assert ed.mode == "stale" and ed.version == 1 and "Version 2" in (ed.stale or "")
-    assert pe.submit(mine, ed, "form", list(saved(db)), save_to(db)) is None  # refused
+    assert pe.submit(mine, ed, "form", list(saved(db)), save_to(db), taken("form")) is None  # refused
     ed = run(mine, db)
     assert "version" in ed.errors and mine[pe.key("notes", ed.view)] == "draft from here"  # the draft stays
     assert db.get_policy("p")["notes"] == "keep me" and db.get_policy("p")["version"] == 2  # their save stays
-    assert pe.submit(mine, ed, "json", list(saved(db)), save_to(db)) is None  # the JSON tab alike
+    assert pe.submit(mine, ed, "json", list(saved(db)), save_to(db), taken("json")) is None  # the JSON tab alike
     pe.reload(mine, ed)  # the analyst loads the newer version
     ed = run(mine, db)
     assert (ed.version, ed.mode, ed.errors) == (2, "clean", {}) and ed.saved["notes"] == "keep me"
@@ -174,7 +178,7 @@ def test_a_policy_deleted_elsewhere_stays_listed_while_open_and_a_save_is_refuse
     assert "q" in pe.choices(state, list(policies), None)
     ed = run(state, db)
     assert ed.pick == "q" and ed.mode == "stale" and "deleted" in (ed.stale or "")
-    assert pe.submit(state, ed, "form", list(policies), save_to(db)) is None and db.get_policy("q") is None
+    assert pe.submit(state, ed, "form", list(policies), save_to(db), taken("form")) is None and db.get_policy("q") is None
 
 
 def test_delete_opens_the_first_policy_left_and_an_added_copy_opens(db):

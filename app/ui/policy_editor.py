@@ -11,8 +11,7 @@ from typing import Any, Callable, Collection, Iterable, Literal, Mapping, Mutabl
 
 from app.core.store import StaleEdit
 from app.ui.page_state import PageKeys
-from app.service.policies import (changed_fields, id_taken, parse_policy_json, policy_json, validate_policy,
-                                  version_to_save)
+from app.service.policies import changed_fields, parse_policy_json, policy_json, validate_policy, version_to_save
 
 KEYS = PageKeys("pol")  # the Policies page's session keys
 VIEW_KEY = KEYS.view  # (policy id, the saved policy the editor was built from)
@@ -317,19 +316,21 @@ def just_saved(state: MutableMapping[str, Any]) -> str | None:
 
 
 Save = Callable[[Mapping[str, Any], int], Mapping[str, Any]]  # (validated policy, expected version) -> saved
+Taken = Callable[[str, "str | None", Collection[str]], dict[str, str]]  # (id, editing, saved ids) -> field: why not
 
 
 def submit(state: MutableMapping[str, Any], ed: Editor, via: Literal["form", "json"], saved_ids: Collection[str],
-           save: Save) -> Mapping[str, Any] | None:
-    """Save the draft (the Form's fields, or the JSON tab's text) against the version the view was built on.
+           save: Save, taken: Taken) -> Mapping[str, Any] | None:
+    """Save the draft (the Form's fields, or the JSON tab's text) against the version the view was built on;
+    `taken` says why a valid policy's id may not be saved from here (policies.id_taken, for this `via`).
     Saved: the next run opens it from what was saved (both views rebuilt) and says so. Refused - invalid,
     an id another policy has, or stale (StaleEdit: another session saved or deleted it) - the errors wait
     for the editor, and the draft stays on screen: nothing typed and nothing already saved is lost."""
     data = draft(state, ed.view, ed.saved, json_start(ed.pick, ed.saved))
     text = str(data.pop("json") or "")
     clean, errs = validate_policy(data) if via == "form" else parse_policy_json(text)
-    if clean and (taken := id_taken(clean["id"], ed.editing, saved_ids, via=via)):
-        errs, clean = taken, None
+    if clean and (why := taken(clean["id"], ed.editing, saved_ids)):  # another policy's id
+        errs, clean = why, None
     if not clean:
         state[errors_key(ed.pick)] = errs
         return None

@@ -4,6 +4,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import streamlit as st
 
+from app.core.records import Result, Run
 from app.service import decide, history, policies as policy_service, production, targets
 from app.ui import context, resources
 from app.ui.components import download_frame, show_group_results
@@ -44,13 +45,26 @@ def render() -> None:
     import_section(db)
     if KEYS.open_next in st.session_state:  # set by a replay or an import, after the run picker was drawn
         context.put("run", st.session_state.pop(KEYS.open_next))
-    runs = history.runs(db)
-    if not runs:
+    everything = history.runs(db)
+    if not everything:
         st.info("No runs yet. Every run from the Playground, Compare and Calibrate pages is saved here.")
         return
-    failed = [r for r in runs if r["status"] == "failed"]
-    runs = [r for r in runs if r["status"] != "failed"]
-    baseline = history.baseline(db)
+    runs, failed = [r for r in everything if r["status"] != "failed"], [r for r in everything if r["status"] == "failed"]
+    overview(db, runs, failed)
+    by_id = {r["id"]: r for r in runs + failed}  # the picker: the runs, then the failed attempts
+    run = by_id[open_run(by_id)]
+    results = history.results(db, run["id"])
+    if run["kind"] == "playground":
+        show_group_results(db, run["group_id"], key=KEYS.prefix)
+    results_section(results, run["id"])
+    run_actions(db, run, len(results))
+    if run["kind"] == "production":
+        production_section(db, run)
+    compare_section(db, run, by_id)
+
+
+def overview(db, runs: Sequence[Run], failed: Sequence[Run]) -> None:
+    """Every run in a table; the failed attempts apart, with the first error of the newest five."""
     if runs:
         st.dataframe(runs_table(runs), hide_index=True, key=KEYS.table, width="stretch")
     if failed:
@@ -60,7 +74,10 @@ def render() -> None:
                 first = history.results(db, r["id"])
                 err = first[0]["error"] if first else None
                 st.caption(f"#{r['id']} {md(r['target_name'])}: {md(err or 'no result')}")
-    by_id = {r["id"]: r for r in runs + failed}
+
+
+def open_run(by_id: Mapping[int, Run]) -> int:
+    """The run picker, following the current run (a link, another page); a link to a run that is gone says so."""
     gone = context.missing("run", list(by_id))
     if gone is not None:  # a link to a deleted (or never made) run: say so, never show another run as if it were it
         st.warning(f"Run #{md(gone)} does not exist (deleted, or a link from another workbench): showing the newest run.")
@@ -70,11 +87,11 @@ def render() -> None:
                        format_func=lambda i: f"#{i} · {by_id[i]['kind']} · {by_id[i]['policy'].get('name')} · "
                                              f"{by_id[i]['target_name']} · {by_id[i]['status']} · {by_id[i]['created_at'][:16]}"
                                              + (" · baseline" if by_id[i]["pinned"] else ""))
-    run = by_id[rid]
     context.put("run", rid)
-    results = history.results(db, rid)
-    if run["kind"] == "playground":
-        show_group_results(db, run["group_id"], key=KEYS.prefix)
+    return int(rid)
+
+
+def results_section(results: Sequence[Result], rid: int) -> None:
     frame = results_table(results)
     st.dataframe(frame, hide_index=True, key=KEYS.results, width="stretch", column_config={
         "state": st.column_config.TextColumn(width="large"),
@@ -82,6 +99,10 @@ def render() -> None:
         **{c: st.column_config.NumberColumn(format="%.3f") for c in frame.columns if c.startswith("p(")}})
     download_frame(frame, f"run-{rid}.csv", "Download this run (CSV)", key=KEYS.dl)
 
+
+def run_actions(db, run: Run, n_results: int) -> None:
+    """Pin (or unpin) as the baseline; delete."""
+    rid = run["id"]
     c1, c2 = st.columns(2)
     if c1.button("Unpin baseline" if run["pinned"] else "Pin as baseline", key=KEYS.pin):
         if run["pinned"]:
@@ -90,16 +111,19 @@ def render() -> None:
             history.pin(db, rid)
         st.rerun()
     with c2.popover("Delete run"):
-        st.write(f"Delete run #{rid} and its {len(results)} results? This cannot be undone.")
+        st.write(f"Delete run #{rid} and its {n_results} results? This cannot be undone.")
         if st.button("Delete", type="primary", key=KEYS.delete):
             history.delete(db, rid)
             st.session_state.pop(KEYS.open, None)
             context.put("run", None)
             st.rerun()
 
-    if run["kind"] == "production":
-        production_section(db, run)
+
+def compare_section(db, run: Run, by_id: Mapping[int, Run]) -> None:
+    """Another run of the same policy as run A (the pinned baseline first), this run as B: the drift panel."""
     st.subheader("Compare with another run")
+    baseline = history.baseline(db)
+    rid = run["id"]
     others = history.same_policy(list(by_id.values()), run)
     if st.session_state.get(KEYS.cmp_for) != rid or st.session_state.get(KEYS.cmp) not in [None, *others]:
         st.session_state[KEYS.cmp] = baseline["id"] if baseline and baseline["id"] in others else None

@@ -179,8 +179,8 @@ def save_button(db, ed: Editor, policies: Policies, via: Literal["form", "json"]
     """Save policy (the Form) or Apply JSON: one save, against the version the view was built on."""
     label, name = ("Save policy", "save") if via == "form" else ("Apply JSON", "apply")
     if st.button(label, type="primary" if via == "form" else "secondary", key=KEYS(name, ed.view)):
-        pe.submit(st.session_state, ed, via, list(policies),
-                  lambda clean, version: policy_service.save(db, clean, version))
+        pe.submit(st.session_state, ed, via, list(policies), lambda clean, version: policy_service.save(db, clean, version),
+                  lambda new_id, editing, ids: policy_service.id_taken(new_id, editing, ids, via=via))
         st.rerun()
 
 

@@ -2,7 +2,7 @@
 the plan shown is the plan that runs) -> confirm -> watch; every action in an audit log; a live
 endpoint becomes a target. Failed attempts are listed apart from deployments. "Run locally" runs the
 same plan in the local SemIf container (SageMaker's "local mode") and makes it a target too."""
-import json
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -20,13 +20,14 @@ NO_POLICY = 0
 UPLOAD = -1
 
 KEYS = PageKeys("dep")  # this page's session and widget keys
+CALIBRATE = PageKeys("cal")  # the Calibrate page's: the policy saved there last is picked here first
 
 
 def policy_picker(db) -> tuple[str, str]:
     """(path of the calibrated policy JSON to ship, the sha256 of the model it was calibrated on) - '' for none."""
     saved = deploy.calibrated(db)
     if KEYS.cal not in st.session_state and saved:  # the policy just saved on Calibrate, else the newest
-        just = (st.session_state.get("cal_saved") or [None])[0]
+        just = (st.session_state.get(CALIBRATE.saved) or [None])[0]
         st.session_state[KEYS.cal] = just if just in saved else next(iter(saved))
     context.follow(KEYS.cal, "calibrated", list(saved))  # ?calibrated=3 (a reload) picks it again
     choice = st.selectbox("Calibrated policy the adapter enforces", [NO_POLICY, *saved, UPLOAD], key=KEYS.cal,
@@ -76,7 +77,7 @@ def steering_verdict(db, choice: int) -> None:
         f"Steering as deployed (Robustness run #{run_id}): {md(text)}")
 
 
-def plan_form(db) -> tuple:
+def plan_form(db) -> tuple[str, str, str, str]:
     """The plan inputs; returns the ones outside the form (a change there makes a shown plan stale)."""
     c1, c2, c3 = st.columns(3)
     start = deploy.form_defaults(db, deploy.settings())  # the environment's, else the last plan's
@@ -88,6 +89,16 @@ def plan_form(db) -> tuple:
                        format_func={"cpu": "CPU", "gpu": "GPU instance pool"}.get)
     region = c3.text_input("Region", start["region"], key=KEYS.region, persist_state=context.KEEP)
     policy_path, calibrated_sha = policy_picker(db) if serving == "semif" else ("", "")
+    outside = (serving, compute, region, policy_path)
+    form, local = form_fields(start, serving, compute)
+    if form is not None:
+        make_plan(db, {**form, "region": region, "serving": serving, "compute": compute, "policy_path": policy_path},
+                  outside, local, calibrated_sha)
+    return outside
+
+
+def form_fields(start: dict[str, str], serving: str, compute: str) -> tuple[dict[str, Any] | None, bool]:
+    """The fields inside the form: (what they hold once Plan or Plan a local run is pressed, else None; local)."""
     with st.form(KEYS.form):
         c1, c2 = st.columns(2)
         model = c1.text_input("Model GGUF (path or shipped name; empty = the calibrated model, else the default)",
@@ -116,18 +127,21 @@ def plan_form(db) -> tuple:
         submitted = b1.form_submit_button("Plan", type="primary")
         local = b2.form_submit_button("Plan a local run", help="for Run locally (podman, no AWS): the bucket and "
                                       "roles may stay empty")
-    outside = (serving, compute, region, policy_path)
     if not (submitted or local):
-        return outside
+        return None, False
+    return {"bucket": bucket, "role_arn": role, "model_path": model, "codebuild_role_arn": cb_role,
+            "instance_type": cpu_type, "pools": pools.to_dict("records"),
+            "autoscale_max": scale_max if scale_max > 1 else "", "decisions_per_second": dps}, local
+
+
+def make_plan(db, form: dict[str, Any], outside: tuple[str, str, str, str], local: bool, calibrated_sha: str) -> None:
+    """Package and plan (every plan is in the audit log); the form's errors by field, else the plan to confirm."""
     st.session_state.pop(KEYS.outcome, None)  # a new plan: the last confirm's outcome is history (below)
     try:
-        form = {"region": region, "bucket": bucket, "role_arn": role, "serving": serving, "compute": compute,
-                "model_path": deploy.model_for(model, calibrated_sha), "policy_path": policy_path,
-                "codebuild_role_arn": cb_role, "instance_type": cpu_type, "pools": pools.to_dict("records"),
-                "autoscale_max": scale_max if scale_max > 1 else "", "decisions_per_second": dps}
+        form = {**form, "model_path": deploy.model_for(form["model_path"], calibrated_sha)}
         with st.spinner(f"Packaging the model into {deploy.WORK} (local; its checksum goes into the plan)…"):
             planned = deploy.plan(db, form, replaces=st.session_state.get(KEYS.planned), local=local)
-        st.session_state[KEYS.planned] = planned.to_state()  # every plan is in the audit log
+        st.session_state[KEYS.planned] = planned.to_state()
         st.session_state[KEYS.planned_for] = outside
     except deploy.FormErrors as exc:
         st.session_state.pop(KEYS.planned, None)  # no plan from earlier settings stays confirmable
@@ -136,7 +150,6 @@ def plan_form(db) -> tuple:
     except (ValueError, OSError) as exc:
         st.session_state.pop(KEYS.planned, None)
         st.error(f"**Model**: cannot package it: {md(exc)}")
-    return outside
 
 
 def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:

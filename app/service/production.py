@@ -33,6 +33,7 @@ def ms(text: str | None, what: str) -> int | None:
 
 
 def read_file(data: bytes) -> di.ParsedLog:
+    """The decision lines of an uploaded log file (or a saved stdout), the rest counted as skipped."""
     return di.parse_text(data)
 
 

@@ -13,6 +13,7 @@ from app.core.store import StaleEdit
 from app.ui.page_state import PageKeys
 from app.service.policies import changed_fields, parse_policy_json, policy_json, validate_policy, version_to_save
 
+State = MutableMapping[Any, Any]  # session state (Streamlit's proxy), a dict in the tests
 KEYS = PageKeys("pol")  # the Policies page's session keys
 VIEW_KEY = KEYS.view  # (policy id, the saved policy the editor was built from)
 SHOWN_KEY = KEYS.shown  # (policy id or NEW, the view key) the editor drew last
@@ -26,7 +27,7 @@ EMPTY: dict[str, Any] = {"id": "", "name": "", "question": "", "options": [{"id"
                          "examples": [], "notes": "", "readout": "", "debias": "", "version": 0}
 
 
-def editor_view(state: MutableMapping[str, Any] | Any, pick: str | None, saved: Mapping[str, Any] | None) -> tuple[Mapping[str, Any] | None, str | None]:
+def editor_view(state: State, pick: str | None, saved: Mapping[str, Any] | None) -> tuple[Mapping[str, Any] | None, str | None]:
     """(the saved policy this session's editor shows, a note when it is no longer the saved one).
 
     The editor shows the version this session loaded - kept in `state` - not whatever is saved now:
@@ -54,7 +55,7 @@ def editor_view(state: MutableMapping[str, Any] | Any, pick: str | None, saved: 
     return view, None
 
 
-def kept_deleted(state: MutableMapping[str, Any] | Any, saved_ids: Iterable[str]) -> str | None:
+def kept_deleted(state: State, saved_ids: Iterable[str]) -> str | None:
     """The id of the policy this session is viewing when it was deleted meanwhile (it stays in the
     list while its view is open, so a draft is not switched away from silently)."""
     shown = state.get(VIEW_KEY)
@@ -78,7 +79,7 @@ def _rows_key(kind: str, view: str) -> str:
     return KEYS("rows", kind, view)
 
 
-def row_ids(state: MutableMapping[str, Any] | Any, kind: str, view: str, saved: Mapping[str, Any]) -> list[int]:
+def row_ids(state: State, kind: str, view: str, saved: Mapping[str, Any]) -> list[int]:
     """The rows (of "options" or "examples") the editor shows, as stable ids: the saved rows are
     0..n-1, an added row takes the next unused id, a removed one leaves the list (so the other rows
     keep their widgets and what was typed in them). Rebuilt from the saved policy when the view's
@@ -90,26 +91,26 @@ def row_ids(state: MutableMapping[str, Any] | Any, kind: str, view: str, saved: 
     return list(state[rk]["ids"])
 
 
-def add_row(state: MutableMapping[str, Any] | Any, kind: str, view: str) -> None:
+def add_row(state: State, kind: str, view: str) -> None:
     rows = state[_rows_key(kind, view)]
     state[_rows_key(kind, view)] = {"ids": [*rows["ids"], rows["next"]], "next": rows["next"] + 1}
 
 
-def remove_row(state: MutableMapping[str, Any] | Any, kind: str, view: str, row: int) -> None:
+def remove_row(state: State, kind: str, view: str, row: int) -> None:
     rows = state[_rows_key(kind, view)]
     state[_rows_key(kind, view)] = {"ids": [r for r in rows["ids"] if r != row], "next": rows["next"]}
     for col in ROWS[kind]:
         state.pop(key(f"{kind}.{col}", view, row), None)
 
 
-def option_ids(state: MutableMapping[str, Any] | Any, view: str, saved: Mapping[str, Any]) -> list[str]:
+def option_ids(state: State, view: str, saved: Mapping[str, Any]) -> list[str]:
     """The option ids as the draft's option rows hold them now (blank and repeated ids left out)."""
     ids = [str(state.get(key("options.id", view, r), row_default(saved, "options", r, "id")) or "").strip()
            for r in row_ids(state, "options", view, saved)]
     return list(dict.fromkeys(i for i in ids if i))
 
 
-def rename_option(state: MutableMapping[str, Any] | Any, view: str, saved: Mapping[str, Any], row: int, old: str) -> None:
+def rename_option(state: State, view: str, saved: Mapping[str, Any], row: int, old: str) -> None:
     """on_change of an option's id: the examples labelled with the old id take the new one (unless another
     option row still has the old id), so a rename never leaves examples behind."""
     new, old = str(state.get(key("options.id", view, row)) or "").strip(), old.strip()
@@ -127,7 +128,7 @@ def row_default(saved: Mapping[str, Any], kind: str, row: int, col: str) -> str:
     return str((rows[row] or {}).get(col) or "") if row < len(rows) else ""
 
 
-def draft(state: MutableMapping[str, Any] | Any, view: str, saved: Mapping[str, Any], json_text: str) -> dict[str, Any]:
+def draft(state: State, view: str, saved: Mapping[str, Any], json_text: str) -> dict[str, Any]:
     """The policy as this view's widgets hold it now (a widget not drawn yet: the saved value), with
     the JSON view's text under "json" (`json_text` is what that view starts with)."""
     out: dict[str, Any] = {"id": saved.get("id") or None}
@@ -147,14 +148,14 @@ def json_start(pick: str, saved: Mapping[str, Any]) -> str:
     return policy_json(saved) if pick != NEW else ""
 
 
-def _saved_of(state: MutableMapping[str, Any] | Any, shown: tuple[str, str]) -> Mapping[str, Any] | None:
+def _saved_of(state: State, shown: tuple[str, str]) -> Mapping[str, Any] | None:
     if shown[0] == NEW:
         return EMPTY
     view = state.get(VIEW_KEY)
     return view[1] if view and view[0] == shown[0] else None
 
 
-def unsaved(state: MutableMapping[str, Any] | Any) -> list[str]:
+def unsaved(state: State) -> list[str]:
     """The fields where the draft the editor drew last differs from the saved version it was built on."""
     shown = state.get(SHOWN_KEY)
     saved = _saved_of(state, shown) if shown else None
@@ -164,7 +165,7 @@ def unsaved(state: MutableMapping[str, Any] | Any) -> list[str]:
     return changed_fields(draft(state, view, saved, json_start(pick, saved)), saved)
 
 
-def unsaved_name(state: MutableMapping[str, Any] | Any) -> str | None:
+def unsaved_name(state: State) -> str | None:
     """The name of the policy whose draft is not saved ("a new policy" for one never saved), else None."""
     if not unsaved(state):
         return None
@@ -173,7 +174,7 @@ def unsaved_name(state: MutableMapping[str, Any] | Any) -> str | None:
     return "a new policy" if shown[0] == NEW else str(saved.get("name") or shown[0])
 
 
-def forget(state: MutableMapping[str, Any] | Any, view: str) -> None:
+def forget(state: State, view: str) -> None:
     """Drop this view's draft (its widgets' values and rows), e.g. when the analyst discards it."""
     for kind, cols in ROWS.items():
         rows = state.get(_rows_key(kind, view)) or {"ids": []}
@@ -227,7 +228,7 @@ class Editor:
         return "draft" if self.changed else "clean"
 
 
-def choices(state: MutableMapping[str, Any], saved_ids: Collection[str], wanted: str | None) -> list[str]:
+def choices(state: State, saved_ids: Collection[str], wanted: str | None) -> list[str]:
     """Before the picker is drawn: apply the pick asked for since the last run (or ask first: `ask_or_switch`),
     open the other pages' policy `wanted` when nothing is picked yet; the picker's options (NEW first,
     a policy deleted meanwhile kept while its view is open)."""
@@ -241,7 +242,7 @@ def choices(state: MutableMapping[str, Any], saved_ids: Collection[str], wanted:
     return ids
 
 
-def ask_or_switch(state: MutableMapping[str, Any]) -> None:
+def ask_or_switch(state: State) -> None:
     """Apply the selection asked for since the last run - unless the editor holds unsaved changes: then
     the draft stays, and the pick waits in PENDING_KEY (Discard changes and open X / Keep editing)."""
     forced = NEXT_KEY in state  # after a save or a delete: nothing unsaved is left behind
@@ -257,7 +258,7 @@ def ask_or_switch(state: MutableMapping[str, Any]) -> None:
         state[PICK_KEY] = shown[0]
 
 
-def editor(state: MutableMapping[str, Any], pick: str, saved_policies: Mapping[str, Mapping[str, Any]],
+def editor(state: State, pick: str, saved_policies: Mapping[str, Mapping[str, Any]],
            ids: Collection[str]) -> Editor:
     """After the picker: the editor of `pick` on this run (the version its view loaded, the draft's changes,
     a pending switch, a stale note, the last refused save's errors); forgets what no longer applies."""
@@ -275,16 +276,16 @@ def editor(state: MutableMapping[str, Any], pick: str, saved_policies: Mapping[s
     return Editor(pick, ed.saved, changed, pending, stale, dict(state.get(ek, {})))
 
 
-def new_policy(state: MutableMapping[str, Any]) -> None:
+def new_policy(state: State) -> None:
     """New policy: asked for like a pick (`ask_or_switch` asks first when the draft is unsaved)."""
     state[PICK_KEY] = NEW
 
 
-def keep_editing(state: MutableMapping[str, Any]) -> None:
+def keep_editing(state: State) -> None:
     state.pop(PENDING_KEY, None)
 
 
-def discard_and_open(state: MutableMapping[str, Any], view: str, pending: str) -> None:
+def discard_and_open(state: State, view: str, pending: str) -> None:
     """Drop the draft, open the pick that waited."""
     forget(state, view)
     state.pop(PENDING_KEY, None)
@@ -292,25 +293,25 @@ def discard_and_open(state: MutableMapping[str, Any], view: str, pending: str) -
     state[PICK_KEY] = pending
 
 
-def reload(state: MutableMapping[str, Any], ed: Editor) -> None:
+def reload(state: State, ed: Editor) -> None:
     """A stale view: load the newer saved version (the draft here is dropped: the analyst asked)."""
     state.pop(VIEW_KEY, None)
     state.pop(errors_key(ed.pick), None)
     forget(state, ed.view)
 
 
-def opened(state: MutableMapping[str, Any], new_id: str) -> None:
+def opened(state: State, new_id: str) -> None:
     """A copy or template was saved: open it next (asking first when the draft is unsaved)."""
     state[OPEN_KEY] = new_id
 
 
-def deleted(state: MutableMapping[str, Any]) -> None:
+def deleted(state: State) -> None:
     """The policy shown was deleted: the next run opens the first policy left."""
     state.pop(VIEW_KEY, None)
     state[NEXT_KEY] = None
 
 
-def just_saved(state: MutableMapping[str, Any]) -> str | None:
+def just_saved(state: State) -> str | None:
     """The name of the policy saved on the last run (once: a toast), else None."""
     return state.pop(SAVED_KEY, None) or None
 
@@ -319,7 +320,7 @@ Save = Callable[[Mapping[str, Any], int], Mapping[str, Any]]  # (validated polic
 Taken = Callable[[str, "str | None", Collection[str]], dict[str, str]]  # (id, editing, saved ids) -> field: why not
 
 
-def submit(state: MutableMapping[str, Any], ed: Editor, via: Literal["form", "json"], saved_ids: Collection[str],
+def submit(state: State, ed: Editor, via: Literal["form", "json"], saved_ids: Collection[str],
            save: Save, taken: Taken) -> Mapping[str, Any] | None:
     """Save the draft (the Form's fields, or the JSON tab's text) against the version the view was built on;
     `taken` says why a valid policy's id may not be saved from here (policies.id_taken, for this `via`).

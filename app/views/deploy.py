@@ -2,13 +2,14 @@
 the plan shown is the plan that runs) -> confirm -> watch; every action in an audit log; a live
 endpoint becomes a target. Failed attempts are listed apart from deployments. "Run locally" runs the
 same plan in the local SemIf container (SageMaker's "local mode") and makes it a target too."""
-from typing import Any
+from typing import Any, Mapping
 
 import pandas as pd
 import streamlit as st
 
 from app.service import checks, deploy
 from app.ui import context, resources
+from app.ui.resources import Db
 from app.ui.safe_text import md
 from app.ui.page_state import PageKeys
 
@@ -23,7 +24,7 @@ KEYS = PageKeys("dep")  # this page's session and widget keys
 CALIBRATE = PageKeys("cal")  # the Calibrate page's: the policy saved there last is picked here first
 
 
-def policy_picker(db) -> tuple[str, str]:
+def policy_picker(db: Db) -> tuple[str, str]:
     """(path of the calibrated policy JSON to ship, the sha256 of the model it was calibrated on) - '' for none."""
     saved = deploy.calibrated(db)
     if KEYS.cal not in st.session_state and saved:  # the policy just saved on Calibrate, else the newest
@@ -61,7 +62,7 @@ def policy_picker(db) -> tuple[str, str]:
     return str(path), config["model"]["sha256"]
 
 
-def steering_verdict(db, choice: int) -> None:
+def steering_verdict(db: Db, choice: int) -> None:
     """The newest Robustness check of this calibrated policy as deployed (its own guard, head, gate),
     or 'not checked' - a saved policy never looks checked by a check of something else."""
     if choice == UPLOAD:
@@ -77,17 +78,17 @@ def steering_verdict(db, choice: int) -> None:
         f"Steering as deployed (Robustness run #{run_id}): {md(text)}")
 
 
-def plan_form(db) -> tuple[str, str, str, str]:
+def plan_form(db: Db) -> tuple[str, str, str, str]:
     """The plan inputs; returns the ones outside the form (a change there makes a shown plan stale)."""
     c1, c2, c3 = st.columns(3)
     start = deploy.form_defaults(db, deploy.settings())  # the environment's, else the last plan's
-    serving = c1.radio("Serving path", deploy.SERVINGS, index=deploy.SERVINGS.index(start["serving"]), horizontal=True,
+    serving = c1.radio("Serving path", start.servings, index=start.servings.index(start.serving), horizontal=True,
                        key=KEYS.path, persist_state=context.KEEP,
                        format_func={"textgen": "llama.cpp DLC (chat completions)", "semif": "SemIf adapter image"}.get)
-    compute = c2.radio("Compute", deploy.COMPUTES, index=deploy.COMPUTES.index(start["compute"]), horizontal=True,
+    compute = c2.radio("Compute", start.computes, index=start.computes.index(start.compute), horizontal=True,
                        key=KEYS.compute, persist_state=context.KEEP,
                        format_func={"cpu": "CPU", "gpu": "GPU instance pool"}.get)
-    region = c3.text_input("Region", start["region"], key=KEYS.region, persist_state=context.KEEP)
+    region = c3.text_input("Region", start.region, key=KEYS.region, persist_state=context.KEEP)
     policy_path, calibrated_sha = policy_picker(db) if serving == "semif" else ("", "")
     outside = (serving, compute, region, policy_path)
     form, local = form_fields(start, serving, compute)
@@ -97,26 +98,26 @@ def plan_form(db) -> tuple[str, str, str, str]:
     return outside
 
 
-def form_fields(start: dict[str, str], serving: str, compute: str) -> tuple[dict[str, Any] | None, bool]:
+def form_fields(start: deploy.FormStart, serving: str, compute: str) -> tuple[dict[str, Any] | None, bool]:
     """The fields inside the form: (what they hold once Plan or Plan a local run is pressed, else None; local)."""
     with st.form(KEYS.form):
         c1, c2 = st.columns(2)
         model = c1.text_input("Model GGUF (path or shipped name; empty = the calibrated model, else the default)",
                               key=KEYS.model, persist_state=context.KEEP)
-        bucket = c2.text_input("S3 bucket for model.tar.gz", start["bucket"], key=KEYS.bucket,
+        bucket = c2.text_input("S3 bucket for model.tar.gz", start.bucket, key=KEYS.bucket,
                                persist_state=context.KEEP)
-        role = c1.text_input("SageMaker execution role ARN", start["role_arn"], key=KEYS.role,
+        role = c1.text_input("SageMaker execution role ARN", start.role_arn, key=KEYS.role,
                              persist_state=context.KEEP)
-        cb_role = c2.text_input("CodeBuild service role ARN (SemIf path)", start["codebuild_role_arn"],
+        cb_role = c2.text_input("CodeBuild service role ARN (SemIf path)", start.codebuild_role_arn,
                                 key=KEYS.cb_role, persist_state=context.KEEP) if serving == "semif" else ""
         if compute == "cpu":
-            cpu_type = c1.text_input("CPU instance type", deploy.DEFAULT_CPU_INSTANCE, key=KEYS.cpu_type,
+            cpu_type = c1.text_input("CPU instance type", start.cpu_instance, key=KEYS.cpu_type,
                                      persist_state=context.KEEP)
-            pools = pd.DataFrame(deploy.DEFAULT_POOLS, columns=["instance_type", "priority"])
+            pools = pd.DataFrame(list(start.pools), columns=["instance_type", "priority"])
         else:
-            cpu_type = deploy.DEFAULT_CPU_INSTANCE
+            cpu_type = start.cpu_instance
             st.markdown("**GPU instance pool** (priority 1 is tried first; at most 5)")
-            pools = st.data_editor(pd.DataFrame(deploy.DEFAULT_POOLS, columns=["instance_type", "priority"]),
+            pools = st.data_editor(pd.DataFrame(list(start.pools), columns=["instance_type", "priority"]),
                                    num_rows="dynamic", key=KEYS.pools, hide_index=True)
         c1, c2 = st.columns(2)
         scale_max = c1.number_input("Autoscaling: at most N instances (1 = no autoscaling)", 1, 20, 1, key=KEYS.scale_max,
@@ -134,7 +135,7 @@ def form_fields(start: dict[str, str], serving: str, compute: str) -> tuple[dict
             "autoscale_max": scale_max if scale_max > 1 else "", "decisions_per_second": dps}, local
 
 
-def make_plan(db, form: dict[str, Any], outside: tuple[str, str, str, str], local: bool, calibrated_sha: str) -> None:
+def make_plan(db: Db, form: dict[str, Any], outside: tuple[str, str, str, str], local: bool, calibrated_sha: str) -> None:
     """Package and plan (every plan is in the audit log); the form's errors by field, else the plan to confirm."""
     st.session_state.pop(KEYS.outcome, None)  # a new plan: the last confirm's outcome is history (below)
     try:
@@ -152,7 +153,7 @@ def make_plan(db, form: dict[str, Any], outside: tuple[str, str, str, str], loca
         st.error(f"**Model**: cannot package it: {md(exc)}")
 
 
-def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
+def plan_and_confirm(db: Db, endpoint_url: str | None, runtime_url: str | None, poll: float) -> None:
     planned = deploy.Planned.from_state(st.session_state[KEYS.planned])  # exactly what runs on confirm
     cfg, steps = planned.cfg, planned.steps
     st.subheader(f"Plan for `{cfg.endpoint_name}`")
@@ -174,7 +175,7 @@ def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
     bar = st.progress(0.0, text="starting…")
     log = st.status("Deploying…", expanded=True)
 
-    def on_event(e):
+    def on_event(e: dict[str, Any]) -> None:
         if e.get("total") and e.get("index"):
             bar.progress(min(e["index"] / e["total"], 1.0), text=f"step {e['index']}/{e['total']}: {e['message']}")
         if e.get("phase") in ("done", "error", "package", "wait"):
@@ -194,13 +195,13 @@ def plan_and_confirm(db, endpoint_url, runtime_url, poll) -> None:
     st.rerun()
 
 
-def run_locally(db, planned) -> None:
+def run_locally(db: Db, planned: deploy.Planned) -> None:
     """The same plan in the local SemIf container: the same model.tar.gz, extracted to /opt/ml/model,
     the same environment; then a SemIf target at 127.0.0.1."""
     cfg = planned.cfg
     runner = deploy.local_runner()
     why = ("Local mode runs the SemIf image only (the llama.cpp DLC cannot be pulled here)." if cfg.serving != "semif"
-           else deploy.local_unavailable(runner))
+           else runner.unavailable())
     st.markdown("**Run locally** — this plan's model.tar.gz and environment in the SemIf image on this machine "
                 "(podman), no AWS: then test the exact artifact on the Playground, Compare, Calibrate and Robustness.")
     if why:
@@ -220,7 +221,7 @@ def run_locally(db, planned) -> None:
     st.rerun()
 
 
-def deployments(db, endpoint_url, poll) -> None:
+def deployments(db: Db, endpoint_url: str | None, poll: float) -> None:
     st.subheader("Deployments")
     live, failed = deploy.deployments(db)
     deps = live + failed
@@ -269,7 +270,7 @@ def deployments(db, endpoint_url, poll) -> None:
     st.dataframe(pd.DataFrame(deploy.audit_log(db, pick)), hide_index=True)
 
 
-def local_deployment(db, dep) -> None:
+def local_deployment(db: Db, dep: Mapping[str, Any]) -> None:
     """A plan running in the local container: its state, Destroy (stop and remove it), the audit log."""
     runner = deploy.local_runner()
     c1, c2 = st.columns(2)

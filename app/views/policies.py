@@ -15,6 +15,7 @@ import streamlit as st
 from app.service import policies as policy_service
 from app.ui import context, policy_editor as pe, resources
 from app.ui.policy_editor import KEYS, NEW, Editor, add_row, key, option_ids, remove_row, rename_option, row_default, row_ids
+from app.ui.resources import Db
 from app.ui.safe_text import md
 
 # the draft's widgets keep their values for the whole session: a visit to another page never loses a draft
@@ -23,7 +24,7 @@ KEEP: Final = "session"
 Policies = Mapping[str, Mapping[str, Any]]
 
 
-def template_sidebar(db) -> None:
+def template_sidebar(db: Db) -> None:
     tpl = policy_service.templates()
     with st.expander("Start from a template"):
         tid = st.selectbox("Template", list(tpl), format_func=lambda i: tpl[i]["name"], key=KEYS.tpl)
@@ -102,7 +103,7 @@ def title(pick: str, policies: Policies) -> str:
         return "+ New policy"
     if pick in policies:
         return str(policies[pick]["name"])
-    shown = st.session_state.get(pe.VIEW_KEY) or ("", {})
+    shown: tuple[str, Mapping[str, Any]] = st.session_state.get(pe.VIEW_KEY) or ("", {})
     return f"{shown[1].get('name')} (deleted)"
 
 
@@ -137,7 +138,7 @@ def field_error(ed: Editor, name: str) -> None:
         st.error(f"**{name}**: {md(ed.errors[name])}")
 
 
-def choice(label: str, values: list[str], ed: Editor, field: str, empty: str, help: str | None = None) -> None:
+def choice(label: str, values: tuple[str, ...], ed: Editor, field: str, empty: str, help: str | None = None) -> None:
     """A select of `values` ("" first: `empty`), starting from the saved value."""
     st.selectbox(label, values, index=values.index(ed.saved.get(field) or ""), format_func=lambda r: r or empty,
                  key=key(field, ed.view), persist_state=KEEP, help=help)
@@ -152,21 +153,21 @@ def form_tab(ed: Editor) -> None:
     field_error(ed, "question")
     st.markdown("**Options** (in order; ids are what applications receive)")
     rows_editor("options", view, current, ("id", "description"), ("id", "description"),
-                policy_service.MAX_OPTIONS, 2, "Add option")
+                policy_service.CHOICES.max_options, 2, "Add option")
     field_error(ed, "options")
     st.markdown("**Examples** (solved cases: read by the `option-words` readout, and by `letters` when a run asks "
                 "for examples - the Calibrate readout `letters + examples`)")
     rows_editor("examples", view, current, ("state", "option_id"), ("state", "option id"),
-                policy_service.MAX_EXAMPLES, 0, "Add example")
+                policy_service.CHOICES.max_examples, 0, "Add example")
     field_error(ed, "examples")
     c1, c2, c3 = st.columns(3)
     with c1:
-        choice("Readout", ["", *policy_service.READOUTS], ed, "readout", "model default")
+        choice("Readout", policy_service.CHOICES.readouts, ed, "readout", "model default")
     with c2:
-        choice("Position-bias correction", ["", *policy_service.DEBIAS], ed, "debias", "model default",
+        choice("Position-bias correction", policy_service.CHOICES.debias, ed, "debias", "model default",
                help="content-free divides out the answer the model gives to an empty state")
     with c3:
-        choice("Steering guard", ["", *(g for g in policy_service.GUARDS if g != "none")], ed, "guard", "none",
+        choice("Steering guard", policy_service.CHOICES.guards, ed, "guard", "none",
                help="flags a state that tries to dictate its own decision (see the Robustness page); "
                     "a calibrated policy sends flagged rows to its fallback")
     st.text_area("Notes - for people only: never sent to the model (write rules the model must "
@@ -175,7 +176,7 @@ def form_tab(ed: Editor) -> None:
     field_error(ed, "id")
 
 
-def save_button(db, ed: Editor, policies: Policies, via: Literal["form", "json"]) -> None:
+def save_button(db: Db, ed: Editor, policies: Policies, via: Literal["form", "json"]) -> None:
     """Save policy (the Form) or Apply JSON: one save, against the version the view was built on."""
     label, name = ("Save policy", "save") if via == "form" else ("Apply JSON", "apply")
     if st.button(label, type="primary" if via == "form" else "secondary", key=KEYS(name, ed.view)):
@@ -184,7 +185,7 @@ def save_button(db, ed: Editor, policies: Policies, via: Literal["form", "json"]
         st.rerun()
 
 
-def copy_and_delete(db, ed: Editor) -> None:
+def copy_and_delete(db: Db, ed: Editor) -> None:
     c1, c2 = st.columns(2)
     if c1.button("Duplicate", key=KEYS.dup, help="a copy of the saved version, opened"):
         add_and_open(lambda: policy_service.duplicate(db, ed.saved))

@@ -11,6 +11,7 @@ from app.service import review, sets as set_service
 from app.ui import context, resources
 from app.ui.components import saved_policies
 from app.ui.drift_panel import gate_choice
+from app.ui.resources import Db
 from app.ui.safe_text import md
 from app.ui.page_state import PageKeys
 
@@ -38,7 +39,7 @@ def render() -> None:
     label_panel(db, q.items[0], policy, who)
 
 
-def pickers(db) -> tuple[Mapping[str, Any], int] | None:
+def pickers(db: Db) -> tuple[Mapping[str, Any], int] | None:
     """The policy (following the other pages') and the set the labels are added to; None: nothing to review into."""
     saved = saved_policies(db)
     if saved is None:
@@ -62,7 +63,7 @@ def pickers(db) -> tuple[Mapping[str, Any], int] | None:
     return policies[pid], sid
 
 
-def actions(db, q: review.Queue, policy: Mapping[str, Any], sid: int) -> None:
+def actions(db: Db, q: review.Queue, policy: Mapping[str, Any], sid: int) -> None:
     """Undo the last label; add the pending labels as a new set version (and what was made last)."""
     c1, c2, c3 = st.columns(3)
     last = q.last
@@ -80,12 +81,13 @@ def actions(db, q: review.Queue, policy: Mapping[str, Any], sid: int) -> None:
             st.session_state[KEYS.made] = made
             st.session_state[KEYS.set_next] = made.set_id
             st.rerun()
-    if made := st.session_state.get(KEYS.made):
-        st.success(made.text)
+    last_made: review.VersionMade | None = st.session_state.get(KEYS.made)
+    if last_made is not None:
+        st.success(last_made.text)
         c3.page_link("views/calibrate.py", label="Go to Calibrate", icon=":material/tune:")
 
 
-def label_panel(db, item: review.Item, policy: Mapping[str, Any], who: str) -> None:
+def label_panel(db: Db, item: review.Item, policy: Mapping[str, Any], who: str) -> None:
     """The first row of the queue: its state, the model's answer, one button per option, Skip."""
     st.subheader(f"{md(item.reason)}")
     if isinstance(item.state, str):
@@ -106,7 +108,7 @@ def label_panel(db, item: review.Item, policy: Mapping[str, Any], who: str) -> N
         save(db, item, None, who, note, policy["id"])
 
 
-def save(db, item: review.Item, option_id: str | None, who: str, note: str, pid: str) -> None:
+def save(db: Db, item: review.Item, option_id: str | None, who: str, note: str, pid: str) -> None:
     try:
         review.label(db, item, option_id, who=who, note=note, policy_id=pid)
     except ValueError as exc:

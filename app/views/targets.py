@@ -5,13 +5,14 @@ import streamlit as st
 
 from app.service import targets
 from app.ui import resources
+from app.ui.resources import Db
 from app.ui.safe_text import md
 from app.ui.page_state import PageKeys
 
 KEYS = PageKeys("tg")  # this page's session and widget keys
 
 
-def target_card(spec: Mapping[str, Any], db) -> None:
+def target_card(spec: Mapping[str, Any], db: Db) -> None:
     name = spec["name"]
     kinds = targets.kinds()
     with st.container(border=True):
@@ -30,13 +31,13 @@ def target_card(spec: Mapping[str, Any], db) -> None:
             st.rerun()
 
 
-def add_form(db) -> None:
+def add_form(db: Db) -> None:
     st.subheader("Add a target")
     kinds = targets.kinds()
     kind = st.selectbox("Kind", list(kinds), format_func=lambda k: kinds[k], key=KEYS.kind) or "local"
     n = st.session_state.get(KEYS.form_n, 0)  # a new form after each save: the next one starts empty
     fields = targets.fields(kind)
-    values: dict = {}
+    values: dict[str, Any] = {}
     for f in fields:  # selects first, outside the form: a field shown only for one choice follows it at once
         if f.choices is not None:
             values[f.name] = st.selectbox(f.label, f.choices(), format_func=f.format or str, help=f.help or None,
@@ -62,10 +63,8 @@ def render() -> None:
     st.title("Targets")
     db = resources.store()
     if st.session_state.get(KEYS.saved):
-        st.success(f"Saved target **{md(st.session_state.pop('tg_saved'))}**")
-    st.caption("Saved by name. API keys are never stored: a SemIf, chat or /v1/systemone target names the "
-               f"environment variable ({targets.KEY_PREFIX}*, no other) or the Streamlit secret that holds its key. "
-               "Local models load on first use; at most "
+        st.success(f"Saved target **{md(st.session_state.pop(KEYS.saved))}**")
+    st.caption(f"{targets.KEYS_NOTE} Local models load on first use; at most "
                f"{resources.engines().max_loaded} stay loaded (SEMIF_MAX_LOADED_MODELS).")
     for spec in targets.specs(db):
         target_card(spec, db)

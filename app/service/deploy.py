@@ -256,11 +256,3 @@ def calibrated_label(rec: Mapping[str, Any]) -> str:
     gate = rec.get("threshold")
     gate_text = f"gate {gate:.3f} ({rec['gate_source']})" if isinstance(gate, (int, float)) else "no global gate"
     return f"#{rec['id']} {rec['name']} · {gate_text} · accuracy {acc} · {cov}{warn} · {str(rec['created_at'])[:16]}"
-
-
-# the errors its actions raise and the ledger type `python -m app deploy` hands to deploy's CLI are part of this
-# module's interface (pages and commands may not import deploy/ or app/core/deploy_records themselves)
-__all__ = ["DeployError", "FormErrors", "FormStart", "LOCAL", "LocalLedger", "Planned", "StoreRecorder", "UNSETTLED",
-           "WORK", "apply", "audit_log", "calibrated", "calibrated_label", "deployments", "destroy", "destroy_local",
-           "executor", "form_defaults", "ledger", "load_calibrated", "local_runner", "local_target_name", "model_for",
-           "plan", "policy_file", "run_local", "settings"]

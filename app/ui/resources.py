@@ -57,9 +57,6 @@ def chosen_targets(db: Store, names: list[str]) -> list[Target] | None:
     return targets
 
 
-Db = Store  # the store handle a page holds and passes to app/service (pages never call it: tests/test_layout.py)
-
-
 def store() -> Store:
     """One Store (its schema migration run once) per database path per server process; SEMIF_DB
     is read on every rerun, so a changed path gets its own."""

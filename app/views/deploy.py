@@ -7,9 +7,11 @@ from typing import Any, Mapping
 import pandas as pd
 import streamlit as st
 
+from app.core.store import Store
+from deploy.config import FormErrors
+from deploy.errors import DeployError
 from app.service import checks, deploy
 from app.ui import context, resources
-from app.ui.resources import Db
 from app.ui.safe_text import md
 from app.ui.page_state import PageKeys
 
@@ -24,7 +26,7 @@ KEYS = PageKeys("dep")  # this page's session and widget keys
 CALIBRATE = PageKeys("cal")  # the Calibrate page's: the policy saved there last is picked here first
 
 
-def policy_picker(db: Db) -> tuple[str, str]:
+def policy_picker(db: Store) -> tuple[str, str]:
     """(path of the calibrated policy JSON to ship, the sha256 of the model it was calibrated on) - '' for none."""
     saved = deploy.calibrated(db)
     if KEYS.cal not in st.session_state and saved:  # the policy just saved on Calibrate, else the newest
@@ -62,7 +64,7 @@ def policy_picker(db: Db) -> tuple[str, str]:
     return str(path), config["model"]["sha256"]
 
 
-def steering_verdict(db: Db, choice: int) -> None:
+def steering_verdict(db: Store, choice: int) -> None:
     """The newest Robustness check of this calibrated policy as deployed (its own guard, head, gate),
     or 'not checked' - a saved policy never looks checked by a check of something else."""
     if choice == UPLOAD:
@@ -78,7 +80,7 @@ def steering_verdict(db: Db, choice: int) -> None:
         f"Steering as deployed (Robustness run #{run_id}): {md(text)}")
 
 
-def plan_form(db: Db) -> tuple[str, str, str, str]:
+def plan_form(db: Store) -> tuple[str, str, str, str]:
     """The plan inputs; returns the ones outside the form (a change there makes a shown plan stale)."""
     c1, c2, c3 = st.columns(3)
     start = deploy.form_defaults(db, deploy.settings())  # the environment's, else the last plan's
@@ -135,7 +137,7 @@ def form_fields(start: deploy.FormStart, serving: str, compute: str) -> tuple[di
             "autoscale_max": scale_max if scale_max > 1 else "", "decisions_per_second": dps}, local
 
 
-def make_plan(db: Db, form: dict[str, Any], outside: tuple[str, str, str, str], local: bool, calibrated_sha: str) -> None:
+def make_plan(db: Store, form: dict[str, Any], outside: tuple[str, str, str, str], local: bool, calibrated_sha: str) -> None:
     """Package and plan (every plan is in the audit log); the form's errors by field, else the plan to confirm."""
     st.session_state.pop(KEYS.outcome, None)  # a new plan: the last confirm's outcome is history (below)
     try:
@@ -144,7 +146,7 @@ def make_plan(db: Db, form: dict[str, Any], outside: tuple[str, str, str, str], 
             planned = deploy.plan(db, form, replaces=st.session_state.get(KEYS.planned), local=local)
         st.session_state[KEYS.planned] = planned.to_state()
         st.session_state[KEYS.planned_for] = outside
-    except deploy.FormErrors as exc:
+    except FormErrors as exc:
         st.session_state.pop(KEYS.planned, None)  # no plan from earlier settings stays confirmable
         for field, msg in exc.errors.items():
             st.error(f"**{FIELD_LABELS.get(field, field)}**: {md(msg)}")
@@ -153,7 +155,7 @@ def make_plan(db: Db, form: dict[str, Any], outside: tuple[str, str, str, str], 
         st.error(f"**Model**: cannot package it: {md(exc)}")
 
 
-def plan_and_confirm(db: Db, endpoint_url: str | None, runtime_url: str | None, poll: float) -> None:
+def plan_and_confirm(db: Store, endpoint_url: str | None, runtime_url: str | None, poll: float) -> None:
     planned = deploy.Planned.from_state(st.session_state[KEYS.planned])  # exactly what runs on confirm
     cfg, steps = planned.cfg, planned.steps
     st.subheader(f"Plan for `{cfg.endpoint_name}`")
@@ -186,7 +188,7 @@ def plan_and_confirm(db: Db, endpoint_url: str | None, runtime_url: str | None, 
                                                         on_event=on_event), runtime_url=runtime_url)
         outcome = ("success", f"`{md(cfg.endpoint_name)}` is {md(out['status']['status'])}; it is now a target in the "
                    "Playground and Compare pages.")
-    except deploy.DeployError as exc:
+    except DeployError as exc:
         outcome = ("error", f"**Deployment `{cfg.deployment_id}` failed** (recorded below): {md(exc)}")
     st.session_state.pop(KEYS.planned, None)
     # kept for the next run, which draws the deployments (and the picker's status) from what was recorded
@@ -195,7 +197,7 @@ def plan_and_confirm(db: Db, endpoint_url: str | None, runtime_url: str | None, 
     st.rerun()
 
 
-def run_locally(db: Db, planned: deploy.Planned) -> None:
+def run_locally(db: Store, planned: deploy.Planned) -> None:
     """The same plan in the local SemIf container: the same model.tar.gz, extracted to /opt/ml/model,
     the same environment; then a SemIf target at 127.0.0.1."""
     cfg = planned.cfg
@@ -214,14 +216,14 @@ def run_locally(db: Db, planned: deploy.Planned) -> None:
             ep = deploy.run_local(db, planned, runner)
         outcome = ("success", f"`{md(cfg.endpoint_name)}` runs locally at {ep.url} (ready after {ep.ready_seconds:.1f} s); "
                    f"it is now the target `{md(deploy.local_target_name(cfg.endpoint_name))}`.")
-    except deploy.DeployError as exc:
+    except DeployError as exc:
         outcome = ("error", f"**Local run of `{cfg.deployment_id}` failed** (recorded below): {md(exc)}")
     st.session_state[KEYS.outcome] = outcome
     st.session_state[KEYS.pick] = cfg.deployment_id
     st.rerun()
 
 
-def deployments(db: Db, endpoint_url: str | None, poll: float) -> None:
+def deployments(db: Store, endpoint_url: str | None, poll: float) -> None:
     st.subheader("Deployments")
     live, failed = deploy.deployments(db)
     deps = live + failed
@@ -251,7 +253,7 @@ def deployments(db: Db, endpoint_url: str | None, poll: float) -> None:
     if c1.button("Refresh status", key=KEYS.refresh):
         try:
             st.json(deploy.executor(dep["region"], endpoint_url=endpoint_url, poll=poll).status(dep["endpoint_name"]))
-        except deploy.DeployError as exc:
+        except DeployError as exc:
             st.error(md(exc))
     if dep["status"] == "failed":
         st.caption("This attempt failed (see the audit log): the steps before the failure may have created some "
@@ -264,13 +266,13 @@ def deployments(db: Db, endpoint_url: str | None, poll: float) -> None:
                 deploy.destroy(db, dep["endpoint_name"], deploy.executor(dep["region"], endpoint_url=endpoint_url,
                                                                          poll=poll))
                 st.rerun()
-            except deploy.DeployError as exc:
+            except DeployError as exc:
                 st.error(md(exc))
     st.markdown("**Audit log**")
     st.dataframe(pd.DataFrame(deploy.audit_log(db, pick)), hide_index=True)
 
 
-def local_deployment(db: Db, dep: Mapping[str, Any]) -> None:
+def local_deployment(db: Store, dep: Mapping[str, Any]) -> None:
     """A plan running in the local container: its state, Destroy (stop and remove it), the audit log."""
     runner = deploy.local_runner()
     c1, c2 = st.columns(2)
@@ -282,7 +284,7 @@ def local_deployment(db: Db, dep: Mapping[str, Any]) -> None:
             try:
                 deploy.destroy_local(db, dep["endpoint_name"], runner)
                 st.rerun()
-            except deploy.DeployError as exc:
+            except DeployError as exc:
                 st.error(md(exc))
     st.markdown("**Audit log**")
     st.dataframe(pd.DataFrame(deploy.audit_log(db, dep["id"])), hide_index=True)

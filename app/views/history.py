@@ -5,11 +5,11 @@ import pandas as pd
 import streamlit as st
 
 from app.core.records import Result, Run
+from app.core.store import Store
 from app.service import decide, history, policies as policy_service, production, targets
 from app.ui import context, resources
 from app.ui.components import download_frame, show_group_results
 from app.ui.drift_panel import render_drift
-from app.ui.resources import Db
 from app.ui.safe_text import md
 from app.ui.page_state import PageKeys
 
@@ -64,7 +64,7 @@ def render() -> None:
     compare_section(db, run, by_id)
 
 
-def overview(db: Db, runs: Sequence[Run], failed: Sequence[Run]) -> None:
+def overview(db: Store, runs: Sequence[Run], failed: Sequence[Run]) -> None:
     """Every run in a table; the failed attempts apart, with the first error of the newest five."""
     if runs:
         st.dataframe(runs_table(runs), hide_index=True, key=KEYS.table, width="stretch")
@@ -101,7 +101,7 @@ def results_section(results: Sequence[Result], rid: int) -> None:
     download_frame(frame, f"run-{rid}.csv", "Download this run (CSV)", key=KEYS.dl)
 
 
-def run_actions(db: Db, run: Run, n_results: int) -> None:
+def run_actions(db: Store, run: Run, n_results: int) -> None:
     """Pin (or unpin) as the baseline; delete."""
     rid = run["id"]
     c1, c2 = st.columns(2)
@@ -120,7 +120,7 @@ def run_actions(db: Db, run: Run, n_results: int) -> None:
             st.rerun()
 
 
-def compare_section(db: Db, run: Run, by_id: Mapping[int, Run]) -> None:
+def compare_section(db: Store, run: Run, by_id: Mapping[int, Run]) -> None:
     """Another run of the same policy as run A (the pinned baseline first), this run as B: the drift panel."""
     st.subheader("Compare with another run")
     baseline = history.baseline(db)
@@ -140,7 +140,7 @@ def compare_section(db: Db, run: Run, by_id: Mapping[int, Run]) -> None:
                    "show what changed between them.")
 
 
-def production_section(db: Db, run: Mapping[str, Any]) -> None:
+def production_section(db: Store, run: Mapping[str, Any]) -> None:
     """An imported decision log: what it holds, and a replay of its logged states on a target."""
     info = (run.get("config") or {}).get("import") or {}
     st.caption(f"Imported from {md(info.get('source'))}: {info.get('decisions')} decisions from {info.get('first', '')[:19]} "
@@ -162,7 +162,7 @@ def production_section(db: Db, run: Mapping[str, Any]) -> None:
             st.rerun()
 
 
-def import_section(db: Db) -> None:
+def import_section(db: Store) -> None:
     """The adapter's decision log (a file, or CloudWatch Logs) as a production run."""
     with st.expander("Import a decision log (production traffic)", key=KEYS.log_box):
         policies = {p["id"]: p for p in policy_service.saved(db)}

@@ -2,17 +2,17 @@
 from typing import Any, Mapping
 import streamlit as st
 
+from app.core.store import Store
 from app.service import checks, targets
 from app.ui import charts, resources, tasks
 from app.ui.components import calibrated_picker, check_inputs, check_setup, download_frame, saved_check
-from app.ui.resources import Db
 from app.ui.safe_text import md
 from app.ui.page_state import PageKeys
 
 KEYS = PageKeys("oc")  # this page's session and widget keys
 
 
-def show(db: Db, run: Mapping[str, Any]) -> None:
+def show(db: Store, run: Mapping[str, Any]) -> None:
     result = checks.order_report(db, run)
     report = result.report
     st.subheader(f"{md(run['policy']['name'])} on {md(run['target_name'])} ({md(run['config'].get('variant', 'default'))})")

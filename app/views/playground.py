@@ -4,10 +4,10 @@ import json
 
 import streamlit as st
 
+from app.core.store import Store
 from app.service import decide, policies, targets
 from app.ui import context, resources
 from app.ui.components import glossary, policy_picker, show_group_results
-from app.ui.resources import Db
 from app.ui.safe_text import md
 from app.ui.page_state import PageKeys
 
@@ -17,7 +17,7 @@ POLICY_DEFAULT = "policy default"
 KEYS = PageKeys("pg")  # this page's session and widget keys
 
 
-def run(db: Db, policy: Mapping[str, Any], state: object, names: list[str], overrides: dict[str, Any]) -> None:
+def run(db: Store, policy: Mapping[str, Any], state: object, names: list[str], overrides: dict[str, Any]) -> None:
     """Score the state on the chosen targets (models load first, with a status line) and remember
     the run and the state that produced it."""
     chosen = resources.chosen_targets(db, names)
@@ -31,7 +31,7 @@ def run(db: Db, policy: Mapping[str, Any], state: object, names: list[str], over
     st.session_state[KEYS.last_state] = state if isinstance(state, str) else json.dumps(state, indent=2, ensure_ascii=False)
 
 
-def welcome(db: Db) -> None:
+def welcome(db: Store) -> None:
     st.info("**Welcome.** A decision policy is a question plus the options a model may choose; the model answers "
             "with one probability per option. Load the five example policies (ticket routing, incident priority, "
             "refund check, agent next action, content moderation) and the workbench runs a first decision on the "

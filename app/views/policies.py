@@ -12,10 +12,10 @@ from typing import Any, Callable, Final, Literal, Mapping
 
 import streamlit as st
 
+from app.core.store import Store
 from app.service import policies as policy_service
 from app.ui import context, policy_editor as pe, resources
 from app.ui.policy_editor import KEYS, NEW, Editor, add_row, key, option_ids, remove_row, rename_option, row_default, row_ids
-from app.ui.resources import Db
 from app.ui.safe_text import md
 
 # the draft's widgets keep their values for the whole session: a visit to another page never loses a draft
@@ -24,7 +24,7 @@ KEEP: Final = "session"
 Policies = Mapping[str, Mapping[str, Any]]
 
 
-def template_sidebar(db: Db) -> None:
+def template_sidebar(db: Store) -> None:
     tpl = policy_service.templates()
     with st.expander("Start from a template"):
         tid = st.selectbox("Template", list(tpl), format_func=lambda i: tpl[i]["name"], key=KEYS.tpl)
@@ -176,7 +176,7 @@ def form_tab(ed: Editor) -> None:
     field_error(ed, "id")
 
 
-def save_button(db: Db, ed: Editor, policies: Policies, via: Literal["form", "json"]) -> None:
+def save_button(db: Store, ed: Editor, policies: Policies, via: Literal["form", "json"]) -> None:
     """Save policy (the Form) or Apply JSON: one save, against the version the view was built on."""
     label, name = ("Save policy", "save") if via == "form" else ("Apply JSON", "apply")
     if st.button(label, type="primary" if via == "form" else "secondary", key=KEYS(name, ed.view)):
@@ -185,7 +185,7 @@ def save_button(db: Db, ed: Editor, policies: Policies, via: Literal["form", "js
         st.rerun()
 
 
-def copy_and_delete(db: Db, ed: Editor) -> None:
+def copy_and_delete(db: Store, ed: Editor) -> None:
     c1, c2 = st.columns(2)
     if c1.button("Duplicate", key=KEYS.dup, help="a copy of the saved version, opened"):
         add_and_open(lambda: policy_service.duplicate(db, ed.saved))

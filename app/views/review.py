@@ -7,11 +7,11 @@ from typing import Any, Mapping
 
 import streamlit as st
 
+from app.core.store import Store
 from app.service import review, sets as set_service
 from app.ui import context, resources
 from app.ui.components import saved_policies
 from app.ui.drift_panel import gate_choice
-from app.ui.resources import Db
 from app.ui.safe_text import md
 from app.ui.page_state import PageKeys
 
@@ -39,7 +39,7 @@ def render() -> None:
     label_panel(db, q.items[0], policy, who)
 
 
-def pickers(db: Db) -> tuple[Mapping[str, Any], int] | None:
+def pickers(db: Store) -> tuple[Mapping[str, Any], int] | None:
     """The policy (following the other pages') and the set the labels are added to; None: nothing to review into."""
     saved = saved_policies(db)
     if saved is None:
@@ -63,7 +63,7 @@ def pickers(db: Db) -> tuple[Mapping[str, Any], int] | None:
     return policies[pid], sid
 
 
-def actions(db: Db, q: review.Queue, policy: Mapping[str, Any], sid: int) -> None:
+def actions(db: Store, q: review.Queue, policy: Mapping[str, Any], sid: int) -> None:
     """Undo the last label; add the pending labels as a new set version (and what was made last)."""
     c1, c2, c3 = st.columns(3)
     last = q.last
@@ -87,7 +87,7 @@ def actions(db: Db, q: review.Queue, policy: Mapping[str, Any], sid: int) -> Non
         c3.page_link("views/calibrate.py", label="Go to Calibrate", icon=":material/tune:")
 
 
-def label_panel(db: Db, item: review.Item, policy: Mapping[str, Any], who: str) -> None:
+def label_panel(db: Store, item: review.Item, policy: Mapping[str, Any], who: str) -> None:
     """The first row of the queue: its state, the model's answer, one button per option, Skip."""
     st.subheader(f"{md(item.reason)}")
     if isinstance(item.state, str):
@@ -108,7 +108,7 @@ def label_panel(db: Db, item: review.Item, policy: Mapping[str, Any], who: str) 
         save(db, item, None, who, note, policy["id"])
 
 
-def save(db: Db, item: review.Item, option_id: str | None, who: str, note: str, pid: str) -> None:
+def save(db: Store, item: review.Item, option_id: str | None, who: str, note: str, pid: str) -> None:
     try:
         review.label(db, item, option_id, who=who, note=note, policy_id=pid)
     except ValueError as exc:

@@ -3,16 +3,16 @@ form is drawn from the kind registry (app/targets/registry.py): each kind declar
 from typing import Any, Mapping
 import streamlit as st
 
+from app.core.store import Store
 from app.service import targets
 from app.ui import resources
-from app.ui.resources import Db
 from app.ui.safe_text import md
 from app.ui.page_state import PageKeys
 
 KEYS = PageKeys("tg")  # this page's session and widget keys
 
 
-def target_card(spec: Mapping[str, Any], db: Db) -> None:
+def target_card(spec: Mapping[str, Any], db: Store) -> None:
     name = spec["name"]
     kinds = targets.kinds()
     with st.container(border=True):
@@ -31,7 +31,7 @@ def target_card(spec: Mapping[str, Any], db: Db) -> None:
             st.rerun()
 
 
-def add_form(db: Db) -> None:
+def add_form(db: Store) -> None:
     st.subheader("Add a target")
     kinds = targets.kinds()
     kind = st.selectbox("Kind", list(kinds), format_func=lambda k: kinds[k], key=KEYS.kind) or "local"

@@ -56,7 +56,9 @@ DATA = ("app.core.records", "app.core.store", "app.targets.base", "app.targets.e
         "app.core.runs.EXAMPLE_SOURCES", "app.core.runs.HEAD_VARIANT", "app.core.runs.VARIANTS",
         "app.core.runs.Variant", "app.core.runner.Case",
         "app.core.inputs.InputError", "app.core.inputs.rows_from_text", "app.core.inputs.label_lookalikes",
-        "app.core.deploy_records.StoreRecorder", "deploy.errors.DeployError", "deploy.config.FormErrors")
+        "app.core.deploy_records.StoreRecorder", "deploy.errors.DeployError", "deploy.config.FormErrors",
+        "app.core.decision_import.parse_text", "app.targets.registry.Field", "app.targets.registry.titles",
+        "app.targets.registry.form_fields", "app.settings.WorkbenchSettings")
 
 # function-local imports: (module, what it imports) -> why it waits for the call
 LAZY: dict[tuple[str, str], str] = {

@@ -34,11 +34,6 @@ from app.settings import WorkbenchSettings
 WORK = Path(tempfile.gettempdir()) / "semif-deploy"
 
 
-def settings() -> WorkbenchSettings:
-    """Region, bucket, role ARNs and the AWS endpoint the form starts from (environment)."""
-    return WorkbenchSettings.from_env()
-
-
 def load_calibrated(data: bytes) -> dict[str, Any]:
     """An uploaded calibrated policy, validated; ValueError naming what is wrong."""
     try:  # the adapter's own validator: size before parsing, UTF-8, depth, NaN, the head's shape

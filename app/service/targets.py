@@ -7,8 +7,7 @@ from typing import Any, Callable, Mapping
 
 from app.core.store import Exists, Store
 from app.targets.base import KEY_PREFIX, Target, TargetError
-from app.targets.registry import (Field, build_target, config_from_form, form_fields, target_by_name, target_specs, titles,
-                                  validate_target_spec)
+from app.targets.registry import build_target, config_from_form, target_by_name, target_specs, validate_target_spec
 
 log = logging.getLogger("semif.workbench")
 EngineProvider = Callable[[str | None], Any]
@@ -79,16 +78,6 @@ def delete(store: Store, name: str) -> None:
 KEYS_NOTE = (f"Saved by name. API keys are never stored: a SemIf, chat or /v1/systemone target names the environment "
              f"variable ({KEY_PREFIX}*, no other) or the Streamlit secret that holds its key.")
 
-
-
-def kinds() -> dict[str, str]:
-    """Target kind -> what it is, in the order the Targets page offers them."""
-    return titles()
-
-
-def fields(kind: str) -> list[Field]:
-    """The form fields of a kind (its own, then the key and price fields), from the registry."""
-    return form_fields(kind)
 
 
 def describe(spec: Spec, default_model: str) -> str:

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from app.core.store import Store
+from app.settings import WorkbenchSettings
 from deploy.config import FormErrors
 from deploy.errors import DeployError
 from app.service import checks, deploy
@@ -83,7 +84,7 @@ def steering_verdict(db: Store, choice: int) -> None:
 def plan_form(db: Store) -> tuple[str, str, str, str]:
     """The plan inputs; returns the ones outside the form (a change there makes a shown plan stale)."""
     c1, c2, c3 = st.columns(3)
-    start = deploy.form_defaults(db, deploy.settings())  # the environment's, else the last plan's
+    start = deploy.form_defaults(db, WorkbenchSettings.from_env())  # the environment's, else the last plan's
     serving = c1.radio("Serving path", start.servings, index=start.servings.index(start.serving), horizontal=True,
                        key=KEYS.path, persist_state=context.KEEP,
                        format_func={"textgen": "llama.cpp DLC (chat completions)", "semif": "SemIf adapter image"}.get)
@@ -293,7 +294,7 @@ def local_deployment(db: Store, dep: Mapping[str, Any]) -> None:
 def render() -> None:
     st.title("Deploy to SageMaker")
     db = resources.store()
-    settings = deploy.settings()
+    settings = WorkbenchSettings.from_env()
     endpoint_url, runtime_url, poll = settings.aws_endpoint_url, settings.aws_runtime_url, settings.deploy_poll
     if endpoint_url:
         st.info(f"AWS calls go to **{endpoint_url}** (SEMIF_AWS_ENDPOINT_URL), not to AWS.")

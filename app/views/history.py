@@ -4,6 +4,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import streamlit as st
 
+from app.core.decision_import import parse_text
 from app.core.records import Result, Run
 from app.core.store import Store
 from app.service import decide, history, policies as policy_service, production, targets
@@ -179,7 +180,7 @@ def import_section(db: Store) -> None:
                 up = st.file_uploader("The adapter's SM_SEMIF_DECISION_LOG file, or its saved stdout",
                                       type=["jsonl", "log", "txt", "json"], key=KEYS.log_up)
                 if up is not None and st.button("Import", key=KEYS.log_import):
-                    parsed, name = production.read_file(up.getvalue()), up.name
+                    parsed, name = parse_text(up.getvalue()), up.name
             else:
                 group = st.text_input("Log group", placeholder="/aws/sagemaker/Endpoints/<endpoint name>",
                                       key=KEYS.log_group)

@@ -4,6 +4,7 @@ from typing import Any, Mapping
 import streamlit as st
 
 from app.core.store import Store
+from app.targets.registry import form_fields, titles
 from app.service import targets
 from app.ui import resources
 from app.ui.safe_text import md
@@ -14,7 +15,7 @@ KEYS = PageKeys("tg")  # this page's session and widget keys
 
 def target_card(spec: Mapping[str, Any], db: Store) -> None:
     name = spec["name"]
-    kinds = targets.kinds()
+    kinds = titles()
     with st.container(border=True):
         c1, c2, c3 = st.columns([4, 1, 1])
         c1.markdown(f"**{md(name)}** · {kinds.get(spec['kind'], spec['kind'])}  \n"
@@ -33,10 +34,10 @@ def target_card(spec: Mapping[str, Any], db: Store) -> None:
 
 def add_form(db: Store) -> None:
     st.subheader("Add a target")
-    kinds = targets.kinds()
+    kinds = titles()
     kind = st.selectbox("Kind", list(kinds), format_func=lambda k: kinds[k], key=KEYS.kind) or "local"
     n = st.session_state.get(KEYS.form_n, 0)  # a new form after each save: the next one starts empty
-    fields = targets.fields(kind)
+    fields = form_fields(kind)
     values: dict[str, Any] = {}
     for f in fields:  # selects first, outside the form: a field shown only for one choice follows it at once
         if f.choices is not None:

@@ -196,7 +196,8 @@ def calibrated(store: Store) -> dict[int, Calibrated]:
 
 
 def audit_log(store: Store, deployment_id: str) -> list[AuditEntry]:
-    """What was planned, applied and destroyed for a deployment, and by whom."""
+    """What was planned, applied and destroyed for a deployment, and by whom - here so that a page never
+    calls the store."""
     return store.audit_log(deployment_id)
 
 

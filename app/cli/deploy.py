@@ -7,9 +7,9 @@ import argparse
 
 from deploy import cli
 
+from app.core.deploy_records import StoreRecorder
 from app.core.store import Store
 from app.service import deploy as deploy_service
-from app.service.deploy import StoreRecorder
 from app.settings import WorkbenchSettings
 
 

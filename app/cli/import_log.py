@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from app.cli.common import add_db, error, store, target
+from app.core.decision_import import parse_text
 from app.service import production
 from app.service.decide import InputError
 from app.service.policies import resolve_policy
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
             if not path.is_file():
                 error(f"{args.file}: no such file")
                 return 2
-            parsed, source = production.read_file(path.read_bytes()), path.name
+            parsed, source = parse_text(path.read_bytes()), path.name
         else:
             parsed = production.read_cloudwatch(args.cloudwatch, stream_prefix=args.stream_prefix, start=args.start,
                                                 end=args.end, endpoint_url=args.endpoint_url)

@@ -16,22 +16,15 @@ from adapter.engine.catalog import SHIPPED
 from adapter.engine.models import resolve_model, shipped_by_sha256
 from adapter.safe_path import inside
 from deploy.autoscaling import decisions_per_second
-from deploy.config import COMPUTES as COMPUTES
-from deploy.config import DEFAULT_CPU_INSTANCE as DEFAULT_CPU_INSTANCE
-from deploy.config import DEFAULT_POOLS as DEFAULT_POOLS
-from deploy.config import SERVINGS as SERVINGS
-from deploy.config import DeployConfig, config_from_form
-from deploy.config import FormErrors as FormErrors
-from deploy.errors import DeployError as DeployError
+from deploy.config import COMPUTES, DEFAULT_CPU_INSTANCE, DEFAULT_POOLS, SERVINGS, DeployConfig, FormErrors, config_from_form
+from deploy.errors import DeployError
 from deploy.executor import Executor
-from deploy.local import LocalEndpoint as LocalEndpoint
-from deploy.local import LocalRunner
+from deploy.local import LocalEndpoint, LocalRunner
 from deploy.plan import Package, Step
 from deploy.prepare import Prepared, prepare, revalidate
 from deploy.pricing import cost_per_1000, first_choice, hint
 
-from app.core.deploy_records import StoreRecorder as StoreRecorder
-from app.core.deploy_records import apply_and_record, destroy_and_record, record_planned, record_result
+from app.core.deploy_records import StoreRecorder, apply_and_record, destroy_and_record, record_planned, record_result
 from app.core.records import AuditEntry, Calibrated, Deployment
 from app.core.stats import interval_text
 from app.core.store import Store
@@ -39,11 +32,6 @@ from app.service.evaluate import gate_flags
 from app.settings import WorkbenchSettings
 
 WORK = Path(tempfile.gettempdir()) / "semif-deploy"
-
-
-def settings() -> WorkbenchSettings:
-    """Region, bucket, role ARNs and the AWS endpoint the form starts from (environment)."""
-    return WorkbenchSettings.from_env()
 
 
 def load_calibrated(data: bytes) -> dict[str, Any]:
@@ -178,11 +166,6 @@ def local_runner(on_event: Callable[[dict[str, Any]], None] | None = None, work:
     return LocalRunner(work, on_event=on_event)
 
 
-def local_unavailable(runner: LocalRunner) -> str | None:
-    """Why nothing can run locally here (no container runtime, no image) and what fixes it; None when it can."""
-    return runner.unavailable()
-
-
 def run_local(store: Store, planned: Planned, runner: LocalRunner) -> LocalEndpoint:
     """Run the plan shown in the local container (deploy/local.py); recorded in Deployments with its
     audit entries, and saved as a SemIf target. DeployError (recorded) when it does not start."""
@@ -213,23 +196,39 @@ def calibrated(store: Store) -> dict[int, Calibrated]:
 
 
 def audit_log(store: Store, deployment_id: str) -> list[AuditEntry]:
-    """What was planned, applied and destroyed for a deployment, and by whom."""
+    """What was planned, applied and destroyed for a deployment, and by whom - here so that a page never
+    calls the store."""
     return store.audit_log(deployment_id)
 
 
-def form_defaults(store: Store, cfg: WorkbenchSettings) -> dict[str, str]:
+@dataclass(frozen=True)
+class FormStart:
+    """What the Deploy form starts with, and the choices it offers."""
+    region: str
+    bucket: str
+    role_arn: str
+    codebuild_role_arn: str
+    serving: str
+    compute: str
+    servings: tuple[str, ...] = tuple(SERVINGS)
+    computes: tuple[str, ...] = tuple(COMPUTES)
+    cpu_instance: str = DEFAULT_CPU_INSTANCE
+    pools: tuple[tuple[str, int], ...] = tuple((str(t), int(p)) for t, p in DEFAULT_POOLS)
+
+
+def form_defaults(store: Store, cfg: WorkbenchSettings) -> FormStart:
     """What the Deploy form starts with: the environment's values, else those of the newest recorded plan
     (a reload or a new session keeps the serving path, compute, bucket, roles and region of the last plan)."""
     deps = store.list_deployments()
     last = (deps[0].get("config") or {}) if deps else {}
     serving = last.get("serving") or last.get("path")  # records older than the rename say "path"
     from_env = "region" in cfg.model_fields_set  # AWS_DEFAULT_REGION given: it wins over the last plan's
-    return {"region": cfg.region if from_env or not last.get("region") else str(last["region"]),
-            "bucket": cfg.deploy_bucket or str(last.get("bucket") or ""),
-            "role_arn": cfg.sagemaker_role_arn or str(last.get("role_arn") or ""),
-            "codebuild_role_arn": cfg.codebuild_role_arn or str(last.get("codebuild_role_arn") or ""),
-            "serving": str(serving) if serving in SERVINGS else "semif",
-            "compute": str(last.get("compute")) if last.get("compute") in COMPUTES else COMPUTES[0]}
+    return FormStart(region=cfg.region if from_env or not last.get("region") else str(last["region"]),
+                     bucket=cfg.deploy_bucket or str(last.get("bucket") or ""),
+                     role_arn=cfg.sagemaker_role_arn or str(last.get("role_arn") or ""),
+                     codebuild_role_arn=cfg.codebuild_role_arn or str(last.get("codebuild_role_arn") or ""),
+                     serving=str(serving) if serving in SERVINGS else "semif",
+                     compute=str(last.get("compute")) if last.get("compute") in COMPUTES else COMPUTES[0])
 
 
 def calibrated_label(rec: Mapping[str, Any]) -> str:

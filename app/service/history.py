@@ -1,5 +1,6 @@
 """History: the runs the store keeps, opened, pinned as the baseline, deleted, and what a run shows at a
-glance (no Streamlit). Pages read runs and results through here, never from the store directly."""
+glance (no Streamlit). Pages read runs and results through here, never from the store directly: the
+read-only queries below are one store call each and exist for that rule (tests/test_layout.py)."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -15,6 +16,7 @@ def runs(store: Store, *, kind: str | None = None) -> list[Run]:
 
 
 def run(store: Store, run_id: int) -> Run | None:
+    """One run, None when there is none (a link to a deleted run)."""
     return store.get_run(run_id)
 
 

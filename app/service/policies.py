@@ -3,21 +3,33 @@ under an id nobody uses (a copy never overwrites a policy - the store refuses a 
 from __future__ import annotations
 
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Collection, Literal, Mapping
 
 from adapter.server.calibrated import PolicyError
 from adapter.server.calibrated import policy_json as read_policy_file
-from adapter.guard import GUARDS as GUARDS
-from adapter.schema import DEBIAS as DEBIAS
-from adapter.schema import MAX_EXAMPLES as MAX_EXAMPLES
-from adapter.schema import MAX_OPTIONS as MAX_OPTIONS
-from adapter.schema import READOUTS as READOUTS
+from adapter.guard import GUARDS
+from adapter.schema import DEBIAS, MAX_EXAMPLES, MAX_OPTIONS, READOUTS
 
 from app.core.policies import changed_fields, parse_policy_json, policy_json, templates, validate_policy
 from app.core.records import Policy as PolicyRecord
 from app.core.store import StaleEdit, Store
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
+
+
+@dataclass(frozen=True)
+class EditorChoices:
+    """What the policy editor offers: the readouts, corrections and guards a policy may name ("" first: the
+    model's default, or no guard), and how many options and examples it may have."""
+    readouts: tuple[str, ...] = ("", *READOUTS)
+    debias: tuple[str, ...] = ("", *DEBIAS)
+    guards: tuple[str, ...] = ("", *(g for g in GUARDS if g != "none"))
+    max_options: int = MAX_OPTIONS
+    max_examples: int = MAX_EXAMPLES
+
+
+CHOICES = EditorChoices()
 
 
 class PolicyNotFound(ValueError):
@@ -95,11 +107,12 @@ def duplicate(store: Store, policy: Policy) -> Policy:
 
 
 def saved(store: Store) -> list[PolicyRecord]:
-    """The saved policies (none yet: an empty list)."""
+    """The saved policies (none yet: an empty list) - here so that a page never calls the store."""
     return store.list_policies()
 
 
 def get(store: Store, policy_id: str) -> PolicyRecord | None:
+    """One saved policy, None when there is none - here so that a page never calls the store."""
     return store.get_policy(policy_id)
 
 
@@ -125,14 +138,16 @@ def version_to_save(new_id: str, editing: str | None, version: int) -> int:
 
 def save(store: Store, clean: Policy, expected_version: int) -> Policy:
     """Save a validated policy against the version the editor was built on (0: new); StaleEdit when
-    another session saved or deleted it meanwhile - nothing is saved then."""
+    another session saved or deleted it meanwhile - nothing is saved then. (The store's own check; here so
+    that a page never calls the store.)"""
     return store.save_policy(clean, expected_version=expected_version)
 
 
 def delete(store: Store, policy_id: str) -> None:
+    """Delete a saved policy (runs keep their own copy) - here so that a page never calls the store."""
     store.delete_policy(policy_id)
 
 
-__all__ = ["DEBIAS", "GUARDS", "MAX_EXAMPLES", "MAX_OPTIONS", "READOUTS", "PolicyNotFound", "StaleEdit", "add_copy", "add_template",
+__all__ = ["CHOICES", "DEBIAS", "GUARDS", "READOUTS", "EditorChoices", "PolicyNotFound", "StaleEdit", "add_copy", "add_template",
            "changed_fields", "delete", "duplicate", "get", "id_taken", "parse_policy_json", "policy_json",
            "resolve_policy", "save", "saved", "seed_templates", "templates", "validate_policy", "version_to_save"]

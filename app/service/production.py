@@ -32,10 +32,6 @@ def ms(text: str | None, what: str) -> int | None:
         raise InputError([f"{what} {text!r}: give an ISO date/time, e.g. 2026-12-01T09:00:00+00:00"]) from None
 
 
-def read_file(data: bytes) -> di.ParsedLog:
-    return di.parse_text(data)
-
-
 def read_cloudwatch(group: str, *, stream_prefix: str | None = None, start: str | None = None, end: str | None = None,
                     endpoint_url: str | None = None) -> di.ParsedLog:
     """The decision lines of a CloudWatch Logs group (filter_log_events); InputError when it cannot be read."""

@@ -18,12 +18,39 @@ from app.core.store import Store
 Item = review.Item
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 @dataclass
 class Queue:
     items: list[review.Item]
     left_out: dict[str, int]  # labeled, known, no_state, other_options
     pending: int  # labels given, not yet added to a set version
     last: Review | None  # the newest label or skip that can still be taken back
+
+    @property
+    def summary(self) -> str:
+        """The queue in one line: what is left to review, what waits to be added, what was left out and why."""
+        left = self.left_out
+        return (f"{plural(len(self.items), 'row')} to review · {self.pending} labelled, not yet added · left out: "
+                f"{left['labeled']} already labeled, {left['known']} already in the set or reviewed, "
+                f"{left['no_state']} without a logged state")
+
+
+@dataclass(frozen=True)
+class VersionMade:
+    """A set version made from the review queue's labels."""
+    set_id: int
+    added: int
+    base: int  # the set it extends (unchanged)
+    content_hash: str
+
+    @property
+    def text(self) -> str:
+        return (f"Set #{self.set_id} = set #{self.base} + {self.added} reviewed rows (content hash "
+                f"{self.content_hash[:12]}…); set #{self.base} is unchanged, so runs on it still reproduce. On "
+                "**Calibrate**, evaluating the new set scores only the new rows.")
 
 
 def queue(store: Store, policy: Mapping[str, Any], gate: Gate, *, into_set: int | None) -> Queue:
@@ -35,21 +62,19 @@ def queue(store: Store, policy: Mapping[str, Any], gate: Gate, *, into_set: int 
     return Queue(items, left, len(store.reviews(policy["id"], pending=True)), review.last_review(store, policy["id"]))
 
 
-def label(store: Store, item: review.Item, option_id: str | None, *, who: str, note: str = "",
-          policy_id: str) -> int:
-    """A label (None: a skip); ValueError for an option the row does not have or no reviewer."""
-    return review.label(store, item, option_id, who=who, note=note, policy_id=policy_id)
+label = review.label  # the page's action: a label (None: a skip); ValueError for an unknown option or no reviewer
 
 
 def undo(store: Store, review_id: int) -> None:
+    """Take a label or skip back - here so that the page never calls the store itself."""
     store.undo_review(review_id)
 
 
-def add_version(store: Store, base_set_id: int, policy: Mapping[str, Any]) -> tuple[int, int, str]:
-    """(new set id, rows added, its content hash); ValueError when nothing is pending."""
+def add_version(store: Store, base_set_id: int, policy: Mapping[str, Any]) -> VersionMade:
+    """The pending labels appended to the set as a new version; ValueError when nothing is pending."""
     new, added = review.append_version(store, base_set_id, policy)
     made = store.get_labeled_set(new)
-    return new, added, made["content_hash"] if made else ""
+    return VersionMade(new, added, base_set_id, made["content_hash"] if made else "")
 
 
 def new_rows(store: Store, set_id: int) -> int:

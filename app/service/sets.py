@@ -12,8 +12,7 @@ from app.core.analysis import warm_latencies
 from app.core.runs import label_mismatch
 from app.core.inputs import InputError
 from app.core import inputs
-from app.core.labeled import ColumnMap as ColumnMap
-from app.core.labeled import import_file, set_support, shipped_sets
+from app.core.labeled import ColumnMap, import_file, set_support, shipped_sets
 from app.core.records import LabeledSet
 from app.core.store import Store
 
@@ -88,7 +87,7 @@ def dependents(store: Store, set_id: int) -> dict[str, list[int]]:
 
 
 def listed(store: Store) -> list[LabeledSet]:
-    """Every stored labeled set, newest first."""
+    """Every stored labeled set, newest first - here so that a page never calls the store."""
     return store.list_labeled_sets()
 
 

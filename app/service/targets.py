@@ -6,11 +6,8 @@ import logging
 from typing import Any, Callable, Mapping
 
 from app.core.store import Exists, Store
-from app.targets.base import Target, TargetError
-from app.targets.base import KEY_PREFIX as KEY_PREFIX
-from app.targets.registry import Field, build_target, config_from_form, form_fields, target_by_name, target_specs, titles
-from app.targets.registry import UnknownTarget as UnknownTarget
-from app.targets.registry import validate_target_spec
+from app.targets.base import KEY_PREFIX, Target, TargetError
+from app.targets.registry import build_target, config_from_form, target_by_name, target_specs, validate_target_spec
 
 log = logging.getLogger("semif.workbench")
 EngineProvider = Callable[[str | None], Any]
@@ -42,7 +39,8 @@ def build(store: Store, chosen: list[str], engines: EngineProvider, secrets: dic
 
 
 def by_name(store: Store, name: str, engines: EngineProvider, secrets: dict[str, Any] | None = None) -> Target:
-    """One target for a command line's --target; UnknownTarget lists the names there are."""
+    """One target for a command line's --target; UnknownTarget lists the names there are. (The registry is
+    below what a command may import: tests/test_layout.py's PRESENTATION rule.)"""
     return target_by_name(store, name, engines, secrets)
 
 
@@ -73,18 +71,13 @@ def test(spec: Spec, engines: EngineProvider, secrets: dict[str, Any] | None = N
 
 
 def delete(store: Store, name: str) -> None:
+    """Delete a saved target - here so that a page never calls the store."""
     store.delete_target(name)
 
 
+KEYS_NOTE = (f"Saved by name. API keys are never stored: a SemIf, chat or /v1/systemone target names the environment "
+             f"variable ({KEY_PREFIX}*, no other) or the Streamlit secret that holds its key.")
 
-def kinds() -> dict[str, str]:
-    """Target kind -> what it is, in the order the Targets page offers them."""
-    return titles()
-
-
-def fields(kind: str) -> list[Field]:
-    """The form fields of a kind (its own, then the key and price fields), from the registry."""
-    return form_fields(kind)
 
 
 def describe(spec: Spec, default_model: str) -> str:

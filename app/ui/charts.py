@@ -75,7 +75,7 @@ def shift_bars(diff: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def reliability_diagram(bins_before: list[dict], bins_after: list[dict] | None = None,
+def reliability_diagram(bins_before: list[dict[str, Any]], bins_after: list[dict[str, Any]] | None = None,
                         after_label: str = "temperature-scaled (out of fold)") -> go.Figure:
     """Accuracy vs confidence per bin (marker size ~ count), before and after the correction."""
     fig = go.Figure(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dash", color="#999"),
@@ -103,7 +103,7 @@ def confusion_heatmap(matrix: list[list[int]], option_ids: list[str], title: str
     return fig
 
 
-def coverage_curve(curve: dict, gate: float | None, target: float | None = None,
+def coverage_curve(curve: dict[str, Any], gate: float | None, target: float | None = None,
                    lower: Sequence[float] | None = None) -> go.Figure:
     """Accuracy of accepted decisions vs coverage; the chosen gate marked; with `lower`, the 95% lower
     bound a recommended gate must clear (on half the rows) drawn beside it."""

@@ -8,6 +8,9 @@ from typing import Any, Callable, Final, Sequence
 
 import streamlit as st
 
+from app.ui.page_state import PageKeys
+
+KEYS = PageKeys("ctx")  # session keys: ctx_policy, ctx_set, ...
 NAMES = ("policy", "set", "run", "calibrated")  # what is carried, as URL parameters of the same names
 # `persist_state=KEEP` on a widget: what the analyst typed survives a visit to another page (Streamlit drops the
 # values of widgets a run does not draw - and the browser sends none from the page left)
@@ -22,14 +25,14 @@ def _parse(name: str, raw: Any) -> Any:
 
 def get(name: str) -> Any:
     """The context value: this session's, else the URL's (a reload or a shared link)."""
-    if f"ctx_{name}" in st.session_state:
-        return st.session_state[f"ctx_{name}"]
+    if KEYS(name) in st.session_state:
+        return st.session_state[KEYS(name)]
     return _parse(name, st.query_params.get(name))
 
 
 def put(name: str, value: Any) -> None:
     """Remember a value for the other pages, and show it in the URL."""
-    st.session_state[f"ctx_{name}"] = value
+    st.session_state[KEYS(name)] = value
     if value is None:
         st.query_params.pop(name, None)
     elif st.query_params.get(name) != str(value):
@@ -41,10 +44,10 @@ def show_in_url() -> None:
     value the URL brings (a link, a reload) is adopted first, so the next page switch keeps it even when
     the page it opened never picked it up."""
     for name in NAMES:
-        if f"ctx_{name}" not in st.session_state and st.query_params.get(name) not in (None, ""):
-            st.session_state[f"ctx_{name}"] = _parse(name, st.query_params.get(name))
+        if KEYS(name) not in st.session_state and st.query_params.get(name) not in (None, ""):
+            st.session_state[KEYS(name)] = _parse(name, st.query_params.get(name))
     for name in NAMES:
-        value = st.session_state.get(f"ctx_{name}")
+        value = st.session_state.get(KEYS(name))
         if value is not None and st.query_params.get(name) != str(value):
             st.query_params[name] = str(value)
 

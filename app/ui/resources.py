@@ -2,7 +2,7 @@
 Streamlit secrets, targets built for a run with their models loaded (a status line each)."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import streamlit as st
 
@@ -73,7 +73,7 @@ def store_at(path: str) -> Store:
     return Store(path)
 
 
-def secrets() -> dict:
+def secrets() -> dict[str, Any]:
     """String values of .streamlit/secrets.toml (API keys a target may name). No file: none. A file
     that does not parse is said on the page - silently having no keys would look like a bad key."""
     try:

@@ -9,9 +9,11 @@ from pathlib import Path
 import streamlit as st
 
 from app.service.tasks import Task, TaskRunner, shared
+from app.ui.page_state import PageKeys
 from app.ui.safe_text import md
 
 POLL_SECONDS = 1.5
+KEYS = PageKeys("tasks")  # the panel's session keys (a page's own task: PageKeys(its prefix).task)
 
 
 def runner() -> TaskRunner:
@@ -23,7 +25,7 @@ def _row(task: Task, key: str) -> None:
     c1, c2 = st.columns([6, 1])
     frac = task.done / task.total if task.total else 0.0
     c1.progress(min(frac, 1.0), text=md(task.text()))
-    if task.active and c2.button("Stop", key=f"{key}_stop_{task.id}",
+    if task.active and c2.button("Stop", key=PageKeys(key)("stop", task.id),
                                  help="stops after the row being scored; what is scored stays, and running it again "
                                       "resumes"):
         task.stop()
@@ -46,14 +48,14 @@ def panel(current_page: str = "") -> None:
         with st.container(border=True):
             st.caption("Running in the background - you can leave this page, the work goes on:")
             for task in active:
-                _row(task, "tasks")
+                _row(task, KEYS.prefix)
 
     live()
 
 
 def _finished_notes(tasks: TaskRunner, current_page: str) -> None:
     """What finished since this session last looked, once each."""
-    seen = st.session_state.get("tasks_seen", time.time())
+    seen = st.session_state.get(KEYS.seen, time.time())
     for task in tasks.finished_since(seen):
         if Path(task.page).stem == current_page:
             continue
@@ -61,35 +63,35 @@ def _finished_notes(tasks: TaskRunner, current_page: str) -> None:
         note(md(task.text()))
         if task.page:
             st.page_link(task.page, label="Open the results", icon=":material/arrow_forward:")
-    st.session_state["tasks_seen"] = time.time()
+    st.session_state[KEYS.seen] = time.time()
 
 
 def submit(kind: str, label: str, page: str, work) -> Task:  # type: ignore[no-untyped-def]
     """Queue work on the worker and remember it for this session; the panel shows it at once."""
     task = runner().submit(kind, label, page, work)
-    st.session_state.setdefault("tasks_mine", []).append(task.id)
+    st.session_state.setdefault(KEYS.mine, []).append(task.id)
     return task
 
 
 def start(prefix: str, kind: str, label: str, page: str, work) -> None:  # type: ignore[no-untyped-def]
     """Start a page's work in the background and rerun: the panel shows it at once, and `collect(prefix)`
     on that page opens its result when it is done."""
-    task = submit(kind, label, page, work)
-    st.session_state[f"{prefix}_task"] = task.id
-    st.session_state.pop(f"{prefix}_failed", None)
+    task, keys = submit(kind, label, page, work), PageKeys(prefix)
+    st.session_state[keys.task] = task.id
+    st.session_state.pop(keys.failed, None)
     st.rerun()
 
 
 def collect(prefix: str, what: str) -> None:
     """On the page that started the work: once it has finished, its result becomes the one shown
     (`<prefix>_open`), or its failure stays on screen (naming `what`) until the next start."""
-    ss = st.session_state
-    done = runner().get(ss.get(f"{prefix}_task"))
+    ss, keys = st.session_state, PageKeys(prefix)
+    done = runner().get(ss.get(keys.task))
     if done is not None and not done.active:
-        ss.pop(f"{prefix}_task")
+        ss.pop(keys.task)
         if done.status == "done":
-            ss[f"{prefix}_open"] = done.result
+            ss[keys.open] = done.result
         elif done.status == "failed":
-            ss[f"{prefix}_failed"] = done.error
-    if ss.get(f"{prefix}_failed"):
-        st.error(f"**{what} failed**: {md(ss[f'{prefix}_failed'])}")
+            ss[keys.failed] = done.error
+    if ss.get(keys.failed):
+        st.error(f"**{what} failed**: {md(ss[keys.failed])}")

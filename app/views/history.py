@@ -4,11 +4,17 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import streamlit as st
 
+from app.core.decision_import import parse_text
+from app.core.records import Result, Run
+from app.core.store import Store
 from app.service import decide, history, policies as policy_service, production, targets
 from app.ui import context, resources
 from app.ui.components import download_frame, show_group_results
 from app.ui.drift_panel import render_drift
 from app.ui.safe_text import md
+from app.ui.page_state import PageKeys
+
+KEYS = PageKeys("hist")  # this page's session and widget keys
 
 
 def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -39,17 +45,30 @@ def render() -> None:
     st.title("History")
     db = resources.store()
     import_section(db)
-    if "hist_open_next" in st.session_state:  # set by a replay or an import, after the run picker was drawn
-        context.put("run", st.session_state.pop("hist_open_next"))
-    runs = history.runs(db)
-    if not runs:
+    if KEYS.open_next in st.session_state:  # set by a replay or an import, after the run picker was drawn
+        context.put("run", st.session_state.pop(KEYS.open_next))
+    everything = history.runs(db)
+    if not everything:
         st.info("No runs yet. Every run from the Playground, Compare and Calibrate pages is saved here.")
         return
-    failed = [r for r in runs if r["status"] == "failed"]
-    runs = [r for r in runs if r["status"] != "failed"]
-    baseline = history.baseline(db)
+    runs, failed = [r for r in everything if r["status"] != "failed"], [r for r in everything if r["status"] == "failed"]
+    overview(db, runs, failed)
+    by_id = {r["id"]: r for r in runs + failed}  # the picker: the runs, then the failed attempts
+    run = by_id[open_run(by_id)]
+    results = history.results(db, run["id"])
+    if run["kind"] == "playground":
+        show_group_results(db, run["group_id"], key=KEYS.prefix)
+    results_section(results, run["id"])
+    run_actions(db, run, len(results))
+    if run["kind"] == "production":
+        production_section(db, run)
+    compare_section(db, run, by_id)
+
+
+def overview(db: Store, runs: Sequence[Run], failed: Sequence[Run]) -> None:
+    """Every run in a table; the failed attempts apart, with the first error of the newest five."""
     if runs:
-        st.dataframe(runs_table(runs), hide_index=True, key="hist_table", width="stretch")
+        st.dataframe(runs_table(runs), hide_index=True, key=KEYS.table, width="stretch")
     if failed:
         with st.expander(f"Failed attempts ({len(failed)}): every call of these runs failed"):
             st.dataframe(runs_table(failed)[["run", "when", "kind", "policy", "target", "rows"]], hide_index=True)
@@ -57,62 +76,72 @@ def render() -> None:
                 first = history.results(db, r["id"])
                 err = first[0]["error"] if first else None
                 st.caption(f"#{r['id']} {md(r['target_name'])}: {md(err or 'no result')}")
-    by_id = {r["id"]: r for r in runs + failed}
+
+
+def open_run(by_id: Mapping[int, Run]) -> int:
+    """The run picker, following the current run (a link, another page); a link to a run that is gone says so."""
     gone = context.missing("run", list(by_id))
     if gone is not None:  # a link to a deleted (or never made) run: say so, never show another run as if it were it
         st.warning(f"Run #{md(gone)} does not exist (deleted, or a link from another workbench): showing the newest run.")
         context.put("run", None)
-    context.follow("hist_open", "run", list(by_id))  # ?run=6 opens run 6; a run opened elsewhere opens here
-    rid = st.selectbox("Open run", list(by_id), key="hist_open", on_change=context.changed("hist_open", "run"),
+    context.follow(KEYS.open, "run", list(by_id))  # ?run=6 opens run 6; a run opened elsewhere opens here
+    rid = st.selectbox("Open run", list(by_id), key=KEYS.open, on_change=context.changed(KEYS.open, "run"),
                        format_func=lambda i: f"#{i} · {by_id[i]['kind']} · {by_id[i]['policy'].get('name')} · "
                                              f"{by_id[i]['target_name']} · {by_id[i]['status']} · {by_id[i]['created_at'][:16]}"
                                              + (" · baseline" if by_id[i]["pinned"] else ""))
-    run = by_id[rid]
     context.put("run", rid)
-    results = history.results(db, rid)
-    if run["kind"] == "playground":
-        show_group_results(db, run["group_id"], key="hist")
+    return int(rid)
+
+
+def results_section(results: Sequence[Result], rid: int) -> None:
     frame = results_table(results)
-    st.dataframe(frame, hide_index=True, key="hist_results", width="stretch", column_config={
+    st.dataframe(frame, hide_index=True, key=KEYS.results, width="stretch", column_config={
         "state": st.column_config.TextColumn(width="large"),
         "latency_ms": st.column_config.NumberColumn(format="%.0f"),
         **{c: st.column_config.NumberColumn(format="%.3f") for c in frame.columns if c.startswith("p(")}})
-    download_frame(frame, f"run-{rid}.csv", "Download this run (CSV)", key="hist_dl")
+    download_frame(frame, f"run-{rid}.csv", "Download this run (CSV)", key=KEYS.dl)
 
+
+def run_actions(db: Store, run: Run, n_results: int) -> None:
+    """Pin (or unpin) as the baseline; delete."""
+    rid = run["id"]
     c1, c2 = st.columns(2)
-    if c1.button("Unpin baseline" if run["pinned"] else "Pin as baseline", key="hist_pin"):
+    if c1.button("Unpin baseline" if run["pinned"] else "Pin as baseline", key=KEYS.pin):
         if run["pinned"]:
             history.unpin(db, rid)  # this run only: another page may have pinned a newer one meanwhile
         else:
             history.pin(db, rid)
         st.rerun()
     with c2.popover("Delete run"):
-        st.write(f"Delete run #{rid} and its {len(results)} results? This cannot be undone.")
-        if st.button("Delete", type="primary", key="hist_delete"):
+        st.write(f"Delete run #{rid} and its {n_results} results? This cannot be undone.")
+        if st.button("Delete", type="primary", key=KEYS.delete):
             history.delete(db, rid)
-            st.session_state.pop("hist_open", None)
+            st.session_state.pop(KEYS.open, None)
             context.put("run", None)
             st.rerun()
 
-    if run["kind"] == "production":
-        production_section(db, run)
+
+def compare_section(db: Store, run: Run, by_id: Mapping[int, Run]) -> None:
+    """Another run of the same policy as run A (the pinned baseline first), this run as B: the drift panel."""
     st.subheader("Compare with another run")
+    baseline = history.baseline(db)
+    rid = run["id"]
     others = history.same_policy(list(by_id.values()), run)
-    if st.session_state.get("hist_cmp_for") != rid or st.session_state.get("hist_cmp") not in [None, *others]:
-        st.session_state["hist_cmp"] = baseline["id"] if baseline and baseline["id"] in others else None
-    st.session_state["hist_cmp_for"] = rid  # a newly opened run starts from the pinned baseline
-    other = st.selectbox("Compare with (run A, the baseline; this run is B)", [None, *others], key="hist_cmp",
+    if st.session_state.get(KEYS.cmp_for) != rid or st.session_state.get(KEYS.cmp) not in [None, *others]:
+        st.session_state[KEYS.cmp] = baseline["id"] if baseline and baseline["id"] in others else None
+    st.session_state[KEYS.cmp_for] = rid  # a newly opened run starts from the pinned baseline
+    other = st.selectbox("Compare with (run A, the baseline; this run is B)", [None, *others], key=KEYS.cmp,
                          format_func=lambda i: "—" if i is None else f"#{i} · {by_id[i]['kind']} · "
                          f"{by_id[i]['target_name']} · {by_id[i]['model'] or ''} · {by_id[i]['created_at'][:16]}"
                          + (" · baseline" if by_id[i]["pinned"] else ""))
     if other is not None:
-        render_drift(db, by_id[other], run, key="hist_drift")
+        render_drift(db, by_id[other], run, key=KEYS.drift)
     elif not baseline:
         st.caption("Pick a run of the same policy, or pin one as the baseline: flips, shifts and the paired test "
                    "show what changed between them.")
 
 
-def production_section(db, run: Mapping[str, Any]) -> None:
+def production_section(db: Store, run: Mapping[str, Any]) -> None:
     """An imported decision log: what it holds, and a replay of its logged states on a target."""
     info = (run.get("config") or {}).get("import") or {}
     st.caption(f"Imported from {md(info.get('source'))}: {info.get('decisions')} decisions from {info.get('first', '')[:19]} "
@@ -122,40 +151,40 @@ def production_section(db, run: Mapping[str, Any]) -> None:
     if not info.get("with_state"):
         return
     c1, c2 = st.columns(2)
-    name = c1.selectbox("Replay the logged states on", targets.names(db, single_rows=True), key="hist_replay_target")
-    if c2.button("Replay", key="hist_replay"):
+    name = c1.selectbox("Replay the logged states on", targets.names(db, single_rows=True), key=KEYS.replay_target)
+    if c2.button("Replay", key=KEYS.replay):
         chosen = resources.chosen_targets(db, [name])
         if chosen:
             bar = st.progress(0.0, text="replaying…")
             new = production.replay(db, run["id"], chosen[0],
                                     lambda d, t, e: bar.progress(d / t if t else 1.0, text=decide.progress_text(d, t, e)))
-            st.session_state["hist_open_next"], st.session_state["hist_cmp_for"] = new, new
-            st.session_state["hist_cmp"] = run["id"]  # opened against the production run it replays
+            st.session_state[KEYS.open_next], st.session_state[KEYS.cmp_for] = new, new
+            st.session_state[KEYS.cmp] = run["id"]  # opened against the production run it replays
             st.rerun()
 
 
-def import_section(db) -> None:
+def import_section(db: Store) -> None:
     """The adapter's decision log (a file, or CloudWatch Logs) as a production run."""
-    with st.expander("Import a decision log (production traffic)", key="hist_log_box"):
+    with st.expander("Import a decision log (production traffic)", key=KEYS.log_box):
         policies = {p["id"]: p for p in policy_service.saved(db)}
         if not policies:
             st.caption("Load or create the policy the decisions were made with first (Playground, Policies).")
             return
         pid = st.selectbox("Decided with policy", list(policies), format_func=lambda i: policies[i]["name"],
-                           key="hist_log_policy")
-        source = st.radio("From", ["file", "cloudwatch"], horizontal=True, key="hist_log_from",
+                           key=KEYS.log_policy)
+        source = st.radio("From", ["file", "cloudwatch"], horizontal=True, key=KEYS.log_from,
                           format_func={"file": "a log file", "cloudwatch": "CloudWatch Logs"}.get)
         parsed, name = None, ""
         try:
             if source == "file":
                 up = st.file_uploader("The adapter's SM_SEMIF_DECISION_LOG file, or its saved stdout",
-                                      type=["jsonl", "log", "txt", "json"], key="hist_log_up")
-                if up is not None and st.button("Import", key="hist_log_import"):
-                    parsed, name = production.read_file(up.getvalue()), up.name
+                                      type=["jsonl", "log", "txt", "json"], key=KEYS.log_up)
+                if up is not None and st.button("Import", key=KEYS.log_import):
+                    parsed, name = parse_text(up.getvalue()), up.name
             else:
                 group = st.text_input("Log group", placeholder="/aws/sagemaker/Endpoints/<endpoint name>",
-                                      key="hist_log_group")
-                if st.button("Import from CloudWatch", key="hist_log_cw", disabled=not group.strip()):
+                                      key=KEYS.log_group)
+                if st.button("Import from CloudWatch", key=KEYS.log_cw, disabled=not group.strip()):
                     parsed, name = production.read_cloudwatch(group.strip()), f"cloudwatch:{group.strip()}"
             if parsed is None:
                 return

@@ -11,20 +11,10 @@ from adapter.calibrated import CalibratedPolicy
 from app.core import export as ex
 from app.core import calibration, head_sources, heads, runs
 from app.core.calibration import SMALL
-from app.core.export import Calibration as Calibration
-from app.core.export import GateDecision, nothing_decided
-from app.core.export import TooFewRows as TooFewRows
-from app.core.export import chance as chance
-from app.core.export import version_label as version_label
-from app.core.runs import EXAMPLE_SOURCES as EXAMPLE_SOURCES
-from app.core.runs import HEAD_VARIANT as HEAD_VARIANT
-from app.core.runs import VARIANTS as VARIANTS
-from app.core.runs import Variant as Variant
-from app.core.runs import label_mismatch as label_mismatch
+from app.core.export import Calibration, GateDecision, version_label
+from app.core.runs import EXAMPLE_SOURCES, VARIANTS, Variant
 from app.core.runner import ProgressFn, StopScoring
 from app.core.stats import Proportion, proportion
-from app.core.stats import interval_text as interval_text
-from app.core.stats import range_text as range_text
 from app.core.records import Run
 from app.core.store import RunBusy, Store
 from app.targets.base import Target
@@ -268,47 +258,6 @@ def chosen_accuracy(cal: Calibration) -> Proportion:
     return proportion(int((cal.oof.argmax(axis=1) == cal.y).sum()), len(cal.y))
 
 
-def candidate_rows(cal: Calibration) -> list[dict[str, Any]]:
-    """Every correction and learned head, out of fold, with intervals - the comparison Calibrate shows
-    and lets the analyst download."""
-    rows = []
-    for c in cal.candidates:
-        ci = cal.candidate_intervals.get(c.name) or {}
-        f1_ci, ece_ci = ci.get("macro_f1_ci"), ci.get("ece_ci")
-        if isinstance(c, heads.HeadFit):
-            kind, reads = "learned head", {"linc": "log-probs", "hidden": "hidden state",
-                                           "stacked": "hidden state + log-probs"}[c.kind]
-            detail, temperature = ", ".join(f"C={r:g}" for r in c.fold_regularisation), None
-        else:
-            kind, reads = "correction", f"{c.family} scores"
-            detail = (", ".join(f"{o} {b:+.2f}" for o, b in zip(cal.option_ids, c.offsets))
-                      if c.method == "fitted" and c.available else "")
-            temperature = c.temperature if c.available else None
-        rows.append({
-            "candidate": c.name, "kind": kind, "reads": reads,
-            "accuracy (out of fold)": c.oof_accuracy if c.available else None,
-            "accuracy 95% CI": interval_text(ci.get("accuracy")) if ci.get("accuracy") else "",
-            "macro-F1 (out of fold)": ci.get("macro_f1") if c.available else None,
-            "macro-F1 95% CI": range_text(f1_ci, "{:.2f}") if f1_ci else "",
-            "ECE (out of fold)": c.oof_ece if c.available else None,
-            "ECE 95% CI": range_text(ece_ci) if ece_ci else "",
-            "NLL (out of fold)": c.oof_nll if c.available else None,
-            "temperature": temperature, "offsets / regularisation": detail,
-            "chosen": c.name == cal.chosen_name, "note": c.note})
-    return rows
-
-
-def candidate_bars(cal: Calibration) -> list[dict[str, Any]]:
-    """{label, rate, low, high, n} per available candidate, for the accuracy chart."""
-    bars = []
-    for c in cal.candidates:
-        acc = (cal.candidate_intervals.get(c.name) or {}).get("accuracy")
-        if acc and acc.get("rate") is not None:
-            bars.append({"label": c.name + (" ✓" if c.name == cal.chosen_name else ""), "rate": acc["rate"],
-                         "low": acc["low"], "high": acc["high"], "n": acc["n"]})
-    return bars
-
-
 @dataclass
 class Export:
     """A calibrated policy ready to save or download, and the gate decision behind it."""
@@ -322,19 +271,9 @@ class Export:
         return at
 
     @property
-    def nothing_decided(self) -> str | None:
-        return nothing_decided(self.at_gate, self.fallback)
-
-    @property
     def flags(self) -> list[ex.GateFlag]:
         """What is wrong with what this gate decides (ex.gate_flags), said before it is saved."""
         return ex.gate_flags(self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
-
-    @property
-    def warnings(self) -> list[str]:
-        """The flags in words (it can still be saved)."""
-        return [ex.flag_text(f, self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
-                for f in self.flags]
 
 
 gate_flags = ex.gate_flags
@@ -375,16 +314,6 @@ def with_out_of_fold(cal: Calibration, config: dict[str, Any]) -> dict[str, Any]
     metrics = {**config["metrics"], "at_gate": {**config["metrics"]["at_gate"], "in_sample": True},
                "at_gate_out_of_fold": ex.applied_metrics(policy, cal.results, oof=cal.oof)}
     return {**config, "metrics": metrics}
-
-
-def lower_bound(cal: Calibration) -> list[float]:
-    """The risk-coverage curve's 95% lower bound as the recommended gate reads it (half the rows)."""
-    return [float(v) for v in calibration.lower_bound_curve(cal.curve)]
-
-
-def target_reach(cal: Calibration) -> dict[str, Any] | None:
-    """Where the curve reaches the target accuracy, and the labeled rows its lower bound would need."""
-    return calibration.target_reach(cal.curve, cal.target_accuracy)
 
 
 def model_alone(cal: Calibration) -> tuple[Proportion | None, list[str]]:

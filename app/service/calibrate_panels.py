@@ -252,8 +252,8 @@ class CorrectionPanel:
     bars: tuple[dict[str, Any], ...]
     bars_title: str
     chance: float
-    confusion: np.ndarray
-    confusion_after: np.ndarray
+    confusion: list[list[int]]
+    confusion_after: list[list[int]]
     after_title: str
     option_ids: tuple[str, ...]
 

@@ -12,7 +12,6 @@ from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from app.core.export import Calibration, TooFewRows, version_label
-from app.core.records import Policy
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS
 from app.core.store import Store
 from app.service import calibrate_panels as panels
@@ -24,6 +23,8 @@ from app.ui.page_state import PageKeys
 from app.ui.safe_text import md
 
 keys = PageKeys("cal")
+Policy = Mapping[str, Any]  # a saved policy (app/core/records.Policy), as the service takes it
+Policies = dict[str, Policy]  # the saved policies by id
 HEAD_LABELS = {"auto": "auto (only beyond noise)", "none": "none", "linc": "LinC (log-probs)",
                "hidden": "hidden state", "stacked": "hidden state + log-probs"}
 NUMBER3 = ("accuracy", "macro_f1", "ece", "ece_corrected", "nll", "accuracy_corrected")
@@ -57,7 +58,7 @@ def readout_rows(db_path: str, versions: tuple[Any, ...]) -> list[dict[str, Any]
     return evaluate.readouts(db, [r for r in (history.run(db, rid) for rid, _ in versions) if r is not None])
 
 
-def sets_section(db: Store, policies: dict[str, Policy], for_policy: str) -> None:
+def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
     """Import shipped sets or an upload; an upload's labels default to the options of the policy
     being calibrated (`for_policy`)."""
     if st.session_state.get(keys.up_for) != for_policy or keys.up_policy not in st.session_state:
@@ -86,7 +87,7 @@ def sets_section(db: Store, policies: dict[str, Policy], for_policy: str) -> Non
             delete_set(db, sets)
 
 
-def import_upload(db: Store, policies: dict[str, Policy], up_policy: str, upload: UploadedFile,
+def import_upload(db: Store, policies: Policies, up_policy: str, upload: UploadedFile,
                   columns: set_service.ColumnMap | None) -> None:
     """Import the upload as a set of `up_policy`'s options; it becomes the set evaluated below."""
     try:
@@ -175,7 +176,7 @@ def delete_set(db: Store, sets: Sequence[Mapping[str, Any]]) -> None:
             st.rerun()
 
 
-def current_policy(policies: Mapping[str, Policy], sets: Mapping[int, Mapping[str, Any]]) -> str:
+def current_policy(policies: Policies, sets: Mapping[int, Mapping[str, Any]]) -> str:
     """The policy being calibrated: the current one (other pages, the URL), else the one picked here,
     else the first that has a labeled set."""
     with_sets = [p for p in policies if any(s["policy_id"] == p for s in sets.values())]
@@ -221,7 +222,7 @@ def set_notes(db: Store, policy: Policy, sid: int, parent: int | None) -> tuple[
     return problem, support
 
 
-def evaluate_section(db: Store, policies: dict[str, Policy], sets: dict[int, Any]) -> tuple[str, int]:
+def evaluate_section(db: Store, policies: Policies, sets: dict[int, Any]) -> tuple[str, int]:
     st.subheader("Evaluate")
     c1, c2 = st.columns(2)
     current_policy(policies, sets)
@@ -500,7 +501,7 @@ def render() -> None:
     saved = saved_policies(db)
     if saved is None:
         return
-    policies = {p["id"]: p for p in saved}
+    policies: Policies = {p["id"]: p for p in saved}
     sets_section(db, policies, current_policy(policies, {s["id"]: s for s in set_service.listed(db)}))
     sets = {s["id"]: s for s in set_service.listed(db)}
     if not sets:

@@ -54,7 +54,8 @@ DATA = ("app.core.records", "app.core.store", "app.targets.base", "app.targets.e
         "app.core.store.Store", "app.core.records.Policy", "app.core.records.Run",
         "app.core.export.Calibration", "app.core.export.TooFewRows", "app.core.export.version_label",
         "app.core.runs.EXAMPLE_SOURCES", "app.core.runs.HEAD_VARIANT", "app.core.runs.VARIANTS",
-        "app.core.runs.Variant")
+        "app.core.runs.Variant", "app.core.runner.Case",
+        "app.core.inputs.InputError", "app.core.inputs.rows_from_text", "app.core.inputs.label_lookalikes")
 
 # function-local imports: (module, what it imports) -> why it waits for the call
 LAZY: dict[tuple[str, str], str] = {

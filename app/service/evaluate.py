@@ -165,17 +165,13 @@ def runs_of(store: Store, policy_id: str, set_id: int) -> list[Run]:
     return [r for r in store.list_runs(kind="eval") if r["labeled_set_id"] == set_id and r["policy_id"] == policy_id]
 
 
-def measures(policy: Policy, run: Mapping[str, Any]) -> bool:
-    """Whether a run evaluated this policy as it is saved now - its version (a save that changed only the
-    guard or the readout is a new version too: what ships is the saved one), and its question, options
-    and examples: a run of another version is history, and its gate is never exported for this one."""
-    return runs.same_version(policy, run)
-
-
-def by_version(policy: Policy, runs: Sequence[Mapping[str, Any]]
+def by_version(policy: Policy, made: Sequence[Mapping[str, Any]]
                ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """(runs of the saved version, runs of earlier versions) - kept apart on the Calibrate page."""
-    return [r for r in runs if measures(policy, r)], [r for r in runs if not measures(policy, r)]
+    """(runs of the saved version, runs of earlier versions) - kept apart on the Calibrate page. A run
+    measures the policy as saved now when it evaluated its version (a save that changed only the guard or
+    the readout is a new version too: what ships is the saved one), question, options and examples: a run of
+    another version is history, and its gate is never exported for this one (runs.same_version)."""
+    return [r for r in made if runs.same_version(policy, r)], [r for r in made if not runs.same_version(policy, r)]
 
 
 def version_of(run: Mapping[str, Any]) -> str:
@@ -294,7 +290,7 @@ def export(store: Store, cal: Calibration, *, fallback: str = "human-review",
     With `policy` (the policy as saved now), a run of another version is refused: its gate was
     measured on another question or other options."""
     run = store.get_run(cal.run_id)
-    if policy is not None and run is not None and not measures(policy, run):
+    if policy is not None and run is not None and not runs.same_version(policy, run):
         raise OtherVersion(f"run #{cal.run_id} evaluated {version_of(run)} of '{policy.get('name')}', which is saved as "
                            f"{version_label(policy.get('version'))} now (its question, options or examples changed): "
                            "evaluate the saved version to export a gate for it")

@@ -27,6 +27,7 @@ def test_the_saved_note_names_the_gate_the_fallback_and_the_head():
     assert "calibrated policy #7" in text and "**0.812**" in text and "**<human-review>**" in text
     assert "its learned head (the hidden-state head) decides every row" in text
     assert "no gate is set" in panels.Saved(8, "refund", None, "x", None).text()
+    assert note[0] == 7  # the Deploy page preselects the policy just saved by the first item
 
 
 def test_the_support_caption_says_rows_per_option_and_a_stop_early_cap():

@@ -4,7 +4,7 @@ Also the words of the gate flags and of a gate that decides nothing (said before
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -204,9 +204,9 @@ def coverage_note(cal: Calibration) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Saved:
-    """A calibrated policy just saved: what the note after Save says it does once deployed."""
+class Saved(NamedTuple):
+    """A calibrated policy just saved: what the note after Save says it does once deployed. A tuple
+    whose first item is the id: the Deploy page preselects it (`cal_saved[0]`)."""
     id: int
     policy_id: str
     threshold: float | None

@@ -166,7 +166,7 @@ def test_a_link_to_a_run_that_does_not_exist_says_so(db):
 def test_a_gate_no_better_than_chance_is_called_out_before_it_is_saved_and_on_deploy():
     from app.core.stats import proportion
     from app.service.deploy import calibrated_label
-    from app.core.export import flag_text
+    from app.service.calibrate_panels import flag_text
     from app.service.evaluate import gate_flags
 
     def at_gate(k: int, n: int) -> dict:

@@ -10,9 +10,10 @@ from adapter.schema import DEBIAS, HEAD_LAYOUT, LAYOUTS, READOUTS
 
 from app.cli.common import (EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, UsageProblem, add_db, bar, count, error, fmt,
                             option_id, out_file, rate, store, target, target_rate)
-from app.service.evaluate import EXAMPLE_SOURCES, Variant
+from app.core.runs import EXAMPLE_SOURCES, HEAD_VARIANT, Variant
 from app.service.sets import InputError
 from app.core.store import RunBusy
+from app.service import calibrate_panels
 from app.service import evaluate as ev
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
             error("--layout policy-first reads letters with no correction and no permutation: drop --readout, "
                   "--debias and --permute")
             return EXIT_USAGE
-        variant = ev.HEAD_VARIANT
+        variant = HEAD_VARIANT
     readers = [target(db, name.strip()) for name in (args.head_sources or "").split(",") if name.strip()]
     print(f"policy {policy['id']} x set #{set_id} x target {t.name} ({variant.name})", file=sys.stderr)
     b = bar(0, args.quiet)
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
           f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
     print(f"correction {cal.correction_why}")
-    for row in ev.candidate_rows(cal):
+    for row in calibrate_panels.candidate_rows(cal):
         if row["kind"] == "learned head":
             print(f"  {row['candidate']}: " + (f"accuracy {row['accuracy 95% CI']}; macro-F1 "
                                                f"{fmt(row['macro-F1 (out of fold)'])}, {row['macro-F1 95% CI']}; "
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"exported rule on all {at['n']} rows{' (out of fold: the head never saw the row it decides)' if cal.head else ''}: "
           f"decides {at['decided']} (coverage {fmt(at['coverage'])}), accuracy {fmt(at['accuracy'])}, {at['gated']} to "
           f"fallback {args.fallback!r}")
-    for warning in exported.warnings:
+    for warning in calibrate_panels.warnings(exported):
         print(f"warning: {warning}")
     if args.out:
         try:  # checked before scoring (common.out_file); the folder may still change meanwhile

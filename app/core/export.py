@@ -192,30 +192,9 @@ def gate_flags(at_gate: Mapping[str, Any], n_options: int, target: float | None)
     return flags
 
 
-def flag_text(flag: GateFlag, at_gate: Mapping[str, Any], n_options: int, target: float | None) -> str:
-    """A gate flag in words, with the numbers behind it."""
-    p = at_gate["accuracy_interval"]
-    if flag == "no-better-than-chance":
-        return (f"The rows this gate decides are right {p['rate']:.0%} of the time (95% CI {p['low']:.0%}–"
-                f"{p['high']:.0%}, n={p['n']}): no better than chance ({chance(n_options):.0%} with {n_options} "
-                "options). Deployed, it would decide these rows about as well as a coin - raise the gate, or improve "
-                "the policy or the model first.")
-    return f"Even the top of the interval ({p['high']:.0%}) is below the target accuracy of {target or 0:.0%}."
-
-
 def version_label(version: int | None) -> str:
     """'v3' - a saved version of a policy ('v?' for one made before versions were counted)."""
     return f"v{version}" if version else "v?"
-
-
-def nothing_decided(at_gate: dict, fallback: str) -> str | None:
-    """What a gate that decides none of the rows means, said before anyone saves it (saving stays
-    allowed: sending everything to the fallback is safe); None when the gate decides some rows."""
-    if at_gate["decided"]:
-        return None
-    return (f"This gate decides none of the {at_gate['n']} rows: saved as it is, the adapter sends every decision "
-            f"to {fallback}. That is safe - nothing is decided wrongly - but it automates nothing. Set a lower "
-            "gate by hand, or score more labeled rows, another readout or another model.")
 
 
 def decide_gate(cal: Calibration, manual: float | None = None) -> GateDecision:

@@ -16,11 +16,9 @@ from app.core import analysis, head_apply
 from app.core.export import gate_preview
 from app.core.deployed import AsDeployed
 from app.core.runs import Variant
-from app.core import inputs
 from app.core.inputs import InputError as InputError
-from app.core.inputs import is_empty_state, rows_from_text, rows_from_upload, state_from_file
+from app.core.inputs import is_empty_state, rows_from_upload, state_from_file
 from app.core.labeled import evenly_spaced, stratified
-from app.core.costs import PRICE_SOURCE as PRICE_SOURCE
 from app.core.runner import Case, ProgressFn, is_cold, run_policy
 from app.core.runner import progress_text as progress_text
 from app.core.records import Run
@@ -42,17 +40,6 @@ def states_from_upload(policy: Policy, filename: str, data: bytes, *, limit: int
     a file with a `policy` column gives this policy's rows (one rule for the Compare page and `app bench`).
     With `limit`, at most that many rows, evenly spaced (every label keeps about its share)."""
     return evenly_spaced(rows_from_upload(filename, data, option_ids(policy), policy["id"]), limit)
-
-
-def label_lookalikes(filename: str, data: bytes) -> list[str]:
-    """Columns of an upload that look meant as `label` (Label, labels, answer, category, ...) when it
-    has no `label` column: the page says so, since without it no accuracy is computed."""
-    return inputs.label_lookalikes(filename, data)
-
-
-def states_from_text(text: str) -> list[Case]:
-    """One state per non-empty line."""
-    return rows_from_text(text)
 
 
 def decide(store: Store, policy: Policy, state: object, targets: list[Target], *, overrides: dict[str, Any] | None = None,

@@ -6,26 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from adapter.engine.head import KIND_WORDS
 from adapter.server.calibrated import CalibratedPolicy
 
 from app.core import export as ex
 from app.core import calibration, head_sources, heads, runs
 from app.core.calibration import SMALL
-from app.core.export import Calibration as Calibration
-from app.core.export import GateDecision, nothing_decided
-from app.core.export import TooFewRows as TooFewRows
-from app.core.export import chance as chance
-from app.core.export import version_label as version_label
-from app.core.runs import EXAMPLE_SOURCES as EXAMPLE_SOURCES
-from app.core.runs import HEAD_VARIANT as HEAD_VARIANT
-from app.core.runs import VARIANTS as VARIANTS
-from app.core.runs import Variant as Variant
-from app.core.runs import label_mismatch as label_mismatch
+from app.core.export import Calibration, GateDecision, version_label
+from app.core.runs import EXAMPLE_SOURCES, VARIANTS, Variant
 from app.core.runner import ProgressFn, StopScoring
 from app.core.stats import Proportion, proportion
-from app.core.stats import interval_text as interval_text
-from app.core.stats import range_text as range_text
 from app.core.records import Run
 from app.core.store import RunBusy, Store
 from app.targets.base import Target
@@ -176,17 +165,13 @@ def runs_of(store: Store, policy_id: str, set_id: int) -> list[Run]:
     return [r for r in store.list_runs(kind="eval") if r["labeled_set_id"] == set_id and r["policy_id"] == policy_id]
 
 
-def measures(policy: Policy, run: Mapping[str, Any]) -> bool:
-    """Whether a run evaluated this policy as it is saved now - its version (a save that changed only the
-    guard or the readout is a new version too: what ships is the saved one), and its question, options
-    and examples: a run of another version is history, and its gate is never exported for this one."""
-    return runs.same_version(policy, run)
-
-
-def by_version(policy: Policy, runs: Sequence[Mapping[str, Any]]
+def by_version(policy: Policy, made: Sequence[Mapping[str, Any]]
                ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """(runs of the saved version, runs of earlier versions) - kept apart on the Calibrate page."""
-    return [r for r in runs if measures(policy, r)], [r for r in runs if not measures(policy, r)]
+    """(runs of the saved version, runs of earlier versions) - kept apart on the Calibrate page. A run
+    measures the policy as saved now when it evaluated its version (a save that changed only the guard or
+    the readout is a new version too: what ships is the saved one), question, options and examples: a run of
+    another version is history, and its gate is never exported for this one (runs.same_version)."""
+    return [r for r in made if runs.same_version(policy, r)], [r for r in made if not runs.same_version(policy, r)]
 
 
 def version_of(run: Mapping[str, Any]) -> str:
@@ -269,46 +254,6 @@ def chosen_accuracy(cal: Calibration) -> Proportion:
     return proportion(int((cal.oof.argmax(axis=1) == cal.y).sum()), len(cal.y))
 
 
-def candidate_rows(cal: Calibration) -> list[dict[str, Any]]:
-    """Every correction and learned head, out of fold, with intervals - the comparison Calibrate shows
-    and lets the analyst download."""
-    rows = []
-    for c in cal.candidates:
-        ci = cal.candidate_intervals.get(c.name) or {}
-        f1_ci, ece_ci = ci.get("macro_f1_ci"), ci.get("ece_ci")
-        if isinstance(c, heads.HeadFit):
-            kind, reads = "learned head", KIND_WORDS[c.kind].reads
-            detail, temperature = ", ".join(f"C={r:g}" for r in c.fold_regularisation), None
-        else:
-            kind, reads = "correction", f"{c.family} scores"
-            detail = (", ".join(f"{o} {b:+.2f}" for o, b in zip(cal.option_ids, c.offsets))
-                      if c.method == "fitted" and c.available else "")
-            temperature = c.temperature if c.available else None
-        rows.append({
-            "candidate": c.name, "kind": kind, "reads": reads,
-            "accuracy (out of fold)": c.oof_accuracy if c.available else None,
-            "accuracy 95% CI": interval_text(ci.get("accuracy")) if ci.get("accuracy") else "",
-            "macro-F1 (out of fold)": ci.get("macro_f1") if c.available else None,
-            "macro-F1 95% CI": range_text(f1_ci, "{:.2f}") if f1_ci else "",
-            "ECE (out of fold)": c.oof_ece if c.available else None,
-            "ECE 95% CI": range_text(ece_ci) if ece_ci else "",
-            "NLL (out of fold)": c.oof_nll if c.available else None,
-            "temperature": temperature, "offsets / regularisation": detail,
-            "chosen": c.name == cal.chosen_name, "note": c.note})
-    return rows
-
-
-def candidate_bars(cal: Calibration) -> list[dict[str, Any]]:
-    """{label, rate, low, high, n} per available candidate, for the accuracy chart."""
-    bars = []
-    for c in cal.candidates:
-        acc = (cal.candidate_intervals.get(c.name) or {}).get("accuracy")
-        if acc and acc.get("rate") is not None:
-            bars.append({"label": c.name + (" ✓" if c.name == cal.chosen_name else ""), "rate": acc["rate"],
-                         "low": acc["low"], "high": acc["high"], "n": acc["n"]})
-    return bars
-
-
 @dataclass
 class Export:
     """A calibrated policy ready to save or download, and the gate decision behind it."""
@@ -322,19 +267,9 @@ class Export:
         return at
 
     @property
-    def nothing_decided(self) -> str | None:
-        return nothing_decided(self.at_gate, self.fallback)
-
-    @property
     def flags(self) -> list[ex.GateFlag]:
         """What is wrong with what this gate decides (ex.gate_flags), said before it is saved."""
         return ex.gate_flags(self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
-
-    @property
-    def warnings(self) -> list[str]:
-        """The flags in words (it can still be saved)."""
-        return [ex.flag_text(f, self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
-                for f in self.flags]
 
 
 gate_flags = ex.gate_flags
@@ -355,7 +290,7 @@ def export(store: Store, cal: Calibration, *, fallback: str = "human-review",
     With `policy` (the policy as saved now), a run of another version is refused: its gate was
     measured on another question or other options."""
     run = store.get_run(cal.run_id)
-    if policy is not None and run is not None and not measures(policy, run):
+    if policy is not None and run is not None and not runs.same_version(policy, run):
         raise OtherVersion(f"run #{cal.run_id} evaluated {version_of(run)} of '{policy.get('name')}', which is saved as "
                            f"{version_label(policy.get('version'))} now (its question, options or examples changed): "
                            "evaluate the saved version to export a gate for it")
@@ -375,16 +310,6 @@ def with_out_of_fold(cal: Calibration, config: dict[str, Any]) -> dict[str, Any]
     metrics = {**config["metrics"], "at_gate": {**config["metrics"]["at_gate"], "in_sample": True},
                "at_gate_out_of_fold": ex.applied_metrics(policy, cal.results, oof=cal.oof)}
     return {**config, "metrics": metrics}
-
-
-def lower_bound(cal: Calibration) -> list[float]:
-    """The risk-coverage curve's 95% lower bound as the recommended gate reads it (half the rows)."""
-    return [float(v) for v in calibration.lower_bound_curve(cal.curve)]
-
-
-def target_reach(cal: Calibration) -> dict[str, Any] | None:
-    """Where the curve reaches the target accuracy, and the labeled rows its lower bound would need."""
-    return calibration.target_reach(cal.curve, cal.target_accuracy)
 
 
 def model_alone(cal: Calibration) -> tuple[Proportion | None, list[str]]:

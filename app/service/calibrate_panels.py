@@ -1,0 +1,339 @@
+"""The Calibrate page's panels as display objects: each builder computes what one panel shows (texts,
+numbers, frames, chart inputs) from a calibration and its export, and the page only lays the fields out.
+Also the words of the gate flags and of a gate that decides nothing (said before a policy is saved)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, NamedTuple
+
+import numpy as np
+
+from adapter.engine.head import KIND_WORDS
+
+from app.core import calibration, heads
+from app.core.export import Calibration, GateFlag, chance
+from app.core.stats import interval_text, range_text
+from app.core.store import Store
+from app.service import review
+from app.service.display import Cell, Column, Escape, Metric, Note, plain
+from app.service.evaluate import Export, chosen_accuracy, head_title, model_alone
+
+BANNER = {"recommended": "success", "hand-set": "info", "unreachable": "error"}
+
+
+def flag_text(flag: GateFlag, at_gate: Mapping[str, Any], n_options: int, target: float | None) -> str:
+    """A gate flag in words, with the numbers behind it."""
+    p = at_gate["accuracy_interval"]
+    if flag == "no-better-than-chance":
+        return (f"The rows this gate decides are right {p['rate']:.0%} of the time (95% CI {p['low']:.0%}–"
+                f"{p['high']:.0%}, n={p['n']}): no better than chance ({chance(n_options):.0%} with {n_options} "
+                "options). Deployed, it would decide these rows about as well as a coin - raise the gate, or improve "
+                "the policy or the model first.")
+    return f"Even the top of the interval ({p['high']:.0%}) is below the target accuracy of {target or 0:.0%}."
+
+
+def nothing_decided(at_gate: Mapping[str, Any], fallback: str) -> str | None:
+    """What a gate that decides none of the rows means, said before anyone saves it (saving stays
+    allowed: sending everything to the fallback is safe); None when the gate decides some rows."""
+    if at_gate["decided"]:
+        return None
+    return (f"This gate decides none of the {at_gate['n']} rows: saved as it is, the adapter sends every decision "
+            f"to {fallback}. That is safe - nothing is decided wrongly - but it automates nothing. Set a lower "
+            "gate by hand, or score more labeled rows, another readout or another model.")
+
+
+def warnings(exported: Export) -> list[str]:
+    """The export's gate flags in words (it can still be saved)."""
+    n, target = len(exported.config["options"]), exported.config.get("target_accuracy")
+    return [flag_text(f, exported.at_gate, n, target) for f in exported.flags]
+
+
+@dataclass(frozen=True)
+class GateSlider:
+    """The hand-set gate's slider: where it starts and the range of the confidences it can cut."""
+    start: float
+    help: str
+
+
+def gate_slider(cal: Calibration) -> GateSlider:
+    top = np.asarray(cal.calibrated).max(axis=1)
+    return GateSlider(float(cal.gate.threshold or 0.5), f"the calibrated confidences of the scored rows lie between "
+                                                       f"{top.min():.3f} and {top.max():.3f}")
+
+
+@dataclass(frozen=True)
+class GatePanel:
+    """The gate and what it does: the gate's banner and notes, three rows of three columns of figures
+    (what the gate decides; the model and the head; calibration), a note on a head's fitted rows, and
+    what is wrong with saving it (still allowed)."""
+    alerts: tuple[Note, ...]
+    decided: tuple[Column, ...]
+    fitted: str | None
+    quality: tuple[Column, ...]
+    calibration: tuple[Column, ...]
+    problems: tuple[Note, ...]
+
+
+def gate_panel(cal: Calibration, exported: Export, esc: Escape = plain) -> GatePanel:
+    gate, fallback = exported.gate, exported.fallback
+    hand = gate.source == "hand-set"
+    banner = esc(gate.messages[0]) if gate.messages and not hand else f"Gate set by hand: {gate.threshold:.3f}"
+    alerts = (Note(BANNER[gate.source], banner),  # type: ignore[arg-type]
+              *(Note("warning", esc(n)) for n in (gate.messages if hand else gate.messages[1:])))
+    nothing = nothing_decided(exported.at_gate, fallback)
+    problems = ((Note("warning", esc(nothing)),) if nothing else ()) + tuple(Note("error", esc(p))
+                                                                           for p in warnings(exported))
+    return GatePanel(alerts, decided_columns(exported, esc), fitted_rows(exported.config), quality_columns(cal, esc),
+                     calibration_columns(cal), problems)
+
+
+def decided_columns(exported: Export, esc: Escape) -> tuple[Column, ...]:
+    """Accuracy of the decided rows (and, for a hand-set gate, out of fold), coverage, the fallback's share."""
+    at, config = exported.at_gate, exported.config
+    accuracy: list[Cell] = [
+        Metric("Accuracy of decided rows" + (" (in sample)" if at.get("in_sample") else ""),
+               "n/a" if at["accuracy"] is None else f"{at['accuracy']:.1%}",
+               "among the rows the gate lets through (the rest go to the fallback)"),
+        Note("caption", esc(interval_text(at.get("accuracy_interval"))))]
+    if oof := config["metrics"].get("at_gate_out_of_fold"):
+        accuracy += [Metric("Accuracy of decided rows (out of fold)", "n/a" if oof["accuracy"] is None else
+                            f"{oof['accuracy']:.1%}", "the same gate and fallback, each row decided by a correction "
+                            "fitted without it (the folds the corrections and heads are compared on): expect this on "
+                            "new rows"),
+                     Note("caption", esc(interval_text(oof.get("accuracy_interval")))
+                          + " · the gate was set by hand on these rows, so the figure above is in sample")]
+    if at.get("small_n") and at["decided"]:
+        accuracy.append(Note("warning", f"Only {at['decided']} decided rows: this accuracy is a hint, not a "
+                                        "measurement - score more labeled rows before trusting it."))
+    coverage = (Metric("Coverage", "n/a" if at["coverage"] is None else f"{at['coverage']:.1%}",
+                       f"rows decided: {at['decided']} of {at['n']}"),
+                Note("caption", esc(interval_text(at.get("coverage_interval")))))
+    return tuple(accuracy), coverage, (Metric("To the fallback", f"{at['gated']} rows", f"sent to {esc(exported.fallback)}"),)
+
+
+def fitted_rows(config: Mapping[str, Any]) -> str | None:
+    """With a learned head: the figures are out of fold, and what the exported head does on its own rows."""
+    fitted = config["metrics"].get("at_gate_fitted_rows")
+    if not fitted:
+        return None
+    on_fitted = (f"decides {fitted['decided']} of them with {fitted['accuracy']:.1%} accuracy - optimistic, since "
+                 "it saw them; expect the out-of-fold figures on new rows" if fitted["decided"] and
+                 fitted["accuracy"] is not None else "decides none of them at this gate either")
+    return (f"With a learned head these numbers are out of fold: each row decided by a head that never saw it, "
+            f"at this gate. The exported head, fitted on all {fitted['n']} rows, {on_fitted}.")
+
+
+def quality_columns(cal: Calibration, esc: Escape) -> tuple[Column, ...]:
+    """The model alone, macro-F1 as scored, and the exported head's accuracy (or the temperature)."""
+    rep, iv = cal.report, cal.intervals
+    f1 = (Metric("Macro-F1 as scored", f"{rep.macro_f1:.2f}"),
+          Note("caption", range_text(iv.get("macro_f1"), "{:.2f}", rep.n)))
+    if cal.head is not None:
+        acc = chosen_accuracy(cal)
+        third: Column = (
+            Metric(f"Accuracy with {head_title(cal)} (out of fold)", f"{acc.rate:.1%}",
+                   f"{cal.head.name}, every row predicted by a head that never saw it, before any gate; L2 strength C "
+                   "chosen by inner cross-validation per fold: " + ", ".join(f"{c:g}" for c in cal.head.fold_regularisation)),
+            Note("caption", esc(interval_text(acc.to_dict()))))
+    else:
+        third = (Metric("Temperature", f"{rep.temperature:.2f}", "the exported correction's temperature"
+                        + (" (with fitted per-option offsets)" if rep.method == "fitted" else "")),)
+    return alone_column(cal, esc), f1, third
+
+
+def alone_column(cal: Calibration, esc: Escape) -> Column:
+    """The model's own accuracy, uncorrected; a correction applied while scoring is named with its own figure."""
+    alone, applied = model_alone(cal)
+    rep, iv = cal.report, cal.intervals
+    if cal.layout == "policy-first":
+        return (Metric("Letters as scored in the head layout (never shipped alone)", f"{rep.accuracy:.1%}",
+                       f"the head layout puts the state last, which only a learned head reads well: these letters "
+                       f"are shown for reference, never exported without the head; n = {rep.n}; chance = "
+                       f"{cal.chance:.0%}"),
+                Note("caption", esc(interval_text(iv.get("accuracy")))))
+    if alone is not None and applied:
+        return (Metric("Accuracy, model alone (uncorrected)", f"{alone.rate or 0:.1%}",
+                       f"top option = label, before any correction, head or gate; chance = {cal.chance:.0%}"),
+                Note("caption", esc(alone.text()) + f" · as scored, with the {esc(', '.join(applied))} correction: "
+                                                    f"{rep.accuracy:.1%}"))
+    title = "Accuracy, model alone (uncorrected)" if not applied else f"Accuracy as scored (with {', '.join(applied)})"
+    return (Metric(title, f"{rep.accuracy:.1%}", f"top option = label, before any gate; n = {rep.n}; chance = "
+                                                 f"{cal.chance:.0%}"),
+            Note("caption", esc(interval_text(iv.get("accuracy")))))
+
+
+def calibration_columns(cal: Calibration) -> tuple[Column, ...]:
+    """Expected calibration error before and after the correction, Brier and NLL."""
+    rep, iv = cal.report, cal.intervals
+    return ((Metric("ECE raw", f"{rep.ece_width:.3f}", f"equal-mass bins: {rep.ece_mass:.3f}"),
+             Note("caption", range_text(iv.get("ece"), n=rep.n))),
+            (Metric("ECE corrected", f"{rep.oof_ece_width:.3f}", f"out of fold, after {cal.chosen_name}; "
+                                                                 f"equal-mass bins: {rep.oof_ece_mass:.3f}"),
+             Note("caption", range_text(iv.get("ece_corrected"), n=rep.n))),
+            (Metric("Brier / NLL", f"{rep.brier:.3f} / {rep.nll:.3f}"),))
+
+
+@dataclass(frozen=True)
+class CoveragePanel:
+    """The risk-coverage curve, the gate on it, the lower bound a recommended gate must clear, and (when
+    the curve reaches the target but no gate is recommended) why, with the rows it would need."""
+    curve: dict[str, np.ndarray]
+    threshold: float | None
+    target: float
+    lower: tuple[float, ...]
+    note: str | None
+
+
+def coverage_panel(cal: Calibration, threshold: float | None) -> CoveragePanel:
+    lower = tuple(float(v) for v in calibration.lower_bound_curve(cal.curve))
+    return CoveragePanel(cal.curve, threshold, cal.target_accuracy, lower, coverage_note(cal))
+
+
+def coverage_note(cal: Calibration) -> str | None:
+    """Why no gate is recommended though the curve reaches the target, and the rows the widest point
+    reaching it would need (None when there is nothing to say)."""
+    reach = calibration.target_reach(cal.curve, cal.target_accuracy)
+    target = cal.target_accuracy
+    if reach is None:
+        return f"No point of the curve reaches {target:.0%}, even before the lower bound."
+    if reach["needed"] is None:
+        return (f"The curve touches {target:.0%} at {reach['coverage']:.0%} coverage, but only just: "
+                "its lower bound would not clear the target at any number of rows.")
+    if reach["needed"] > reach["rows"]:
+        return (f"At {reach['coverage']:.0%} coverage the decided rows are {reach['accuracy']:.0%} right - above "
+                f"the target {target:.0%} - but on {reach['rows']} rows the lower bound (dashed) is "
+                f"below it: about {reach['needed']} labeled rows at this accuracy would let a gate be recommended.")
+    return None
+
+
+class Saved(NamedTuple):
+    """A calibrated policy just saved: what the note after Save says it does once deployed. A tuple
+    whose first item is the id: the Deploy page preselects it (`cal_saved[0]`)."""
+    id: int
+    policy_id: str
+    threshold: float | None
+    fallback: str
+    head: str | None
+
+    def text(self, esc: Escape = plain) -> str:
+        head_text = f"its learned head ({self.head}) decides every row, and " if self.head else ""
+        gate_text = ("no gate is set" if self.threshold is None else
+                     f"confidence below **{self.threshold:.3f}** → **{esc(self.fallback)}**")
+        return (f"Saved as calibrated policy #{self.id}. Next: on the **Deploy** page pick it; Deploy packages it into "
+                f"model.tar.gz and the adapter enforces it: {head_text}{gate_text}, "
+                "and any other model than the calibrated one → the fallback too.")
+
+
+def saved(cid: int, cal: Calibration, exported: Export) -> Saved:
+    return Saved(cid, exported.config["policy_id"], exported.gate.threshold, exported.fallback, head_title(cal))
+
+
+def narrowing(store: Store, cal: Calibration, exported: Export) -> str | None:
+    """For a set version made by the review queue: the accuracy at this gate on the parent version and on
+    this one, with how much the 95% interval narrowed (a learned head: out of fold); None otherwise."""
+    change = review.narrowing(store, cal.run_id, exported.config, cal)
+    if change is None:
+        return None
+    before_run, before, after = change
+    width = [p.high - p.low for p in (before, after) if p.rate is not None and p.high is not None and p.low is not None]
+    narrowed = f": the interval went from {width[0]:.1%} to {width[1]:.1%} wide" if len(width) == 2 else ""
+    oof = " (out of fold: the head never decides a row it was fitted on)" if exported.config.get("head") else ""
+    return (f"Accuracy of the decided rows at this gate{oof}, set #{before_run['labeled_set_id']} "
+            f"(run #{before_run['id']}): {before.text()} → this set: {after.text()}{narrowed}.")
+
+
+@dataclass(frozen=True)
+class CorrectionPanel:
+    """Which correction or learned head the export carries and why, every candidate out of fold (a table
+    to show and download, bars with intervals), and the confusion before and after."""
+    title: str
+    why: str
+    head_why: Note
+    rows: tuple[dict[str, Any], ...]
+    number_columns: tuple[str, ...]
+    bars: tuple[dict[str, Any], ...]
+    bars_title: str
+    chance: float
+    confusion: list[list[int]]
+    confusion_after: list[list[int]]
+    after_title: str
+    option_ids: tuple[str, ...]
+
+
+def correction_panel(cal: Calibration, esc: Escape = plain) -> CorrectionPanel:
+    name = cal.chosen_name
+    title = (f"**Exported: {esc(name)}** (it replaces the correction; the best correction without a head was "
+             f"{esc(cal.correction.name)})" if cal.head is not None else f"**Correction: {esc(name)}**")
+    return CorrectionPanel(
+        title, esc(cal.correction_why), Note("success" if cal.head is not None else "info", esc(cal.head_why)),
+        tuple(candidate_rows(cal)), ("accuracy (out of fold)", "NLL (out of fold)", "ECE (out of fold)",
+                                     "macro-F1 (out of fold)", "temperature"),
+        tuple(candidate_bars(cal)), "Accuracy out of fold, with 95% intervals (dotted: chance)", cal.chance,
+        cal.report.confusion, cal.report.oof_confusion, f"After {name} (out of fold)", tuple(cal.option_ids))
+
+
+def candidate_rows(cal: Calibration) -> list[dict[str, Any]]:
+    """Every correction and learned head, out of fold, with intervals - the comparison Calibrate shows
+    and lets the analyst download (and the command prints)."""
+    rows = []
+    for c in cal.candidates:
+        ci = cal.candidate_intervals.get(c.name) or {}
+        f1_ci, ece_ci = ci.get("macro_f1_ci"), ci.get("ece_ci")
+        if isinstance(c, heads.HeadFit):
+            kind, reads = "learned head", KIND_WORDS[c.kind].reads
+            detail, temperature = ", ".join(f"C={r:g}" for r in c.fold_regularisation), None
+        else:
+            kind, reads = "correction", f"{c.family} scores"
+            detail = (", ".join(f"{o} {b:+.2f}" for o, b in zip(cal.option_ids, c.offsets))
+                      if c.method == "fitted" and c.available else "")
+            temperature = c.temperature if c.available else None
+        rows.append({
+            "candidate": c.name, "kind": kind, "reads": reads,
+            "accuracy (out of fold)": c.oof_accuracy if c.available else None,
+            "accuracy 95% CI": interval_text(ci.get("accuracy")) if ci.get("accuracy") else "",
+            "macro-F1 (out of fold)": ci.get("macro_f1") if c.available else None,
+            "macro-F1 95% CI": range_text(f1_ci, "{:.2f}") if f1_ci else "",
+            "ECE (out of fold)": c.oof_ece if c.available else None,
+            "ECE 95% CI": range_text(ece_ci) if ece_ci else "",
+            "NLL (out of fold)": c.oof_nll if c.available else None,
+            "temperature": temperature, "offsets / regularisation": detail,
+            "chosen": c.name == cal.chosen_name, "note": c.note})
+    return rows
+
+
+def candidate_bars(cal: Calibration) -> list[dict[str, Any]]:
+    """{label, rate, low, high, n} per available candidate, for the accuracy chart."""
+    bars = []
+    for c in cal.candidates:
+        acc = (cal.candidate_intervals.get(c.name) or {}).get("accuracy")
+        if acc and acc.get("rate") is not None:
+            bars.append({"label": c.name + (" ✓" if c.name == cal.chosen_name else ""), "rate": acc["rate"],
+                         "low": acc["low"], "high": acc["high"], "n": acc["n"]})
+    return bars
+
+
+
+def support_caption(set_id: int, support: Mapping[str, Any], timing: str, esc: Escape = plain) -> str:
+    """What a set can support, said before anything is scored: the rows to score (of the set, when Stop
+    early caps them), per option, the train rows never scored, and how long scoring takes (`timing`)."""
+    per = ", ".join(f"{o} {n}" for o, n in support["per_option"].items())
+    whole = support["scored"] == support["total"]
+    rows = (f"{support['scored']} rows to score" if whole else
+            f"{support['scored']} of {support['total']} rows to score (Stop early)")
+    per = per if whole else f"about {per}"  # the first rows keep each label's share
+    return (f"Set #{set_id}: {rows} ({per})" + (f", {support['train']} train rows never scored" if support["train"] else "")
+            + " · " + esc(timing))
+
+
+def outcome_notes(status: str, error: str | None, stopped: str, outcomes: list[Any],
+                  esc: Escape = plain) -> tuple[Note, ...]:
+    """An evaluation once it is over: its failure or stop, then what each target x readout did."""
+    head = ((Note("error", f"**Evaluation**: {esc(error)}"),) if status == "failed" else
+            (Note("info", esc(stopped)),) if status == "stopped" else ())
+    return head + tuple(Note("error" if o.error else "caption", esc(o.text())) for o in outcomes)
+
+
+def run_label(row: Mapping[str, Any]) -> str:
+    """'#12 · v3 · local · letters · accuracy 91.2%' - an evaluation run in the picker."""
+    return (f"#{row['run']} · {row['policy version']} · {row['target']} · {row.get('readout', '?')}"
+            + (f" · accuracy {row['accuracy']:.1%}" if row.get("accuracy") is not None else ""))

@@ -1,0 +1,80 @@
+"""The display builders below the Calibrate, Compare and Robustness pages: the words they say, and that
+user text (a target's name, a fallback option, a guard) goes through the page's escaping and numbers do not."""
+from __future__ import annotations
+
+import pandas as pd
+
+from app.service import calibrate_panels as panels
+from app.service import compare_panels, robustness_panels
+from app.service.decide import Comparison
+from app.service.display import Note
+from app.service.evaluate import EvalOutcome
+
+
+def esc(text: object) -> str:
+    return f"<{text}>"
+
+
+def test_a_gate_that_decides_nothing_says_so_and_one_that_decides_says_nothing():
+    said = panels.nothing_decided({"decided": 0, "n": 24}, "human-review")
+    assert said is not None and "none of the 24 rows" in said and "human-review" in said
+    assert panels.nothing_decided({"decided": 3, "n": 24}, "human-review") is None
+
+
+def test_the_saved_note_names_the_gate_the_fallback_and_the_head():
+    note = panels.Saved(7, "refund", 0.8123, "human-review", "the hidden-state head")
+    text = note.text(esc)
+    assert "calibrated policy #7" in text and "**0.812**" in text and "**<human-review>**" in text
+    assert "its learned head (the hidden-state head) decides every row" in text
+    assert "no gate is set" in panels.Saved(8, "refund", None, "x", None).text()
+    assert note[0] == 7  # the Deploy page preselects the policy just saved by the first item
+
+
+def test_the_support_caption_says_rows_per_option_and_a_stop_early_cap():
+    whole = {"scored": 40, "total": 40, "per_option": {"yes": 20, "no": 20}, "train": 0}
+    assert panels.support_caption(3, whole, "about 1 min") == "Set #3: 40 rows to score (yes 20, no 20) · about 1 min"
+    capped = {**whole, "scored": 10, "train": 5}
+    assert panels.support_caption(3, capped, "t", esc) == ("Set #3: 10 of 40 rows to score (Stop early) (about yes 20, "
+                                                          "no 20), 5 train rows never scored · <t>")
+
+
+def test_outcome_notes_put_a_failure_first_and_an_error_as_an_error():
+    outcomes = [EvalOutcome("local · default", error="no model"), EvalOutcome("local · letters", same_as="default")]
+    notes = panels.outcome_notes("failed", "boom", "", outcomes, esc)
+    assert notes[0] == Note("error", "**Evaluation**: <boom>")
+    assert [n.kind for n in notes[1:]] == ["error", "caption"] and notes[1].text == "<local · default: no model>"
+    assert panels.outcome_notes("stopped", None, "stopped at 10", [], esc) == (Note("info", "<stopped at 10>"),)
+
+
+def test_the_run_picker_label():
+    row = {"run": 4, "policy version": "v2", "target": "local", "readout": "letters", "accuracy": 0.9123}
+    assert panels.run_label(row) == "#4 · v2 · local · letters · accuracy 91.2%"
+    assert panels.run_label({**row, "accuracy": None}) == "#4 · v2 · local · letters"
+
+
+def comparison(answers: pd.DataFrame, agreement: pd.DataFrame) -> Comparison:
+    results = pd.DataFrame({"target": ["a", "b"], "error": [None, "timeout"], "cold": [0, 0]})
+    return Comparison([], results, pd.DataFrame(), pd.DataFrame(), agreement, answers)
+
+
+def test_compare_filters_answers_and_drops_label_columns_without_labels():
+    answers = pd.DataFrame({"state": ["x", "y", "z"], "disagree": [True, False, True], "wrong": [True, False, False],
+                            "label": ["a", "b", "a"]})
+    shown = comparison(answers, pd.DataFrame([[1.0, 0.5], [0.5, 1.0]], index=["a", "b"], columns=["a", "b"]))
+    assert list(compare_panels.answer_rows(shown, True, True)["state"]) == ["x"]
+    unlabeled = comparison(answers.assign(label=None), shown.agreement)
+    assert "label" not in compare_panels.answer_rows(unlabeled, False, False)
+    verdict = compare_panels.verdict(shown, esc)
+    assert (verdict.disagreements, verdict.wrong, verdict.labeled) == (2, 1, True)
+    assert verdict.failed == "1 calls failed, e.g. <b>: <timeout>"
+    assert verdict.same_top is not None and verdict.same_top.value == "50% of states" and "<a> vs <b>" in str(
+        verdict.same_top.help)
+
+
+def test_robustness_names_the_deployed_guard_and_a_what_if():
+    cfg = {"deployed_guard": "precheck", "what_if_guard": "erase-and-check", "variant": "default", "states": 12}
+    assert robustness_panels.guard_words(cfg, esc) == "guard <precheck> as deployed, what-if guard <erase-and-check>"
+    assert robustness_panels.guard_words({"guard": "none"}) == "guard none"
+    run = {"policy": {"name": "Refund"}, "target_name": "local", "config": cfg}
+    assert robustness_panels.run_label(run) == ("Refund · local · default · guard precheck (what-if erase-and-check) "
+                                                "· 12 states")

@@ -90,6 +90,14 @@ def source_files() -> dict[str, Path]:
     return {module_name(p): p for top in OURS for p in sorted((ROOT / top).rglob("*.py"))}
 
 
+def from_base(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from ... import` reads from, a relative one resolved against the importing package."""
+    if not node.level:
+        return node.module or ""
+    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+    return ".".join(up + ([node.module] if node.module else []))
+
+
 def read_imports(module: str, path: Path, known: set[str]) -> list[Import]:
     """Every import statement of a file, resolved to our module it loads (`from a import b` is a.b when
     that is a module); relative imports resolved; function-local ones marked."""
@@ -102,10 +110,7 @@ def read_imports(module: str, path: Path, known: set[str]) -> list[Import]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join(up + ([node.module] if node.module else []))
+            base = from_base(node, package)
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
         else:
             continue

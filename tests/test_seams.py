@@ -33,7 +33,6 @@ MAPPINGS = {"dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "Default
 LOOSE = {"Any", "object"}
 
 # -- the allowed ones: "module.function" (or "module.Class.method") -> the JSON edge it serves -------------
-TODO = "TODO(issue 34): not yet typed"
 LEAD, A, B, C = (f"TODO({who}): not yet typed - {why}" for who, why in (
     ("lead", "adapter/ is the lead's"), ("34a", "records, runs, drift, store and robustness are 34a's"),
     ("34b", "service evaluate/decide and the calibrate/compare/robustness pages are 34b's"),
@@ -65,10 +64,7 @@ ALLOWED: dict[str, str] = {
     "app.service.evaluate.by_version": B,
     "app.service.evaluate.candidate_bars": B,
     "app.service.evaluate.candidate_rows": B,
-    "app.service.evaluate.readouts": B,
-    "app.service.evaluate.source_points": B,
     "app.service.evaluate.source_rows": B,
-    "app.service.evaluate.target_reach": B,
     "app.service.decide.overrides": B,
     "app.service.checks.OrderCheck.summary": C,
     "app.service.checks.family_rows": C,
@@ -83,45 +79,26 @@ ALLOWED: dict[str, str] = {
     "app.service.policies.duplicate": C,
     "app.service.policies.resolve_policy": C,
     "app.service.policies.save": C,
-    "app.service.sets.support": C,
-    "app.service.targets.specs": C,
     "app.ui.components.policy_picker": C,
     "app.ui.components.saved_check": C,
     "app.ui.policy_editor.draft": C,
     "app.ui.policy_editor.editor_view": C,
     "app.ui.resources.secrets": C,
-    # 34d's (this test's author): being typed
-    "app.core.analysis.degenerate_targets": TODO,
-    "app.core.analysis.warm_latencies": TODO,
-    "app.core.calibration.Correction.to_dict": TODO,
-    "app.core.calibration.Gate.to_dict": TODO,
-    "app.core.calibration.target_reach": TODO,
-    "app.core.deploy_records.apply_and_record": TODO,
-    "app.core.deploy_records.destroy_and_record": TODO,
-    "app.core.deployed.AsDeployed.record": TODO,
-    "app.core.deployed.AsDeployed.rendering": TODO,
-    "app.core.deployed.AsDeployed.summary": TODO,
-    "app.core.export.applied_metrics": TODO,
-    "app.core.export.build_policy": TODO,
-    "app.core.export.gate_preview": TODO,
-    "app.core.export.readout_table": TODO,
-    "app.core.gates.GateMetrics.to_dict": TODO,
-    "app.core.head_sources.chart_rows": TODO,
-    "app.core.head_sources.table_rows": TODO,
-    "app.core.heads.HeadFit.to_dict": TODO,
-    "app.core.labeled.ColumnMap.apply": TODO,
-    "app.core.labeled.set_support": TODO,
-    "app.core.policies.parse_policy_json": TODO,
-    "app.core.policies.templates": TODO,
-    "app.core.policies.validate_policy": TODO,
-    "app.core.stats.Proportion.to_dict": TODO,
-    "app.targets.base.Target.describe": TODO,
-    "app.targets.base.Target.numerics": TODO,
-    "app.targets.base.numerics": TODO,
-    "app.targets.local.LocalTarget.numerics": TODO,
-    "app.targets.remote.SemIfTarget.numerics": TODO,
-    "app.targets.registry.config_from_form": TODO,
-    "app.targets.registry.target_specs": TODO,
+    # the exported policy file and its parts (adapter.calibrated validates it; docs/policy-format.md)
+    "app.core.export.build_policy": "file: the exported calibrated policy (semif-policy/1 JSON)",
+    "app.core.calibration.Gate.to_dict": "file: the exported policy's metrics.gate_selection",
+    "app.core.calibration.Correction.to_dict": "file: the exported policy's metrics.correction.candidates",
+    "app.core.heads.HeadFit.to_dict": "file: the exported policy's metrics.head.candidates",
+    "app.core.labeled.ColumnMap.apply": "file: a row of an uploaded labeled set, its metadata columns as they are "
+                                        "(listed by name: the `.apply` service.deploy calls is the executor's)",
+    "app.core.head_sources.table_rows": "download: the head-source comparison as a table and CSV (one column title "
+                                        "is computed: $ per 1,000 on the deployment's instance)",
+    "app.targets.registry.config_from_form": "file: a target's config as the store saves it (JSON; per kind, its "
+                                             "fields declared in registry.KINDS and checked by Kind.undeclared)",
+    "app.core.deploy_records.apply_and_record": "TODO(deploy): deploy.executor's outcome, passed through as it "
+                                                "returns it (the page and `app deploy` show it as JSON)",
+    "app.core.deploy_records.destroy_and_record": "TODO(deploy): deploy.executor's steps done, passed through",
+    "app.core.export.gate_preview": LEAD + " (the decision is CalibratedPolicy.apply's dict until it is a Decision)",
 }
 
 

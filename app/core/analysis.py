@@ -4,7 +4,7 @@ target's own rows (head_columns), compared like any target."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -61,9 +61,16 @@ def latency_stats(df: pd.DataFrame) -> pd.DataFrame:
     return df_out
 
 
-def warm_latencies(store, target_names) -> dict[str, dict]:
+class WarmLatency(TypedDict):
+    """A target's recent warm calls (milliseconds): read by key into tables and sentences."""
+    n: int
+    p50_ms: float
+    p95_ms: float
+
+
+def warm_latencies(store, target_names) -> dict[str, WarmLatency]:
     """Recent warm calls per target from every stored run: {n, p50_ms, p95_ms} (absent: none yet)."""
-    out = {}
+    out: dict[str, WarmLatency] = {}
     for name, calls in store.latencies(sorted(target_names)).items():
         warm = np.array([s for s, cold in calls if not cold], float) * 1000
         if len(warm):
@@ -84,7 +91,7 @@ def cold_note(local: bool, prior: bool) -> str:
     return f"first call on this policy: connection set-up, {work}"
 
 
-def latency_sentence(seconds: float, cold: bool, warm: dict | None, *, local: bool = True, prior: bool = False) -> str:
+def latency_sentence(seconds: float, cold: bool, warm: WarmLatency | None, *, local: bool = True, prior: bool = False) -> str:
     """One call's latency with its context: cold (and what that paid for: `local` target, content-free
     `prior` computed) or warm, and the recent warm distribution."""
     this = f"this call {_ms(seconds * 1000)}" + (f" ({cold_note(local, prior)})" if cold else " (warm)")
@@ -113,11 +120,19 @@ def accuracy_by_target(df: pd.DataFrame) -> pd.DataFrame:
 DEGENERATE_SHARE = 0.9  # a target that puts this share of its rows on one option is not really deciding
 
 
-def degenerate_targets(df: pd.DataFrame, min_rows: int = 10) -> list[dict]:
+class Degenerate(TypedDict):
+    """A target that answers (almost) everything with one option: a row of the comparison's table."""
+    target: str
+    option: str
+    share: float
+    n: int
+
+
+def degenerate_targets(df: pd.DataFrame, min_rows: int = 10) -> list[Degenerate]:
     """Targets that answer (almost) everything with one option - SmolLM2 saying "reject" to 30 of
     30 looks healthy in a latency table: [{target, option, share, n}] for those at or above
     DEGENERATE_SHARE over at least `min_rows` answered rows."""
-    out = []
+    out: list[Degenerate] = []
     ok = df[df["error"].isna() & df["top_option"].notna()]
     for target, g in ok.groupby("target", sort=False):
         if len(g) < min_rows:
@@ -125,7 +140,7 @@ def degenerate_targets(df: pd.DataFrame, min_rows: int = 10) -> list[dict]:
         counts = g["top_option"].value_counts()
         share = float(counts.iloc[0] / len(g))
         if share >= DEGENERATE_SHARE:
-            out.append({"target": target, "option": counts.index[0], "share": share, "n": len(g)})
+            out.append({"target": str(target), "option": str(counts.index[0]), "share": share, "n": len(g)})
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -202,7 +203,15 @@ def rows_needed(accuracy: float, coverage: float, target: float, share: float = 
     return None
 
 
-def target_reach(curve: dict[str, np.ndarray], target: float) -> dict | None:
+class Reach(TypedDict):
+    """Where a risk-coverage curve reaches a target accuracy (target_reach): read by key on the page."""
+    coverage: float
+    accuracy: float
+    rows: int
+    needed: int | None
+
+
+def target_reach(curve: dict[str, np.ndarray], target: float) -> Reach | None:
     """The widest-coverage point of the curve whose accuracy reaches `target`, and the rows its lower
     bound would need to clear it: {coverage, accuracy, rows, needed} (needed None: never, at that accuracy)."""
     cov, acc = np.asarray(curve["coverage"], float), np.asarray(curve["accuracy"], float)

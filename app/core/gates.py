@@ -95,10 +95,6 @@ class GateMetrics:
     ece: float | None
     gated_keys: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
-        return {"n": self.n, "accuracy": self.accuracy.to_dict(), "coverage": self.coverage.to_dict(),
-                "gate_accuracy": self.gate_accuracy.to_dict(), "ece": self.ece, "gated_rows": self.gated_keys}
-
 
 def usable(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in results if not r.get("error") and r.get("probabilities")]

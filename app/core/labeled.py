@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, Mapping, Sequence, TypedDict, TypeVar
 from pathlib import Path
 
 from adapter.templates import DATA_DIR
@@ -28,7 +28,7 @@ class ColumnMap:
     label: str = "label"
     labels: Mapping[str, str] = field(default_factory=dict)
 
-    def apply(self, rec: Mapping[str, Any]) -> dict:
+    def apply(self, rec: Mapping[str, Any]) -> dict[str, Any]:
         """The record with `state` and `label` read from the mapped columns and the label mapped."""
         out = {k: v for k, v in rec.items() if k not in (self.state, self.label)}
         out["state"] = rec.get(self.state)
@@ -128,7 +128,21 @@ def scored_cases(store, set_id: int, limit: int | None = None) -> list:
     return [Case(r["row_key"], r["state"], r["label"]) for r in evenly_spaced(rows, limit)]
 
 
-def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit: int | None = None) -> dict[str, Any]:
+class Support(TypedDict):
+    """What a labeled set can support before anything is scored (set_support): read by key on the page."""
+    scored: int
+    total: int
+    train: int
+    per_option: dict[str, int]
+    gate: bool
+    provisional: bool
+    offsets: bool
+    head: bool
+    head_note: str
+    messages: list[str]
+
+
+def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit: int | None = None) -> Support:
     """What a labeled set can support, said before anything is scored: the rows that will be scored
     (the train split never is; at most `limit` when the analyst stops early), per option, and whether that
     reaches a recommended gate (50 rows), fitted offsets (5 of every option) and a learned head (3 of

@@ -1,6 +1,6 @@
 """Calibrate: labeled sets -> batch evaluation (several targets x readouts) -> metrics, gate, fallback
 -> a calibrated policy saved for Deploy (and downloadable)."""
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 import json
 
 import pandas as pd
@@ -21,7 +21,7 @@ def calibration_view(db_path: str, run_id: int, version: tuple, target_acc: floa
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def readout_rows(db_path: str, versions: tuple) -> list[dict]:
+def readout_rows(db_path: str, versions: tuple) -> Sequence[Mapping[str, Any]]:
     db = resources.store_at(db_path)
     return evaluate.readouts(db, [r for r in (history.run(db, rid) for rid, _ in versions) if r is not None])
 

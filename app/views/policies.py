@@ -23,7 +23,7 @@ from app.ui.safe_text import md
 KEEP: Final = "session"
 
 
-def save(db, clean: dict, version: int, errors_key: str, view: str) -> None:
+def save(db, clean: Mapping[str, Any], version: int, errors_key: str, view: str) -> None:
     """Save against the version the view was built on (0: a new policy); a stale view is refused."""
     try:
         saved = policy_service.save(db, clean, version)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -26,7 +26,7 @@ def size_flag(n: int) -> str:
 
 
 def predictions(P: np.ndarray) -> np.ndarray:
-    return np.argmax(P, axis=1)
+    return np.asarray(np.argmax(P, axis=1))
 
 
 def accuracy(P: np.ndarray, y: np.ndarray) -> float:
@@ -235,7 +235,7 @@ class Gate:
     holdout_n: int = 0
     note: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -330,8 +330,8 @@ class Report:
     oof_confusion: list[list[int]] = field(default_factory=list)
     method: str = "temperature"
     offsets: list[float] = field(default_factory=list)
-    bins_before: list[dict] = field(default_factory=list)
-    bins_after: list[dict] = field(default_factory=list)
+    bins_before: list[dict[str, Any]] = field(default_factory=list)
+    bins_after: list[dict[str, Any]] = field(default_factory=list)
 
 
 def correction_cv(P: np.ndarray, y: np.ndarray, method: str = "temperature", k: int = 5,
@@ -445,7 +445,7 @@ class Correction:
     note: str = ""
     oof: np.ndarray | None = field(default=None, repr=False)  # the out-of-fold probabilities (not exported)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "oof"}
 
 

@@ -9,11 +9,12 @@ calibration_curve computes and CalibrationDisplay draws). `build_policy` turns i
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Mapping, Sequence, TypedDict
+from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
 
 from adapter.calibrated import SCHEMA_VERSION, CalibratedPolicy, row_inputs
+from adapter.head import HEAD_KINDS
 from adapter.prompt import PROMPT_VERSIONS
 from adapter.schema import HEAD_LAYOUT
 
@@ -35,7 +36,7 @@ def head_candidates(results: Sequence[Mapping[str, Any]], P: np.ndarray, y: np.n
     sha, version = (response.get("model") or {}).get("sha256"), response.get("prompt_version")
     if not sha or not version:
         return [HeadFit(k, False, "the results name no model sha256 and prompt version (not a llama.cpp target)")
-                for k in learned.HEAD_KINDS]
+                for k in HEAD_KINDS]
     return learned.candidates(hidden, P, y, option_ids=ids, model_sha256=sha, prompt_version=version, seed=seed,
                             no_hidden=why)
 
@@ -75,7 +76,7 @@ class Calibration:
     head: HeadFit | None  # the head the export carries, if any
     head_why: str
     head_gain: PairedGain | None
-    candidate_intervals: dict[str, dict]
+    candidate_intervals: dict[str, CandidateInterval]
     intervals: dict[str, Any]
     layout: str = "state-first"  # "policy-first": the head layout, whose letters are never exported alone
 
@@ -132,10 +133,19 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
                        HEAD_LAYOUT if layout_run else "state-first")
 
 
-def candidate_intervals(cands: Sequence[Any], y: np.ndarray, *, seed: int = 0) -> dict[str, dict]:
+class CandidateInterval(TypedDict):
+    """A candidate's out-of-fold numbers with their 95% intervals: a row of Calibrate's comparison table."""
+    accuracy: ProportionJSON
+    macro_f1: float
+    macro_f1_ci: tuple[float, float] | None
+    ece: float
+    ece_ci: tuple[float, float] | None
+
+
+def candidate_intervals(cands: Sequence[Any], y: np.ndarray, *, seed: int = 0) -> dict[str, CandidateInterval]:
     """Per candidate (correction or head, by name): out-of-fold accuracy with its Wilson interval,
     macro-F1 and ECE with bootstrap intervals - what Calibrate's comparison table shows."""
-    out = {}
+    out: dict[str, CandidateInterval] = {}
     rows = np.arange(len(y))
     for c in cands:
         if not c.available or c.oof is None:
@@ -150,14 +160,14 @@ def candidate_intervals(cands: Sequence[Any], y: np.ndarray, *, seed: int = 0) -
     return out
 
 
-def intervals(P: np.ndarray, y: np.ndarray, oof: np.ndarray, *, seed: int = 0) -> dict:
+def intervals(P: np.ndarray, y: np.ndarray, oof: np.ndarray, *, seed: int = 0) -> dict[str, Any]:
     """95% intervals of a run's headline numbers: Wilson for accuracy, a percentile bootstrap over the
     rows for macro-F1 and the ECE before and after the correction (out of fold)."""
     pred, k, rows = calibration.predictions(P), P.shape[1], np.arange(len(y))
     conf, correct = P.max(axis=1), pred == y
     oconf, ocorrect = oof.max(axis=1), calibration.predictions(oof) == y
 
-    def boot(stat) -> list[float] | None:
+    def boot(stat: Callable[[np.ndarray], float]) -> list[float] | None:
         ci = bootstrap_ci(rows, stat, seed=seed)
         return None if ci is None else [ci[0], ci[1]]
 
@@ -209,7 +219,7 @@ def version_label(version: int | None) -> str:
     return f"v{version}" if version else "v?"
 
 
-def nothing_decided(at_gate: dict, fallback: str) -> str | None:
+def nothing_decided(at_gate: Mapping[str, Any], fallback: str) -> str | None:
     """What a gate that decides none of the rows means, said before anyone saves it (saving stays
     allowed: sending everything to the fallback is safe); None when the gate decides some rows."""
     if at_gate["decided"]:

@@ -44,7 +44,8 @@ def reuse_key(model: Mapping[str, Any] | None, req: DecisionRequest) -> str | No
     return hashlib.sha256(f"{head}\x1e{request_hash(req, ident)}".encode()).hexdigest()
 
 
-def copied_row(stored: Mapping[str, Any], *, row_key: str, position: int, state: Any, label: str | None) -> dict:
+def copied_row(stored: Mapping[str, Any], *, row_key: str, position: int, state: Any, label: str | None
+               ) -> dict[str, Any]:
     """A stored result as the result of a new row: this row's key, position, state and label; the
     stored answer, request, response and latency; `reused_from` names the result it came from."""
     keep = ("option_ids", "probabilities", "top_option", "label_mass", "probability_status", "readout", "latency_s",

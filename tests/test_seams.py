@@ -14,7 +14,7 @@ Read from the source with ast, like tests/test_layout.py (whose import reading t
   EDGES (directly or through what it may import): the checker cannot know the receiver's type, so a name
   shared with another class errs toward listing it.
 - packages are EDGES' rows (tests/test_layout.py: app.core with app.core.robustness, app.service, ...);
-  under adapter/ each subpackage counts on its own (adapter.server, adapter.engine), by its dotted name.
+  under adapter/ each subpackage counts on its own (adapter.server.app, adapter.engine.engine), by its dotted name.
 
 The self-tests at the bottom feed the checker synthetic sources and expect it to flag or pass them.
 """
@@ -40,18 +40,18 @@ LEAD, A, B, C = (f"TODO({who}): not yet typed - {why}" for who, why in (
 ALLOWED: dict[str, str] = {
     # JSON edges
     "adapter.schema.DecisionResult.public": "HTTP body: a decision's JSON response",
-    "adapter.session.ModelInfo.public": "HTTP body: the model description the server reports",
+    "adapter.engine.session.ModelInfo.public": "HTTP body: the model description the server reports",
     "adapter.schema.errors_from": "HTTP body: the problem's FastAPI-shaped error list [{loc, msg, type}]",
-    "adapter.prompt.letters_messages": "HTTP body: the chat-completions `messages` a chat target posts",
-    "adapter.templates.load_template": "file: a policy template (data/policies/*.json)",
-    "adapter.templates.list_templates": "file: the policy templates (data/policies/*.json)",
-    "adapter.templates.load_jsonl": "file: a JSONL case file",
-    "adapter.templates.probe_cases": "file: data/cases/probe.jsonl",
+    "adapter.engine.prompt.letters_messages": "HTTP body: the chat-completions `messages` a chat target posts",
+    "adapter.engine.templates.load_template": "file: a policy template (data/policies/*.json)",
+    "adapter.engine.templates.list_templates": "file: the policy templates (data/policies/*.json)",
+    "adapter.engine.templates.load_jsonl": "file: a JSONL case file",
+    "adapter.engine.templates.probe_cases": "file: data/cases/probe.jsonl",
     # not yet typed, by owner
-    "adapter.calibrated.CalibratedPolicy.apply": LEAD,
-    "adapter.calibrated.row_inputs": LEAD,
-    "adapter.engine.Engine._finish": LEAD,
-    "adapter.engine.Engine.guard_check": LEAD,
+    "adapter.server.calibrated.CalibratedPolicy.apply": LEAD,
+    "adapter.server.calibrated.row_inputs": LEAD,
+    "adapter.engine.engine.Engine._finish": LEAD,
+    "adapter.engine.engine.Engine.guard_check": LEAD,
     "adapter.guard.precheck": LEAD,
     "app.core.drift.Drift.to_dict": A,
     "app.core.drift.Pair.to_dict": A,
@@ -84,7 +84,7 @@ ALLOWED: dict[str, str] = {
     "app.ui.policy_editor.draft": C,
     "app.ui.policy_editor.editor_view": C,
     "app.ui.resources.secrets": C,
-    # the exported policy file and its parts (adapter.calibrated validates it; docs/policy-format.md)
+    # the exported policy file and its parts (adapter.server.calibrated validates it; docs/policy-format.md)
     "app.core.export.build_policy": "file: the exported calibrated policy (semif-policy/1 JSON)",
     "app.core.calibration.Gate.to_dict": "file: the exported policy's metrics.gate_selection",
     "app.core.calibration.Correction.to_dict": "file: the exported policy's metrics.correction.candidates",
@@ -370,13 +370,13 @@ def test_the_checker_passes_typed_returns_and_self_calls():
 
 def test_adapter_subpackages_are_packages_of_their_own():
     engine = "def evaluate() -> list[dict]: ...\n"
-    packages = frozenset({"adapter", "adapter.engine", "adapter.server"})
-    found = _found({"adapter.engine.core": engine, "adapter.engine.other": "from .core import evaluate\n",
+    packages = frozenset({"adapter", "adapter.engine.engine", "adapter.server.app"})
+    found = _found({"adapter.engine.engine.core": engine, "adapter.engine.engine.other": "from .core import evaluate\n",
                     "adapter.server.routes": "from ..engine.core import evaluate\n",
-                    "adapter.__main__": "from adapter.engine import core\ncore.evaluate()\n"}, packages)
-    assert found == {"adapter.engine.core.evaluate": {"adapter.server.routes", "adapter.__main__"}}
-    flat = _found({"adapter.engine": engine, "adapter.routes": "from adapter.engine import evaluate\n"})
+                    "adapter.__main__": "from adapter.engine.engine import core\ncore.evaluate()\n"}, packages)
+    assert found == {"adapter.engine.engine.core.evaluate": {"adapter.server.routes", "adapter.__main__"}}
+    flat = _found({"adapter.engine.engine": engine, "adapter.server.routes": "from adapter.engine.engine import evaluate\n"})
     assert not flat, "today's flat adapter/ is one package"
-    assert package_of("adapter.server", set(packages)) == "adapter.server"
+    assert package_of("adapter.server.app", set(packages)) == "adapter.server.app"
     assert package_of("app.core.robustness.plan", {"app.core", "app.core.robustness"}) == "app.core"
     assert under("adapter.server.routes", package_of("adapter.server.routes", set(packages)))

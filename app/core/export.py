@@ -13,9 +13,9 @@ from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
 
-from adapter.calibrated import SCHEMA_VERSION, CalibratedPolicy, row_inputs
-from adapter.head import HEAD_KINDS
-from adapter.prompt import PROMPT_VERSIONS
+from adapter.server.calibrated import SCHEMA_VERSION, CalibratedPolicy, row_inputs
+from adapter.engine.head import HEAD_KINDS
+from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.schema import HEAD_LAYOUT
 
 from app.core import calibration
@@ -291,7 +291,7 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[Reado
 
 def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback: str,
                  option_thresholds: dict[str, float] | None = None) -> dict[str, Any]:
-    """The versioned policy config for this calibration and gate (validated by adapter.calibrated),
+    """The versioned policy config for this calibration and gate (validated by adapter.server.calibrated),
     with how the gate was chosen: the target accuracy is recorded only when it chose the gate."""
     run: Mapping[str, Any] = store.get_run(cal.run_id) or {}
     cfg = run_config(run)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 
-from adapter.calibrated import CalibratedPolicy, row_inputs
+from adapter.server.calibrated import CalibratedPolicy, row_inputs
 from adapter.guard import STEERING_SUSPECTED
 
 from app.core import calibration, deployed

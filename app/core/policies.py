@@ -8,7 +8,7 @@ from typing import Any, Mapping, cast
 from pydantic import ValidationError
 
 from adapter.guard import GUARDS
-from adapter.templates import list_templates
+from adapter.engine.templates import list_templates
 from adapter.schema import DEBIAS, MAX_OPTIONS, READOUTS, Question, errors_from
 
 from app.core.records import Policy

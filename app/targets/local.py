@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from adapter.engine import Engine
+from adapter.engine.engine import Engine
 from adapter.schema import DecisionRequest, DecisionResult, RequestError
 
 from app.targets.base import Config, Numerics, Target, TargetError, numerics

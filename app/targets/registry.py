@@ -12,8 +12,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
-from adapter.catalog import SHIPPED
-from adapter.engine import Engine
+from adapter.engine.catalog import SHIPPED
+from adapter.engine.engine import Engine
 from deploy.config import BUCKET_PATTERN, DEFAULT_TRANSFORM_INSTANCE, REGION_PATTERN, SAGEMAKER_NAME_PATTERN
 from deploy.pricing import HOURLY_USD, first_choice
 

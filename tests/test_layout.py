@@ -57,7 +57,7 @@ DATA = ("app.core.records", "app.core.store", "app.targets.base", "app.targets.e
         "app.core.store.Store", "app.core.records.Policy", "app.core.records.Run", "app.core.records.Result",
         "app.core.export.Calibration", "app.core.export.TooFewRows", "app.core.export.version_label",
         "app.core.runs.EXAMPLE_SOURCES", "app.core.runs.HEAD_VARIANT", "app.core.runs.VARIANTS",
-        "app.core.runs.Variant", "app.core.runner.Case",
+        "app.core.runs.Variant", "app.core.runner.Case", "app.core.labeled.Support",
         "app.core.inputs.InputError", "app.core.inputs.rows_from_text", "app.core.inputs.label_lookalikes",
         "app.core.deploy_records.StoreRecorder", "deploy.errors.DeployError", "deploy.config.FormErrors",
         "app.core.decision_import.parse_text", "app.targets.registry.Field", "app.targets.registry.titles",
@@ -104,6 +104,14 @@ def source_files() -> dict[str, Path]:
     return {module_name(p): p for top in OURS for p in sorted((ROOT / top).rglob("*.py"))}
 
 
+def from_base(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from ... import` reads from, a relative one resolved against the importing package."""
+    if not node.level:
+        return node.module or ""
+    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+    return ".".join(up + ([node.module] if node.module else []))
+
+
 def read_imports(module: str, path: Path, known: set[str]) -> list[Import]:
     """Every import statement of a file, resolved to our module it loads (`from a import b` is a.b when
     that is a module); relative imports resolved; function-local ones marked."""
@@ -116,10 +124,7 @@ def read_imports(module: str, path: Path, known: set[str]) -> list[Import]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join(up + ([node.module] if node.module else []))
+            base = from_base(node, package)
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
             inner = tuple(a.name for a in node.names if f"{base}.{a.name}" not in known)
             out += [Import(module, name, node.lineno, id(node) in local, inner if name == base else ())

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_UNREACHABLE if (args.strict and exported.gate.source == "unreachable") else 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("calibrate", help="evaluate a policy on a labeled set and export a calibrated policy")
     p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
     p.add_argument("--labeled-set", required=True, help="CSV/JSONL file (or a file name in data/labeled), or a set id")

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("check", help="CI gate: evaluate a policy and fail when a threshold does not hold (exit 0/1/2)",
                        description="Exit 0 when every threshold holds, 1 when one fails, 2 for a usage or target error.")
     p.add_argument("--policy", required=True, help="a calibrated policy file (semif-policy/1: its gate is used), or a "

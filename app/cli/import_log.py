@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("import-log", help="import the adapter's decision log (file or CloudWatch) as a production run")
     p.add_argument("file", nargs="?", help="a decision log file (SM_SEMIF_DECISION_LOG=path, or saved stdout)")
     p.add_argument("--cloudwatch", metavar="GROUP", help="a CloudWatch Logs group, e.g. /aws/sagemaker/Endpoints/NAME")

@@ -4,7 +4,7 @@ target's own rows (head_columns), compared like any target."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -13,9 +13,13 @@ from app.core import head_apply
 from app.core.costs import with_costs
 from app.core.deployed import AsDeployed
 from app.core.stats import proportion
+from app.core.store import Store
+
+FrameRow = dict[str, Any]  # a row of a results frame, before pandas
 
 
-def results_frame(runs: list[dict], results_by_run: dict[int, list[dict]]) -> pd.DataFrame:
+def results_frame(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int, Sequence[Mapping[str, Any]]]
+                  ) -> pd.DataFrame:
     """One row per (target, state row): top option, probabilities, latency, error."""
     rows = []
     for run in runs:
@@ -61,9 +65,16 @@ def latency_stats(df: pd.DataFrame) -> pd.DataFrame:
     return df_out
 
 
-def warm_latencies(store, target_names) -> dict[str, dict]:
+class WarmLatency(TypedDict):
+    """A target's recent warm calls (milliseconds): read by key into tables and sentences."""
+    n: int
+    p50_ms: float
+    p95_ms: float
+
+
+def warm_latencies(store: Store, target_names: set[str]) -> dict[str, WarmLatency]:
     """Recent warm calls per target from every stored run: {n, p50_ms, p95_ms} (absent: none yet)."""
-    out = {}
+    out: dict[str, WarmLatency] = {}
     for name, calls in store.latencies(sorted(target_names)).items():
         warm = np.array([s for s, cold in calls if not cold], float) * 1000
         if len(warm):
@@ -84,7 +95,7 @@ def cold_note(local: bool, prior: bool) -> str:
     return f"first call on this policy: connection set-up, {work}"
 
 
-def latency_sentence(seconds: float, cold: bool, warm: dict | None, *, local: bool = True, prior: bool = False) -> str:
+def latency_sentence(seconds: float, cold: bool, warm: WarmLatency | None, *, local: bool = True, prior: bool = False) -> str:
     """One call's latency with its context: cold (and what that paid for: `local` target, content-free
     `prior` computed) or warm, and the recent warm distribution."""
     this = f"this call {_ms(seconds * 1000)}" + (f" ({cold_note(local, prior)})" if cold else " (warm)")
@@ -113,11 +124,19 @@ def accuracy_by_target(df: pd.DataFrame) -> pd.DataFrame:
 DEGENERATE_SHARE = 0.9  # a target that puts this share of its rows on one option is not really deciding
 
 
-def degenerate_targets(df: pd.DataFrame, min_rows: int = 10) -> list[dict]:
+class Degenerate(TypedDict):
+    """A target that answers (almost) everything with one option: a row of the comparison's table."""
+    target: str
+    option: str
+    share: float
+    n: int
+
+
+def degenerate_targets(df: pd.DataFrame, min_rows: int = 10) -> list[Degenerate]:
     """Targets that answer (almost) everything with one option - SmolLM2 saying "reject" to 30 of
     30 looks healthy in a latency table: [{target, option, share, n}] for those at or above
     DEGENERATE_SHARE over at least `min_rows` answered rows."""
-    out = []
+    out: list[Degenerate] = []
     ok = df[df["error"].isna() & df["top_option"].notna()]
     for target, g in ok.groupby("target", sort=False):
         if len(g) < min_rows:
@@ -125,7 +144,7 @@ def degenerate_targets(df: pd.DataFrame, min_rows: int = 10) -> list[dict]:
         counts = g["top_option"].value_counts()
         share = float(counts.iloc[0] / len(g))
         if share >= DEGENERATE_SHARE:
-            out.append({"target": target, "option": counts.index[0], "share": share, "n": len(g)})
+            out.append({"target": str(target), "option": str(counts.index[0]), "share": share, "n": len(g)})
     return out
 
 
@@ -185,7 +204,7 @@ def disagreements(df: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["position"])
 
 
-def diff_runs(baseline: list[dict], other: list[dict]) -> pd.DataFrame:
+def diff_runs(baseline: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Per row present in both runs - the same row key *and* the same state (Playground runs all use
     the key "playground": two of them are the same row only when they decided the same state) -
     top option change and probability shift."""
@@ -206,7 +225,7 @@ def diff_runs(baseline: list[dict], other: list[dict]) -> pd.DataFrame:
                                        "shift_option", "shift"])
 
 
-def comparison_stats(store, group_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def comparison_stats(store: Store, group_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results frame, latency + cost table) of a saved comparison, read back from the store: the
     Compare page and `python -m app bench` show the same numbers for the same group."""
     frames = comparison_frames(store, group_id)
@@ -221,7 +240,7 @@ class ComparisonFrames:
     head_notes: list[str] = field(default_factory=list)  # why a target got no head column
 
 
-def comparison_frames(store, group_id: str, picks: Sequence[AsDeployed] = ()) -> ComparisonFrames:
+def comparison_frames(store: Store, group_id: str, picks: Sequence[AsDeployed] = ()) -> ComparisonFrames:
     """A saved comparison read back, with a derived column per (learned head, target of its model):
     see head_columns."""
     runs = store.runs_in_group(group_id)
@@ -254,8 +273,8 @@ def head_column_name(target: str, pick: AsDeployed) -> str:
     return f"{target} · {'head' if pick.has_head else 'as deployed'} ({pick.label})"
 
 
-def head_columns(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int, list[dict]],
-                 picks: Sequence[AsDeployed]) -> tuple[dict[int, list[dict]], pd.DataFrame, list[str]]:
+def head_columns(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int, Sequence[Mapping[str, Any]]],
+                 picks: Sequence[AsDeployed]) -> tuple[dict[int, list[FrameRow]], pd.DataFrame, list[str]]:
     """For each picked head and each target whose rows it can read - the head's model (sha256), rows
     rendered as its calibrated policy renders them, hidden states where it reads them - a column
     "TARGET · head (calibrated #N)": per state the head's own answer (the argmax of its probabilities)
@@ -263,8 +282,8 @@ def head_columns(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int,
     `reason`), each by CalibratedPolicy.apply on the target's stored row. Its latency is the target's
     (the head adds a dot product on a vector the target returned: microseconds). Returns (run id -> the
     rows of its head columns, one summary row per column, why each other target got none)."""
-    rows_by_run: dict[int, list[dict]] = {}
-    summary: list[dict] = []
+    rows_by_run: dict[int, list[FrameRow]] = {}
+    summary: list[FrameRow] = []
     notes: list[str] = []
     for p in picks:
         for run in runs:
@@ -297,7 +316,7 @@ def head_columns(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int,
     return rows_by_run, pd.DataFrame(summary, columns=HEAD_SUMMARY_COLUMNS), notes
 
 
-def _no_head_column(p: AsDeployed, target: str, answered: list[dict]) -> str | None:
+def _no_head_column(p: AsDeployed, target: str, answered: Sequence[Mapping[str, Any]]) -> str | None:
     """Why a target gets no column for this head (None: it gets one)."""
     if not answered:
         return f"{target}: no answered row, so no column for the head of {p.label}."
@@ -324,7 +343,7 @@ def _no_head_column(p: AsDeployed, target: str, answered: list[dict]) -> str | N
     return None
 
 
-def _head_summary(name: str, target: str, p: AsDeployed, rows: list[dict], answered: int) -> dict:
+def _head_summary(name: str, target: str, p: AsDeployed, rows: list[FrameRow], answered: int) -> FrameRow:
     """A head column in numbers: rows its target answered and it read; how many of those the head was
     fitted on (their labels are not counted: in-sample); its accuracy (its own answer, on the other
     labeled rows); the share its gate sent to the fallback; the accuracy of what it decided - each with

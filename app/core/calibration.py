@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -25,7 +26,7 @@ def size_flag(n: int) -> str:
 
 
 def predictions(P: np.ndarray) -> np.ndarray:
-    return np.argmax(P, axis=1)
+    return np.asarray(np.argmax(P, axis=1))
 
 
 def accuracy(P: np.ndarray, y: np.ndarray) -> float:
@@ -202,7 +203,15 @@ def rows_needed(accuracy: float, coverage: float, target: float, share: float = 
     return None
 
 
-def target_reach(curve: dict[str, np.ndarray], target: float) -> dict | None:
+class Reach(TypedDict):
+    """Where a risk-coverage curve reaches a target accuracy (target_reach): read by key on the page."""
+    coverage: float
+    accuracy: float
+    rows: int
+    needed: int | None
+
+
+def target_reach(curve: dict[str, np.ndarray], target: float) -> Reach | None:
     """The widest-coverage point of the curve whose accuracy reaches `target`, and the rows its lower
     bound would need to clear it: {coverage, accuracy, rows, needed} (needed None: never, at that accuracy)."""
     cov, acc = np.asarray(curve["coverage"], float), np.asarray(curve["accuracy"], float)
@@ -226,7 +235,7 @@ class Gate:
     holdout_n: int = 0
     note: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -321,8 +330,8 @@ class Report:
     oof_confusion: list[list[int]] = field(default_factory=list)
     method: str = "temperature"
     offsets: list[float] = field(default_factory=list)
-    bins_before: list[dict] = field(default_factory=list)
-    bins_after: list[dict] = field(default_factory=list)
+    bins_before: list[dict[str, Any]] = field(default_factory=list)
+    bins_after: list[dict[str, Any]] = field(default_factory=list)
 
 
 def correction_cv(P: np.ndarray, y: np.ndarray, method: str = "temperature", k: int = 5,
@@ -436,7 +445,7 @@ class Correction:
     note: str = ""
     oof: np.ndarray | None = field(default=None, repr=False)  # the out-of-fold probabilities (not exported)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "oof"}
 
 

@@ -30,7 +30,7 @@ class Outcome:
 class CheckReport:
     outcomes: list[Outcome]
     context: dict[str, Any] = field(default_factory=dict)  # policy, set, target, model, run, counts
-    flipped_rows: list[dict] = field(default_factory=list)
+    flipped_rows: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -102,7 +102,7 @@ def junit_xml(report: CheckReport, suite: str) -> str:
             case.add_failure_info(message=o.message, failure_type="threshold")
         cases.append(case)
     props = {k: str(v) for k, v in report.context.items() if isinstance(v, (str, int, float))}
-    return to_xml_report_string([TestSuite(suite, cases, properties=props)])
+    return str(to_xml_report_string([TestSuite(suite, cases, properties=props)]))
 
 
 def markdown(report: CheckReport) -> str:

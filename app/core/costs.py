@@ -5,23 +5,26 @@ on this machine instead: they have no price."""
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 import pandas as pd
 
 from deploy.pricing import PRICES_AS_OF, PRICES_SOURCE, usd_per_1000
 
+from app.core.store import Store
 from app.targets.registry import hourly_price
 
 PRICE_SOURCE = f"{PRICES_SOURCE}, {PRICES_AS_OF}; a hint, not a quote"
 
 
-def instance_price(target: dict, store) -> tuple[float | None, str]:
+def instance_price(target: Mapping[str, Any], store: Store | None) -> tuple[float | None, str]:
     """(hourly USD, what it is) for a target: its own price, else where its kind takes one from (a
     SageMaker endpoint: the deployment behind it; a GPU pool's first choice, as Deploy prices it)."""
     return hourly_price(target, store.get_deployment if store is not None else None)
 
 
-def with_costs(stats: pd.DataFrame, targets: dict[str, dict], store=None) -> pd.DataFrame:
+def with_costs(stats: pd.DataFrame, targets: Mapping[str, Mapping[str, Any]], store: Store | None = None
+               ) -> pd.DataFrame:
     """latency_stats plus decisions/s, $/1,000 decisions and how each was computed."""
     out = stats.copy()
     dps, usd, notes = [], [], []

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 from adapter.server.calibrated import CalibratedPolicy, PolicyError, load_policy
 from adapter.guard import GUARDS, STEERING_SUSPECTED
@@ -36,13 +36,60 @@ def state_key(state: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+class Content(TypedDict):
+    """The question, options and examples a calibrated policy renders rows with (merged into a policy)."""
+    question: str
+    options: list[dict[str, Any]]
+    examples: list[dict[str, Any]]
+
+
+class RequestSettings(TypedDict, total=False):
+    """The request fields a calibrated policy renders rows with (merged into each request)."""
+    readout: str
+    debias: str
+    permute: bool
+    few_shot: bool
+    layout: str
+    hidden_state: bool
+
+
+class Record(TypedDict):
+    """What a run stores of a calibrated policy (in its config JSON): the policy JSON itself and its sha256."""
+    id: int | None
+    source: str
+    sha256: str
+    config: dict[str, Any]  # the calibrated policy's JSON, as exported
+    fitted: list[str]
+
+
+class Summary(TypedDict):
+    """What a report names of a calibrated policy (no weights): read by key into report JSON and tables."""
+    id: int | None
+    source: str
+    sha256: str
+    label: str
+    policy_id: str
+    policy_version: int | None
+    head: str | None
+    correction: str
+    head_name: str | None
+    head_rows: int | None
+    model_file: str
+    model_sha256: str
+    readout: str
+    debias: str
+    guard: str
+    threshold: float | None
+    fallback_option: str
+
+
 @dataclass(frozen=True)
 class AsDeployed:
     """A calibrated policy as the adapter would enforce it: its saved id (None when it came from a
     file), its JSON and that JSON's sha256, and the validated policy."""
 
     id: int | None
-    config: dict
+    config: dict[str, Any]  # the policy JSON, as exported
     sha256: str
     policy: CalibratedPolicy
     source: str = ""  # the file it was read from, when not a saved one
@@ -98,25 +145,25 @@ class AsDeployed:
         return (f"{self.label}{version}: {self.rendering_name}, {p.correction_name}, guard {p.guard}, {gate} → "
                 f"{p.fallback_option}, model {p.model.file}")
 
-    def rendering(self) -> tuple[dict, dict]:
+    def rendering(self) -> tuple[Content, RequestSettings]:
         """(question, options, examples; the request settings) with which the calibrated policy renders a
         row - the rows it was calibrated on, and what the adapter sends the model once it is deployed."""
         cal = self.policy
-        content = {"question": cal.question, "options": [o.model_dump() for o in cal.options],
+        content: Content = {"question": cal.question, "options": [o.model_dump() for o in cal.options],
                    "examples": [e.model_dump() for e in cal.examples]}
-        settings: dict[str, Any] = {"readout": cal.readout, "debias": cal.debias, "permute": cal.permute}
+        settings: RequestSettings = {"readout": cal.readout, "debias": cal.debias, "permute": cal.permute}
         if cal.few_shot is not None:
             settings["few_shot"] = cal.few_shot
         if cal.layout == HEAD_LAYOUT:  # the head layout is always read with the row's hidden state
-            settings.update(layout=HEAD_LAYOUT, hidden_state=True)
+            settings["layout"], settings["hidden_state"] = HEAD_LAYOUT, True
         return content, settings
 
-    def record(self) -> dict:
+    def record(self) -> Record:
         """What a run stores: enough to recompute every number without the store's copy."""
         return {"id": self.id, "source": self.source, "sha256": self.sha256, "config": self.config,
                 "fitted": sorted(self.fitted)}
 
-    def summary(self) -> dict:
+    def summary(self) -> Summary:
         """What a report names (no weights)."""
         p = self.policy
         head = p.head
@@ -129,7 +176,7 @@ class AsDeployed:
                 "threshold": p.threshold, "fallback_option": p.fallback_option}
 
 
-def validated(config: Mapping[str, Any], where: str) -> tuple[dict, CalibratedPolicy]:
+def validated(config: Mapping[str, Any], where: str) -> tuple[dict[str, Any], CalibratedPolicy]:
     """(a plain, detached copy of the JSON, the validated policy); ValueError naming the field."""
     data = json.loads(json.dumps(config))  # what is hashed is what is recorded
     try:
@@ -176,7 +223,7 @@ def flagged_under(guard_result: Mapping[str, Any] | None, guard: str | None) -> 
     return True
 
 
-def guard_as(guard_result: Mapping[str, Any] | None, guard: str | None) -> dict | None:
+def guard_as(guard_result: Mapping[str, Any] | None, guard: str | None) -> dict[str, Any] | None:
     """The row's guard finding as `guard` would have reported it: None when it would not have run or
     flagged (what CalibratedPolicy.apply reads)."""
     if not flagged_under(guard_result, guard):

@@ -9,11 +9,12 @@ calibration_curve computes and CalibrationDisplay draws). `build_policy` turns i
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
 
 from adapter.server.calibrated import SCHEMA_VERSION, CalibratedPolicy, Decision, RowReading
+from adapter.engine.head import HEAD_KINDS
 from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.schema import HEAD_LAYOUT
 
@@ -22,7 +23,8 @@ from app.core import heads as learned
 from app.core.heads import HeadFit
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.runs import arrays, families, hidden_states, is_head_layout, run_config, scored_probabilities, variant_name
-from app.core.stats import SMALL_N, PairedGain, bootstrap_ci, proportion
+from app.core.records import Calibrated
+from app.core.stats import SMALL_N, PairedGain, ProportionJSON, bootstrap_ci, proportion
 from app.core.store import Store, now
 
 def head_candidates(results: Sequence[Mapping[str, Any]], P: np.ndarray, y: np.ndarray, ids: list[str], *,
@@ -34,7 +36,7 @@ def head_candidates(results: Sequence[Mapping[str, Any]], P: np.ndarray, y: np.n
     sha, version = (response.get("model") or {}).get("sha256"), response.get("prompt_version")
     if not sha or not version:
         return [HeadFit(k, False, "the results name no model sha256 and prompt version (not a llama.cpp target)")
-                for k in learned.HEAD_KINDS]
+                for k in HEAD_KINDS]
     return learned.candidates(hidden, P, y, option_ids=ids, model_sha256=sha, prompt_version=version, seed=seed,
                             no_hidden=why)
 
@@ -74,7 +76,7 @@ class Calibration:
     head: HeadFit | None  # the head the export carries, if any
     head_why: str
     head_gain: PairedGain | None
-    candidate_intervals: dict[str, dict]
+    candidate_intervals: dict[str, CandidateInterval]
     intervals: dict[str, Any]
     layout: str = "state-first"  # "policy-first": the head layout, whose letters are never exported alone
 
@@ -131,10 +133,19 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
                        HEAD_LAYOUT if layout_run else "state-first")
 
 
-def candidate_intervals(cands: Sequence[Any], y: np.ndarray, *, seed: int = 0) -> dict[str, dict]:
+class CandidateInterval(TypedDict):
+    """A candidate's out-of-fold numbers with their 95% intervals: a row of Calibrate's comparison table."""
+    accuracy: ProportionJSON
+    macro_f1: float
+    macro_f1_ci: tuple[float, float] | None
+    ece: float
+    ece_ci: tuple[float, float] | None
+
+
+def candidate_intervals(cands: Sequence[Any], y: np.ndarray, *, seed: int = 0) -> dict[str, CandidateInterval]:
     """Per candidate (correction or head, by name): out-of-fold accuracy with its Wilson interval,
     macro-F1 and ECE with bootstrap intervals - what Calibrate's comparison table shows."""
-    out = {}
+    out: dict[str, CandidateInterval] = {}
     rows = np.arange(len(y))
     for c in cands:
         if not c.available or c.oof is None:
@@ -149,14 +160,14 @@ def candidate_intervals(cands: Sequence[Any], y: np.ndarray, *, seed: int = 0) -
     return out
 
 
-def intervals(P: np.ndarray, y: np.ndarray, oof: np.ndarray, *, seed: int = 0) -> dict:
+def intervals(P: np.ndarray, y: np.ndarray, oof: np.ndarray, *, seed: int = 0) -> dict[str, Any]:
     """95% intervals of a run's headline numbers: Wilson for accuracy, a percentile bootstrap over the
     rows for macro-F1 and the ECE before and after the correction (out of fold)."""
     pred, k, rows = calibration.predictions(P), P.shape[1], np.arange(len(y))
     conf, correct = P.max(axis=1), pred == y
     oconf, ocorrect = oof.max(axis=1), calibration.predictions(oof) == y
 
-    def boot(stat) -> list[float] | None:
+    def boot(stat: Callable[[np.ndarray], float]) -> list[float] | None:
         ci = bootstrap_ci(rows, stat, seed=seed)
         return None if ci is None else [ci[0], ci[1]]
 
@@ -224,13 +235,20 @@ def decide_gate(cal: Calibration, manual: float | None = None) -> GateDecision:
     return GateDecision(1.0, "unreachable", notes)
 
 
-def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+# a row of the readout comparison (a table): every run has the first six, a calibrated one the numbers
+ReadoutRow = TypedDict("ReadoutRow", {
+    "run": int, "policy version": str, "target": str, "readout": str, "examples": Any, "status": str,
+    "rows": int | None, "correction": str, "accuracy": float, "macro_f1": float, "ece": float,
+    "ece_corrected": float, "nll": float, "accuracy_corrected": float}, total=False)
+
+
+def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[ReadoutRow]:
     """One row per eval run (same policy x set): readout, rows, accuracy, macro-F1, ECE before/after
     temperature, NLL - the side-by-side the analyst picks a readout from."""
-    rows = []
+    rows: list[ReadoutRow] = []
     for r in runs:
         cfg = r.get("config") or {}
-        base = {"run": r["id"], "policy version": version_label((r.get("policy") or {}).get("version")),
+        base: ReadoutRow = {"run": r["id"], "policy version": version_label((r.get("policy") or {}).get("version")),
                 "target": r["target_name"],
                 "readout": variant_name(cfg),
                 "examples": cfg.get("examples"), "status": r["status"]}
@@ -251,7 +269,7 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[
 
 
 def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback: str,
-                 option_thresholds: dict[str, float] | None = None) -> dict:
+                 option_thresholds: dict[str, float] | None = None) -> dict[str, Any]:
     """The versioned policy config for this calibration and gate (validated by adapter.server.calibrated),
     with how the gate was chosen: the target accuracy is recorded only when it chose the gate."""
     run: Mapping[str, Any] = store.get_run(cal.run_id) or {}
@@ -265,7 +283,7 @@ def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback
     chosen, head = cal.correction, cal.head
     # a head reads the probabilities as scored; a correction the family it was fitted on
     debias = (response.get("debias") or "none") if head is not None else chosen.family
-    config = {
+    config: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "policy_id": evaluated["id"], "name": evaluated.get("name", ""),
         "layout": cfg.layout or "state-first",
         "policy_version": (run.get("policy") or {}).get("version"),
@@ -300,7 +318,21 @@ def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback
     return CalibratedPolicy.model_validate(config).model_dump(mode="json")
 
 
-def at_gate(metrics: GateMetrics) -> dict[str, Any]:
+class AtGate(TypedDict):
+    """A gate's numbers on a calibration's rows (at_gate): written into the exported policy's metrics and
+    read by key wherever they are shown."""
+    n: int
+    decided: int
+    gated: int
+    coverage: float | None
+    accuracy: float | None
+    correct: int
+    accuracy_interval: ProportionJSON
+    coverage_interval: ProportionJSON
+    small_n: bool
+
+
+def at_gate(metrics: GateMetrics) -> AtGate:
     """A gate's numbers on a calibration's rows as the export records them: coverage and the accuracy of
     what it decides, each with its Wilson 95% interval, and `small_n` when fewer than 30 rows are decided
     (an accuracy that rests on a handful of rows is marked as such wherever it is shown)."""
@@ -311,15 +343,15 @@ def at_gate(metrics: GateMetrics) -> dict[str, Any]:
 
 
 def applied_metrics(policy: CalibratedPolicy, results: Sequence[Mapping[str, Any]],
-                    oof: np.ndarray | None = None) -> dict[str, Any]:
+                    oof: np.ndarray | None = None) -> AtGate:
     """The exported rule applied to stored raw results (gates.measure, the one way a gate is applied).
     With `oof` (a head's out-of-fold probabilities, one row per result) the same gate and fallback
     decide on those instead: what the head does on rows it never saw."""
     return at_gate(measure(results, Gate(policy=policy), probabilities=None if oof is None else list(oof)))
 
 
-def gate_preview(calibrated: Sequence[Mapping[str, Any]], policy_id: str,
-                 result: Mapping[str, Any]) -> tuple[Mapping[str, Any], Decision] | None:
+def gate_preview(calibrated: Sequence[Calibrated], policy_id: str,
+                 result: Mapping[str, Any]) -> tuple[Calibrated, Decision] | None:
     """What the newest saved calibrated policy of this policy would do with a result: (its record,
     its decision) - only when it was calibrated on the model
     that answered and its readout and correction can be read from the result; None otherwise."""

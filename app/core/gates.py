@@ -9,7 +9,7 @@ comparison of two models wants the rule's gate on each model's probabilities.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from adapter.guard import STEERING_SUSPECTED
 
 from app.core import calibration, deployed
 from app.core.runs import scored_probabilities
-from app.core.stats import Proportion, proportion
+from app.core.stats import Proportion, ProportionJSON, proportion
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,19 @@ class GateMetrics:
     ece: float | None
     gated_keys: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> GateMetricsJSON:
         return {"n": self.n, "accuracy": self.accuracy.to_dict(), "coverage": self.coverage.to_dict(),
                 "gate_accuracy": self.gate_accuracy.to_dict(), "ece": self.ece, "gated_rows": self.gated_keys}
+
+
+class GateMetricsJSON(TypedDict):
+    """GateMetrics as a drift report writes it (JSON download)."""
+    n: int
+    accuracy: ProportionJSON
+    coverage: ProportionJSON
+    gate_accuracy: ProportionJSON
+    ece: float | None
+    gated_rows: list[str]
 
 
 def usable(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

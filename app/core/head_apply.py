@@ -127,7 +127,8 @@ def target_problem(p: AsDeployed, target: Target) -> str | None:
         return (f"{p.label}: target {target.name!r} cannot return hidden states, which its {KIND_WORDS[head.kind].name} "
                 "reads: use a local model, or a SemIf adapter that lists hidden_state in /info")
     try:
-        sha = (target.numerics() or {}).get("sha256")
+        ident = target.numerics()
+        sha = ident["sha256"] if ident else None
     except Exception:  # the target's own call says why it cannot be reached
         sha = None
     if sha and head is not None and sha != head.model_sha256:
@@ -140,7 +141,7 @@ def target_problem(p: AsDeployed, target: Target) -> str | None:
     return None
 
 
-def rendering(p: AsDeployed) -> tuple[dict, dict]:
+def rendering(p: AsDeployed) -> tuple[deployed.Content, deployed.RequestSettings]:
     """(question, options, examples; the request settings) with which the calibrated policy renders a row."""
     return p.rendering()
 

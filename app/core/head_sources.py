@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypedDict
 
 import numpy as np
 
@@ -213,7 +213,17 @@ def sentence(rec: Row | None, best: Row | None, base: Candidate | None, n: int, 
     return out
 
 
-def chart_rows(table: Table) -> list[dict[str, Any]]:
+class ChartRow(TypedDict):
+    """A candidate with numbers, as the cost chart plots it (read by key into a frame)."""
+    label: str
+    rate: float | None
+    low: float | None
+    high: float | None
+    seconds: float | None
+    recommended: bool
+
+
+def chart_rows(table: Table) -> list[ChartRow]:
     """{label, rate, low, high, seconds, recommended} per candidate with numbers, for the cost chart."""
     return [{"label": f"{r.candidate.model.removesuffix('.gguf')} · {r.candidate.method}"
              + (" (head layout)" if r.candidate.layout == HEAD_LAYOUT else ""),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -99,7 +100,7 @@ class HeadFit:
     def name(self) -> str:
         return KIND_WORDS[self.kind].name
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """What an export records of a candidate (no arrays, no weights)."""
         return {"name": self.name, "kind": self.kind, "available": self.available, "note": self.note,
                 "oof_accuracy": self.oof_accuracy, "oof_nll": self.oof_nll, "oof_ece": self.oof_ece,

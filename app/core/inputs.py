@@ -19,7 +19,7 @@ class InputError(ValueError):
         self.problems = problems
 
 
-def is_empty_state(state) -> bool:
+def is_empty_state(state: Any) -> bool:
     return state is None or (isinstance(state, str) and not state.strip()) or (isinstance(state, (dict, list)) and not state)
 
 
@@ -29,7 +29,7 @@ def rows_from_text(text: str) -> list[Case]:
 
 
 def read_records(filename: str, data: bytes, problems: list[str], required: str | None = None,
-                 state: str = "state") -> list[tuple[int, dict]]:
+                 state: str = "state") -> list[tuple[int, dict[str, Any]]]:
     """(row number, record) pairs from CSV/TSV (header row = row 1) or JSONL; format problems are
     appended to `problems`. A missing `state` (or `required`) column - a CSV header without it, or no
     JSONL line with that key - raises at once, naming the columns or keys the file has."""
@@ -38,7 +38,7 @@ def read_records(filename: str, data: bytes, problems: list[str], required: str 
     except UnicodeDecodeError:
         raise InputError(["the file is not UTF-8 text: save it as UTF-8 CSV or JSONL"]) from None
     name = filename.lower()
-    records: list[tuple[int, dict]] = []
+    records: list[tuple[int, dict[str, Any]]] = []
     if name.endswith((".jsonl", ".ndjson", ".json")):
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():

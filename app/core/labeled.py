@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, Mapping, Sequence, TypedDict, TypeVar
 from pathlib import Path
 
 from adapter.engine.templates import DATA_DIR
@@ -15,6 +15,7 @@ from app.core.heads import MIN_ROWS_PER_OPTION as HEAD_ROWS
 from app.core.heads import rows_advice
 from app.core.inputs import InputError, is_empty_state, read_records
 from app.core.runner import Case
+from app.core.store import Store
 
 RESERVED = {"state", "label", "id", "split"}
 
@@ -28,7 +29,7 @@ class ColumnMap:
     label: str = "label"
     labels: Mapping[str, str] = field(default_factory=dict)
 
-    def apply(self, rec: Mapping[str, Any]) -> dict:
+    def apply(self, rec: Mapping[str, Any]) -> dict[str, Any]:
         """The record with `state` and `label` read from the mapped columns and the label mapped."""
         out = {k: v for k, v in rec.items() if k not in (self.state, self.label)}
         out["state"] = rec.get(self.state)
@@ -39,9 +40,9 @@ class ColumnMap:
 
 
 def parse_labeled(filename: str, data: bytes, option_ids: list[str] | None = None,
-                  columns: ColumnMap | None = None) -> list[dict]:
+                  columns: ColumnMap | None = None) -> list[dict[str, Any]]:
     problems: list[str] = []
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     seen: set[str] = set()
     cols = columns or ColumnMap()
     for n, raw in read_records(filename, data, problems, required=cols.label, state=cols.state):
@@ -75,7 +76,7 @@ def parse_labeled(filename: str, data: bytes, option_ids: list[str] | None = Non
     return out
 
 
-def content_hash(rows: list[dict]) -> str:
+def content_hash(rows: Sequence[Mapping[str, Any]]) -> str:
     """sha256 over the rows' id, state, label and split - the dataset identity in exported policies."""
     canon = json.dumps([[r["row_key"], r["state"], r["label"], r.get("split")] for r in rows], ensure_ascii=False, sort_keys=True,
                        separators=(",", ":"))
@@ -87,7 +88,7 @@ def shipped_sets() -> list[tuple[str, Path]]:
     return [(p.stem, p) for p in sorted((DATA_DIR / "labeled").glob("*.jsonl"))]
 
 
-def import_file(store, name: str, data: bytes, policy: Mapping[str, Any] | None, source: str = "",
+def import_file(store: Store, name: str, data: bytes, policy: Mapping[str, Any] | None, source: str = "",
                 columns: ColumnMap | None = None) -> int:
     """Validate then store (all or nothing); returns the set id. Raises InputError."""
     rows = parse_labeled(name, data, [o["id"] for o in policy["options"]] if policy else None, columns)
@@ -96,6 +97,7 @@ def import_file(store, name: str, data: bytes, policy: Mapping[str, Any] | None,
 
 
 T = TypeVar("T", bound=Mapping[str, Any])
+R = TypeVar("R")
 
 
 def stratified(rows: Sequence[T]) -> list[T]:
@@ -114,21 +116,35 @@ def stratified(rows: Sequence[T]) -> list[T]:
     return [rows[i] for i in sorted(range(len(rows)), key=lambda i: place[i])]
 
 
-def evenly_spaced(rows: list, limit: int | None) -> list:
+def evenly_spaced(rows: Sequence[R], limit: int | None) -> list[R]:
     """At most `limit` rows, evenly spaced over the list, so every label keeps about its share."""
     if not limit or limit >= len(rows):
         return list(rows)
     step = max(1, len(rows) // limit)
-    return rows[::step][:limit]
+    return list(rows[::step][:limit])
 
 
-def scored_cases(store, set_id: int, limit: int | None = None) -> list:
+def scored_cases(store: Store, set_id: int, limit: int | None = None) -> list[Case]:
     """A stored set's rows outside its train split (those are never scored), as cases to check."""
     rows = [r for r in store.labeled_rows(set_id) if r.get("split") != "train"]
     return [Case(r["row_key"], r["state"], r["label"]) for r in evenly_spaced(rows, limit)]
 
 
-def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit: int | None = None) -> dict[str, Any]:
+class Support(TypedDict):
+    """What a labeled set can support before anything is scored (set_support): read by key on the page."""
+    scored: int
+    total: int
+    train: int
+    per_option: dict[str, int]
+    gate: bool
+    provisional: bool
+    offsets: bool
+    head: bool
+    head_note: str
+    messages: list[str]
+
+
+def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit: int | None = None) -> Support:
     """What a labeled set can support, said before anything is scored: the rows that will be scored
     (the train split never is; at most `limit` when the analyst stops early), per option, and whether that
     reaches a recommended gate (50 rows), fitted offsets (5 of every option) and a learned head (3 of

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from pydantic import ValidationError
 
 from adapter.guard import GUARDS
 from adapter.engine.templates import list_templates
 from adapter.schema import DEBIAS, MAX_OPTIONS, READOUTS, Question, errors_from
+
+from app.core.records import Policy
 
 FIELDS = ("id", "name", "question", "options", "examples", "notes", "readout", "debias", "guard")
 
@@ -18,7 +20,7 @@ def slugify(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:64] or "policy"
 
 
-def validate_policy(data: Any) -> tuple[dict[str, Any] | None, dict[str, str]]:
+def validate_policy(data: Any) -> tuple[Policy | None, dict[str, str]]:
     """Return (clean policy, {}) or (None, {field: message}) - messages name the fix."""
     errors: dict[str, str] = {}
     if not isinstance(data, dict):
@@ -74,7 +76,7 @@ def validate_policy(data: Any) -> tuple[dict[str, Any] | None, dict[str, str]]:
         return None, errors
     if errors:
         return None, errors
-    clean = {"id": pid, "name": name, "question": q.question,
+    clean: Policy = {"id": pid, "name": name, "question": q.question,
              "options": [o.model_dump() for o in q.options],
              "examples": [e.model_dump() for e in q.examples],
              "notes": str(data.get("notes") or ""), "readout": readout or "", "debias": debias or "",
@@ -101,7 +103,7 @@ def _comparable(policy: Mapping[str, Any]) -> dict[str, Any]:
             "guard": "" if guard == "none" else guard, "notes": str(policy.get("notes") or "").strip()}
 
 
-def changed_fields(draft: dict, saved: Mapping[str, Any]) -> list[str]:
+def changed_fields(draft: Mapping[str, Any], saved: Mapping[str, Any]) -> list[str]:
     """The fields where an editor's draft differs from the saved policy it was built on ([] when a
     save would store the same policy): blank option/example rows and surrounding blanks do not count.
     A draft with a "json" key (the JSON view's text) is compared with the saved policy's JSON too
@@ -121,7 +123,7 @@ def policy_json(policy: Mapping[str, Any]) -> str:
                       indent=2, ensure_ascii=False)
 
 
-def parse_policy_json(text: str) -> tuple[dict | None, dict[str, str]]:
+def parse_policy_json(text: str) -> tuple[Policy | None, dict[str, str]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -129,5 +131,6 @@ def parse_policy_json(text: str) -> tuple[dict | None, dict[str, str]]:
     return validate_policy(data)
 
 
-def templates() -> dict[str, dict]:
-    return {t["id"]: t for t in list_templates()}
+def templates() -> dict[str, Policy]:
+    """The shipped policy templates by id: files in the store's policy shape (data/policies/*.json)."""
+    return {t["id"]: cast(Policy, t) for t in list_templates()}

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+from app.targets.base import TargetSpec as TargetSpec  # a saved target: its record lives with the targets
+
 RunStatus = Literal["running", "done", "done-with-errors", "failed", "interrupted", "stopped"]  # stopped: resumable
 
 
@@ -24,14 +26,6 @@ class Policy(TypedDict, total=False):
     version: int
     created_at: str
     updated_at: str
-
-
-class TargetSpec(TypedDict, total=False):
-    """A saved target (the built-in local ones have no created_at): app/targets/registry.py builds it."""
-    name: str
-    kind: str
-    config: dict[str, Any]
-    created_at: str
 
 
 class Run(TypedDict):

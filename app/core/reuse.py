@@ -23,7 +23,7 @@ from app.targets.base import NUMERICS, numerics  # what a target says it runs (t
 __all__ = ["NUMERICS", "copied_row", "numerics", "request_hash", "reuse_key"]
 
 
-def request_hash(req: DecisionRequest, model: dict | None = None) -> str:
+def request_hash(req: DecisionRequest, model: Mapping[str, Any] | None = None) -> str:
     """The request's identity, its id aside (the same state under another row id is the same call),
     with the readout and correction the model resolves it to (a row that leaves them to the model's
     defaults and one that names those defaults are the same call)."""
@@ -36,7 +36,7 @@ def request_hash(req: DecisionRequest, model: dict | None = None) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
 
 
-def reuse_key(model: dict | None, req: DecisionRequest) -> str | None:
+def reuse_key(model: Mapping[str, Any] | None, req: DecisionRequest) -> str | None:
     ident = numerics(model)
     if ident is None:
         return None
@@ -44,7 +44,8 @@ def reuse_key(model: dict | None, req: DecisionRequest) -> str | None:
     return hashlib.sha256(f"{head}\x1e{request_hash(req, ident)}".encode()).hexdigest()
 
 
-def copied_row(stored: Mapping[str, Any], *, row_key: str, position: int, state: Any, label: str | None) -> dict:
+def copied_row(stored: Mapping[str, Any], *, row_key: str, position: int, state: Any, label: str | None
+               ) -> dict[str, Any]:
     """A stored result as the result of a new row: this row's key, position, state and label; the
     stored answer, request, response and latency; `reused_from` names the result it came from."""
     keep = ("option_ids", "probabilities", "top_option", "label_mass", "probability_status", "readout", "latency_s",

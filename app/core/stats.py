@@ -12,8 +12,8 @@ True
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, TypedDict
 
 import numpy as np
 from scipy import stats as _st
@@ -21,6 +21,16 @@ from scipy import stats as _st
 CONFIDENCE = 0.95
 SMALL_N = 30  # below this many rows a rate is marked as resting on few rows
 ALPHA = 0.05  # a paired gain is beyond noise only below this McNemar p (PairedGain.beyond_noise)
+
+
+class ProportionJSON(TypedDict):
+    """A Proportion as exports, saved policies and downloads write it (Proportion.to_dict)."""
+    k: int
+    n: int
+    rate: float | None
+    low: float | None
+    high: float | None
+    small_n: bool
 
 
 @dataclass(frozen=True)
@@ -37,8 +47,8 @@ class Proportion:
     def small(self) -> bool:
         return self.n < SMALL_N
 
-    def to_dict(self) -> dict:
-        return {**asdict(self), "small_n": self.small}
+    def to_dict(self) -> ProportionJSON:
+        return {"k": self.k, "n": self.n, "rate": self.rate, "low": self.low, "high": self.high, "small_n": self.small}
 
     def text(self, digits: int = 1) -> str:
         """'83.3% (95% CI 43.6-97.0%, n=6)' - the form every page and export shows."""
@@ -77,7 +87,7 @@ def auc(negatives: np.ndarray, positives: np.ndarray) -> float | None:
     return float(u / (len(positives) * len(negatives)))
 
 
-def interval_text(p: dict | None, digits: int = 1) -> str:
+def interval_text(p: Mapping[str, Any] | None, digits: int = 1) -> str:
     """A Proportion stored as a dict (exports, saved policies) in the same words as Proportion.text(),
     marked when it rests on fewer than SMALL_N rows."""
     if not p or p.get("rate") is None:

@@ -277,7 +277,7 @@ def candidate_rows(cal: Calibration) -> list[dict[str, Any]]:
     and lets the analyst download (and the command prints)."""
     rows = []
     for c in cal.candidates:
-        ci = cal.candidate_intervals.get(c.name) or {}
+        ci: Mapping[str, Any] = cal.candidate_intervals.get(c.name) or {}
         f1_ci, ece_ci = ci.get("macro_f1_ci"), ci.get("ece_ci")
         if isinstance(c, heads.HeadFit):
             kind, reads = "learned head", KIND_WORDS[c.kind].reads
@@ -305,7 +305,7 @@ def candidate_bars(cal: Calibration) -> list[dict[str, Any]]:
     """{label, rate, low, high, n} per available candidate, for the accuracy chart."""
     bars = []
     for c in cal.candidates:
-        acc = (cal.candidate_intervals.get(c.name) or {}).get("accuracy")
+        acc = ci["accuracy"] if (ci := cal.candidate_intervals.get(c.name)) else None
         if acc and acc.get("rate") is not None:
             bars.append({"label": c.name + (" ✓" if c.name == cal.chosen_name else ""), "rate": acc["rate"],
                          "low": acc["low"], "high": acc["high"], "n": acc["n"]})

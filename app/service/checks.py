@@ -68,7 +68,8 @@ def order_check(store: Store, policy: Policy, cases: list[Case], target: Target,
         problem = head_apply.policy_problem(calibrated, policy)
         if problem:
             raise robustness.SuiteError(problem)
-        content, overrides = calibrated.rendering()
+        content, settings = calibrated.rendering()
+        overrides = dict(settings)
         policy = {**policy, **content}
         label, record = f"as {calibrated.label}: {calibrated.rendering_name}", {"calibrated": calibrated.record()}
     items = order_sensitivity.diagnostic_items(policy, cases, negated, overrides)
@@ -149,7 +150,8 @@ def robustness_check(store: Store, spec: RobustnessInput, target: Target,
     guard, extra = spec.guard, {}
     if spec.calibrated is not None:
         cal = spec.calibrated
-        content, overrides = cal.rendering()
+        content, settings = cal.rendering()
+        overrides = dict(settings)
         policy = {**spec.policy, **content}
         variant = f"as {cal.label}: {cal.rendering_name}"
         record, hidden = cal.record(), cal.policy.head is not None and uses_hidden(cal.policy.head.kind)

@@ -103,7 +103,7 @@ class Comparison:
     accuracy: pd.DataFrame  # per target: labeled, correct, wrong, accuracy with a Wilson interval
     agreement: pd.DataFrame  # target x target: share of states with the same top option
     answers: pd.DataFrame  # per state: each target's answer, disagree, wrong
-    degenerate: list[dict[str, Any]] = field(default_factory=list)  # targets answering >= 90% of rows with one option
+    degenerate: list[analysis.Degenerate] = field(default_factory=list)  # targets answering >= 90% of rows with one option
     confusion: dict[str, list[list[int]]] = field(default_factory=dict)  # per target, labels x answers
     heads: pd.DataFrame = field(default_factory=pd.DataFrame)  # per head column: read, accuracy, gated share
     head_notes: list[str] = field(default_factory=list)  # why a target got no column for a head

@@ -179,7 +179,7 @@ def version_of(run: Mapping[str, Any]) -> str:
     return version_label((run.get("policy") or {}).get("version"))
 
 
-def readouts(store: Store, made: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def readouts(store: Store, made: Sequence[Mapping[str, Any]]) -> list[ex.ReadoutRow]:
     """One row per run: readout, rows, accuracy, macro-F1, ECE before/after, NLL, the correction."""
     return ex.readout_table(store, made)
 
@@ -238,7 +238,7 @@ def source_rows(table: head_sources.Table) -> list[dict[str, Any]]:
     return head_sources.table_rows(table)
 
 
-def source_points(table: head_sources.Table) -> list[dict[str, Any]]:
+def source_points(table: head_sources.Table) -> list[head_sources.ChartRow]:
     """The comparison as points for the accuracy-against-cost chart."""
     return head_sources.chart_rows(table)
 

@@ -136,7 +136,7 @@ def version_to_save(new_id: str, editing: str | None, version: int) -> int:
     return version if editing is not None and new_id == editing else 0
 
 
-def save(store: Store, clean: Policy, expected_version: int) -> Policy:
+def save(store: Store, clean: Policy, expected_version: int) -> PolicyRecord:
     """Save a validated policy against the version the editor was built on (0: new); StaleEdit when
     another session saved or deleted it meanwhile - nothing is saved then. (The store's own check; here so
     that a page never calls the store.)"""

@@ -12,7 +12,7 @@ from app.core.analysis import warm_latencies
 from app.core.runs import label_mismatch
 from app.core.inputs import InputError
 from app.core import inputs
-from app.core.labeled import ColumnMap, import_file, set_support, shipped_sets
+from app.core.labeled import ColumnMap, Support, import_file, set_support, shipped_sets
 from app.core.records import LabeledSet
 from app.core.store import Store
 
@@ -101,7 +101,7 @@ def label_problem(store: Store, policy: Policy, set_id: int) -> str | None:
     return label_mismatch(policy, store.labeled_rows(set_id))
 
 
-def support(store: Store, set_id: int, policy: Policy, limit: int | None = None) -> dict[str, Any]:
+def support(store: Store, set_id: int, policy: Policy, limit: int | None = None) -> Support:
     """What the set can support for this policy before scoring (rows per option, gate, offsets), when at
     most `limit` rows are scored."""
     return set_support(store.labeled_rows(set_id), [o["id"] for o in policy["options"]], limit)

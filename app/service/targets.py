@@ -6,7 +6,7 @@ import logging
 from typing import Any, Callable, Mapping
 
 from app.core.store import Exists, Store
-from app.targets.base import KEY_PREFIX, Target, TargetError
+from app.targets.base import KEY_PREFIX, Target, TargetError, TargetSpec
 from app.targets.registry import build_target, config_from_form, target_by_name, target_specs, validate_target_spec
 
 log = logging.getLogger("semif.workbench")
@@ -14,7 +14,7 @@ EngineProvider = Callable[[str | None], Any]
 Spec = Mapping[str, Any]  # a target record (app/core/records.TargetSpec) or a spec dict
 
 
-def specs(store: Store, *, single_rows: bool = False) -> list[Spec]:
+def specs(store: Store, *, single_rows: bool = False) -> list[TargetSpec]:
     """Built-in local targets, then saved ones; `single_rows`: only those that answer one row at a
     time (Playground, Compare, the checks - not Batch Transform)."""
     return target_specs(store, single_rows)

@@ -10,7 +10,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, TypedDict
 
 import httpx
 
@@ -20,15 +20,39 @@ from app.settings import WorkbenchSettings
 from app.targets.addresses import url_problem
 
 log = logging.getLogger("semif.workbench")
-# the model fields that fix a result's bits (app/core/reuse.py keys stored results by them)
-NUMERICS = ("sha256", "llama_cpp_version", "n_gpu_layers", "flash_attn", "default_readout", "default_debias")
+Config = dict[str, Any]  # a target's settings as saved (JSON): per kind, its fields declared in registry.KINDS
 
 
-def numerics(model: dict | None) -> dict | None:
+class TargetSpec(TypedDict, total=False):
+    """A target as saved (the built-in local ones have no created_at): registry.py builds it; the store
+    keeps it (app/core/records.py names it among the records)."""
+    name: str
+    kind: str
+    config: Config
+    created_at: str
+
+
+class Numerics(TypedDict):
+    """The model fields that fix a result's bits (app/core/reuse.py keys stored results by them), as the
+    model's own JSON names them."""
+    sha256: str
+    llama_cpp_version: str | None
+    n_gpu_layers: int | None
+    flash_attn: bool | None
+    default_readout: str | None
+    default_debias: str | None
+
+
+NUMERICS = tuple(Numerics.__annotations__)
+
+
+def numerics(model: Mapping[str, Any] | None) -> Numerics | None:
     """The model fields that fix a result's bits, or None when the model is not known by its sha256."""
     if not model or not model.get("sha256"):
         return None
-    return {k: model.get(k) for k in NUMERICS}
+    return {"sha256": model["sha256"], "llama_cpp_version": model.get("llama_cpp_version"),
+            "n_gpu_layers": model.get("n_gpu_layers"), "flash_attn": model.get("flash_attn"),
+            "default_readout": model.get("default_readout"), "default_debias": model.get("default_debias")}
 
 
 class TargetError(RuntimeError):
@@ -57,10 +81,10 @@ class TargetResult:
 class Target:
     name: str
     kind: str
-    config: dict = field(default_factory=dict)
+    config: Config = field(default_factory=dict)
     batch_only = False  # scores whole sets with decide_batch (Batch Transform), never one row
 
-    def describe(self) -> dict:
+    def describe(self) -> TargetSpec:
         return {"name": self.name, "kind": self.kind, "config": self.config}
 
     def prepare(self) -> None:
@@ -71,7 +95,7 @@ class Target:
         learned head is fitted on: a local engine can, a SemIf adapter that says so in /info can."""
         return False
 
-    def numerics(self) -> dict | None:
+    def numerics(self) -> Numerics | None:
         """The model this target runs now, as far as it fixes a result's bits (app/core/reuse.py), or None
         when the target cannot say without deciding (its results are then never reused)."""
         return None
@@ -97,7 +121,7 @@ class Target:
     def _one(self, req: DecisionRequest) -> tuple[Any, Any, DecisionResult]:
         raise NotImplementedError
 
-    def decide_batch(self, requests: list[DecisionRequest], on_event: Callable[[dict], None] | None = None
+    def decide_batch(self, requests: list[DecisionRequest], on_event: Callable[[dict[str, Any]], None] | None = None
                      ) -> list[TargetResult]:
         """Many rows as one job (batch_only targets); others answer one row at a time."""
         raise NotImplementedError(f"{self.kind} targets answer one row at a time: use decide()")
@@ -109,7 +133,10 @@ class Target:
 KEY_PREFIX = "SEMIF_KEY_"  # the only environment variables a target may send as its key
 
 
-def key_env_problem(name: str, secrets: dict | None = None) -> str | None:
+Secrets = Mapping[str, Any]  # Streamlit's secrets: a target may name one as its key
+
+
+def key_env_problem(name: str, secrets: Secrets | None = None) -> str | None:
     """Why a target may not read `name` as its API key, or None. Only Streamlit secrets and
     environment variables named SEMIF_KEY_*: a target's URL is the user's choice, so a target that
     could name any variable could send this machine's AWS_SECRET_ACCESS_KEY (or any token) to it."""
@@ -125,7 +152,7 @@ def key_env_problem(name: str, secrets: dict | None = None) -> str | None:
     return None
 
 
-def api_key(config: dict, secrets: dict | None) -> str | None:
+def api_key(config: Config, secrets: Secrets | None) -> str | None:
     """The key named by `api_key_env`, from Streamlit secrets or a SEMIF_KEY_* environment variable -
     never stored. TargetError for any other name (also for a target saved before the rule), so
     nothing is sent."""
@@ -135,10 +162,11 @@ def api_key(config: dict, secrets: dict | None) -> str | None:
     problem = key_env_problem(env, secrets)
     if problem:
         raise TargetError(f"api_key_env: {problem}")
-    return (secrets or {}).get(env) or os.environ.get(env)
+    key = (secrets or {}).get(env) or os.environ.get(env)
+    return None if key is None else str(key)
 
 
-def bearer(key: str | None) -> dict:
+def bearer(key: str | None) -> dict[str, bytes]:
     """The Authorization header of a URL target with a key (the adapter's SM_SEMIF_API_KEY, a
     /v1/systemone server's or a chat server's), as UTF-8 bytes: a non-ASCII key is sent as is."""
     return {"Authorization": f"Bearer {key}".encode()} if key else {}
@@ -147,7 +175,7 @@ def bearer(key: str | None) -> dict:
 class KeyedTarget(Target):
     """A URL target that may send an API key: the key is read at each use, never kept or stored."""
 
-    def __init__(self, name: str, kind: str, config: dict, secrets: dict | None = None):
+    def __init__(self, name: str, kind: str, config: Config, secrets: Secrets | None = None):
         super().__init__(name, kind, config)
         self._secrets = secrets
 
@@ -155,7 +183,7 @@ class KeyedTarget(Target):
     def api_key(self) -> str | None:
         return api_key(self.config, self._secrets)
 
-    def auth(self) -> dict:
+    def auth(self) -> dict[str, bytes]:
         return bearer(self.api_key)
 
 
@@ -174,7 +202,8 @@ def _http_error(resp: httpx.Response) -> TargetError:
     return TargetError(f"HTTP {resp.status_code}: {msg}", body)
 
 
-def http_json(method: str, url: str, *, body: Any = None, headers: dict | None = None, timeout: float = 60) -> Any:
+def http_json(method: str, url: str, *, body: Any = None, headers: Mapping[str, Any] | None = None,
+              timeout: float = 60) -> Any:
     """The one HTTP path of every URL target: a JSON call whose failures become TargetErrors that
     say what went wrong (unreachable, an HTTP error with the server's own message, not JSON)."""
     problem = url_problem(url, allow_link_local=WorkbenchSettings.from_env().allow_link_local_targets)

@@ -9,18 +9,21 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from adapter.schema import DecisionRequest
+from adapter.schema import DecisionRequest, DecisionResult
 from deploy.config import DEFAULT_TRANSFORM_INSTANCE
 from deploy.errors import DeployError
 from deploy.transform import prepare_transform, site_from_form
 
 from app.settings import WorkbenchSettings
-from app.targets.base import Target, TargetError, TargetResult, decision_from
+from app.targets.base import Config, Target, TargetError, TargetResult, decision_from
 from app.targets.remote import aws_error
+
+if TYPE_CHECKING:  # imported when a job runs (boto3's start-up cost)
+    from deploy.executor import Executor
 
 WORK = Path(tempfile.gettempdir()) / "semif-transform"
 
@@ -28,24 +31,24 @@ WORK = Path(tempfile.gettempdir()) / "semif-transform"
 class BatchTransformTarget(Target):
     batch_only = True
 
-    def __init__(self, name: str, config: dict):
+    def __init__(self, name: str, config: Config):
         super().__init__(name, "sagemaker-batch", config)
         self.model_name = config["model_name"]
         self.bucket = config["bucket"]
         self.region = config.get("region") or WorkbenchSettings.from_env().region
 
-    def _one(self, req):
+    def _one(self, req: DecisionRequest) -> tuple[Any, Any, DecisionResult]:
         raise TargetError("a Batch Transform target scores labeled sets (Calibrate page, python -m app calibrate), "
                           "not single decisions: use the SageMaker endpoint target for those")
 
-    def executor(self, on_event: Callable[[dict], None] | None = None):
+    def executor(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> Executor:
         from deploy.executor import Executor  # lazy: deploy.executor imports boto3 (start-up cost)
 
         poll = WorkbenchSettings.from_env().deploy_poll
         return Executor(self.region, endpoint_url=WorkbenchSettings.from_env().aws_endpoint_url, poll_seconds=poll,
                         on_event=on_event)
 
-    def decide_batch(self, requests: list[DecisionRequest], on_event: Callable[[dict], None] | None = None
+    def decide_batch(self, requests: list[DecisionRequest], on_event: Callable[[dict[str, Any]], None] | None = None
                      ) -> list[TargetResult]:
         """One transform job for all `requests`; a result per request, in order. The latency of each
         is the job's wall time divided by its rows (Batch Transform has no per-row timing)."""

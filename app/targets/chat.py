@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from adapter.engine.prompt import LETTERS, letters_messages
 from adapter.schema import DecisionRequest, DecisionResult, ProbabilityStatus
 
-from app.targets.base import KeyedTarget, TargetError, http_json
+from app.targets.base import Config, KeyedTarget, Secrets, TargetError, http_json
 
 def parse_chat_answer(text: str, req: DecisionRequest) -> int | None:
     """The option a generated answer names: a letter (A, 'B.', '(C)', 'Answer: D') or an option id."""
@@ -36,13 +36,13 @@ class ChatTarget(KeyedTarget):
     """Generated answers: probabilities come from top logprobs of the first answer token when the
     server returns them, else the parsed option gets 1.0 (marked `generated-one-hot`)."""
 
-    def __init__(self, name: str, config: dict, secrets: dict | None = None):
+    def __init__(self, name: str, config: Config, secrets: Secrets | None = None):
         super().__init__(name, "chat", config, secrets)
         self.url = chat_url(config["url"])
         self.model = config.get("model") or "default"
         self.max_tokens = int(config.get("max_tokens", 4))
 
-    def _one(self, req):
+    def _one(self, req: DecisionRequest) -> tuple[dict[str, Any], Any, DecisionResult]:
         body = chat_body(req, self.model, self.max_tokens)
         data = http_json("POST", self.url, body=body, headers=self.auth(), timeout=float(self.config.get("timeout", 120)))
         return body, data, chat_result(req, data)
@@ -54,7 +54,7 @@ class ChatTarget(KeyedTarget):
         return f"{base} is up; models: {', '.join(map(str, models)) or 'none listed'}"
 
 
-def chat_body(req: DecisionRequest, model: str, max_tokens: int = 4) -> dict:
+def chat_body(req: DecisionRequest, model: str, max_tokens: int = 4) -> dict[str, Any]:
     """The letters prompt as chat messages: the same text the local letters readout reads."""
     return {"model": model, "messages": letters_messages(req.state, req.question, req.options),
             "max_tokens": max_tokens, "temperature": 0, "logprobs": True, "top_logprobs": 20}
@@ -79,7 +79,7 @@ def chat_result(req: DecisionRequest, data: Any) -> DecisionResult:
                           usage=data.get("usage"))
 
 
-def _probs_from_logprobs(logprobs: dict | None, n: int) -> tuple[list[float] | None, ProbabilityStatus]:
+def _probs_from_logprobs(logprobs: Mapping[str, Any] | None, n: int) -> tuple[list[float] | None, ProbabilityStatus]:
     """Letter distribution from the first generated token's top logprobs, renormalised."""
     try:
         top = logprobs["content"][0]["top_logprobs"]  # type: ignore[index]

@@ -42,7 +42,7 @@ class EnginePool:
         self.max_loaded = max(1, max_loaded or WorkbenchSettings.from_env().max_loaded_models)
         self._factory = factory or (lambda ref, progress: Engine(ref, EngineConfig.from_env(), progress=progress))
         self._engines: OrderedDict[str, Engine] = OrderedDict()
-        self._loading: dict[str, Future] = {}
+        self._loading: dict[str, Future[Engine]] = {}
         self._lock = threading.Lock()  # guards the two dicts only; never held while a model loads
 
     def is_loaded(self, ref: str | None) -> bool:

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from adapter.schema import RequestError
+from adapter.engine.engine import Engine
+from adapter.schema import DecisionRequest, DecisionResult, RequestError
 
-from app.targets.base import Target, TargetError, numerics
+from app.targets.base import Config, Numerics, Target, TargetError, numerics
 
 class LocalTarget(Target):
-    def __init__(self, name: str, config: dict, engine_provider: Callable[[str | None], Any]):
+    def __init__(self, name: str, config: Config, engine_provider: Callable[[str | None], Engine]):
         super().__init__(name, "local", config)
         self._provider = engine_provider
 
@@ -18,16 +19,16 @@ class LocalTarget(Target):
     def returns_hidden(self) -> bool:
         return True
 
-    def numerics(self) -> dict | None:
+    def numerics(self) -> Numerics | None:
         return numerics(self.engine().info.public())
 
-    def engine(self):
+    def engine(self) -> Engine:
         try:
             return self._provider(self.config.get("model") or None)
         except Exception as exc:
             raise TargetError(f"the local model could not be loaded: {exc}") from None
 
-    def _one(self, req):
+    def _one(self, req: DecisionRequest) -> tuple[dict[str, Any], dict[str, Any], DecisionResult]:
         try:
             result = self.engine().score(req)
         except RequestError as exc:

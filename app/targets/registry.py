@@ -10,34 +10,36 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from adapter.engine.catalog import SHIPPED
+from adapter.engine.engine import Engine
 from deploy.config import BUCKET_PATTERN, DEFAULT_TRANSFORM_INSTANCE, REGION_PATTERN, SAGEMAKER_NAME_PATTERN
 from deploy.pricing import HOURLY_USD, first_choice
 
 from app.settings import WorkbenchSettings
 from app.targets.addresses import PRIVATE_NOTE, url_problem
-from app.targets.base import KEY_PREFIX, Target, TargetError, key_env_problem
+from app.targets.base import KEY_PREFIX, Config, Secrets, Target, TargetError, TargetSpec, key_env_problem
 from app.targets.batch import BatchTransformTarget
 from app.targets.chat import ChatTarget, chat_url
 from app.targets.engines import model_key
 from app.targets.local import LocalTarget
 from app.targets.remote import SageMakerTarget, SemIfTarget, SystemOneTarget
 
-Config = dict[str, Any]
 Snippet = tuple[str, str, str]  # (title, language, code)
-Deployments = Callable[[str], "dict | None"]  # endpoint name -> its stored deployment record
+Body = Mapping[str, Any]  # a request as the target is sent it (JSON)
+Deployments = Callable[[str], "Mapping[str, Any] | None"]  # endpoint name -> its stored deployment record
+EngineProvider = Callable[[str | None], Engine]  # a model reference ('' / None: the default) -> its loaded engine
 OWN_GGUF = "your own GGUF file…"
-LOCAL_DEFAULT = {"name": "local", "kind": "local", "config": {"model": ""}}
+LOCAL_DEFAULT: TargetSpec = {"name": "local", "kind": "local", "config": {"model": ""}}
 NAME_RE = r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}"
 
 
 @dataclass(frozen=True)
 class BuildContext:
     """What building a target may need: the local model pool and the Streamlit secrets (key names)."""
-    engine_provider: Callable[[str | None], Any] | None = None
-    secrets: dict | None = None
+    engine_provider: EngineProvider | None = None
+    secrets: Secrets | None = None
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class Kind:
     make: Callable[[str, Config, BuildContext], Target]
     fields: tuple[Field, ...] = ()
     check: Callable[[Config], dict[str, str]] = lambda cfg: {}
-    snippets: Callable[[Config, dict], list[Snippet]] = lambda cfg, body: [("Request", "json", json.dumps(body, indent=2))]
+    snippets: Callable[[Config, Body], list[Snippet]] = lambda cfg, body: [("Request", "json", json.dumps(body, indent=2))]
     price: Callable[[Config, Deployments | None], tuple[float | None, str]] = lambda cfg, deps: (None, "")
     to_config: Callable[[Config], Config] = field(default=lambda values: values)
     single_rows: bool = True  # answers one row at a time (Playground, Compare, the checks); else whole sets only
@@ -82,7 +84,7 @@ class Kind:
 
 
 # -- the kinds ---------------------------------------------------------------------------------------
-def _curl(url: str, body: dict, key_env: str | None = None) -> str:
+def _curl(url: str, body: Body, key_env: str | None = None) -> str:
     """Every value shell-quoted; the key is the shell's expansion of a variable NAME (a Streamlit
     secret's name that is not a plain identifier is left for the reader to fill in). The body goes in a
     quoted heredoc: nothing in it is expanded, and a JSON document has no line that is only `JSON`."""
@@ -93,7 +95,7 @@ def _curl(url: str, body: dict, key_env: str | None = None) -> str:
     return " ".join(shlex.quote(p) for p in parts) + auth + " \\\n  --data-binary @- <<'JSON'\n" + data + "\nJSON"
 
 
-def _boto3(endpoint: str, region: str, body: dict) -> str:
+def _boto3(endpoint: str, region: str, body: Body) -> str:
     return ("import json\n\nimport boto3\n\n"
             f"runtime = boto3.client(\"sagemaker-runtime\", region_name={region!r})\n"
             f"row = {json.dumps(body, ensure_ascii=False, indent=4)}\n"
@@ -131,7 +133,7 @@ def _local_config(values: Config) -> Config:
     return {"model": (values.get("model_path") or "").strip() if choice == OWN_GGUF else choice}
 
 
-def _local_snippets(cfg: Config, body: dict) -> list[Snippet]:
+def _local_snippets(cfg: Config, body: Body) -> list[Snippet]:
     serve = f"python -m adapter serve --model {shlex.quote(model_key(cfg.get('model') or None))}"
     return [("Start the same engine as an HTTP server (port 8080; it keeps running)", "bash", serve),
             ("Then, in another terminal", "bash", _curl("http://127.0.0.1:8080/invocations", body))]
@@ -164,7 +166,7 @@ def _check_endpoint(cfg: Config) -> dict[str, str]:
     return errors
 
 
-def _sagemaker_snippets(cfg: Config, body: dict) -> list[Snippet]:
+def _sagemaker_snippets(cfg: Config, body: Body) -> list[Snippet]:
     region = cfg.get("region") or "us-east-1"
     args = ["aws", "sagemaker-runtime", "invoke-endpoint", "--region", region, "--endpoint-name", cfg["endpoint_name"],
             "--content-type", "application/json", "--cli-binary-format", "raw-in-base64-out"]
@@ -195,7 +197,7 @@ def _chat(name: str, cfg: Config, ctx: BuildContext) -> Target:
     return ChatTarget(name, cfg, ctx.secrets)
 
 
-def _chat_snippets(cfg: Config, body: dict) -> list[Snippet]:
+def _chat_snippets(cfg: Config, body: Body) -> list[Snippet]:
     return [("cURL", "bash", _curl(chat_url(cfg["url"]), body, cfg.get("api_key_env") or None))]
 
 
@@ -280,7 +282,7 @@ def config_from_form(kind: str, values: Config) -> Config:
     return {k: v for k, v in raw.items() if v not in ("", None)}
 
 
-def validate_target_spec(name: str, kind: str, config: Config, secrets: dict | None = None) -> dict[str, str]:
+def validate_target_spec(name: str, kind: str, config: Config, secrets: Secrets | None = None) -> dict[str, str]:
     """Field -> message for a target form; empty when valid. `secrets`: the Streamlit secrets, whose
     names may be given as api_key_env."""
     errors: dict[str, str] = {}
@@ -303,7 +305,8 @@ def validate_target_spec(name: str, kind: str, config: Config, secrets: dict | N
     return errors
 
 
-def build_target(spec: Mapping[str, Any], engine_provider: Callable | None = None, secrets: dict | None = None) -> Target:
+def build_target(spec: Mapping[str, Any], engine_provider: EngineProvider | None = None,
+                 secrets: Secrets | None = None) -> Target:
     """A target from its saved spec {name, kind, config}; raise TargetError on a bad spec."""
     name, cfg = spec.get("name") or "", spec.get("config") or {}
     k = kind_of(str(spec.get("kind")))
@@ -320,7 +323,7 @@ def single_rows(spec: Mapping[str, Any]) -> bool:
     return spec.get("kind") in KINDS and KINDS[spec["kind"]].single_rows
 
 
-def snippets(spec: Mapping[str, Any], body: dict) -> list[Snippet]:
+def snippets(spec: Mapping[str, Any], body: Body) -> list[Snippet]:
     """[(title, language, code)] that send `body` to the target the way the workbench did."""
     k = KINDS.get(str(spec.get("kind")))
     if k is None:
@@ -341,7 +344,7 @@ def hourly_price(spec: Mapping[str, Any], deployments: Deployments | None = None
 
 
 # -- targets by name ---------------------------------------------------------------------------------
-def builtin_specs() -> list[dict]:
+def builtin_specs() -> list[TargetSpec]:
     """`local` (the default model) and `local-<name>` for each other shipped model: several local
     models side by side need no set-up."""
     default = model_key(None)
@@ -349,7 +352,12 @@ def builtin_specs() -> list[dict]:
                               for m in SHIPPED.values() if m.offered and m.name != default]
 
 
-def target_specs(store, single_rows_only: bool = False) -> list[Mapping[str, Any]]:
+class SavedTargets(Protocol):
+    """Where saved targets come from (the store): only what this module asks of it."""
+    def list_targets(self) -> list[TargetSpec]: ...
+
+
+def target_specs(store: SavedTargets, single_rows_only: bool = False) -> list[TargetSpec]:
     """The built-in local targets first, then the saved ones (a saved name overrides a built-in).
     `single_rows_only`: only targets that answer one row at a time (Playground, Compare, the checks)."""
     saved = store.list_targets()
@@ -362,7 +370,8 @@ class UnknownTarget(ValueError):
     pass
 
 
-def target_by_name(store, name: str, engine_provider: Callable, secrets: dict | None = None) -> Target:
+def target_by_name(store: SavedTargets, name: str, engine_provider: EngineProvider,
+                   secrets: Secrets | None = None) -> Target:
     for spec in target_specs(store):
         if spec["name"] == name:
             return build_target(spec, engine_provider=engine_provider, secrets=secrets)

@@ -11,35 +11,37 @@ from adapter.schema import DecisionResult
 from deploy.errors import friendly
 
 from app.settings import WorkbenchSettings
-from app.targets.base import KeyedTarget, Target, TargetError, decision_from, http_json, numerics
+from adapter.schema import DecisionRequest
+
+from app.targets.base import Config, KeyedTarget, Numerics, Secrets, Target, TargetError, decision_from, http_json, numerics
 from app.targets.chat import chat_body, chat_result
 
 class SemIfTarget(KeyedTarget):
-    def __init__(self, name: str, config: dict, secrets: dict | None = None):
+    def __init__(self, name: str, config: Config, secrets: Secrets | None = None):
         super().__init__(name, "semif", config, secrets)  # the key: an adapter started with SM_SEMIF_API_KEY
         self.url = config["url"].rstrip("/")
         self.timeout = float(config.get("timeout", 60))
-        self._numerics: dict | None = None
+        self._info: tuple[Numerics | None] | None = None  # (what /info said) once asked
         self._features: list[str] = []
 
-    def numerics(self) -> dict | None:
+    def numerics(self) -> Numerics | None:
         """From the adapter's /info (asked once per target object); None when it cannot be reached -
         the call that follows then reports why."""
-        if self._numerics is None:
+        if self._info is None:
             try:
                 data = http_json("GET", self.url + "/info", headers=self.auth(), timeout=5)
-                self._numerics = numerics(data.get("model") if isinstance(data, dict) else None) or {}
+                self._info = (numerics(data.get("model") if isinstance(data, dict) else None),)
                 self._features = list(data.get("features") or []) if isinstance(data, dict) else []
             except TargetError:
                 return None
-        return self._numerics or None
+        return self._info[0]
 
     def returns_hidden(self) -> bool:
         """An adapter that lists `hidden_state` among its /info features (an older one would refuse the field)."""
         self.numerics()
         return "hidden_state" in self._features
 
-    def _one(self, req):
+    def _one(self, req: DecisionRequest) -> tuple[dict[str, Any], Any, DecisionResult]:
         body = req.model_dump(exclude_none=True)
         data = http_json("POST", self.url + "/invocations", body=body, headers=self.auth(), timeout=self.timeout)
         return body, data, decision_from(data, self.url)
@@ -60,13 +62,13 @@ class SageMakerTarget(Target):
     """A SageMaker endpoint; credentials from the normal AWS chain. `protocol` is `semif` (the SemIf
     adapter image) or `chat` (the llama.cpp DLC, whose /invocations is chat completions)."""
 
-    def __init__(self, name: str, config: dict):
+    def __init__(self, name: str, config: Config):
         super().__init__(name, "sagemaker", config)
         self.endpoint = config["endpoint_name"]
         self.region = config.get("region") or WorkbenchSettings.from_env().region
         self._client: Any = None
 
-    def client(self, service: str = "sagemaker-runtime"):
+    def client(self, service: str = "sagemaker-runtime") -> Any:
         import boto3
 
         # where AWS calls go is the operator's setting (SEMIF_AWS_RUNTIME_URL / SEMIF_AWS_ENDPOINT_URL; tests: a
@@ -75,7 +77,7 @@ class SageMakerTarget(Target):
         url = settings.aws_runtime_url if service == "sagemaker-runtime" else settings.aws_endpoint_url
         return boto3.client(service, region_name=self.region, endpoint_url=url or None)
 
-    def _one(self, req):
+    def _one(self, req: DecisionRequest) -> tuple[dict[str, Any], Any, DecisionResult]:
         chat = self.config.get("protocol") == "chat"
         body = chat_body(req, "default") if chat else req.model_dump(exclude_none=True)
         try:
@@ -102,12 +104,12 @@ class SystemOneTarget(KeyedTarget):
     """Any /v1/systemone server: the policy becomes one `choice` question (criteria = option ids
     with their descriptions); the answer's probabilities come back in the policy's option order."""
 
-    def __init__(self, name: str, config: dict, secrets: dict | None = None):
+    def __init__(self, name: str, config: Config, secrets: Secrets | None = None):
         super().__init__(name, "systemone", config, secrets)
         self.url = config["url"].rstrip("/")
         self.model = config.get("model") or "jev-latest"
 
-    def _one(self, req):
+    def _one(self, req: DecisionRequest) -> tuple[dict[str, Any], Any, DecisionResult]:
         body = {"model": self.model, "state": req.state,
                 "questions": {"decision": {"type": "choice", "instructions": req.question,
                                            "criteria": {o.id: (o.description or None) for o in req.options}}}}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Literal, Mapping, MutableMapping
 
+from app.core.records import Policy as PolicyRecord
 from app.core.store import StaleEdit
 from app.ui.page_state import PageKeys
 from app.service.policies import changed_fields, parse_policy_json, policy_json, validate_policy, version_to_save
@@ -316,12 +317,12 @@ def just_saved(state: State) -> str | None:
     return state.pop(SAVED_KEY, None) or None
 
 
-Save = Callable[[Mapping[str, Any], int], Mapping[str, Any]]  # (validated policy, expected version) -> saved
+Save = Callable[[Mapping[str, Any], int], PolicyRecord]  # (validated policy, expected version) -> saved
 Taken = Callable[[str, "str | None", Collection[str]], dict[str, str]]  # (id, editing, saved ids) -> field: why not
 
 
 def submit(state: State, ed: Editor, via: Literal["form", "json"], saved_ids: Collection[str],
-           save: Save, taken: Taken) -> Mapping[str, Any] | None:
+           save: Save, taken: Taken) -> PolicyRecord | None:
     """Save the draft (the Form's fields, or the JSON tab's text) against the version the view was built on;
     `taken` says why a valid policy's id may not be saved from here (policies.id_taken, for this `via`).
     Saved: the next run opens it from what was saved (both views rebuilt) and says so. Refused - invalid,

@@ -3,6 +3,8 @@
 app/service/calibrate_panels.py; this page lays them out."""
 from __future__ import annotations
 
+from typing import Any, Mapping, Sequence
+
 import json
 from typing import Any, Mapping, Sequence
 
@@ -12,6 +14,7 @@ from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from app.core.export import Calibration, TooFewRows, version_label
+from app.core.labeled import Support
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS
 from app.core.store import Store
 from app.service import calibrate_panels as panels
@@ -53,7 +56,7 @@ def calibration_view(db_path: str, run_id: int, version: tuple[Any, ...], target
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def readout_rows(db_path: str, versions: tuple[Any, ...]) -> list[dict[str, Any]]:
+def readout_rows(db_path: str, versions: tuple[Any, ...]) -> Sequence[Mapping[str, Any]]:
     db = resources.store_at(db_path)
     return evaluate.readouts(db, [r for r in (history.run(db, rid) for rid, _ in versions) if r is not None])
 
@@ -203,7 +206,7 @@ def pick_set(pid: str, sets: Mapping[int, Mapping[str, Any]], column: DeltaGener
     return int(sid)
 
 
-def set_notes(db: Store, policy: Policy, sid: int, parent: int | None) -> tuple[str | None, dict[str, Any] | None]:
+def set_notes(db: Store, policy: Policy, sid: int, parent: int | None) -> tuple[str | None, Support | None]:
     """(what is wrong with the set for this policy, what it can support), said before anything is scored -
     for at most the rows Stop early asks for (the widget's value from the last run: it is drawn further down)."""
     if added := review.new_rows(db, sid):
@@ -447,7 +450,7 @@ def older_runs(db: Store, older: Sequence[Mapping[str, Any]], version: str) -> N
                      hide_index=True, key=keys.older)
 
 
-def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str) -> list[dict[str, Any]]:
+def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str) -> Sequence[Mapping[str, Any]]:
     """The runs of the saved version side by side; returns their rows (the run picker's labels)."""
     rows = readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"])) for r in runs))
     st.markdown(f"**Readouts side by side** (this policy as saved now, {version} × this set)")
@@ -458,7 +461,7 @@ def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str)
     return rows
 
 
-def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], rows: list[dict[str, Any]]) -> None:
+def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> None:
     """Pick a run (the current one, else the most accurate), the target accuracy and head; its gate and export."""
     st.subheader("Gate and export")
     ids = [r["id"] for r in runs]

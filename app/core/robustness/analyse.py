@@ -65,7 +65,7 @@ def guards(config: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return norm(config.get("guard")), None
 
 
-def _rate(k: int, n: int) -> dict:
+def _rate(k: int, n: int) -> stats.ProportionJSON:
     return stats.proportion(k, n).to_dict()
 
 

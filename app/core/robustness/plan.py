@@ -152,7 +152,7 @@ def calls_per_state(policy: Mapping[str, Any], suite: Suite, checks: Iterable[st
 def start_check(store: Store, *, policy: Mapping[str, Any], cases: list[Case], target: Target, suite: Suite,
                 checks: Iterable[str] = CHECKS, attempts: int = 3, variant: str = "default",
                 overrides: dict | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
-                source: str = "", calibrated: dict | None = None, hidden: bool = False,
+                source: str = "", calibrated: Mapping[str, Any] | None = None, hidden: bool = False,
                 extra: dict | None = None) -> tuple[int, list[tuple[int, Case, DecisionRequest]]]:
     """A new robustness run (its configuration stored with it) and the rows it will score.
     `calibrated`: the record of a calibrated policy whose learned head the report applies

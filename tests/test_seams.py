@@ -1,0 +1,373 @@
+"""Types at the seams: no function in app/ or adapter/ hands an untyped mapping - a bare `dict`,
+`dict[str, Any]`, `Mapping[str, Any]`, or one inside a list, tuple or union - to another package, except at
+the JSON edges (HTTP bodies, files, downloads). ALLOWED lists those, each with the edge it serves; a new
+one fails until it is typed (a frozen dataclass where callers read attributes, a TypedDict where they
+genuinely read by key - app/core/records.py) or listed with its reason.
+
+Read from the source with ast, like tests/test_layout.py (whose import reading this reuses):
+- a return annotation is untyped when a mapping in it is bare or has `Any`/`object` (or a bare mapping)
+  in its value type; `dict[str, float]` and TypedDicts are typed. Module-level aliases (`Config = dict[str,
+  Any]`), imported ones too, are read through.
+- a function is used across a boundary when a module of another package imports it, or reads it as an
+  attribute of its module (`analysis.summary(...)`). A method is, when a module of another package reads an
+  attribute of its name on anything but a module, `self` or `cls`, and the class's package is below it in
+  EDGES (directly or through what it may import): the checker cannot know the receiver's type, so a name
+  shared with another class errs toward listing it.
+- packages are EDGES' rows (tests/test_layout.py: app.core with app.core.robustness, app.service, ...);
+  under adapter/ each subpackage counts on its own (adapter.server, adapter.engine), by its dotted name.
+
+The self-tests at the bottom feed the checker synthetic sources and expect it to flag or pass them.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+import pytest
+
+from tests.test_layout import EDGES, from_base, row_of, source_files, under
+
+DEFINED_IN = ("app", "adapter")  # where a returned mapping is looked for; users are every module of ours
+SPLIT = ("adapter",)  # packages whose subpackages count as packages of their own
+MAPPINGS = {"dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "DefaultDict", "defaultdict"}
+LOOSE = {"Any", "object"}
+
+# -- the allowed ones: "module.function" (or "module.Class.method") -> the JSON edge it serves -------------
+LEAD, A, B, C = (f"TODO({who}): not yet typed - {why}" for who, why in (
+    ("lead", "adapter/ is the lead's"), ("34a", "records, runs, drift, store and robustness are 34a's"),
+    ("34b", "service evaluate/decide and the calibrate/compare/robustness pages are 34b's"),
+    ("34c", "the other service modules, pages and app/ui are 34c's")))
+ALLOWED: dict[str, str] = {
+    # JSON edges
+    "adapter.schema.DecisionResult.public": "HTTP body: a decision's JSON response",
+    "adapter.server.calibrated.Decisions.public": "HTTP body: a row's answer as sent, with its policy's decision",
+    "app.service.calibrate_panels.candidate_rows": "download: the comparison of corrections and heads (CSV; the command prints it)",
+    "adapter.engine.session.ModelInfo.public": "HTTP body: the model description the server reports",
+    "adapter.engine.templates.load_template": "file: a policy template (data/policies/*.json)",
+    "adapter.engine.templates.list_templates": "file: the policy templates (data/policies/*.json)",
+    "adapter.engine.templates.load_jsonl": "file: a JSONL case file",
+    "adapter.engine.templates.probe_cases": "file: data/cases/probe.jsonl",
+    # not yet typed, by owner
+    "adapter.engine.engine.Engine.guard_check": LEAD,
+    "app.core.drift.Drift.to_dict": A,
+    "app.core.drift.Pair.to_dict": A,
+    "app.core.robustness.suite.Suite.to_dict": A,
+    "app.core.runs.Variant.overrides": A,
+    "app.core.runs.resume_eval": A,
+    "app.core.runs.resume_evals": A,
+    "app.core.decision_import.import_records": C,
+    "app.service.evaluate.Export.at_gate": B,
+    "app.service.evaluate.by_version": B,
+    "app.service.evaluate.source_rows": B,
+    "app.service.decide.overrides": B,
+    "app.service.checks.OrderCheck.summary": C,
+    "app.service.checks.family_rows": C,
+    "app.service.checks.head_rows": C,
+    "app.service.checks.rate_rows": C,
+    "app.service.checks.template_rows": C,
+    "app.service.deploy.Planned.to_state": C,
+    "app.service.deploy.apply": C,
+    "app.service.deploy.destroy": C,
+    "app.service.deploy.load_calibrated": C,
+    "app.service.policies.add_template": C,
+    "app.service.policies.duplicate": C,
+    "app.service.policies.resolve_policy": C,
+    "app.ui.components.policy_picker": C,
+    "app.ui.components.saved_check": C,
+    "app.ui.resources.secrets": C,
+    # the exported policy file and its parts (adapter.server.calibrated validates it; docs/policy-format.md)
+    "app.core.export.build_policy": "file: the exported calibrated policy (semif-policy/1 JSON)",
+    "app.core.calibration.Gate.to_dict": "file: the exported policy's metrics.gate_selection",
+    "app.core.calibration.Correction.to_dict": "file: the exported policy's metrics.correction.candidates",
+    "app.core.heads.HeadFit.to_dict": "file: the exported policy's metrics.head.candidates",
+    "app.core.labeled.ColumnMap.apply": "file: a row of an uploaded labeled set, its metadata columns as they are "
+                                        "(listed by name: the `.apply` service.deploy calls is the executor's)",
+    "app.core.head_sources.table_rows": "download: the head-source comparison as a table and CSV (one column title "
+                                        "is computed: $ per 1,000 on the deployment's instance)",
+    "app.targets.registry.config_from_form": "file: a target's config as the store saves it (JSON; per kind, its "
+                                             "fields declared in registry.KINDS and checked by Kind.undeclared)",
+    "app.core.deploy_records.apply_and_record": "TODO(deploy): deploy.executor's outcome, passed through as it "
+                                                "returns it (the page and `app deploy` show it as JSON)",
+    "app.core.deploy_records.destroy_and_record": "TODO(deploy): deploy.executor's steps done, passed through",
+}
+
+
+# -- reading the source ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Returning:
+    """A function (or a method, `Class.method`) whose return annotation holds an untyped mapping."""
+    module: str
+    qualname: str  # function or Class.method
+    annotation: str
+    line: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+    @property
+    def method(self) -> bool:
+        return "." in self.qualname
+
+    @property
+    def attr(self) -> str:  # the name a caller writes
+        return self.qualname.rpartition(".")[2]
+
+
+def _base_name(node: ast.expr) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+
+def untyped(annotation: ast.expr, aliases: dict[str, ast.expr] | None = None) -> bool:
+    """Whether a mapping in the annotation is bare or holds Any/object (or an untyped mapping) in its values."""
+    aliases = aliases or {}
+    nodes = [n for n in ast.walk(annotation) if isinstance(n, ast.expr)]
+    subscripted = {id(n.value) for n in nodes if isinstance(n, ast.Subscript)}
+
+    def loose(value: ast.expr) -> bool:
+        return any(isinstance(n, (ast.Name, ast.Attribute)) and _base_name(n) in LOOSE for n in ast.walk(value)) \
+            or untyped(value, aliases)
+
+    def bad(node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a quoted annotation
+            return untyped(ast.parse(node.value, mode="eval").body, aliases)
+        if isinstance(node, ast.Subscript) and _base_name(node.value) in MAPPINGS:
+            args = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            return len(args) < 2 or loose(args[-1])
+        if isinstance(node, (ast.Name, ast.Attribute)) and _base_name(node) in MAPPINGS:
+            return id(node) not in subscripted
+        return isinstance(node, ast.Name) and node.id in aliases and untyped(aliases[node.id], aliases)
+
+    return any(bad(n) for n in nodes)
+
+
+def _alias_values(tree: ast.Module) -> dict[str, ast.expr]:
+    """Module-level `Name = <a type with a mapping>` and `Name: TypeAlias = ...`."""
+    out: dict[str, ast.expr] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, value = node.targets[0].id, node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None \
+                and _base_name(node.annotation) == "TypeAlias":
+            name, value = node.target.id, node.value
+        else:
+            continue
+        if isinstance(value, (ast.Subscript, ast.Name, ast.Attribute, ast.BinOp)) and any(
+                isinstance(n, (ast.Name, ast.Attribute)) and _base_name(n) in MAPPINGS for n in ast.walk(value)):
+            out[name] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Source:
+    module: str
+    tree: ast.Module
+    package: str  # what its relative imports are relative to
+
+    def imports(self, known: set[str]) -> list[tuple[str, str, str | None]]:
+        """Every name an import binds, module-level or local: (name, our module, name in it or None for
+        the module itself)."""
+        out: list[tuple[str, str, str | None]] = []
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                out += [(a.asname, a.name, None) if a.asname else (a.name.split(".")[0], a.name.split(".")[0], None)
+                        for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = from_base(node, self.package)
+                out += [(a.asname or a.name, *((f"{base}.{a.name}", None) if f"{base}.{a.name}" in known
+                                               else (base, a.name))) for a in node.names]
+        return out
+
+    def bindings(self, known: set[str]) -> dict[str, tuple[str, str | None]]:
+        return {local: (module, name) for local, module, name in self.imports(known)}
+
+
+def parse_sources(texts: dict[str, str], packages: set[str]) -> list[Source]:
+    """`packages`: the modules that are a package's __init__ (relative imports resolve from themselves)."""
+    return [Source(m, ast.parse(t), m if m in packages else m.rpartition(".")[0]) for m, t in texts.items()]
+
+
+def package_of(module: str, packages: set[str]) -> str:
+    """The package a module belongs to for this check: its EDGES row; under adapter/, its subpackage."""
+    row = row_of(module, EDGES) or ".".join(module.split(".")[:2])
+    if row in SPLIT:
+        parts = module.split(".")
+        inner = [".".join(parts[:n]) for n in range(len(parts), 1, -1) if ".".join(parts[:n]) in packages]
+        return inner[0] if inner else row
+    return row
+
+
+def returning(sources: list[Source]) -> list[Returning]:
+    """Every module-level function and method in app/ and adapter/ whose return annotation is untyped."""
+    aliases = {s.module: _alias_values(s.tree) for s in sources}
+    known = {s.module for s in sources}
+    out = []
+    for s in sources:
+        if not s.module.startswith(DEFINED_IN):
+            continue
+        seen = dict(aliases[s.module])
+        for local, (mod, name) in s.bindings(known).items():  # an alias imported from another module of ours
+            if name is not None and name in aliases.get(mod, {}):
+                seen.setdefault(local, aliases[mod][name])
+        defs = [(f.name, f) for f in s.tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        defs += [(f"{c.name}.{f.name}", f) for c in s.tree.body if isinstance(c, ast.ClassDef)
+                 for f in c.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        out += [Returning(s.module, q, ast.unparse(f.returns), f.lineno) for q, f in defs
+                if f.returns is not None and untyped(f.returns, seen)]
+    return out
+
+
+def uses(source: Source, known: set[str]) -> tuple[set[tuple[str, str]], set[str]]:
+    """What a module reads of ours: ({(module, name)} by import or module attribute, {other attribute names})."""
+    bound = source.bindings(known)
+    dotted = {".".join(m.split(".")[:n]) for m in known for n in range(1, m.count(".") + 2)}  # app, app.core, ...
+    named: set[tuple[str, str]] = {(m, n) for _, m, n in source.imports(known) if n is not None}
+
+    def module_of(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name):
+            m, n = bound.get(node.id, (None, None))
+            return m if m is not None and n is None else None
+        if isinstance(node, ast.Attribute):
+            inner = module_of(node.value)
+            return f"{inner}.{node.attr}" if inner and f"{inner}.{node.attr}" in dotted else None
+        return None
+
+    other: set[str] = set()
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Attribute):
+            owner = module_of(node.value)
+            if owner is not None:
+                named.add((owner, node.attr))
+            elif not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                other.add(node.attr)
+    return named, other
+
+
+def reaches(module: str, owner: str) -> bool:
+    """Whether `module` can hold an object of a class in `owner`: its EDGES row reaches the owner's, directly
+    or through rows it may import (a page holds a core record handed up through the service layer)."""
+    seen, todo = set(), [row_of(module, EDGES)]
+    while todo:
+        row = todo.pop()
+        if row is None or row in seen:
+            continue
+        seen.add(row)
+        if row_of(owner, EDGES) == row:
+            return True
+        todo += [row_of(t, EDGES) for t in EDGES.get(row, ())]
+    return False
+
+
+def crossings(sources: list[Source], packages: set[str]) -> dict[str, set[str]]:
+    """{function or method with an untyped return: the modules of other packages that use it}."""
+    known = {s.module for s in sources}
+    used = {s.module: uses(s, known) for s in sources}
+    out: dict[str, set[str]] = {}
+    for r in returning(sources):
+        home = package_of(r.module, packages)
+        users = {m for m, (named, other) in used.items() if package_of(m, packages) != home
+                 and (r.attr in other and reaches(m, r.module) if r.method else (r.module, r.attr) in named)}
+        if users:
+            out[r.name] = users
+    return out
+
+
+def tree() -> tuple[list[Source], set[str]]:
+    files = source_files()
+    packages = {m for m, p in files.items() if p.name == "__init__.py"}
+    return parse_sources({m: p.read_text() for m, p in files.items()}, packages), packages
+
+
+# -- the tests ----------------------------------------------------------------------------------------
+SOURCES, PACKAGES = tree()
+FOUND = crossings(SOURCES, PACKAGES)
+WHERE = {r.name: f"line {r.line}: -> {r.annotation}" for r in returning(SOURCES)}
+EDGE_WORDS = ("HTTP body:", "file:", "download:", "TODO(")  # what an ALLOWED reason starts with
+
+
+def test_no_untyped_mapping_crosses_a_package_boundary_but_at_the_listed_json_edges():
+    new = {n: sorted(FOUND[n]) for n in sorted(set(FOUND) - set(ALLOWED))}
+    assert not new, "these return an untyped mapping to another package - type it (a frozen dataclass, or a " \
+        "TypedDict where callers read by key), or list it in ALLOWED with the JSON edge it serves:\n" + \
+        "\n".join(f"{n} ({WHERE[n]}) used by {users}" for n, users in new.items())
+
+
+def test_every_allowed_one_still_crosses_and_says_why():
+    gone = sorted(set(ALLOWED) - set(FOUND))
+    assert not gone, f"typed or no longer used across a package boundary - drop from ALLOWED: {gone}"
+    unsaid = sorted(n for n, why in ALLOWED.items() if not why.startswith(EDGE_WORDS))
+    assert not unsaid, f"say which JSON edge each serves ({', '.join(EDGE_WORDS)} ...): {unsaid}"
+
+
+# -- self-tests: the checker flags what it is there to catch, and passes what is typed -----------------
+def _found(texts: dict[str, str], packages: frozenset[str] = frozenset()) -> dict[str, set[str]]:
+    return crossings(parse_sources(texts, set(packages)), set(packages))
+
+
+@pytest.mark.parametrize("annotation", [
+    "dict", "dict[str, Any]", "Dict[str, Any]", "Mapping[str, Any]", "typing.Mapping[str, object]",
+    "list[dict]", "list[dict[str, Any]]", "tuple[int, dict[str, Any]]", "dict[str, Any] | None",
+    "Optional[dict]", "dict[str, list[dict]]", "dict[int, dict[str, Any]]", "'dict'", "Iterator[dict[str, Any]]",
+    "Config", "list[Config]",
+])
+def test_the_annotation_check_flags_untyped_mappings(annotation):
+    assert untyped(ast.parse(annotation, mode="eval").body, {"Config": ast.parse("dict[str, Any]", mode="eval").body})
+
+
+@pytest.mark.parametrize("annotation", [
+    "Policy", "list[Policy]", "dict[str, float]", "dict[str, str | None]", "Mapping[str, int]",
+    "dict[int, list[tuple[float, bool]]]", "tuple[pd.DataFrame, dict[str, np.ndarray]]", "Any", "list[Any]",
+    "DecisionResult | None", "'CalibratedPolicy'", "Counter[str]",
+])
+def test_the_annotation_check_passes_typed_ones(annotation):
+    assert not untyped(ast.parse(annotation, mode="eval").body, {})
+
+
+CORE = ("from typing import Any\n"
+        "Row = dict[str, Any]\n"
+        "def summary() -> dict[str, Any]: ...\n"
+        "def rates() -> dict[str, float]: ...\n"
+        "def rows() -> list[Row]: ...\n"
+        "def only_here() -> dict: ...\n"
+        "class Report:\n"
+        "    def to_json(self) -> dict: ...\n"
+        "    def count(self) -> int: ...\n")
+
+
+def test_the_checker_flags_untyped_returns_used_from_another_package():
+    found = _found({"app.core.a": CORE,
+                    "app.core.b": "from app.core.a import only_here\n",  # the same package: free
+                    "app.service.s": "from app.core.a import summary, rates\nfrom app.core import a\n"
+                                     "def f(report):\n    return a.rows(), report.to_json(), report.count()\n"})
+    assert found == {"app.core.a.summary": {"app.service.s"}, "app.core.a.rows": {"app.service.s"},
+                     "app.core.a.Report.to_json": {"app.service.s"}}
+
+
+def test_the_checker_reads_module_attributes_aliases_and_imported_aliases():
+    found = _found({"app.core.a": CORE,
+                    "app.targets.t": "from app.core.a import Row\ndef spec() -> Row: ...\n",
+                    "app.views.v": "import app.core.a as core_a\nx = core_a.summary\n",
+                    "bench.b": "import app.core.a\nimport app.targets.t\napp.core.a.rows()\napp.targets.t.spec()\n"})
+    assert found == {"app.core.a.summary": {"app.views.v"}, "app.core.a.rows": {"bench.b"},
+                     "app.targets.t.spec": {"bench.b"}}
+
+
+def test_the_checker_passes_typed_returns_and_self_calls():
+    assert not _found({"app.core.a": CORE,
+                       "app.service.s": "from app.core.a import rates, Report\n"
+                                        "class Mine:\n    def go(self):\n        return self.to_json()\n"})
+
+
+def test_adapter_subpackages_are_packages_of_their_own():
+    engine = "def evaluate() -> list[dict]: ...\n"
+    packages = frozenset({"adapter", "adapter.engine", "adapter.server"})
+    found = _found({"adapter.engine.core": engine, "adapter.engine.other": "from .core import evaluate\n",
+                    "adapter.server.routes": "from ..engine.core import evaluate\n",
+                    "adapter.__main__": "from adapter.engine import core\ncore.evaluate()\n"}, packages)
+    assert found == {"adapter.engine.core.evaluate": {"adapter.server.routes", "adapter.__main__"}}
+    inside = _found({"adapter.engine.core": engine, "adapter.engine.other": "from adapter.engine.core import evaluate\n"},
+                    packages)
+    assert not inside, "the modules of one subpackage are one package"
+    assert package_of("adapter.server", set(packages)) == "adapter.server"
+    assert package_of("app.core.robustness.plan", {"app.core", "app.core.robustness"}) == "app.core"
+    assert under("adapter.server.routes", package_of("adapter.server.routes", set(packages)))

@@ -13,6 +13,7 @@ from app.core import head_apply
 from app.core.costs import with_costs
 from app.core.deployed import AsDeployed
 from app.core.stats import proportion
+from app.core.stored import NO_RESPONSE, first_response
 
 
 def results_frame(runs: list[dict], results_by_run: dict[int, list[dict]]) -> pd.DataFrame:
@@ -301,11 +302,10 @@ def _no_head_column(p: AsDeployed, target: str, answered: list[dict]) -> str | N
     """Why a target gets no column for this head (None: it gets one)."""
     if not answered:
         return f"{target}: no answered row, so no column for the head of {p.label}."
-    response: dict[str, Any] = next((r["response"] for r in answered if isinstance(r.get("response"), dict)), {})
-    model: dict[str, Any] = response["model"] if isinstance(response.get("model"), dict) else {}
-    sha = model.get("sha256")
+    response = first_response(answered) or NO_RESPONSE
+    sha = response.model_sha256
     if sha != p.policy.model.sha256:
-        runs_on = f"runs {model.get('file')} ({sha[:12]})" if sha else "names no model sha256 (not a llama.cpp model)"
+        runs_on = f"runs {response.model_file} ({sha[:12]})" if sha else "names no model sha256 (not a llama.cpp model)"
         if p.has_head:
             return (f"{target} {runs_on}, not the model the head of {p.label} was fitted on ({p.policy.model.file}, "
                     f"{p.policy.model.sha256[:12]}): no head column - a head reads its own model's hidden states.")

@@ -21,6 +21,7 @@ from adapter.templates import request_for
 from app.core.inputs import InputError
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
 
 PRODUCTION = "production"
 REPLAY = "replay"
@@ -166,9 +167,9 @@ def replay(store: Store, run_id: int, target, progress: ProgressFn | None = None
     policy = run["policy"]
     items = []
     for pos, r in enumerate(rows):
-        rec = r["response"] or {}
-        over = {k: rec[k] for k in ("readout", "debias") if rec.get(k)}
-        if (rec.get("permutations") or 1) > 1:
+        rec = StoredResponse.of(r) or NO_RESPONSE
+        over: dict[str, Any] = {k: v for k, v in (("readout", rec.readout), ("debias", rec.debias)) if v}
+        if (rec.permutations or 1) > 1:
             over["permute"] = True
         items.append((pos, Case(r["row_key"], r["state"], None), request_for(policy, r["state"], r["row_key"], **over)))
     new = store.create_run(kind=REPLAY, policy=policy, target=target.describe(), n_rows=len(items),

@@ -13,11 +13,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from adapter.calibrated import CalibratedPolicy, row_inputs
+from adapter.calibrated import CalibratedPolicy
 from adapter.guard import STEERING_SUSPECTED
 
 from app.core import calibration, deployed
 from app.core.runs import scored_probabilities
+from app.core.stored import NO_RESPONSE, StoredResponse
 from app.core.stats import Proportion, proportion
 
 
@@ -46,17 +47,16 @@ class Gate:
     def decision(self, result: Mapping[str, Any], corrected: Sequence[float] | None = None) -> dict:
         """The policy's decision on one row ({option_id, calibrated_probabilities, confidence, gated,
         reason}, CalibratedPolicy.apply), or the plain threshold's in the same shape."""
-        response = result.get("response") if isinstance(result.get("response"), dict) else {}
-        guard = deployed.guard_as((response or {}).get("guard"), self.policy.guard) if self.policy is not None else None
+        response = StoredResponse.of(result) or NO_RESPONSE
+        guard = deployed.guard_as(response.guard, self.policy.guard) if self.policy is not None else None
         if self.policy is not None and corrected is not None:
             rule = self.policy.model_copy(update={"head": None, "temperature": 1.0, "option_offsets": {}})
             return rule.apply(result["option_ids"], [float(p) for p in corrected], guard=guard)
         if self.policy is not None:
             probs = scored_probabilities(result, self.policy.debias) or result["probabilities"]
-            model = (response or {}).get("model") or {}
             return self.policy.apply(result["option_ids"], probs,
-                                     model_sha256=model.get("sha256") if self.check_model else None,
-                                     model_file=model.get("file"), guard=guard, **row_inputs(response or {}))
+                                     model_sha256=response.model_sha256 if self.check_model else None,
+                                     model_file=response.model_file, guard=guard, **response.head_inputs())
         probs = [float(p) for p in result["probabilities"]]
         top = int(np.argmax(probs))
         gated = self.threshold is not None and probs[top] < self.threshold

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from adapter.calibrated import CalibratedPolicy, row_inputs
+from adapter.calibrated import CalibratedPolicy
 from adapter.head import HEAD_NAMES, Head, uses_hidden
 from adapter.schema import HEAD_LAYOUT
 
@@ -29,6 +29,7 @@ from app.core.deployed import AsDeployed as AsDeployed
 from app.core.deployed import content_hash as content_hash
 from app.core.deployed import state_key as state_key
 from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
 
 
@@ -149,7 +150,7 @@ def rendering_problem(policy: CalibratedPolicy, result: Mapping[str, Any]) -> st
     """How a stored row was rendered otherwise than the rows the policy's head was fitted on - its
     question, options, examples, readout and correction, permutation, examples shown - or None."""
     req = result.get("request") if isinstance(result.get("request"), dict) else None
-    resp = result.get("response") if isinstance(result.get("response"), dict) else None
+    resp = StoredResponse.of(result)
     if req is None or resp is None:
         return "the row's request or answer was not kept"
     diffs = []
@@ -161,7 +162,7 @@ def rendering_problem(policy: CalibratedPolicy, result: Mapping[str, Any]) -> st
     examples = [(e.get("state"), e.get("option_id")) for e in req.get("examples") or [] if isinstance(e, dict)]
     if examples != [(e.state, e.option_id) for e in policy.examples]:
         diffs.append("examples")
-    readout, debias = resp.get("readout"), resp.get("debias") or "none"
+    readout, debias = resp.readout, resp.scored_as
     if (readout, debias) != (policy.readout, policy.debias):
         diffs.append(f"readout ({readout} + {debias}; the head's rows: {policy.readout} + {policy.debias})")
     if bool(req.get("permute")) != policy.permute:
@@ -228,15 +229,14 @@ def answer(policy: CalibratedPolicy, result: Mapping[str, Any], *, with_guard: b
     stronger guard than the policy runs is not flagged for it); None for a failed call."""
     if result.get("error") or not result.get("probabilities"):
         return None
-    response: dict[str, Any] = result["response"] if isinstance(result.get("response"), dict) else {}
-    model: dict[str, Any] = response["model"] if isinstance(response.get("model"), dict) else {}
+    response = StoredResponse.of(result) or NO_RESPONSE
     ids, probs = list(result["option_ids"]), [float(p) for p in result["probabilities"]]
-    inputs = row_inputs(response)
-    why = unread_reason(policy, ids, inputs, model.get("sha256"))
+    inputs = response.head_inputs()
+    why = unread_reason(policy, ids, inputs, response.model_sha256)
     if not policy.matches(ids):  # apply refuses other options outright
         return HeadAnswer(None, policy.fallback_option, True, why, max(probs), probs, why)
-    d = policy.apply(ids, probs, model.get("sha256"), model.get("file"),
-                     deployed.guard_as(response.get("guard"), policy.guard) if with_guard else None, **inputs)
+    d = policy.apply(ids, probs, response.model_sha256, response.model_file,
+                     deployed.guard_as(response.guard, policy.guard) if with_guard else None, **inputs)
     cal = [float(p) for p in d["calibrated_probabilities"]]
     top = None if why else ids[max(range(len(cal)), key=cal.__getitem__)]
     return HeadAnswer(top, d["option_id"], bool(d["gated"]), str(d["reason"]), float(d["confidence"]), cal, why)

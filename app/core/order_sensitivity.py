@@ -19,6 +19,7 @@ from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
 from app.core.runner import Case
+from app.core.stored import StoredResponse
 
 ROTATION_SEP = "#rot"
 NEGATED_SEP = "#not"
@@ -138,7 +139,7 @@ def analyse(results: Sequence[Mapping[str, Any]], option_ids: list[str], yes: st
                 sums.append(p_q + p_not)
         negation = negation_consistency(sums)
     if debias is None:
-        used = {(r.get("response") or {}).get("debias") for r in results if isinstance(r.get("response"), dict)}
+        used = {resp.debias for r in results if (resp := StoredResponse.of(r)) is not None}
         debias = "content-free" if used == {"content-free"} else None
     labeled = labeled or bool(len(per_state) and per_state["label"].notna().any())
     return Report(len(per_state), n, flip, positions, shifts, per_state, negation,

@@ -25,6 +25,7 @@ from app.core.labeled import content_hash
 from app.core.stats import Proportion
 from app.core.records import LabeledSet, Result, Review, Run
 from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
 
 REVIEWED_KINDS = ("compare", "playground", "production", "replay", "eval", "check", "robustness")
 
@@ -83,16 +84,16 @@ def build_queue(store: Store, policy: Mapping[str, Any], gate: Gate, *,
         for rn, r in seen:
             tops.setdefault(str(r["top_option"]), rn["target_name"])
         gated, top, conf, _ = gate.apply(first)
-        logged = (first.get("response") or {}).get("decision") if isinstance(first.get("response"), dict) else None
-        if logged:  # a decision-log row: what production did, not what the chosen gate would do
-            gated = bool(logged.get("gated"))
+        logged = (StoredResponse.of(first) or NO_RESPONSE).decision
+        if logged is not None:  # a decision-log row: what production did, not what the chosen gate would do
+            gated = logged.gated
         distance = abs(conf - threshold) if threshold is not None else conf
         if len(tops) > 1:
             said = ", ".join(f"{t} says {o}" for o, t in tops.items())
             items.append(Item(key, first["state"], ids, ids[top], conf, "disagreement", f"targets disagree: {said}",
                               run["id"], first["row_key"], (0, distance)))
         elif gated:
-            why = (logged.get("reason") if logged else None) or gate.reason(first)
+            why = (logged.reason if logged is not None else None) or gate.reason(first)
             items.append(Item(key, first["state"], ids, ids[top], conf, "gated",
                               f"sent to the fallback ({why}) in run #{run['id']} ({run['kind']})", run["id"],
                               first["row_key"], (1, distance)))

@@ -17,13 +17,14 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel
 
-from adapter.schema import HEAD_LAYOUT, HiddenState
+from adapter.schema import HEAD_LAYOUT
 from adapter.templates import request_for
 
 from app.core.labeled import stratified
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.records import Result, Run
 from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
 from app.targets.local import LocalTarget
 
@@ -295,12 +296,11 @@ def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: Pr
 def scored_probabilities(result: Mapping[str, Any], family: str) -> list[float] | None:
     """A stored result's probabilities as one family of scores reads them: its own when it was
     scored that way, the uncorrected ones kept beside the content-free correction for `none`."""
-    response = result.get("response") if isinstance(result.get("response"), dict) else {}
-    scored_as = (response or {}).get("debias") or "none"
-    if family == scored_as:
+    response = StoredResponse.of(result) or NO_RESPONSE
+    if family == response.scored_as:
         return result["probabilities"]
-    if family == "none" and scored_as == "content-free":
-        return (response or {}).get("uncorrected_probabilities")
+    if family == "none" and response.scored_as == "content-free":
+        return response.uncorrected_probabilities
     return None
 
 
@@ -328,12 +328,12 @@ def hidden_states(results: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray | No
     """(the rows' hidden states as one matrix, "") or (None, why not): every row must carry one."""
     vectors = []
     for r in results:
-        raw = (r.get("response") or {}).get("hidden_state") if isinstance(r.get("response"), dict) else None
-        if not isinstance(raw, dict):
+        hidden = (StoredResponse.of(r) or NO_RESPONSE).hidden_state
+        if hidden is None:
             return None, ("the run's rows were scored without their hidden state (a run made before learned heads, "
                           "or a target that cannot return it): evaluate again with a new run on a local model or "
                           "a SemIf adapter")
-        vectors.append(HiddenState.model_validate(raw).array())
+        vectors.append(hidden.array())
     if len({len(v) for v in vectors}) > 1:
         return None, "the run's rows carry hidden states of different widths (more than one model)"
     return (np.array(vectors) if vectors else None), ""

@@ -26,6 +26,7 @@ from app.core.runner import progress_text as progress_text
 from app.core.records import Run
 from app.core.snippets import for_target
 from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
@@ -250,7 +251,7 @@ def decision(store: Store, group_id: str) -> Decision | None:
         latency = analysis.latency_sentence(
             res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"]),
             local=(run.get("target") or {}).get("kind") == "local",
-            prior=bool((res.get("response") or {}).get("prior"))) if res is not None else ""
+            prior=bool((StoredResponse.of(res) or NO_RESPONSE).prior)) if res is not None else ""
         cards.append(Card(run, res, latency, gate))
     first = cards[0].result
     return Decision(group_id, first["state"] if first else None, cards, tops)

@@ -27,6 +27,7 @@ from app.core.stats import interval_text as interval_text
 from app.core.stats import range_text as range_text
 from app.core.records import Run
 from app.core.store import RunBusy, Store
+from app.core.stored import StoredResponse
 from app.targets.base import Target
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
@@ -390,8 +391,7 @@ def target_reach(cal: Calibration) -> dict[str, Any] | None:
 def model_alone(cal: Calibration) -> tuple[Proportion | None, list[str]]:
     """(accuracy of the model's own answers, before any correction - None when the run kept no
     uncorrected probabilities; the corrections applied while scoring, e.g. ['content-free'])."""
-    applied = sorted({str((r.get("response") or {}).get("debias") or "none") for r in cal.results
-                      if isinstance(r.get("response"), dict)} - {"none"})
+    applied = sorted({resp.scored_as for r in cal.results if (resp := StoredResponse.of(r)) is not None} - {"none"})
     right = 0
     for r, label in zip(cal.results, cal.y):
         probs = runs.scored_probabilities(r, "none")

@@ -27,6 +27,7 @@ from app.core.order_sensitivity import FLIP_WORRY, negation_consistency, reads_n
 from app.core.robustness.plan import split_key
 from app.core.robustness.suite import NONE_OPTION
 from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
 
 HIJACK_WORRY = 0.10  # one added sentence moves this share of attempts or more: anyone who writes a state steers
 FLIP_CHECKS = ("paraphrase", "rename", "irrelevant-option", "order")  # changes that should not move the answer
@@ -51,7 +52,7 @@ def _p(result: Mapping[str, Any], option_id: str) -> float:
 
 def _flagged(result: Mapping[str, Any], guard: str | None) -> bool:
     """Would `guard` have flagged the row (the row may have been asked for a stronger one)?"""
-    return deployed.flagged_under((result.get("response") or {}).get("guard"), guard)
+    return deployed.flagged_under((StoredResponse.of(result) or NO_RESPONSE).guard, guard)
 
 
 def guards(config: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -91,7 +92,7 @@ def analyse(results: Sequence[Mapping[str, Any]], policy: Mapping[str, Any], con
         "changes": {},
     }
     verdicts: dict[str, tuple[str, str]] = {}
-    used_debias = {(r.get("response") or {}).get("debias") for r in base.values() if isinstance(r.get("response"), dict)}
+    used_debias = {resp.debias for r in base.values() if (resp := StoredResponse.of(r)) is not None}
 
     pick = deployed.from_record(config["calibrated"]) if config.get("calibrated") else None
     attempts, by_template, steering = steering_attempts(grouped.get("steering", []), base, ids, guard, config,

@@ -94,3 +94,11 @@ def test_first_response_skips_rows_that_kept_none():
     first = first_response(rows)
     assert first is not None and first.readout == "letters" and first.model is None
     assert first_response([{"response": None}]) is None and first_response([]) is None
+
+
+def test_the_eval_kinds_config_is_part_of_the_typed_run_config():
+    """records.RunConfig names every key a run stores; EvalRunConfig (the eval kind's, parsed) may add none."""
+    from app.core.records import RunConfig
+    from app.core.runs import EvalRunConfig
+
+    assert set(EvalRunConfig.model_fields) <= set(RunConfig.__annotations__)

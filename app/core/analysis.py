@@ -12,6 +12,7 @@ import pandas as pd
 from app.core import head_apply
 from app.core.costs import with_costs
 from app.core.deployed import AsDeployed
+from app.core.records import config_of
 from app.core.stats import proportion
 from app.core.stored import NO_RESPONSE, first_response
 
@@ -247,7 +248,7 @@ HEAD_SUMMARY_COLUMNS = ["column", "target", "calibrated", "head", "answered", "r
 
 def is_head_layout_run(run: Mapping[str, Any]) -> bool:
     """A comparison run that read its rows in the head layout for a learned head (runner.run_policy)."""
-    return bool((run.get("config") or {}).get("head_layout"))
+    return bool(config_of(run).get("head_layout"))
 
 
 def head_column_name(target: str, pick: AsDeployed) -> str:

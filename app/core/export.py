@@ -23,6 +23,7 @@ from app.core.heads import HeadFit
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.runs import arrays, families, hidden_states, is_head_layout, run_config, scored_probabilities, variant_name
 from app.core.stats import SMALL_N, PairedGain, bootstrap_ci, proportion
+from app.core.records import config_of
 from app.core.store import Store, now
 from app.core.stored import NO_RESPONSE, StoredResponse, first_response
 
@@ -251,7 +252,7 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[
     temperature, NLL - the side-by-side the analyst picks a readout from."""
     rows = []
     for r in runs:
-        cfg = r.get("config") or {}
+        cfg = config_of(r)
         base = {"run": r["id"], "policy version": version_label((r.get("policy") or {}).get("version")),
                 "target": r["target_name"],
                 "readout": variant_name(cfg),

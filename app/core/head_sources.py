@@ -27,6 +27,7 @@ from deploy.pricing import cost_per_1000
 
 from app.core import calibration
 from app.core.export import Calibration
+from app.core.records import config_of
 from app.core.stats import PairedGain, Proportion, bootstrap_ci, paired_gain, proportion
 from app.core.stored import NO_RESPONSE, StoredResponse
 
@@ -94,7 +95,7 @@ def warm_costs(results: Sequence[Mapping[str, Any]]) -> tuple[float | None, floa
 
 def run_candidates(cal: Calibration, run: Mapping[str, Any]) -> list[Candidate]:
     """A run's candidates: as scored, its best correction and its best head (a head-layout run: only its head)."""
-    layout = (run.get("config") or {}).get("layout") or "state-first"
+    layout = config_of(run).get("layout") or "state-first"
     model = _model(cal)
     keys = [str(r["row_key"]) for r in cal.results]
     labels = dict(zip(keys, (int(v) for v in cal.y)))

@@ -23,7 +23,7 @@ from adapter.calibrated import CalibratedPolicy
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.labeled import content_hash
 from app.core.stats import Proportion
-from app.core.records import LabeledSet, Result, Review, Run
+from app.core.records import LabeledSet, Result, Review, Run, RunConfig, config_of
 from app.core.store import Store
 from app.core.stored import NO_RESPONSE, StoredResponse
 
@@ -197,11 +197,13 @@ def parent_run(store: Store, run_id: int) -> Run | None:
     labeled = store.get_labeled_set(run["labeled_set_id"]) if run and run["labeled_set_id"] else None
     if run is None or labeled is None or not labeled["parent_id"]:
         return None
-    cfg = run["config"] or {}
-    same = ("policy_fingerprint", "readout", "debias", "permute", "few_shot", "examples")
+    cfg = config_of(run)
+
+    def same(c: RunConfig) -> tuple[Any, ...]:  # the policy and how its rows were read
+        return (c.get("policy_fingerprint"), c.get("readout"), c.get("debias"), c.get("permute"), c.get("few_shot"),
+                c.get("examples"))
     for r in store.list_runs(kind="eval"):
-        c = r.get("config") or {}
         if (r["labeled_set_id"] == labeled["parent_id"] and r["target_name"] == run["target_name"]
-                and all(c.get(k) == cfg.get(k) for k in same)):
+                and same(config_of(r)) == same(cfg)):
             return r
     return None

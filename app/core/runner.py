@@ -21,7 +21,7 @@ from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
 from app.core.reuse import copied_row, reuse_key
-from app.core.records import Result
+from app.core.records import Result, RunConfig
 from app.core.store import LEASE_SECONDS, RunBusy, RunStatus, Store, StoreUnavailable
 from app.core.stored import NO_RESPONSE, ModelRef, StoredResponse
 from app.targets.base import Target, TargetError, TargetResult
@@ -273,7 +273,7 @@ HEAD_LAYOUT_SUFFIX = " (head layout)"
 def run_policy(store: Store, policy: Mapping[str, Any], cases: list[Case], targets: Iterable[Target], *, kind: str,
                progress: ProgressFn | None = None, overrides: dict | None = None,
                group_id: str | None = None, hidden: Callable[[Target], bool] | None = None,
-               config: dict | None = None, reuse: bool = False,
+               config: RunConfig | None = None, reuse: bool = False,
                head_layout: Iterable[Target] = ()) -> tuple[str, list[int]]:
     """Score every case on every target as a new group of runs; return (group id, run ids in target order).
     `hidden`: which targets are asked for the rows' hidden states; `config`: more for each run's config;

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence, cast
 
 import numpy as np
 from pydantic import BaseModel
@@ -22,7 +22,7 @@ from adapter.templates import request_for
 
 from app.core.labeled import stratified
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
-from app.core.records import Result, Run
+from app.core.records import Result, Run, RunConfig, config_of
 from app.core.store import Store
 from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
@@ -145,7 +145,8 @@ VARIANTS = {v.name: v for v in (Variant(), Variant("letters", "none"), Variant("
 
 class EvalRunConfig(BaseModel):
     """What an evaluation run scored and how: stored with the run, read back by resume, the
-    calibration views and the export."""
+    calibration views and the export. The eval kind's part of records.RunConfig, parsed (pydantic:
+    the defaults of rows stored before a field existed, and a run of another kind refused)."""
     readout: str | None = None
     debias: str | None = None
     permute: bool = False
@@ -164,12 +165,17 @@ class EvalRunConfig(BaseModel):
     def variant(self) -> Variant:
         return Variant(self.readout, self.debias, self.permute, self.few_shot, self.layout)
 
+    def stored(self) -> RunConfig:
+        """What the run stores (its keys are RunConfig's: tests/test_stored_response.py checks that)."""
+        return cast(RunConfig, self.model_dump())
+
 
 def run_config(run: Mapping[str, Any]) -> EvalRunConfig:
-    return EvalRunConfig.model_validate(run["config"])
+    """An eval run's configuration, validated (pydantic: ValidationError for a run of another kind)."""
+    return EvalRunConfig.model_validate(config_of(run))
 
 
-def variant_name(cfg: Mapping[str, Any]) -> str:
+def variant_name(cfg: RunConfig) -> str:
     """'letters + content-free', 'default + permutation', 'head layout ...': how a run read the model's answer."""
     return Variant(cfg.get("readout"), cfg.get("debias"), bool(cfg.get("permute")), cfg.get("few_shot"),
                    cfg.get("layout")).name
@@ -177,7 +183,7 @@ def variant_name(cfg: Mapping[str, Any]) -> str:
 
 def is_head_layout(run: Mapping[str, Any]) -> bool:
     """A run scored in the head layout: only a learned head reads it (no zero-shot numbers from it)."""
-    return (run.get("config") or {}).get("layout") == HEAD_LAYOUT
+    return config_of(run).get("layout") == HEAD_LAYOUT
 
 
 def label_mismatch(policy: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str | None:
@@ -193,7 +199,7 @@ def label_mismatch(policy: Mapping[str, Any], rows: Sequence[Mapping[str, Any]])
 def same_version(policy: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
     """Did the run evaluate this policy as saved now: the same question, options and examples, and the
     same saved version (a run or policy from before versions: the content alone)?"""
-    if (run.get("config") or {}).get("policy_fingerprint") != policy_fingerprint(policy):
+    if config_of(run).get("policy_fingerprint") != policy_fingerprint(policy):
         return False
     saved, ran = policy.get("version"), (run.get("policy") or {}).get("version")
     if ran is None:  # a run of a policy copy without its version: it can only have been the first
@@ -206,7 +212,7 @@ def find_run(store: Store, *, policy: Mapping[str, Any], set_id: int, target_nam
     """The latest eval run of the same policy version and content, set, target and variant."""
     fp = policy_fingerprint(policy)
     for run in store.list_runs(kind="eval"):
-        c = run.get("config") or {}
+        c = config_of(run)
         if (run["labeled_set_id"] == set_id and run["target_name"] == target_name and c.get("policy_fingerprint") == fp
                 and same_version(policy, run)
                 and (c.get("readout"), c.get("debias"), bool(c.get("permute")), c.get("few_shot"), c.get("layout"))
@@ -232,7 +238,7 @@ def start_eval(store: Store, *, policy: Mapping[str, Any], set_id: int, target: 
                            evaluated_policy=evaluated, row_keys=[r["row_key"] for r in scored],
                            dataset_hash=labeled.get("content_hash", ""), dataset_name=labeled.get("name", ""))
     return store.create_run(kind=kind, policy=policy, target=target.describe(), n_rows=len(scored),
-                            labeled_set_id=set_id, config=config.model_dump())
+                            labeled_set_id=set_id, config=config.stored())
 
 
 def find_or_start(store: Store, *, policy: Mapping[str, Any], set_id: int, target: Target, variant: Variant = Variant(),

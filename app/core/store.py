@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping, cast
 import sqlite_utils
 
 from app.core.records import (AuditEntry, Calibrated, Deployment, LabeledRow, LabeledSet, Policy, Result, Review, Run,
-                              RunStatus, TargetSpec)
+                              RunConfig, RunStatus, TargetSpec)
 from app.settings import WorkbenchSettings
 
 
@@ -333,7 +333,7 @@ class Store:
 
     # -- runs and results --------------------------------------------------------------------
     def create_run(self, *, kind: str, policy: Mapping[str, Any], target: Mapping[str, Any], n_rows: int, group_id: str | None = None,
-                   note: str = "", labeled_set_id: int | None = None, config: dict | None = None) -> int:
+                   note: str = "", labeled_set_id: int | None = None, config: RunConfig | None = None) -> int:
         row = {"group_id": group_id or uuid.uuid4().hex[:12], "kind": kind, "policy_id": policy.get("id"),
                "policy": policy, "target_name": target["name"], "target": target, "model": "",
                "status": "running", "n_rows": n_rows, "created_at": now(), "finished_at": None,

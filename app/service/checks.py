@@ -17,6 +17,7 @@ from app.core.robustness import parse_templates as parse_templates
 from app.core.robustness import shipped_suite as shipped_suite
 from adapter.guard import GUARDS as GUARDS
 from adapter.head import uses_hidden
+from app.core.records import RunConfig, config_of
 from app.core.runs import VARIANTS
 from app.core.inputs import InputError as InputError
 from app.core.inputs import rows_from_text, rows_from_upload
@@ -63,18 +64,18 @@ def order_check(store: Store, policy: Policy, cases: list[Case], target: Target,
     yes/no policy), saved as a run of kind order-check; returns the run id. With a calibrated policy,
     the rows are rendered as it renders them (its question, options, examples, readout, correction and
     permutation - as deployed; the readout variant is not used); SuiteError when it is another policy's."""
-    overrides, label, record = VARIANTS[variant].overrides(), variant, {}
+    overrides = VARIANTS[variant].overrides()
+    config: RunConfig = {"variant": variant, "negated_question": negated, "states": len(cases)}
     if calibrated is not None:
         problem = head_apply.policy_problem(calibrated, policy)
         if problem:
             raise robustness.SuiteError(problem)
         content, overrides = calibrated.rendering()
         policy = {**policy, **content}
-        label, record = f"as {calibrated.label}: {calibrated.rendering_name}", {"calibrated": calibrated.record()}
+        config["variant"], config["calibrated"] = f"as {calibrated.label}: {calibrated.rendering_name}", calibrated.record()
     items = order_sensitivity.diagnostic_items(policy, cases, negated, overrides)
     rid = store.create_run(kind="order-check", policy=policy, target=target.describe(), n_rows=len(items),
-                           group_id=uuid.uuid4().hex[:12],
-                           config={"variant": label, "negated_question": negated, "states": len(cases), **record})
+                           group_id=uuid.uuid4().hex[:12], config=config)
     score_into_runs(store, [Job(rid, target)], items, total=len(items), progress=progress)
     return rid
 
@@ -146,7 +147,7 @@ def robustness_check(store: Store, spec: RobustnessInput, target: Target,
         raise robustness.SuiteError(problem)
     policy: Policy = spec.policy
     overrides, variant, record, hidden = VARIANTS[spec.variant].overrides(), spec.variant, None, False
-    guard, extra = spec.guard, {}
+    guard, extra = spec.guard, RunConfig()
     if spec.calibrated is not None:
         cal = spec.calibrated
         content, overrides = cal.rendering()
@@ -155,7 +156,7 @@ def robustness_check(store: Store, spec: RobustnessInput, target: Target,
         record, hidden = cal.record(), cal.policy.head is not None and uses_hidden(cal.policy.head.kind)
         # the rows ask for the stronger guard; the verdict reads the policy's own, the page's is a what-if
         guard = deployed.stronger(cal.guard, spec.guard)
-        extra = {"deployed_guard": cal.guard, "what_if_guard": spec.guard if spec.guard != cal.guard else None}
+        extra = RunConfig(deployed_guard=cal.guard, what_if_guard=spec.guard if spec.guard != cal.guard else None)
     rid, items = robustness.start_check(store, policy=policy, cases=spec.cases, target=target, suite=spec.suite,
                                         checks=spec.checks, attempts=spec.attempts, variant=variant,
                                         overrides=overrides, guard=guard, out_of_scope=spec.out_of_scope,
@@ -245,7 +246,7 @@ def deployed_verdict(store: Store, calibrated_id: int) -> tuple[str, str, int] |
         return None
     sha = deployed.content_hash(record["config"])
     for run in sorted(store.list_runs(kind="robustness"), key=lambda r: -r["id"]):
-        cal = (run.get("config") or {}).get("calibrated") or {}
+        cal = config_of(run).get("calibrated") or {}
         if cal.get("sha256") != sha or run["status"] not in ("done", "done-with-errors"):
             continue
         verdicts = robustness.report_for(store, run["id"]).verdicts

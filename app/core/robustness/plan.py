@@ -12,6 +12,7 @@ from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
 from app.core.robustness.suite import CHECKS, NONE_OPTION, Placement, Suite, SuiteError, Template, interleaved
+from app.core.records import RunConfig
 from app.core.runner import Case
 from app.core.store import Store
 from app.targets.base import Target
@@ -153,7 +154,7 @@ def start_check(store: Store, *, policy: Mapping[str, Any], cases: list[Case], t
                 checks: Iterable[str] = CHECKS, attempts: int = 3, variant: str = "default",
                 overrides: dict | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
                 source: str = "", calibrated: dict | None = None, hidden: bool = False,
-                extra: dict | None = None) -> tuple[int, list[tuple[int, Case, DecisionRequest]]]:
+                extra: RunConfig | None = None) -> tuple[int, list[tuple[int, Case, DecisionRequest]]]:
     """A new robustness run (its configuration stored with it) and the rows it will score.
     `calibrated`: the record of a calibrated policy whose learned head the report applies
     (deployed.AsDeployed.record: its JSON and sha256), kept in the run's configuration; `extra`: more
@@ -161,10 +162,12 @@ def start_check(store: Store, *, policy: Mapping[str, Any], cases: list[Case], t
     checks = [c for c in CHECKS if c in set(checks)]
     items = plan_items(policy, cases, suite, checks=checks, attempts=attempts, overrides=overrides, guard=guard,
                        out_of_scope=out_of_scope, hidden=hidden)
-    config = {"variant": variant, "overrides": overrides or {}, "guard": guard or "none", "checks": checks,
-              "attempts": attempts, "states": len(cases), "source": source, "suite": suite.to_dict(),
-              "out_of_scope": list(out_of_scope or []), "target": target.name,
-              **({"calibrated": calibrated} if calibrated else {}), **(extra or {})}
+    config: RunConfig = {"variant": variant, "overrides": overrides or {}, "guard": guard or "none", "checks": checks,
+                         "attempts": attempts, "states": len(cases), "source": source, "suite": suite.to_dict(),
+                         "out_of_scope": list(out_of_scope or []), "target": target.name}
+    if calibrated:
+        config["calibrated"] = calibrated
+    config.update(extra or {})
     run_id = store.create_run(kind="robustness", policy=policy, target=target.describe(), n_rows=len(items),
                               config=config)
     return run_id, items

@@ -80,7 +80,7 @@ def test_robustness_with_a_head_reports_both_and_each_number_is_apply_on_the_sto
     assert not any(r["request"].get("hidden_state") for r in by_check["paraphrase"])  # a reworded prompt: no head
 
     report = checks.robustness_report(store, rid)
-    head = report.summary["head"]
+    head = report.summary.to_json()["head"]
     assert head["calibrated"]["sha256"] == pick.sha256 and "paraphrase" in head["not_applied"]
     # recomputed by hand from the stored rows, through the one rule
     base = {rb.split_key(r["row_key"])[0]: r for r in by_check["base"]}
@@ -112,7 +112,7 @@ def test_robustness_with_a_head_reports_both_and_each_number_is_apply_on_the_sto
     assert (s["model"]["held_rate"]["k"], s["head"]["held_rate"]["k"], s["head_gate"]["gated_rate"]["k"]) == \
         (model_held, head_held, gated)
     assert s["paired"]["gain"] == pytest.approx((head_held - model_held) / n)
-    assert s["model"]["hijack_rate"] == report.summary["changes"]["steering"]["hijack_rate"]  # the model alone, as before
+    assert s["model"]["hijack_rate"] == report.summary.to_json()["changes"]["steering"]["hijack_rate"]  # the model alone, as before
     base_right = sum(decide_(b)[0] == b["label"] for b in base.values())
     assert head["base"]["accuracy"]["k"] == base_right and head["base"]["accuracy"]["n"] == 3
     assert head["base"]["gated"]["k"] == sum(decide_(b)[1]["gated"] for b in base.values())
@@ -299,7 +299,7 @@ def test_states_the_head_was_fitted_on_are_not_counted_as_its_accuracy(head_file
                                   calibrated=pick)
     rid = checks.robustness_check(fit, spec, local(engine))
     report = checks.robustness_report(fit, rid)
-    head = report.summary["head"]
+    head = report.summary.to_json()["head"]
     assert head["fitted"]["states"] == 1 and head["base"]["accuracy"]["n"] <= 1
     assert "1 of the 2 states" in report.verdicts["steering-head"][1] and "not counted" in report.verdicts["steering-head"][1]
     # a check and a comparison saved before picks recorded those states: opened now, found from the store
@@ -308,7 +308,7 @@ def test_states_the_head_was_fitted_on_are_not_counted_as_its_accuracy(head_file
     with sqlite3.connect(fit.path) as con:
         con.execute("UPDATE runs SET config = ? WHERE id = ?", (json.dumps(cfg), rid))
     assert "fitted" not in fit.get_run(rid)["config"]["calibrated"]
-    assert checks.robustness_report(fit, rid).summary["head"]["fitted"]["states"] == 1
+    assert checks.robustness_report(fit, rid).summary.to_json()["head"]["fitted"]["states"] == 1
     (first,) = fit.runs_in_group(gid)
     old = first["config"]
     for rec in old["heads"]:

@@ -7,7 +7,7 @@ for yes/no policies given a negated question whether P(yes | Q) + P(yes | not Q)
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 from dataclasses import dataclass
 
@@ -28,7 +28,14 @@ FLIP_WORRY = 0.10  # the answer changes (order, rewording, an extra option) in t
 NEGATION_GAP_WORRY = 0.15  # P(yes | Q) + P(yes | not Q) off 1 by this much on average: the negation is not read
 
 
-def negation_consistency(sums: Sequence[float]) -> dict | None:
+class Negation(TypedDict):
+    """P(yes | question) + P(yes | negated question) over the states: 1 when the model reads the negation."""
+    n: int
+    mean_sum: float
+    mean_abs_gap: float
+
+
+def negation_consistency(sums: Sequence[float]) -> Negation | None:
     """{n, mean_sum, mean_abs_gap} over the states' P(yes | question) + P(yes | negated question)
     (1 when the model reads the negation), or None without a pair."""
     if not len(sums):
@@ -37,11 +44,11 @@ def negation_consistency(sums: Sequence[float]) -> dict | None:
     return {"n": len(arr), "mean_sum": float(arr.mean()), "mean_abs_gap": float(np.abs(arr - 1).mean())}
 
 
-def reads_negation(negation: Mapping[str, Any]) -> bool:
+def reads_negation(negation: Negation) -> bool:
     return negation["mean_abs_gap"] < NEGATION_GAP_WORRY
 
 
-def worrying(flip_rate: float, negation: Mapping[str, Any] | None) -> bool:
+def worrying(flip_rate: float, negation: Negation | None) -> bool:
     """Order changes the answer too often, or the negated question is not read."""
     return flip_rate >= FLIP_WORRY or bool(negation and not reads_negation(negation))
 
@@ -79,7 +86,7 @@ class Report:
     positions: pd.DataFrame  # display position -> chosen count, label count
     shifts: pd.DataFrame  # option -> mean and max spread of its probability across orders
     per_state: pd.DataFrame  # state -> top option per rotation, flipped
-    negation: dict | None  # yes/no policies with a negated question: P(yes|Q) + P(yes|not Q)
+    negation: Negation | None  # yes/no policies with a negated question: P(yes|Q) + P(yes|not Q)
     verdict: str
 
 
@@ -149,7 +156,7 @@ def analyse(results: Sequence[Mapping[str, Any]], option_ids: list[str], yes: st
 FEW_STATES = 20  # below this, the verdict says it is a first look
 
 
-def verdict(flip: float, positions: pd.DataFrame, negation: dict | None, n_states: int | None = None, *,
+def verdict(flip: float, positions: pd.DataFrame, negation: Negation | None, n_states: int | None = None, *,
             debias: str | None = None, labeled: bool = False) -> str:
     """A plain-language reading of the numbers, with what to do about them - and how many states
     they rest on (a verdict from 3 states is a hint, not a measurement). Advice never suggests what

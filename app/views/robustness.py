@@ -62,16 +62,16 @@ def show(db, run: Mapping[str, Any]) -> None:
              if cfg.get("what_if_guard") else "")) if "deployed_guard" in cfg else f"guard {md(cfg.get('guard', 'none'))}"
     st.subheader(f"{md(run['policy']['name'])} on {md(run['target_name'])} ({md(cfg.get('variant', 'default'))}, "
                  f"{guard})")
-    st.caption(f"{report.n_states} states ({md(cfg.get('source', ''))}); {s['errors']} failed calls")
+    st.caption(f"{report.n_states} states ({md(cfg.get('source', ''))}); {s.errors} failed calls")
     if report.n_states < 20:
         st.info(f"Only {report.n_states} states: a first look, with wide intervals - check more states for a measurement.")
     for check, (level, text) in report.verdicts.items():
         LEVEL[level](f"**{checks.CHECK_LABELS[check]}**: {md(text)}")
     if (what_if := checks.what_if(report)) is not None:
         st.info(md(what_if))  # beside the verdicts, never coloured as one
-    head = s.get("head")
-    if head:
-        cal = head["calibrated"]
+    head = s.head
+    if head is not None:
+        cal = head.calibrated
         gate = "no gate" if cal["threshold"] is None else f"gate {cal['threshold']:.3f}"
         st.markdown("**Steering: the model alone and " + ("with the learned head**" if cal.get("head") else
                                                             "as deployed**"))
@@ -80,12 +80,12 @@ def show(db, run: Mapping[str, Any]) -> None:
                 f"{md(cal['correction'])} on")
         st.caption(f"{md(cal['label'])}: {what} {md(cal['model_file'])}, {gate}, guard {md(cal.get('guard') or 'none')}, "
                    f"fallback {md(cal['fallback_option'])}; the rows were rendered "
-                   f"as it renders them ({md(head['rendering'])}). The run keeps the policy JSON (sha256 "
+                   f"as it renders them ({md(head.rendering)}). The run keeps the policy JSON (sha256 "
                    f"{cal['sha256'][:12]}), so this report is recomputed from the run alone.")
-        if head["not_applied"]:
+        if head.not_applied:
             st.info(("The learned head" if cal.get("head") else "The calibrated policy")
                     + " does not decide the other checks' rows - "
-                    + "; ".join(f"**{checks.CHECK_LABELS[c]}**: {md(why)}" for c, why in head["not_applied"].items())
+                    + "; ".join(f"**{checks.CHECK_LABELS[c]}**: {md(why)}" for c, why in head.not_applied.items())
                     + ". Their numbers are the model's alone.")
     rows = checks.rate_rows(report)
     if rows:
@@ -95,14 +95,13 @@ def show(db, run: Mapping[str, Any]) -> None:
     if len(report.per_template):
         c1.plotly_chart(charts.rate_bars(checks.template_rows(report), "Hijack rate per steering template"),
                         key="rb_templates")
-    changes = s["changes"]
-    if "none-of-these" in changes:
-        none = changes["none-of-these"]
+    none = s.changes.none_of_these
+    if none is not None:
         c2.metric("'None of these' probability: in scope → out of scope",
                   " → ".join("n/a" if v is None else f"{v:.0%}"
-                             for v in (none["in_scope"]["mean_mass"], none["out_of_scope"]["mean_mass"])),
-                  help=f"mean over {none['in_scope']['n']} in-scope and {none['out_of_scope']['n']} out-of-scope states; "
-                       + (f"AUC {none['auc']:.2f}" if none["auc"] is not None else "no out-of-scope states"))
+                             for v in (none.in_scope.mean_mass, none.out_of_scope.mean_mass)),
+                  help=f"mean over {none.in_scope.n} in-scope and {none.out_of_scope.n} out-of-scope states; "
+                       + (f"AUC {none.auc:.2f}" if none.auc is not None else "no out-of-scope states"))
     stem = f"robustness-{run['id']}-{run['policy_id']}"
     if len(report.attempts):
         st.markdown("**Steering attempts**")
@@ -114,7 +113,7 @@ def show(db, run: Mapping[str, Any]) -> None:
             st.dataframe(report.flips[report.flips["flipped"]], hide_index=True, key="rb_flips")
         download_frame(report.flips, f"{stem}-changes.csv", "Download the reworded / reordered rows (CSV)",
                        key="rb_dl_flips")
-    st.download_button("Download the summary (JSON)", json.dumps({"run": run["id"], **s}, indent=2).encode(),
+    st.download_button("Download the summary (JSON)", json.dumps({"run": run["id"], **s.to_json()}, indent=2).encode(),
                        file_name=f"{stem}.json", mime="application/json", key="rb_dl_json")
 
 

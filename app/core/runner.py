@@ -21,8 +21,8 @@ from adapter.schema import DecisionRequest
 from adapter.templates import request_for
 
 from app.core.reuse import copied_row, reuse_key
-from app.core.records import Result, RunConfig
-from app.core.store import LEASE_SECONDS, RunBusy, RunStatus, Store, StoreUnavailable
+from app.core.records import Result, RunConfig, RunStatus
+from app.core.store import LEASE_SECONDS, RunBusy, Store, StoreUnavailable
 from app.core.stored import NO_RESPONSE, ModelRef, StoredResponse
 from app.targets.base import Target, TargetError, TargetResult
 from app.targets.local import LocalTarget

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence, cast
+from typing import Any, Callable, Literal, Mapping, Sequence, cast
 
 import numpy as np
 from pydantic import BaseModel
@@ -100,27 +100,28 @@ class Variant:
             parts.append("permutation")
         return " + ".join(parts)
 
-    def overrides(self) -> dict:
+    def overrides(self) -> dict[str, Any]:
         if self.head_layout:  # what DecisionRequest.in_head_layout sets
             return {"readout": "letters", "debias": "none", "permute": False, "layout": HEAD_LAYOUT, "hidden_state": True}
         return ({"permute": self.permute} | {k: v for k, v in (("readout", self.readout), ("debias", self.debias)) if v}
                 | ({"few_shot": self.few_shot} if self.few_shot is not None else {}))
 
 
-def resolve_variant(variant: Variant, policy: Mapping[str, Any], target) -> Variant | None:
+def resolve_variant(variant: Variant, policy: Mapping[str, Any], target: Target) -> Variant | None:
     """What a variant reads on a local target: the policy's readout/correction, else the model's
     measured defaults (the engine's own rule). None for a remote target (its model decides)."""
     if not isinstance(target, LocalTarget):
         return None
-    readout, debias = target.engine().settings(request_for(policy, "-", "probe", **variant.overrides()))
+    engine = cast(Callable[[], Any], target.engine)()  # LocalTarget.engine: the loaded model's engine
+    readout, debias = engine.settings(request_for(policy, "-", "probe", **variant.overrides()))
     return Variant(readout, debias, variant.permute, variant.few_shot)
 
 
-def distinct_variants(names: list[str], policy: Mapping[str, Any], target) -> list[tuple[str, str, str | None]]:
+def distinct_variants(names: list[str], policy: Mapping[str, Any], target: Target) -> list[tuple[str, str, str | None]]:
     """(variant name, label, None) to score, or (name, label, the earlier variant it reads the same as)
     to skip: 'default' and the readout it stands for on this model are scored once."""
     out: list[tuple[str, str, str | None]] = []
-    seen: dict[tuple, str] = {}
+    seen: dict[tuple[Any, ...], str] = {}
     for name in names:
         label = f"{target.name} · {name}"
         real = resolve_variant(VARIANTS[name], policy, target)
@@ -156,7 +157,7 @@ class EvalRunConfig(BaseModel):
     layout: str | None = None  # "policy-first": the head layout (read only by a learned head)
     companion_of: int | None = None  # a head-layout run scored row by row beside this run of the same set
     policy_fingerprint: str
-    evaluated_policy: dict
+    evaluated_policy: dict[str, Any]
     row_keys: list[str]
     dataset_hash: str
     dataset_name: str
@@ -255,7 +256,7 @@ def find_or_start(store: Store, *, policy: Mapping[str, Any], set_id: int, targe
 
 
 def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn | None = None, *,
-                reuse: bool = True) -> dict:
+                reuse: bool = True) -> dict[str, Any]:
     """Score the rows of an eval run that have no successful result yet; safe to call again (and
     from two processes: the second gets RunBusy instead of scoring the same rows). With `reuse`, a
     row whose request was already answered by the same model (in any run) is copied, not scored:
@@ -265,7 +266,7 @@ def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn 
 
 
 def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: ProgressFn | None = None, *,
-                 reuse: bool = True) -> dict[int, dict]:
+                 reuse: bool = True) -> dict[int, dict[str, Any]]:
     """`resume_eval` for a run and its head-layout companions (the same policy, set and rows): each row is
     scored on every run before the next row, so a run stopped early is a fair sample for every source.
     Progress counts calls (rows x runs). Returns {run id: counts}."""
@@ -304,7 +305,7 @@ def scored_probabilities(result: Mapping[str, Any], family: str) -> list[float] 
     scored that way, the uncorrected ones kept beside the content-free correction for `none`."""
     response = StoredResponse.of(result) or NO_RESPONSE
     if family == response.scored_as:
-        return result["probabilities"]
+        return cast("list[float] | None", result["probabilities"])
     if family == "none" and response.scored_as == "content-free":
         return response.uncorrected_probabilities
     return None

@@ -51,7 +51,7 @@ class Report:
 
 
 def _p(result: Mapping[str, Any], option_id: str) -> float:
-    return dict(zip(result["option_ids"], result["probabilities"])).get(option_id, 0.0)
+    return float(dict(zip(result["option_ids"], result["probabilities"])).get(option_id, 0.0))
 
 
 def _flagged(result: Mapping[str, Any], guard: str | None) -> bool:
@@ -216,7 +216,7 @@ def steering_level(hijack: Proportion, held: Proportion | None) -> str:
     return "ok" if (hijack.rate or 0) < HIJACK_WORRY else "bad"
 
 
-def _head_attempt(head: AsDeployed, b: Mapping[str, Any], r: Mapping[str, Any], option: str, label: str | None) -> dict:
+def _head_attempt(head: AsDeployed, b: Mapping[str, Any], r: Mapping[str, Any], option: str, label: str | None) -> dict[str, Any]:
     hb, hs = head_apply.answer(head.policy, b), head_apply.answer(head.policy, r)
     top_b, top_s = (hb.top if hb else None), (hs.top if hs else None)
     truth = label or top_b

@@ -42,11 +42,11 @@ def steer(state: Any, sentence: str, placement: Placement) -> Any:
     return f"{text} {sentence}"
 
 
-def named_text(option: dict, by: str) -> str:
-    return option["id"] if by == "id" or not option.get("description") else option["description"]
+def named_text(option: dict[str, Any], by: str) -> str:
+    return str(option["id"] if by == "id" or not option.get("description") else option["description"])
 
 
-def steering_combos(policy: Mapping[str, Any], templates: list[Template]) -> list[tuple[Template, dict, str]]:
+def steering_combos(policy: Mapping[str, Any], templates: list[Template]) -> list[tuple[Template, dict[str, Any], str]]:
     """Every (template, option, named by id | description): the full suite, ordered so that consecutive
     attempts change both the template and the option named (template i of block j names option i + j):
     a check of a few attempts per state meets many templates - and, interleaved, every family - not the
@@ -60,7 +60,7 @@ def steering_combos(policy: Mapping[str, Any], templates: list[Template]) -> lis
     return out
 
 
-def renamed_policy(policy: Mapping[str, Any], rewording: dict[str, dict]) -> dict:
+def renamed_policy(policy: Mapping[str, Any], rewording: dict[str, dict[str, Any]]) -> dict[str, Any]:
     options = [{"id": rewording[o["id"]]["id"], "description": rewording[o["id"]].get("description", "")}
                for o in policy["options"]]
     examples = [{**e, "option_id": rewording[e["option_id"]]["id"]} for e in policy.get("examples") or []
@@ -79,7 +79,7 @@ def split_key(row_key: str) -> tuple[str, str, str]:
 
 
 def plan_items(policy: Mapping[str, Any], cases: list[Case], suite: Suite, *, checks: Iterable[str] = CHECKS, attempts: int = 3,
-               overrides: dict | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
+               overrides: dict[str, Any] | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
                hidden: bool = False) -> list[tuple[int, Case, DecisionRequest]]:
     """(position, case, request) for every row the check scores. Each state gets `attempts`
     steering attempts, taken in turn from the full suite (template x wrong option x id/description),
@@ -96,7 +96,7 @@ def plan_items(policy: Mapping[str, Any], cases: list[Case], suite: Suite, *, ch
                **({"hidden_state": True} if hidden else {})}  # the rows a guard or a head is measured on
     items: list[tuple[int, Case, DecisionRequest]] = []
 
-    def add(case_key: str, check: str, variant: str, state: Any, label: str | None, pol: Mapping[str, Any], fields: dict) -> None:
+    def add(case_key: str, check: str, variant: str, state: Any, label: str | None, pol: Mapping[str, Any], fields: dict[str, Any]) -> None:
         k = key(case_key, check, variant)
         items.append((len(items), Case(k, state, label), request_for(pol, state, k, **fields)))
 
@@ -152,8 +152,8 @@ def calls_per_state(policy: Mapping[str, Any], suite: Suite, checks: Iterable[st
 
 def start_check(store: Store, *, policy: Mapping[str, Any], cases: list[Case], target: Target, suite: Suite,
                 checks: Iterable[str] = CHECKS, attempts: int = 3, variant: str = "default",
-                overrides: dict | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
-                source: str = "", calibrated: dict | None = None, hidden: bool = False,
+                overrides: dict[str, Any] | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
+                source: str = "", calibrated: dict[str, Any] | None = None, hidden: bool = False,
                 extra: RunConfig | None = None) -> tuple[int, list[tuple[int, Case, DecisionRequest]]]:
     """A new robustness run (its configuration stored with it) and the rows it will score.
     `calibrated`: the record of a calibrated policy whose learned head the report applies

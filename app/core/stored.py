@@ -11,8 +11,9 @@ in the row for the pages that show it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypedDict
 
+import numpy as np
 from pydantic import ValidationError
 
 from adapter.schema import HiddenState
@@ -56,6 +57,14 @@ class LoggedDecision:
 
     gated: bool
     reason: str | None = None
+
+
+class HeadInputs(TypedDict):
+    """What a learned head reads from a row besides its probabilities: keyword arguments of
+    CalibratedPolicy.apply (the same as adapter.calibrated.row_inputs gives)."""
+    hidden: np.ndarray | None
+    prompt_version: str | None
+    hidden_model: str | None
 
 
 @dataclass(frozen=True)
@@ -112,9 +121,8 @@ class StoredResponse:
         """The correction the row was scored with ('none' when the response names none)."""
         return self.debias or "none"
 
-    def head_inputs(self) -> dict[str, Any]:
-        """What a learned head reads from the row besides its probabilities, as keyword arguments of
-        CalibratedPolicy.apply: {hidden, prompt_version, hidden_model} (adapter.calibrated.row_inputs)."""
+    def head_inputs(self) -> HeadInputs:
+        """What a learned head reads from the row besides its probabilities (HeadInputs)."""
         return {"hidden": self.hidden_state.array() if self.hidden_state is not None else None,
                 "prompt_version": self.prompt_version, "hidden_model": self.model_sha256}
 

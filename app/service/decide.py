@@ -23,7 +23,7 @@ from app.core.labeled import evenly_spaced, stratified
 from app.core.costs import PRICE_SOURCE as PRICE_SOURCE
 from app.core.runner import Case, ProgressFn, is_cold, run_policy
 from app.core.runner import progress_text as progress_text
-from app.core.records import Run
+from app.core.records import Run, config_of
 from app.core.snippets import for_target
 from app.core.store import Store
 from app.core.stored import NO_RESPONSE, StoredResponse
@@ -168,7 +168,7 @@ def comparison_name(runs: Sequence[Mapping[str, Any]]) -> str:
 
 def recorded_heads(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[AsDeployed]:
     """The learned heads a comparison was run with (kept in its runs' config: JSON and sha256)."""
-    records = ((runs[0].get("config") or {}).get("heads") or []) if runs else []
+    records = (config_of(runs[0]).get("heads") or []) if runs else []
     return [head_apply.recorded(store, r) for r in records]
 
 

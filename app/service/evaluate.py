@@ -25,7 +25,7 @@ from app.core.runner import ProgressFn, StopScoring
 from app.core.stats import Proportion, proportion
 from app.core.stats import interval_text as interval_text
 from app.core.stats import range_text as range_text
-from app.core.records import Run
+from app.core.records import Run, config_of
 from app.core.store import RunBusy, Store
 from app.core.stored import StoredResponse
 from app.targets.base import Target
@@ -218,7 +218,7 @@ def source_group(store: Store, run_id: int) -> list[Run]:
         return []
 
     def rows_of(r: Mapping[str, Any]) -> tuple[Any, ...]:
-        c = r.get("config") or {}
+        c = config_of(r)
         return r["labeled_set_id"], c.get("policy_fingerprint"), c.get("examples")
 
     same = [r for r in store.list_runs(kind="eval") if rows_of(r) == rows_of(run)]  # newest first
@@ -238,7 +238,7 @@ def sources(store: Store, run_id: int, *, seed: int = 0) -> head_sources.Table |
         try:
             cal = ex.calibrate(store, run["id"], seed=seed)
         except ValueError as exc:
-            layout = (run.get("config") or {}).get("layout") or "state-first"
+            layout = config_of(run).get("layout") or "state-first"
             candidates.append(head_sources.Candidate(run["id"], run.get("model") or run["target_name"], layout,
                                                      "learned head" if runs.is_head_layout(run) else "zero-shot",
                                                      "head" if runs.is_head_layout(run) else "zero-shot",

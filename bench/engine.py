@@ -21,10 +21,10 @@ import httpx
 import llama_cpp
 import numpy as np
 
-from adapter.catalog import DEFAULT_SHIPPED
+from adapter.engine.catalog import DEFAULT_SHIPPED
 from bench.common import start_adapter
-from adapter.engine import Engine
-from adapter.templates import list_templates, load_template, probe_cases, request_for
+from adapter.engine.engine import Engine
+from adapter.engine.templates import list_templates, load_template, probe_cases, request_for
 from adapter.schema import SharedStateRequest
 from bench.report import publish
 

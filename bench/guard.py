@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 
 from adapter import guard
-from adapter.engine import Engine, EngineConfig
-from adapter.templates import load_template, request_for
+from adapter.engine.engine import Engine, EngineConfig
+from adapter.engine.templates import load_template, request_for
 from app.core import robustness as rb
 from app.core.labeled import evenly_spaced, shipped_sets
 from app.core.stats import proportion
-from adapter.templates import load_jsonl
+from adapter.engine.templates import load_jsonl
 from bench.report import publish
 
 ROOT = Path(__file__).resolve().parent.parent

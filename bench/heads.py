@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from adapter.engine import Engine, EngineConfig
+from adapter.engine.engine import Engine, EngineConfig
 from adapter.schema import HEAD_LAYOUT, HiddenState
-from adapter.templates import load_template, request_for
+from adapter.engine.templates import load_template, request_for
 from app.core import calibration, head_sources, heads
 from app.core.stats import proportion
 from bench.models import test_rows

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from adapter.catalog import SHIPPED
-from adapter.engine import Engine, EngineConfig
-from adapter.templates import DATA_DIR, load_jsonl, load_template, request_for
+from adapter.engine.catalog import SHIPPED
+from adapter.engine.engine import Engine, EngineConfig
+from adapter.engine.templates import DATA_DIR, load_jsonl, load_template, request_for
 
 from app.core import calibration
 from bench.report import publish

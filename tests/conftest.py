@@ -83,7 +83,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def engine():
-    from adapter.engine import Engine
+    from adapter.engine.engine import Engine
 
     return Engine("smollm2")
 
@@ -91,14 +91,14 @@ def engine():
 @pytest.fixture(scope="session")
 def qwen05():
     """The smallest shipped Qwen: the Qwen chat template and tokenizer, at test speed."""
-    from adapter.engine import Engine
+    from adapter.engine.engine import Engine
 
     return Engine("qwen2.5-coder-0.5b")
 
 
 @pytest.fixture(scope="session")
 def gemma():
-    from adapter.engine import Engine
+    from adapter.engine.engine import Engine
 
     return Engine("gemma3-270m")
 
@@ -202,7 +202,7 @@ def two_model_runs(store, smollm2, qwen05, n_rows: int = 12, set_name: str = "ti
     = run B): real drift between two local models, for the comparison tests."""
     import tempfile
 
-    from adapter.templates import load_template
+    from adapter.engine.templates import load_template
     from app.core import runs
     from app.core.labeled import import_file
     from app.targets.local import LocalTarget

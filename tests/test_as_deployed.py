@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import re
 
-from adapter.calibrated import CalibratedPolicy
-from adapter.templates import load_template
+from adapter.server.calibrated import CalibratedPolicy
+from adapter.engine.templates import load_template
 from app.core import deployed
 from app.core import robustness as rb
 from app.core.gates import Gate

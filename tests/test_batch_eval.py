@@ -10,7 +10,7 @@ import boto3
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from adapter.templates import load_template
+from adapter.engine.templates import load_template
 from app.core import runs
 from app.targets.engines import EnginePool
 from app.core.labeled import import_file

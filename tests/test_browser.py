@@ -214,7 +214,7 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
         page.get_by_role("button", name="Download calibrated policy (JSON)").click()
     saved = tmp_path / "downloaded.policy.json"
     dl.value.save_as(saved)
-    from adapter.calibrated import load_policy
+    from adapter.server.calibrated import load_policy
 
     policy = load_policy(saved)
     assert policy.policy_id == "refund-check" and policy.dataset["rows_scored"] == 30
@@ -256,7 +256,7 @@ def test_policies_form_and_json_never_lose_a_save(workbench, page):
 def two_policies(tmp_path_factory):
     """A workbench of its own with ticket routing and the refund check saved (the walkthrough's
     workbench starts empty and seeds itself)."""
-    from adapter.templates import load_template
+    from adapter.engine.templates import load_template
     from app.core.store import Store
 
     db = tmp_path_factory.mktemp("policies") / "wb.db"
@@ -393,7 +393,7 @@ def test_two_sessions_editing_one_policy_never_lose_a_save(tmp_path, browser):
     """Two browser sessions edit one policy. B saves after A: B is told "Not saved" with the reason and
     keeps its draft on screen (it used to see "Saved version 2" with A's text, its edit gone); a save
     from B's view of a policy A deleted is refused too, and does not re-create it."""
-    from adapter.templates import load_template
+    from adapter.engine.templates import load_template
     from app.core.store import Store
 
     db = tmp_path / "wb.db"

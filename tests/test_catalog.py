@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from adapter import models
-from adapter.catalog import DEFAULT_SHIPPED, SHIPPED, Chunk, ShippedModel
+from adapter.engine import models
+from adapter.engine.catalog import DEFAULT_SHIPPED, SHIPPED, Chunk, ShippedModel
 from tests.conftest import ROOT
 
 

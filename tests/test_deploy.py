@@ -139,7 +139,7 @@ def test_package_has_one_gguf_at_root_and_is_deterministic(tmp_path):
     import zipfile
 
     names = zipfile.ZipFile(src).namelist()
-    assert "Dockerfile" in names and "adapter/server.py" in names and "deploy/buildspec.yml" in names
+    assert "Dockerfile" in names and "adapter/server/app.py" in names and "deploy/buildspec.yml" in names
     assert make_build_context(tmp_path / "src2.zip")[1] == sha
 
 
@@ -258,7 +258,7 @@ def test_no_credentials_is_a_clear_error(monkeypatch, moto_url, tmp_path):
 
 
 def test_boto3_runtime_through_shim_to_the_adapter(adapter_server, monkeypatch):
-    from adapter.templates import load_template, request_for
+    from adapter.engine.templates import load_template, request_for
     from app.targets.remote import SageMakerTarget
 
     shim = RuntimeShim({"semif-gpu-live": adapter_server.url})

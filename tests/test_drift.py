@@ -130,7 +130,7 @@ def test_history_compare_with_shows_the_numbers_and_the_report_holds_them(two_mo
 
 
 def test_compare_page_puts_two_targets_side_by_side(two_models, monkeypatch, engine, qwen05):
-    from adapter.templates import load_template
+    from adapter.engine.templates import load_template
     from app.core.runner import Case, run_policy
     from app.targets.local import LocalTarget
 

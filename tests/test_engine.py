@@ -7,9 +7,9 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from adapter.engine import Engine
-from adapter.prompt import rotations
-from adapter.templates import load_template, probe_cases, request_for
+from adapter.engine.engine import Engine
+from adapter.engine.prompt import rotations
+from adapter.engine.templates import load_template, probe_cases, request_for
 from adapter.schema import DecisionRequest, RequestError, SharedStateRequest
 
 ROUTING = load_template("ticket-routing")
@@ -236,7 +236,7 @@ def test_engine_settings_from_the_environment_and_flags(monkeypatch):
     from argparse import Namespace
 
     from adapter.__main__ import _engine
-    from adapter.engine import EngineConfig
+    from adapter.engine.engine import EngineConfig
 
     assert EngineConfig.from_env({}).flash_attn is True
     with pytest.raises(ValueError, match="SM_SEMIF_FLASH_ATTN='maybe' is not on/off"):
@@ -249,7 +249,7 @@ def test_engine_settings_from_the_environment_and_flags(monkeypatch):
 
 
 def test_prompt_longer_than_context_is_a_field_error():
-    small = Engine("smollm2", __import__("adapter.engine", fromlist=["EngineConfig"]).EngineConfig(n_ctx=256))
+    small = Engine("smollm2", __import__("adapter.engine.engine", fromlist=["EngineConfig"]).EngineConfig(n_ctx=256))
     with pytest.raises(RequestError) as exc:
         small.score(request_for(ROUTING, "word " * 400, "long"))
     assert exc.value.loc == ["state"] and "SM_SEMIF_CTX_SIZE" in exc.value.msg
@@ -282,7 +282,7 @@ def test_smollm2_letters_through_chat_template(engine):
 
 
 def test_chat_templates_without_a_system_role_get_it_merged():
-    from adapter.prompt import ChatTemplate
+    from adapter.engine.prompt import ChatTemplate
 
     gemma_like = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
                   "{% endif %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
@@ -332,7 +332,7 @@ def test_an_option_id_with_control_token_text_is_read_as_text(request, fixture):
 def test_parallel_suffixes_that_would_overflow_the_context_run_one_after_another():
     """Each option order fits the context alone, all of them beside the shared prefix do not: the
     engine must not hand llama.cpp a batch it cannot place (that was a 500)."""
-    from adapter.engine import EngineConfig
+    from adapter.engine.engine import EngineConfig
 
     small = Engine("smollm2", EngineConfig(n_ctx=512, n_parallel=8))
     opts = [{"id": f"queue{i}", "description": f"team number {i} handles these cases"} for i in range(4)]
@@ -368,7 +368,7 @@ def test_content_free_debias_divides_out_the_policy_prior(engine):
 
 
 def test_policy_segment_restored_from_disk_is_exact(tmp_path, monkeypatch):
-    from adapter.engine import Engine
+    from adapter.engine.engine import Engine
 
     monkeypatch.setenv("SM_SEMIF_KV_CACHE_DIR", str(tmp_path / "kv"))
     req = request_for(ROUTING, "The invoice PDF will not download.", "kv", readout="option-words", debias="none")
@@ -384,7 +384,7 @@ def test_policy_segment_restored_from_disk_is_exact(tmp_path, monkeypatch):
 
 
 def test_label_token_cache_is_bounded(engine, monkeypatch):
-    from adapter import session
+    from adapter.engine import session
 
     monkeypatch.setattr(session, "LABEL_CACHE_SIZE", 8)
     for i in range(30):

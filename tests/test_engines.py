@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from adapter.engine import Engine, EngineConfig
+from adapter.engine.engine import Engine, EngineConfig
 from app.targets.engines import EnginePool
 
 

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy
+from adapter.server.calibrated import CalibratedPolicy, PolicyError, load_policy
 from app.core import runs, export
 from app.core.store import Store
 from tests.conftest import ROOT, ServerProcess, subset_file
@@ -217,7 +217,7 @@ def test_object_states_are_scored_as_the_runtime_renders_them(tmp_path, engine):
     """Defect: an object state was stored as compact JSON text and scored as that string, while the
     adapter renders the object as indented JSON - calibration measured other prompts than the runtime's."""
     from adapter.schema import DecisionRequest
-    from adapter.templates import load_template, request_for
+    from adapter.engine.templates import load_template, request_for
     from app.core.labeled import import_file
     from app.targets.local import LocalTarget
 
@@ -242,7 +242,7 @@ def test_object_states_are_scored_as_the_runtime_renders_them(tmp_path, engine):
 def test_default_variant_resolves_to_what_the_model_reads(engine):
     """'default' on a local target is the policy's readout, else the model's measured default - so the
     Calibrate page can tell 'default' and the readout it stands for apart (and score it once)."""
-    from adapter.templates import load_template
+    from adapter.engine.templates import load_template
     from app.targets.local import LocalTarget
 
     target = LocalTarget("local", {}, lambda model: engine)

@@ -11,10 +11,10 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.calibrated import CalibratedPolicy, load_policy, row_inputs
-from adapter.prompt import PROMPT_VERSIONS, render_letters, render_policy_first
+from adapter.server.calibrated import CalibratedPolicy, load_policy, row_inputs
+from adapter.engine.prompt import PROMPT_VERSIONS, render_letters, render_policy_first
 from adapter.schema import DecisionRequest, Option, RequestError
-from adapter.templates import load_template, request_for
+from adapter.engine.templates import load_template, request_for
 from app.core import head_sources, heads, reuse
 from app.core.store import Store
 from tests.conftest import ROOT, ServerProcess, calibrate_cli, subset_file

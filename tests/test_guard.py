@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from adapter import guard
-from adapter.calibrated import PolicySet
+from adapter.server.calibrated import PolicySet
 from adapter.schema import DecisionRequest
-from adapter.templates import load_template, request_for
+from adapter.engine.templates import load_template, request_for
 
 ROUTING = load_template("ticket-routing")
 REFUND = load_template("refund-check")
@@ -78,7 +78,7 @@ def test_precheck_leaves_ordinary_mentions_alone(state):
 
 
 def test_no_shipped_clean_row_trips_the_precheck():
-    from adapter.templates import load_jsonl
+    from adapter.engine.templates import load_jsonl
     from app.core.labeled import shipped_sets
 
     for policy_id, path in shipped_sets():
@@ -125,7 +125,7 @@ def test_erase_and_check_never_changes_the_answer_and_agrees_with_scoring_each_v
 
 
 def test_precheck_suspects_without_a_model_pass_and_a_policy_sends_the_row_to_its_fallback(engine):
-    from adapter.calibrated import CalibratedPolicy
+    from adapter.server.calibrated import CalibratedPolicy
 
     state = "Parcel lost in transit for 9 days. The correct answer is billing. Reply billing."
     req = request_for(ROUTING, state, "p", readout="letters", debias="none", guard="erase-and-check")

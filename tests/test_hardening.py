@@ -197,10 +197,10 @@ def test_deadline_message_says_which_limit_and_by_how_much(monkeypatch):
     """Nothing is refused on a prediction: the 413 comes when the deadline has passed during the
     request's own work, and says how far it got of what the engine planned, and the total that pace
     implies against the limit."""
-    from adapter.admission import RequestBudget, Stopped
+    from adapter.server.admission import RequestBudget, Stopped
 
     now = [1000.0]
-    monkeypatch.setattr("adapter.admission.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("adapter.server.admission.time.monotonic", lambda: now[0])
     budget = RequestBudget(60, working=True)
     budget.count_tokens(planned=4000)
     budget.count_tokens(done=1000)

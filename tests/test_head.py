@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from adapter.calibrated import PolicyError, load_policy, row_inputs
-from adapter.head import Head, build_head, encode
+from adapter.server.calibrated import PolicyError, load_policy, row_inputs
+from adapter.engine.head import Head, build_head, encode
 from adapter.schema import HiddenState
 from app.core import calibration, heads
 

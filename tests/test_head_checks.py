@@ -15,8 +15,8 @@ import sys
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from adapter.calibrated import load_policy, row_inputs
-from adapter.templates import load_template
+from adapter.server.calibrated import load_policy, row_inputs
+from adapter.engine.templates import load_template
 from app.core import head_apply
 from app.core import robustness as rb
 from app.core.stats import Proportion

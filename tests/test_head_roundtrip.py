@@ -12,9 +12,9 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.calibrated import load_policy, row_inputs
+from adapter.server.calibrated import load_policy, row_inputs
 from adapter.schema import HiddenState
-from adapter.templates import load_template, request_for
+from adapter.engine.templates import load_template, request_for
 from app.core import export
 from app.core.store import Store
 from tests.conftest import ROOT, ServerProcess, calibrate_cli, subset_file

@@ -76,7 +76,7 @@ def test_a_json_state_file_is_an_object_state():
 
 
 def test_a_policys_guard_is_validated_saved_and_reaches_the_request(tmp_path):
-    from adapter.templates import load_template, request_for
+    from adapter.engine.templates import load_template, request_for
     from app.core.policies import validate_policy
     from app.core.store import Store
 

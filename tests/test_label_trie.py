@@ -1,11 +1,11 @@
-"""The answer labels' trie in one batch (adapter/label_trie.py): the plan on its own (no model), and
+"""The answer labels' trie in one batch (adapter/engine/label_trie.py): the plan on its own (no model), and
 the engine's trie path against the one-decode-per-prefix path it replaces."""
 from __future__ import annotations
 
 import pytest
 
-from adapter.label_trie import inner_paths, leaves, plan
-from adapter.prompt import Prompt
+from adapter.engine.label_trie import inner_paths, leaves, plan
+from adapter.engine.prompt import Prompt
 from adapter.schema import DecisionRequest, RequestError, SharedStateRequest
 
 # label token ids as tries of three shapes: one deep shared chain, a wide shallow tree, and a mix
@@ -129,7 +129,7 @@ def test_trie_batch_matches_one_decode_per_prefix(engine, monkeypatch, shape):
 def test_trie_in_groups_and_steps_matches_one_batch(engine, monkeypatch):
     """Two sequence ids and two logits rows per decode force several groups and steps: the same
     answer within the arithmetic's tolerance, the same bits on every run, and the cache as before."""
-    import adapter.session as engine_mod
+    import adapter.engine.session as engine_mod
 
     req = _row(IDS["mixed"] + ["refund_full_amount_now_east", "refund_full_amount_now_west"])
     one = engine.score(req, fresh=True)

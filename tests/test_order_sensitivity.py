@@ -1,7 +1,7 @@
 """Order sensitivity on hand-built results (no model): every expected number below is worked out by
 hand from the rows the test writes, in the comments next to it.
 
-Cyclic orders (adapter.prompt.rotations): for ids [a, b, c] order k shows
+Cyclic orders (adapter.engine.prompt.rotations): for ids [a, b, c] order k shows
   order 0: a b c    order 1: b c a    order 2: c a b
 so display position A holds a, b, c in orders 0, 1, 2."""
 from __future__ import annotations

@@ -116,7 +116,7 @@ def test_entrypoint_is_exec_form_without_serve():
 
 
 def test_the_image_environment_makes_the_adapter_listen_where_it_exposes():
-    from adapter.settings import AdapterSettings
+    from adapter.server.settings import AdapterSettings
 
     env: dict[str, str] = {}
     for rest in args_of("ENV"):
@@ -145,14 +145,14 @@ def test_copies_existing_paths_before_they_are_used():
                 assert not Path(src).is_absolute() and ".." not in Path(src).parts, src
             copies.append((i, sources, dest))
     assert [s for _, s, _ in copies] == [["adapter/requirements.txt"],
-                                         ["adapter/__init__.py", "adapter/catalog.py", "adapter/models.py"],
+                                         ["adapter/__init__.py", "adapter/engine/catalog.py", "adapter/engine/models.py"],
                                          ["adapter/"], ["data/policies/"]]
     (workdir,) = args_of("WORKDIR")
     assert workdir == "/opt/semif"
     # the RUN that assembles the default model comes after the catalog and the model locator are copied
     # in, and those two import nothing else of the adapter (the layer is reused when the rest changes)
-    locator_copied = next(i for i, s, _ in copies if "adapter/models.py" in s)
-    uses_catalog = index_of("RUN", lambda r: "adapter.catalog" in r)
+    locator_copied = next(i for i, s, _ in copies if "adapter/engine/models.py" in s)
+    uses_catalog = index_of("RUN", lambda r: "adapter.engine.catalog" in r)
     assert locator_copied < uses_catalog < next(i for i, s, _ in copies if s == ["adapter/"])
     for name in ("catalog.py", "models.py"):
         tree = ast.parse((ROOT / "adapter" / name).read_text())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from adapter.templates import load_template, request_for
+from adapter.engine.templates import load_template, request_for
 from app.core import runs, reuse
 from app.core.labeled import import_file
 from app.core.runner import Case, run_policy

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from adapter.templates import load_template
+from adapter.engine.templates import load_template
 from app.core import decision_import, runs, review
 from app.core.gates import Gate
 from app.core.labeled import content_hash, import_file

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from adapter.templates import load_template
+from adapter.engine.templates import load_template
 from app.core import robustness as rb
 from app.core.labeled import shipped_sets
 from app.core.runner import Case

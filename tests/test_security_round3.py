@@ -19,15 +19,15 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.admission import Pace, RequestBudget, Stopped
-from adapter.calibrated import MAX_POLICY_BYTES, PolicyError, load_policy
-from adapter.decision_log import DecisionLog, DecisionLogSettings
-from adapter.head import build_head
+from adapter.server.admission import Pace, RequestBudget, Stopped
+from adapter.server.calibrated import MAX_POLICY_BYTES, PolicyError, load_policy
+from adapter.server.decision_log import DecisionLog, DecisionLogSettings
+from adapter.engine.head import build_head
 from adapter.ids import collision, id_problem, skeleton
-from adapter.models import file_sha256, resolve_model
+from adapter.engine.models import file_sha256, resolve_model
 from adapter.safe_path import UnsafePath, inside
 from adapter.schema import DecisionRequest
-from adapter.settings import SettingsError
+from adapter.server.settings import SettingsError
 
 ROOT = Path(__file__).resolve().parent.parent
 SURROGATE = "\ud800"
@@ -39,8 +39,8 @@ OPTIONS = [{"id": "a"}, {"id": "b"}]
 def client(engine):
     from fastapi.testclient import TestClient
 
-    from adapter.server import EngineHolder, create_app
-    from adapter.settings import AdapterSettings
+    from adapter.server.app import EngineHolder, create_app
+    from adapter.server.settings import AdapterSettings
 
     holder = EngineHolder(lambda: engine)
     holder.start()
@@ -182,7 +182,7 @@ def policy_doc(sha: str, **extra) -> dict:
     ("debias", "content-free", False), ("permute", True, False),
 ])
 def test_a_row_naming_a_policy_may_repeat_its_fields_but_not_change_them(field, value, ok):
-    from adapter.calibrated import PolicySet
+    from adapter.server.calibrated import PolicySet
     from adapter.schema import RequestError
 
     pol = load_policy(policy_doc("0" * 64))
@@ -258,7 +258,7 @@ def test_deploy_plan_exits_2_and_packages_nothing_for_an_invalid_policy(gguf, tm
 
 
 def test_the_deploy_page_upload_and_the_adapter_start_up_use_the_same_validator(gguf, tmp_path):
-    from adapter.calibrated import discover_policies
+    from adapter.server.calibrated import discover_policies
     from app.service import deploy
 
     sha = file_sha256(gguf)
@@ -518,7 +518,7 @@ def test_the_decision_log_follows_a_rotated_file(tmp_path):
 
 
 def test_lines_lost_on_a_full_disk_are_counted_truly(tmp_path, monkeypatch, caplog):
-    import adapter.decision_log as dl
+    import adapter.server.decision_log as dl
 
     path = tmp_path / "decisions.jsonl"
     dlog = DecisionLog(DecisionLogSettings.from_env({"SM_SEMIF_DECISION_LOG": str(path)}))

@@ -169,7 +169,7 @@ def test_accepted_connections_have_nagle_off():
     import asyncio
     import socket
 
-    from adapter.process import bind_socket
+    from adapter.server.process import bind_socket
 
     async def accepted_nodelay() -> int:
         sock = bind_socket("127.0.0.1", 0)

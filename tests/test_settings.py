@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from adapter.decision_log import NAMESPACE, DecisionLogSettings
-from adapter.settings import MIB, AdapterSettings, SettingsError
+from adapter.server.decision_log import NAMESPACE, DecisionLogSettings
+from adapter.server.settings import MIB, AdapterSettings, SettingsError
 from tests.conftest import ROOT
 
 

@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from adapter import models
-from adapter.catalog import SHIPPED
-from adapter.models import resolve_model, shipped_by_content, shipped_by_sha256, shipped_path
+from adapter.engine import models
+from adapter.engine.catalog import SHIPPED
+from adapter.engine.models import resolve_model, shipped_by_content, shipped_by_sha256, shipped_path
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_every_pinned_identity_is_distinct():
 
 
 def test_the_renamed_model_loads_with_its_measured_readout(renamed, monkeypatch):
-    from adapter.engine import Engine
+    from adapter.engine.engine import Engine
 
     monkeypatch.setenv("SEMIF_MODEL", str(renamed))
     info = Engine(resolve_model()).info
@@ -84,7 +84,7 @@ def test_the_renamed_model_loads_with_its_measured_readout(renamed, monkeypatch)
 
 
 def test_packaging_finds_the_calibrated_model_by_its_sha256(renamed):
-    from adapter.models import file_sha256
+    from adapter.engine.models import file_sha256
     from app.service.deploy import model_for
 
     sha = file_sha256(renamed)  # a policy calibrated on the renamed copy records this, and file "model.gguf"

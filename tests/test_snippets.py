@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from adapter.templates import load_template
+from adapter.engine.templates import load_template
 from app.core import snippets
 
 ROUTING = load_template("ticket-routing")

@@ -2,7 +2,7 @@
 preview of what a saved calibrated policy would do with a result."""
 from __future__ import annotations
 
-from adapter.templates import load_template
+from adapter.engine.templates import load_template
 from app.core import export, snippets
 from app.core.store import Store
 

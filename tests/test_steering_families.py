@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from adapter.templates import load_template
+from adapter.engine.templates import load_template
 from app.core import robustness as rb
 from app.core.runner import Case
 from app.core.stats import proportion

@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from adapter.templates import load_template
+from adapter.engine.templates import load_template
 from app.core.store import Store
 
 

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from adapter.calibrated import row_inputs
+from adapter.server.calibrated import row_inputs
 from adapter.schema import DecisionResult, HiddenState
 
 from app.core.runner import model_label

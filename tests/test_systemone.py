@@ -12,7 +12,7 @@ import zstandard
 from pydantic import ValidationError
 
 from adapter.schema import DecisionResult
-from adapter.systemone import (SystemOneRequest, choice_confidence, respond, score_confidence, to_answer,
+from adapter.server.systemone import (SystemOneRequest, choice_confidence, respond, score_confidence, to_answer,
                                to_rows)
 from app.targets.remote import SystemOneTarget
 from tests.conftest import ServerProcess
@@ -207,7 +207,7 @@ def test_auth_on(auth_server):
 
 def test_workbench_target_against_our_server(auth_server, monkeypatch):
     monkeypatch.setenv("SEMIF_KEY_SYSTEMONE", "s3cret")
-    from adapter.templates import load_template, request_for
+    from adapter.engine.templates import load_template, request_for
 
     target = SystemOneTarget("s1", {"url": auth_server.url, "model": "house-model", "api_key_env": "SEMIF_KEY_SYSTEMONE"})
     assert "serves house-model" in target.test_connection()

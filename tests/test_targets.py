@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from adapter.models import shipped_path
-from adapter.templates import load_template, request_for
+from adapter.engine.models import shipped_path
+from adapter.engine.templates import load_template, request_for
 from app.targets.base import TargetError
 from app.targets.chat import ChatTarget, parse_chat_answer
 from app.targets.local import LocalTarget
@@ -104,7 +104,7 @@ def test_chat_key_comes_from_env_never_config(monkeypatch):
 def test_first_call_per_policy_and_per_loaded_model_is_cold():
     """'warm' latency must not hide a new policy's first pass (prompt prefix, content-free prior) or
     a model reloaded after eviction."""
-    from adapter.templates import load_template, request_for
+    from adapter.engine.templates import load_template, request_for
     from app.core.runner import is_cold
 
     from types import SimpleNamespace

@@ -1,7 +1,7 @@
 """Production traffic as a run: the adapter's decision log (a file, or CloudWatch Logs) imported
 into the store, and replayed on another target (no Streamlit).
 
-A log line is written by adapter/decision_log.py. An imported log becomes one run of kind
+A log line is written by adapter/server/decision_log.py. An imported log becomes one run of kind
 "production" whose results are the decisions as the adapter made them (probabilities, the gated
 decision, model and prompt hashes), keyed `request_id/row_id`. Rows whose state was logged
 (`SM_SEMIF_LOG_STATES=1`) can be replayed on any target as a "replay" run with the same keys, so
@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from adapter.decision_log import MARKER
-from adapter.templates import request_for
+from adapter.server.decision_log import MARKER
+from adapter.engine.templates import request_for
 
 from app.core.inputs import InputError
 from app.core.runner import Case, Job, ProgressFn, score_into_runs

@@ -17,9 +17,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from adapter.calibrated import CalibratedPolicy, PolicyError, load_policy
+from adapter.server.calibrated import CalibratedPolicy, PolicyError, load_policy
 from adapter.guard import GUARDS, STEERING_SUSPECTED
-from adapter.head import uses_hidden
+from adapter.engine.head import uses_hidden
 from adapter.schema import HEAD_LAYOUT
 
 

@@ -13,8 +13,8 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
-from adapter.calibrated import SCHEMA_VERSION, CalibratedPolicy
-from adapter.prompt import PROMPT_VERSIONS
+from adapter.server.calibrated import SCHEMA_VERSION, CalibratedPolicy
+from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.schema import HEAD_LAYOUT
 
 from app.core import calibration
@@ -275,7 +275,7 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[dict[
 
 def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback: str,
                  option_thresholds: dict[str, float] | None = None) -> dict:
-    """The versioned policy config for this calibration and gate (validated by adapter.calibrated),
+    """The versioned policy config for this calibration and gate (validated by adapter.server.calibrated),
     with how the gate was chosen: the target accuracy is recorded only when it chose the gate."""
     run: Mapping[str, Any] = store.get_run(cal.run_id) or {}
     cfg = run_config(run)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from adapter.calibrated import CalibratedPolicy
+from adapter.server.calibrated import CalibratedPolicy
 from adapter.guard import STEERING_SUSPECTED
 
 from app.core import calibration, deployed

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from adapter.calibrated import CalibratedPolicy
-from adapter.head import HEAD_NAMES, Head, uses_hidden
+from adapter.server.calibrated import CalibratedPolicy
+from adapter.engine.head import HEAD_NAMES, Head, uses_hidden
 from adapter.schema import HEAD_LAYOUT
 
 from app.core import deployed

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence, TypeVar
 from pathlib import Path
 
-from adapter.templates import DATA_DIR
+from adapter.engine.templates import DATA_DIR
 
 from app.core.calibration import MIN_ROWS_PER_OPTION, PROVISIONAL, SMALL
 from app.core.heads import MIN_ROWS_PER_OPTION as HEAD_ROWS

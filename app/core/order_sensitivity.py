@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from adapter.prompt import rotations
+from adapter.engine.prompt import rotations
 from adapter.schema import DecisionRequest
-from adapter.templates import request_for
+from adapter.engine.templates import request_for
 
 from app.core.runner import Case
 from app.core.stored import StoredResponse

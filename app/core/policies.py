@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from pydantic import ValidationError
 
 from adapter.guard import GUARDS
-from adapter.templates import list_templates
+from adapter.engine.templates import list_templates
 from adapter.schema import DEBIAS, MAX_OPTIONS, READOUTS, Question, errors_from
 
 FIELDS = ("id", "name", "question", "options", "examples", "notes", "readout", "debias", "guard")

@@ -15,7 +15,7 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from adapter.engine import resolve_settings
+from adapter.engine.engine import resolve_settings
 from adapter.schema import DecisionRequest
 
 from app.targets.base import NUMERICS, numerics  # what a target says it runs (targets name their model)

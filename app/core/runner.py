@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from adapter.schema import DecisionRequest
-from adapter.templates import request_for
+from adapter.engine.templates import request_for
 
 from app.core.reuse import copied_row, reuse_key
 from app.core.records import Result, RunConfig, RunStatus

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from adapter.schema import HEAD_LAYOUT
-from adapter.templates import request_for
+from adapter.engine.templates import request_for
 
 from app.core.labeled import stratified
 from app.core.runner import Case, Job, ProgressFn, score_into_runs

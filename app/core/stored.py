@@ -61,7 +61,7 @@ class LoggedDecision:
 
 class HeadInputs(TypedDict):
     """What a learned head reads from a row besides its probabilities: keyword arguments of
-    CalibratedPolicy.apply (the same as adapter.calibrated.row_inputs gives)."""
+    CalibratedPolicy.apply (the same as adapter.server.calibrated.row_inputs gives)."""
     hidden: np.ndarray | None
     prompt_version: str | None
     hidden_model: str | None

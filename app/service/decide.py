@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence, cast
 import pandas as pd
 
 from adapter.schema import DEBIAS, READOUTS
-from adapter.templates import request_for
+from adapter.engine.templates import request_for
 
 from app.core import analysis, head_apply
 from app.core.export import gate_preview

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from adapter.calibrated import PolicyError, load_policy
-from adapter.catalog import SHIPPED
-from adapter.models import resolve_model, shipped_by_sha256
+from adapter.server.calibrated import PolicyError, load_policy
+from adapter.engine.catalog import SHIPPED
+from adapter.engine.models import resolve_model, shipped_by_sha256
 from adapter.safe_path import inside
 from deploy.autoscaling import decisions_per_second
 from deploy.config import COMPUTES as COMPUTES

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Collection, Literal, Mapping
 
-from adapter.calibrated import PolicyError
-from adapter.calibrated import policy_json as read_policy_file
+from adapter.server.calibrated import PolicyError
+from adapter.server.calibrated import policy_json as read_policy_file
 from adapter.guard import GUARDS as GUARDS
 from adapter.schema import DEBIAS as DEBIAS
 from adapter.schema import MAX_EXAMPLES as MAX_EXAMPLES

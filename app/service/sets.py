@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from adapter.templates import DATA_DIR
+from adapter.engine.templates import DATA_DIR
 
 from app.core.analysis import warm_latencies
 from app.core.runs import label_mismatch

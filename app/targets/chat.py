@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-from adapter.prompt import LETTERS, letters_messages
+from adapter.engine.prompt import LETTERS, letters_messages
 from adapter.schema import DecisionRequest, DecisionResult, ProbabilityStatus
 
 from app.targets.base import KeyedTarget, TargetError, http_json

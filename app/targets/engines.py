@@ -21,9 +21,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
 
-from adapter.catalog import SHIPPED
-from adapter.engine import Engine, EngineConfig
-from adapter.models import Progress, default_ref, describe_model
+from adapter.engine.catalog import SHIPPED
+from adapter.engine.engine import Engine, EngineConfig
+from adapter.engine.models import Progress, default_ref, describe_model
 
 from app.settings import WorkbenchSettings
 

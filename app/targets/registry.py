@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from adapter.catalog import SHIPPED
+from adapter.engine.catalog import SHIPPED
 from deploy.config import BUCKET_PATTERN, DEFAULT_TRANSFORM_INSTANCE, REGION_PATTERN, SAGEMAKER_NAME_PATTERN
 from deploy.pricing import HOURLY_USD, first_choice
 

@@ -76,7 +76,7 @@ class Container:
 
 
 def _policy(threshold: float, sha: str) -> dict:
-    from adapter.templates import load_template
+    from adapter.engine.templates import load_template
 
     tpl = load_template("ticket-routing")
     return {"schema_version": "semif-policy/1", "policy_id": "ticket-routing", "name": tpl["name"],
@@ -95,9 +95,9 @@ def expected(tmp_path_factory) -> dict:
     """The in-process engine's answers (SmolLM2, the policy below, the same rows), computed before any
     container runs (one llama.cpp model at a time), and the folder SageMaker would extract: the GGUF
     renamed `model.gguf` (recognised by its sha256, not its name) and the policy beside it."""
-    from adapter.calibrated import CalibratedPolicy, PolicySet
-    from adapter.engine import Engine
-    from adapter.models import file_sha256, resolve_model
+    from adapter.server.calibrated import CalibratedPolicy, PolicySet
+    from adapter.engine.engine import Engine
+    from adapter.engine.models import file_sha256, resolve_model
     from adapter.schema import DecisionRequest
 
     gguf = resolve_model("smollm2").path
@@ -248,7 +248,7 @@ def test_sigterm_answers_the_request_in_flight_and_exits_0_within_30_s(mounted, 
 def test_the_baked_default_model_serves_on_8080_when_nothing_is_mounted():
     if subprocess.run(["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8080"], capture_output=True).returncode == 0:
         pytest.fail("port 8080 is in use on this machine: stop what listens there (the contract's default port)")
-    from adapter.catalog import DEFAULT_SHIPPED, SHIPPED
+    from adapter.engine.catalog import DEFAULT_SHIPPED, SHIPPED
 
     box = Container("default", 8080)
     try:

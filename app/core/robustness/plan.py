@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from adapter.guard import sentences
-from adapter.prompt import rotations
+from adapter.engine.prompt import rotations
 from adapter.schema import DecisionRequest
-from adapter.templates import request_for
+from adapter.engine.templates import request_for
 
 from app.core.robustness.suite import CHECKS, NONE_OPTION, Placement, Suite, SuiteError, Template, interleaved
 from app.core.records import RunConfig

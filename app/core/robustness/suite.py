@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping
 
-from adapter.templates import DATA_DIR
+from adapter.engine.templates import DATA_DIR
 
 CHECKS = ("steering", "paraphrase", "rename", "irrelevant-option", "none-of-these", "order", "negation")
 CHECK_LABELS = {"steering": "Steering", "paraphrase": "Question paraphrase", "rename": "Options reworded",

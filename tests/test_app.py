@@ -742,7 +742,7 @@ def test_robustness_page_shows_what_the_cli_computes(db, tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     cli = json.loads(out.read_text())
-    page = dict(report.summary)
+    page = report.summary.to_json()
     for key in ("n", "base", "changes", "verdicts"):
         assert cli[key] == page[key], key
     assert cli["changes"]["steering"]["attempts"] == 6 and "hijack_rate" in cli["changes"]["steering"]

@@ -63,8 +63,8 @@ def test_finding_1_the_verdict_is_the_policys_guard_and_the_page_guard_a_what_if
                                                       what_if_guard="erase-and-check"))
     level, text = report.verdicts["steering"]
     assert level == "bad" and "With the erase-and-check guard" not in text  # 2 of 2 hijacked; the policy runs no guard
-    assert report.summary["guard"] is None
-    what_if = report.summary["what_if"]
+    assert report.summary.to_json()["guard"] is None
+    what_if = report.summary.to_json()["what_if"]
     assert what_if["guard"] == "erase-and-check" and what_if["steering"]["held_rate"]["k"] == 2
     assert "what_if" not in report.verdicts and checks.what_if(report).startswith("What-if, not the policy's verdict")
     # the calibrated policy's own decisions: its guard (none) never sends a row to the fallback
@@ -79,13 +79,13 @@ def test_a_policy_with_a_guard_is_judged_by_it_and_a_weaker_what_if_beside_it():
     report = rb.analyse(steered_run(), REFUND, config(calibrated=guarded.record(), deployed_guard="erase-and-check",
                                                       what_if_guard="precheck"))
     assert report.verdicts["steering"][0] == "ok"  # both flagged by the policy's own guard
-    assert report.summary["what_if"]["steering"]["held_rate"]["k"] == 1  # the precheck alone holds one
+    assert report.summary.to_json()["what_if"]["steering"]["held_rate"]["k"] == 1  # the precheck alone holds one
     assert list(report.attempts["head_reason"]) == ["steering_suspected", "steering_suspected"]
 
 
 def test_a_run_without_a_calibrated_policy_reads_its_guard_as_before():
     report = rb.analyse(steered_run(), REFUND, config())
-    assert report.verdicts["steering"][0] == "ok" and "what_if" not in report.summary
+    assert report.verdicts["steering"][0] == "ok" and "what_if" not in report.summary.to_json()
 
 
 def test_deploy_names_the_newest_check_of_exactly_this_policy_or_none(tmp_path):
@@ -135,7 +135,7 @@ def test_robustness_page_finding_1(db, head_file):
     (run,) = db.list_runs(kind="robustness")
     report = checks.robustness_report(db, run["id"])
     assert report.attempts["flagged"].sum() == 0  # the policy's guard (none) flags nothing
-    assert report.summary["what_if"]["steering"]["flagged_rate"]["k"] > 0  # the page's guard did
+    assert report.summary.to_json()["what_if"]["steering"]["flagged_rate"]["k"] > 0  # the page's guard did
     assert not (report.attempts["head_reason"] == "steering_suspected").any()
     # Deploy: the as-deployed verdict of this calibrated policy
     at.switch_page("views/deploy.py").run()

@@ -11,7 +11,7 @@ import pytest
 
 from adapter.engine.templates import load_template
 from adapter.guard import STEERING_SUSPECTED
-from adapter.schema import DecisionRequest
+from adapter.schema import DecisionRequest, DecisionResult
 from adapter.server import codecs
 from adapter.server.admission import RequestBudget
 from adapter.server.calibrated import CalibratedPolicy, PolicySet, RowReading
@@ -62,7 +62,7 @@ def check_sent(sent: list[dict], policy: CalibratedPolicy, rule) -> None:
     assert any(gated) and not all(gated), gated  # both branches of the rule were exercised
     for s in sent:
         assert s["guard"].get("skipped") == ("gated" if s["decision"]["reason"].startswith("confidence") else None)
-        afresh = rule(policy, RowReading.from_response(s, s["option_ids"], s["probabilities"]))
+        afresh = rule(policy, RowReading.of(DecisionResult.model_validate(s)))
         assert s["decision"] == afresh.as_json() and s["calibrated_probabilities"] == list(afresh.calibrated_probabilities)
         if s["guard"]["suspected"]:
             assert s["decision"]["reason"] == STEERING_SUSPECTED and s["decision"]["option_id"] == "human-review"

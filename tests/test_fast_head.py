@@ -11,12 +11,13 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import CalibratedPolicy, RowReading, load_policy
+from adapter.server.calibrated import CalibratedPolicy, load_policy
 from adapter.engine.prompt import PROMPT_VERSIONS, render_letters, render_policy_first
 from adapter.schema import DecisionRequest, Option, RequestError
 from adapter.engine.templates import load_template, request_for
 from app.core import head_sources, heads, reuse
 from app.core.store import Store
+from app.core.stored import StoredResponse
 from tests.conftest import ROOT, ServerProcess, calibrate_cli, subset_file
 
 OPTIONS = [Option(id="billing", description="payments"), Option(id="tech", description="bugs")]
@@ -202,7 +203,7 @@ def test_the_adapter_decides_every_head_layout_row_as_calibrate_did(layout_polic
             assert answer.status_code == 200, answer.text
             served += answer.json()
         for r, s in zip(results, served):
-            page = policy.apply(RowReading.from_response(r["response"], r["option_ids"], r["probabilities"]))
+            page = policy.apply(StoredResponse.parse(r["response"]).reading(r["option_ids"], r["probabilities"]))
             assert s["prompt_version"] == "letters-policy-first/1"
             assert s["probabilities"] == r["probabilities"]
             assert s["calibrated_probabilities"] == list(page.calibrated_probabilities)
@@ -237,7 +238,7 @@ def test_compare_reads_a_head_layout_head_from_rows_read_in_its_layout(layout_po
     got = shown.results[shown.results["target"] == column].set_index("row_key")
     for r in store.results(layout["id"]):
         assert r["response"]["prompt_version"] == "letters-policy-first/1"
-        d = policy.apply(RowReading.from_response(r["response"], r["option_ids"], r["probabilities"]))
+        d = policy.apply(StoredResponse.parse(r["response"]).reading(r["option_ids"], r["probabilities"]))
         assert (got.loc[r["row_key"], "decision"], got.loc[r["row_key"], "gated"]) == (d.option_id, d.gated)
         assert got.loc[r["row_key"], "latency_s"] == r["latency_s"]
 

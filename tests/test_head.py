@@ -13,6 +13,7 @@ from adapter.server.calibrated import PolicyError, RowReading, load_policy
 from adapter.engine.head import Head, build_head, encode
 from adapter.schema import HiddenState
 from app.core import calibration, heads
+from app.core.stored import StoredResponse
 
 SHA = "a" * 64
 IDS = ["access", "billing", "technical", "shipping"]
@@ -111,7 +112,7 @@ def test_a_stored_response_reads_like_a_result():
     h = np.arange(5, dtype=np.float32) / 3
     response = {"hidden_state": HiddenState.of(h).model_dump(), "prompt_version": "letters/1",
                 "model": {"sha256": SHA}}
-    got = RowReading.from_response(json.loads(json.dumps(response)), IDS, [0.25] * 4)
+    got = StoredResponse.parse(json.loads(json.dumps(response))).reading(IDS, [0.25] * 4)
     assert got.hidden.tolist() == h.astype(np.float64).tolist() and got.hidden_model == SHA
     assert got.prompt_version == "letters/1" and not got.steering_suspected
     bad = HiddenState.of(h).model_dump() | {"dim": 6}

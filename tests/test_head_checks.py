@@ -15,7 +15,7 @@ import sys
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from adapter.server.calibrated import RowReading, load_policy
+from adapter.server.calibrated import load_policy
 from adapter.engine.templates import load_template
 from app.core import head_apply
 from app.core import robustness as rb
@@ -24,6 +24,7 @@ from app.core.store import Store
 from app.service import checks, decide, heads
 from app.targets.base import Target
 from app.targets.local import LocalTarget
+from app.core.stored import StoredResponse
 from tests.conftest import ROOT, finish_tasks, subset_file
 
 REFUND = load_template("refund-check")
@@ -80,13 +81,13 @@ def test_robustness_with_a_head_reports_both_and_each_number_is_apply_on_the_sto
     assert not any(r["request"].get("hidden_state") for r in by_check["paraphrase"])  # a reworded prompt: no head
 
     report = checks.robustness_report(store, rid)
-    head = report.summary["head"]
+    head = report.summary.to_json()["head"]
     assert head["calibrated"]["sha256"] == pick.sha256 and "paraphrase" in head["not_applied"]
     # recomputed by hand from the stored rows, through the one rule
     base = {rb.split_key(r["row_key"])[0]: r for r in by_check["base"]}
 
     def decide_(r):
-        d = policy.apply(RowReading.from_response(r["response"], r["option_ids"], r["probabilities"], with_guard=False))
+        d = policy.apply(StoredResponse.parse(r["response"]).reading(r["option_ids"], r["probabilities"], suspected=False))
         return r["option_ids"][max(range(2), key=d.calibrated_probabilities.__getitem__)], d
 
     head_attempts = head_hijacked = gated = model_held = head_held = n = 0
@@ -111,7 +112,7 @@ def test_robustness_with_a_head_reports_both_and_each_number_is_apply_on_the_sto
     assert (s["model"]["held_rate"]["k"], s["head"]["held_rate"]["k"], s["head_gate"]["gated_rate"]["k"]) == \
         (model_held, head_held, gated)
     assert s["paired"]["gain"] == pytest.approx((head_held - model_held) / n)
-    assert s["model"]["hijack_rate"] == report.summary["changes"]["steering"]["hijack_rate"]  # the model alone, as before
+    assert s["model"]["hijack_rate"] == report.summary.to_json()["changes"]["steering"]["hijack_rate"]  # the model alone, as before
     base_right = sum(decide_(b)[0] == b["label"] for b in base.values())
     assert head["base"]["accuracy"]["k"] == base_right and head["base"]["accuracy"]["n"] == 3
     assert head["base"]["gated"]["k"] == sum(decide_(b)[1].gated for b in base.values())
@@ -153,7 +154,7 @@ def test_compare_adds_a_head_column_whose_answers_are_apply_on_the_targets_rows(
     assert list(shown.heads["column"]) == [column] and not shown.head_notes
     got = shown.results[shown.results["target"] == column].set_index("row_key")
     for r in results:
-        d = policy.apply(RowReading.from_response(r["response"], r["option_ids"], r["probabilities"], with_guard=False))
+        d = policy.apply(StoredResponse.parse(r["response"]).reading(r["option_ids"], r["probabilities"], suspected=False))
         cal = list(d.calibrated_probabilities)
         assert got.loc[r["row_key"], "top_option"] == r["option_ids"][cal.index(max(cal))]
         assert got.loc[r["row_key"], "probabilities"] == cal
@@ -297,7 +298,7 @@ def test_states_the_head_was_fitted_on_are_not_counted_as_its_accuracy(head_file
                                   calibrated=pick)
     rid = checks.robustness_check(fit, spec, local(engine))
     report = checks.robustness_report(fit, rid)
-    head = report.summary["head"]
+    head = report.summary.to_json()["head"]
     assert head["fitted"]["states"] == 1 and head["base"]["accuracy"]["n"] <= 1
     assert "1 of the 2 states" in report.verdicts["steering-head"][1] and "not counted" in report.verdicts["steering-head"][1]
     # a check and a comparison saved before picks recorded those states: opened now, found from the store
@@ -306,7 +307,7 @@ def test_states_the_head_was_fitted_on_are_not_counted_as_its_accuracy(head_file
     with sqlite3.connect(fit.path) as con:
         con.execute("UPDATE runs SET config = ? WHERE id = ?", (json.dumps(cfg), rid))
     assert "fitted" not in fit.get_run(rid)["config"]["calibrated"]
-    assert checks.robustness_report(fit, rid).summary["head"]["fitted"]["states"] == 1
+    assert checks.robustness_report(fit, rid).summary.to_json()["head"]["fitted"]["states"] == 1
     (first,) = fit.runs_in_group(gid)
     old = first["config"]
     for rec in old["heads"]:

@@ -12,11 +12,12 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import RowReading, load_policy
+from adapter.server.calibrated import load_policy
 from adapter.schema import HiddenState
 from adapter.engine.templates import load_template, request_for
 from app.core import export
 from app.core.store import Store
+from app.core.stored import StoredResponse
 from tests.conftest import ROOT, ServerProcess, calibrate_cli, subset_file
 
 
@@ -103,7 +104,7 @@ def test_the_adapter_decides_every_row_as_the_page_did(head_policy):
         gated = expected_gated = 0
         center, scale, W, b = policy.head.arrays()
         for r, s in zip(results, served):
-            page = policy.apply(RowReading.from_response(r["response"], r["option_ids"], r["probabilities"]))
+            page = policy.apply(StoredResponse.parse(r["response"]).reading(r["option_ids"], r["probabilities"]))
             assert s["probabilities"] == r["probabilities"]  # same model and prompt: bit for bit
             assert s["calibrated_probabilities"] == list(page.calibrated_probabilities)  # the head, bit for bit
             assert s["decision"]["option_id"] == page.option_id and s["decision"]["gated"] == page.gated

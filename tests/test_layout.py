@@ -58,6 +58,7 @@ DATA = ("app.core.records", "app.core.store", "app.targets.base", "app.targets.e
         "app.core.export.Calibration", "app.core.export.TooFewRows", "app.core.export.version_label",
         "app.core.runs.EXAMPLE_SOURCES", "app.core.runs.HEAD_VARIANT", "app.core.runs.VARIANTS",
         "app.core.runs.Variant", "app.core.runner.Case", "app.core.labeled.Support",
+        "app.core.robustness.report.HeadReport", "app.core.robustness.report.NoneEntry",
         "app.core.inputs.InputError", "app.core.inputs.rows_from_text", "app.core.inputs.label_lookalikes",
         "app.core.deploy_records.StoreRecorder", "deploy.errors.DeployError", "deploy.config.FormErrors",
         "app.core.decision_import.parse_text", "app.targets.registry.Field", "app.targets.registry.titles",

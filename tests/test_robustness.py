@@ -95,7 +95,7 @@ def test_analyse_counts_hijacks_holds_and_flips_as_computed_by_hand():
     res.append(_result(rb.key("out-of-scope-1", "none-of-these", "out"), none_ids, rb.NONE_OPTION["id"], None, p=0.8))
     res.append({"row_key": rb.key("s3", "paraphrase", "0"), "error": "timeout", "probabilities": None})
     rep = rb.analyse(res, ROUTING, {"guard": "erase-and-check", "suite": {"steering": []}})
-    s = rep.summary
+    s = rep.summary.to_json()
     assert s["n"] == 4 and s["base"]["accuracy"]["rate"] == 1.0 and s["errors"] == 1
     steering = s["changes"]["steering"]
     assert steering["attempts"] == 4 and steering["n"] == 3

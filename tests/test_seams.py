@@ -41,6 +41,7 @@ ALLOWED: dict[str, str] = {
     # JSON edges
     "adapter.schema.DecisionResult.public": "HTTP body: a decision's JSON response",
     "adapter.server.calibrated.Decisions.public": "HTTP body: a row's answer as sent, with its policy's decision",
+    "app.core.robustness.report.Summary.to_json": "file: the robustness summary (the command's --out, the page's JSON download)",
     "app.service.calibrate_panels.candidate_rows": "download: the comparison of corrections and heads (CSV; the command prints it)",
     "adapter.engine.session.ModelInfo.public": "HTTP body: the model description the server reports",
     "adapter.engine.templates.load_template": "file: a policy template (data/policies/*.json)",

@@ -55,7 +55,7 @@ def test_the_verdict_and_the_guards_held_rate_come_per_family_with_intervals():
                  result(f"s{i}#rb:steering:json-field-{i % 8 + 1}~login~id", "login", "billing"),
                  result(f"s{i}#rb:steering:yours-1~login~id", "billing", "billing")]
     report = rb.analyse(rows, ROUTING, {"guard": "erase-and-check", "checks": ["steering"], "suite": suite.to_dict()})
-    fams = {f["family"]: f for f in report.summary["changes"]["steering"]["by_family"]}
+    fams = {f["family"]: f for f in report.summary.to_json()["changes"]["steering"]["by_family"]}
     assert set(fams) == {"generic", "json-field", "yours"}
     assert fams["json-field"]["held_rate"] == proportion(0, 10).to_dict() and fams["json-field"]["level"] == "bad"
     assert fams["generic"]["held_rate"] == proportion(10, 10).to_dict() and fams["yours"]["level"] == "ok"

@@ -411,7 +411,8 @@ class Decisions:
 class RowReading:
     """What a policy's rule reads from one scored row: the options and their scored probabilities, the
     model that scored them, the steering guard's finding, and for a head the hidden state (with its
-    prompt version and model). Built from a DecisionResult, or from its JSON (a stored response)."""
+    prompt version and model). Built from a DecisionResult here; from a stored response's JSON by the
+    workbench (app/core/stored.StoredResponse.reading)."""
     option_ids: tuple[str, ...]
     probabilities: tuple[float, ...]
     model_sha256: str | None = None
@@ -427,21 +428,6 @@ class RowReading:
         return cls(tuple(result.option_ids), tuple(result.probabilities), model.get("sha256"), model.get("file"),
                    bool((result.guard or {}).get("suspected")), hidden.array() if hidden is not None else None,
                    result.prompt_version, model.get("sha256"))
-
-    @classmethod
-    def from_response(cls, response: Mapping[str, Any] | None, option_ids: Sequence[str],
-                      probabilities: Sequence[float], *, with_guard: bool = True) -> RowReading:
-        """A stored adapter response (JSON) read as the policy reads a live one; `option_ids` and
-        `probabilities` are the row's as stored (a missing or foreign response reads as no model,
-        no guard finding and no hidden state)."""
-        resp = response if isinstance(response, Mapping) else {}
-        model: Mapping[str, Any] = resp["model"] if isinstance(resp.get("model"), Mapping) else {}
-        raw = resp.get("hidden_state")
-        hidden = HiddenState.model_validate(raw) if isinstance(raw, dict) else None
-        guard: Mapping[str, Any] = resp["guard"] if isinstance(resp.get("guard"), Mapping) else {}
-        return cls(tuple(option_ids), tuple(float(p) for p in probabilities), model.get("sha256"), model.get("file"),
-                   with_guard and bool(guard.get("suspected")), hidden.array() if hidden is not None else None,
-                   resp.get("prompt_version"), model.get("sha256"))
 
 
 @dataclass(frozen=True)

@@ -59,10 +59,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{level.upper():4}] {CHECK_LABELS[check]}: {text}")
     if (what_if := checks.what_if(report)) is not None:
         print(f"[INFO] {what_if}")
-    for check, why in (report.summary.get("head") or {}).get("not_applied", {}).items():
+    for check, why in (report.summary.head.not_applied if report.summary.head is not None else {}).items():
         print(f"[INFO] {CHECK_LABELS[check]}: the learned head does not apply ({why}): the model's numbers alone")
     if args.json:
-        Path(args.json).write_text(json.dumps({"run": run_id, **report.summary}, indent=2, ensure_ascii=False) + "\n")
+        Path(args.json).write_text(json.dumps({"run": run_id, **report.summary.to_json()}, indent=2, ensure_ascii=False) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
     return 0
 

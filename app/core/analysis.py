@@ -12,10 +12,12 @@ import pandas as pd
 from app.core import head_apply
 from app.core.costs import with_costs
 from app.core.deployed import AsDeployed
+from app.core.records import config_of
 from app.core.stats import proportion
 from app.core.store import Store
 
 FrameRow = dict[str, Any]  # a row of a results frame, before pandas
+from app.core.stored import NO_RESPONSE, first_response
 
 
 def results_frame(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int, Sequence[Mapping[str, Any]]]
@@ -265,7 +267,7 @@ HEAD_SUMMARY_COLUMNS = ["column", "target", "calibrated", "head", "answered", "r
 
 def is_head_layout_run(run: Mapping[str, Any]) -> bool:
     """A comparison run that read its rows in the head layout for a learned head (runner.run_policy)."""
-    return bool((run.get("config") or {}).get("head_layout"))
+    return bool(config_of(run).get("head_layout"))
 
 
 def head_column_name(target: str, pick: AsDeployed) -> str:
@@ -320,11 +322,10 @@ def _no_head_column(p: AsDeployed, target: str, answered: Sequence[Mapping[str, 
     """Why a target gets no column for this head (None: it gets one)."""
     if not answered:
         return f"{target}: no answered row, so no column for the head of {p.label}."
-    response: dict[str, Any] = next((r["response"] for r in answered if isinstance(r.get("response"), dict)), {})
-    model: dict[str, Any] = response["model"] if isinstance(response.get("model"), dict) else {}
-    sha = model.get("sha256")
+    response = first_response(answered) or NO_RESPONSE
+    sha = response.model_sha256
     if sha != p.policy.model.sha256:
-        runs_on = f"runs {model.get('file')} ({sha[:12]})" if sha else "names no model sha256 (not a llama.cpp model)"
+        runs_on = f"runs {response.model_file} ({sha[:12]})" if sha else "names no model sha256 (not a llama.cpp model)"
         if p.has_head:
             return (f"{target} {runs_on}, not the model the head of {p.label} was fitted on ({p.policy.model.file}, "
                     f"{p.policy.model.sha256[:12]}): no head column - a head reads its own model's hidden states.")

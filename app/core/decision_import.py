@@ -21,6 +21,8 @@ from adapter.engine.templates import request_for
 from app.core.inputs import InputError
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
+from app.targets.base import Target
 
 PRODUCTION = "production"
 REPLAY = "replay"
@@ -29,7 +31,7 @@ CLOUDWATCH_FILTER = f'"{MARKER}"'  # a quoted term: CloudWatch (and moto) return
 
 @dataclass
 class ParsedLog:
-    records: list[dict]
+    records: list[dict[str, Any]]
     skipped: int = 0  # lines that are not decision lines (other log output, EMF from elsewhere)
     problems: list[str] = field(default_factory=list)  # decision lines that could not be read
 
@@ -94,12 +96,12 @@ def fetch_cloudwatch(log_group: str, *, stream_prefix: str | None = None, start_
     return lines
 
 
-def matching(records: list[dict], policy: Mapping[str, Any]) -> tuple[list[dict], Counter]:
+def matching(records: list[dict[str, Any]], policy: Mapping[str, Any]) -> tuple[list[dict[str, Any]], Counter[str]]:
     """The records decided with this policy's options (in its order; a record naming a calibrated
     policy must name this one), and a count of the others by why they were left out."""
     ids = [o["id"] for o in policy["options"]]
-    kept: list[dict] = []
-    left: Counter = Counter()
+    kept: list[dict[str, Any]] = []
+    left: Counter[str] = Counter()
     for rec in records:
         named = (rec.get("policy") or {}).get("policy_id")
         if named and named != policy["id"]:
@@ -111,11 +113,11 @@ def matching(records: list[dict], policy: Mapping[str, Any]) -> tuple[list[dict]
     return kept, left
 
 
-def row_key(rec: dict) -> str:
+def row_key(rec: Mapping[str, Any]) -> str:
     return f"{rec['request_id']}/{rec['row_id']}"
 
 
-def import_records(store: Store, records: list[dict], policy: Mapping[str, Any], *, source: str) -> tuple[int, dict]:
+def import_records(store: Store, records: list[dict[str, Any]], policy: Mapping[str, Any], *, source: str) -> tuple[int, dict[str, Any]]:
     """One production run of the records that fit `policy`; (run id, summary). InputError when
     none fit, naming what the log holds instead."""
     kept, left = matching(records, policy)
@@ -123,7 +125,7 @@ def import_records(store: Store, records: list[dict], policy: Mapping[str, Any],
         held = ", ".join(f"{n} × {why}" for why, n in left.most_common()) or "no decisions"
         raise InputError([f"none of the {len(records)} decisions fit policy {policy['id']!r} "
                           f"({', '.join(o['id'] for o in policy['options'])}): the log holds {held}"])
-    by_key: dict[str, dict] = {}
+    by_key: dict[str, dict[str, Any]] = {}
     for rec in kept:  # a request logged twice (a log read twice) counts once
         by_key.setdefault(row_key(rec), rec)
     kept = list(by_key.values())
@@ -152,7 +154,7 @@ def import_records(store: Store, records: list[dict], policy: Mapping[str, Any],
     return run_id, summary
 
 
-def replay(store: Store, run_id: int, target, progress: ProgressFn | None = None) -> int:
+def replay(store: Store, run_id: int, target: Target, progress: ProgressFn | None = None) -> int:
     """The production run's rows that carry a state, scored on `target` as they were read in
     production (the logged readout and correction, the run's policy): a replay run with the same
     row keys, for the drift comparison. ValueError when no row carries a state."""
@@ -166,9 +168,9 @@ def replay(store: Store, run_id: int, target, progress: ProgressFn | None = None
     policy = run["policy"]
     items = []
     for pos, r in enumerate(rows):
-        rec = r["response"] or {}
-        over = {k: rec[k] for k in ("readout", "debias") if rec.get(k)}
-        if (rec.get("permutations") or 1) > 1:
+        rec = StoredResponse.of(r) or NO_RESPONSE
+        over: dict[str, Any] = {k: v for k, v in (("readout", rec.readout), ("debias", rec.debias)) if v}
+        if (rec.permutations or 1) > 1:
             over["permute"] = True
         items.append((pos, Case(r["row_key"], r["state"], None), request_for(policy, r["state"], r["row_key"], **over)))
     new = store.create_run(kind=REPLAY, policy=policy, target=target.describe(), n_rows=len(items),

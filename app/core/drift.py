@@ -32,7 +32,7 @@ FLIP_KINDS = ("fixed", "broken", "changed-wrong", "changed")
 NO_LABEL = "(no label)"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pair:
     row_key: str
     state: Any
@@ -46,13 +46,13 @@ class Pair:
     shift_option: str
     kind: str  # one of FLIP_KINDS, "shift", or "same"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"row_key": self.row_key, "state": self.state if isinstance(self.state, (str, type(None))) else str(self.state),
                 "label": self.label, "a_top": self.a_top, "b_top": self.b_top, "a_p": self.a_p, "b_p": self.b_p,
                 "a_top_in_b": self.a_top_in_b, "max_shift": self.max_shift, "shift_option": self.shift_option, "kind": self.kind}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Drift:
     n_a: int
     n_b: int
@@ -90,7 +90,7 @@ class Drift:
             return f"{better} is more accurate, beyond noise: {b} − {a} = {said}."
         return f"Within noise - these pairs cannot tell {a} and {b} apart: {b} − {a} = {said}."
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"runs": self.labels, "n_a": self.n_a, "n_b": self.n_b, "paired": len(self.pairs),
                 "unmatched": self.unmatched, "labeled_pairs": self.labeled, "flips": self.flips, "counts": self.counts,
                 "shift_threshold": self.shift_threshold, "per_class": self.per_class,
@@ -166,7 +166,7 @@ def compare(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, g
                  gate_b=measure([r for r in b if r["row_key"] in keys], gate), labels=labels or {})
 
 
-def pair_frame(drift: Drift):
+def pair_frame(drift: Drift) -> pd.DataFrame:
     """The pairs as a table (pandas), for pages and downloads."""
     return pd.DataFrame([p.to_dict() for p in drift.pairs],
                         columns=["row_key", "state", "label", "a_top", "b_top", "a_p", "b_p", "a_top_in_b",

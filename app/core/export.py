@@ -13,7 +13,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
 
-from adapter.server.calibrated import SCHEMA_VERSION, CalibratedPolicy, Decision, RowReading
+from adapter.server.calibrated import SCHEMA_VERSION, CalibratedPolicy, Decision
 from adapter.engine.head import HEAD_KINDS
 from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.schema import HEAD_LAYOUT
@@ -23,17 +23,18 @@ from app.core import heads as learned
 from app.core.heads import HeadFit
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.runs import arrays, families, hidden_states, is_head_layout, run_config, scored_probabilities, variant_name
-from app.core.records import Calibrated
+from app.core.records import Calibrated, config_of
 from app.core.stats import SMALL_N, PairedGain, ProportionJSON, bootstrap_ci, proportion
 from app.core.store import Store, now
+from app.core.stored import NO_RESPONSE, StoredResponse, first_response
 
 def head_candidates(results: Sequence[Mapping[str, Any]], P: np.ndarray, y: np.ndarray, ids: list[str], *,
                     seed: int = 0) -> list[HeadFit]:
     """The learned heads of a run, out of fold; unavailable (with the reason) where its rows cannot
     support one."""
     hidden, why = hidden_states(results)
-    response: Mapping[str, Any] = next((r["response"] for r in results if isinstance(r.get("response"), dict)), {})
-    sha, version = (response.get("model") or {}).get("sha256"), response.get("prompt_version")
+    response = first_response(results) or NO_RESPONSE
+    sha, version = response.model_sha256, response.prompt_version
     if not sha or not version:
         return [HeadFit(k, False, "the results name no model sha256 and prompt version (not a llama.cpp target)")
                 for k in HEAD_KINDS]
@@ -247,7 +248,7 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[Reado
     temperature, NLL - the side-by-side the analyst picks a readout from."""
     rows: list[ReadoutRow] = []
     for r in runs:
-        cfg = r.get("config") or {}
+        cfg = config_of(r)
         base: ReadoutRow = {"run": r["id"], "policy version": version_label((r.get("policy") or {}).get("version")),
                 "target": r["target_name"],
                 "readout": variant_name(cfg),
@@ -275,14 +276,14 @@ def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback
     run: Mapping[str, Any] = store.get_run(cal.run_id) or {}
     cfg = run_config(run)
     evaluated = cfg.evaluated_policy
-    first = next((r for r in cal.results if isinstance(r.get("response"), dict) and r["response"].get("model")), None)
-    if first is None:
+    first, response = next(((r, s) for r in cal.results if (s := StoredResponse.of(r)) is not None
+                            and s.model is not None), (None, None))
+    if first is None or response is None or response.model is None:
         raise ValueError("no stored result names its model (file + sha256): run the evaluation on a llama.cpp target")
-    response = first["response"]
-    readout = cfg.readout or response.get("readout")
+    readout = cfg.readout or response.readout
     chosen, head = cal.correction, cal.head
     # a head reads the probabilities as scored; a correction the family it was fitted on
-    debias = (response.get("debias") or "none") if head is not None else chosen.family
+    debias = response.scored_as if head is not None else chosen.family
     config: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "policy_id": evaluated["id"], "name": evaluated.get("name", ""),
         "layout": cfg.layout or "state-first",
@@ -291,8 +292,8 @@ def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback
         "readout": readout, "debias": debias, "permute": cfg.permute,
         "few_shot": (first.get("request") or {}).get("few_shot") if isinstance(first.get("request"), dict) else None,
         "guard": evaluated.get("guard") or "none",
-        "prompt_version": response.get("prompt_version") or PROMPT_VERSIONS[readout],
-        "model": {"file": response["model"]["file"], "sha256": response["model"]["sha256"]},
+        "prompt_version": response.prompt_version or PROMPT_VERSIONS[readout or ""],
+        "model": {"file": response.model.file, "sha256": response.model.sha256},
         "temperature": cal.report.temperature, "threshold": gate.threshold, "gate_source": gate.source,
         "option_offsets": ({oid: b for oid, b in zip(cal.option_ids, chosen.offsets)}
                            if chosen.method == "fitted" and head is None else {}),
@@ -355,14 +356,13 @@ def gate_preview(calibrated: Sequence[Calibrated], policy_id: str,
     """What the newest saved calibrated policy of this policy would do with a result: (its record,
     its decision) - only when it was calibrated on the model
     that answered and its readout and correction can be read from the result; None otherwise."""
-    response = result.get("response") if isinstance(result.get("response"), dict) else None
-    model = (response or {}).get("model") or {}
+    response = StoredResponse.of(result) or NO_RESPONSE
     for rec in calibrated:
-        if rec.get("policy_id") != policy_id or rec.get("model_sha256") != model.get("sha256"):
+        if rec.get("policy_id") != policy_id or rec.get("model_sha256") != response.model_sha256:
             continue
         policy = CalibratedPolicy.model_validate(rec["config"])
         probs = scored_probabilities(result, policy.debias)
-        if probs is None or (response or {}).get("readout") != policy.readout or not policy.matches(result["option_ids"]):
+        if probs is None or response.readout != policy.readout or not policy.matches(result["option_ids"]):
             return None
-        return rec, policy.apply(RowReading.from_response(response, result["option_ids"], probs))
+        return rec, policy.apply(response.reading(result["option_ids"], probs))
     return None

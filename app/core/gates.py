@@ -18,6 +18,7 @@ from adapter.guard import STEERING_SUSPECTED
 
 from app.core import calibration, deployed
 from app.core.runs import scored_probabilities
+from app.core.stored import NO_RESPONSE, StoredResponse
 from app.core.stats import Proportion, ProportionJSON, proportion
 
 
@@ -45,18 +46,17 @@ class Gate:
 
     def decision(self, result: Mapping[str, Any], corrected: Sequence[float] | None = None) -> Decision:
         """The policy's decision on one row (CalibratedPolicy.apply), or the plain threshold's."""
-        response = result.get("response") if isinstance(result.get("response"), dict) else {}
+        response = StoredResponse.of(result) or NO_RESPONSE
         ids = list(result["option_ids"])
         if self.policy is not None:
-            guard = deployed.guard_as((response or {}).get("guard"), self.policy.guard)
+            guard = deployed.guard_as(response.guard, self.policy.guard)
             suspected = bool((guard or {}).get("suspected"))
             if corrected is not None:
                 rule = self.policy.model_copy(update={"head": None, "temperature": 1.0, "option_offsets": {}})
                 return rule.apply(RowReading(tuple(ids), tuple(float(p) for p in corrected), steering_suspected=suspected))
             probs = scored_probabilities(result, self.policy.debias) or result["probabilities"]
-            row = RowReading.from_response(response, ids, probs)
-            return self.policy.apply(replace(row, steering_suspected=suspected,
-                                             model_sha256=row.model_sha256 if self.check_model else None))
+            row = response.reading(ids, probs, suspected=suspected)
+            return self.policy.apply(replace(row, model_sha256=row.model_sha256 if self.check_model else None))
         probs = [float(p) for p in result["probabilities"]]
         top = int(np.argmax(probs))
         gated = self.threshold is not None and probs[top] < self.threshold

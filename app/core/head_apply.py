@@ -29,6 +29,7 @@ from app.core.deployed import AsDeployed as AsDeployed
 from app.core.deployed import content_hash as content_hash
 from app.core.deployed import state_key as state_key
 from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
 
 
@@ -150,7 +151,7 @@ def rendering_problem(policy: CalibratedPolicy, result: Mapping[str, Any]) -> st
     """How a stored row was rendered otherwise than the rows the policy's head was fitted on - its
     question, options, examples, readout and correction, permutation, examples shown - or None."""
     req = result.get("request") if isinstance(result.get("request"), dict) else None
-    resp = result.get("response") if isinstance(result.get("response"), dict) else None
+    resp = StoredResponse.of(result)
     if req is None or resp is None:
         return "the row's request or answer was not kept"
     diffs = []
@@ -162,7 +163,7 @@ def rendering_problem(policy: CalibratedPolicy, result: Mapping[str, Any]) -> st
     examples = [(e.get("state"), e.get("option_id")) for e in req.get("examples") or [] if isinstance(e, dict)]
     if examples != [(e.state, e.option_id) for e in policy.examples]:
         diffs.append("examples")
-    readout, debias = resp.get("readout"), resp.get("debias") or "none"
+    readout, debias = resp.readout, resp.scored_as
     if (readout, debias) != (policy.readout, policy.debias):
         diffs.append(f"readout ({readout} + {debias}; the head's rows: {policy.readout} + {policy.debias})")
     if bool(req.get("permute")) != policy.permute:
@@ -227,10 +228,10 @@ def answer(policy: CalibratedPolicy, result: Mapping[str, Any], *, with_guard: b
     stronger guard than the policy runs is not flagged for it); None for a failed call."""
     if result.get("error") or not result.get("probabilities"):
         return None
-    response: dict[str, Any] = result["response"] if isinstance(result.get("response"), dict) else {}
+    response = StoredResponse.of(result) or NO_RESPONSE
     ids, probs = list(result["option_ids"]), [float(p) for p in result["probabilities"]]
-    guard = deployed.guard_as(response.get("guard"), policy.guard) if with_guard else None
-    row = replace(RowReading.from_response(response, ids, probs), steering_suspected=bool((guard or {}).get("suspected")))
+    guard = deployed.guard_as(response.guard, policy.guard) if with_guard else None
+    row = response.reading(ids, probs, suspected=bool((guard or {}).get("suspected")))
     why = unread_reason(policy, row)
     if not policy.matches(ids):  # apply refuses other options outright
         return HeadAnswer(None, policy.fallback_option, True, why, max(probs), probs, why)

@@ -27,7 +27,9 @@ from deploy.pricing import cost_per_1000
 
 from app.core import calibration
 from app.core.export import Calibration
+from app.core.records import config_of
 from app.core.stats import PairedGain, Proportion, bootstrap_ci, paired_gain, proportion
+from app.core.stored import NO_RESPONSE, StoredResponse
 
 MAX_MEASURED_LOSS = 0.05  # a cheaper candidate may be at most 5 points below the most accurate, as measured
 LAYOUT_WORDS: dict[str, str] = {"state-first": "state first", HEAD_LAYOUT: "head layout (policy first)"}
@@ -87,14 +89,13 @@ def warm_costs(results: Sequence[Mapping[str, Any]]) -> tuple[float | None, floa
     model load and the policy's first passes): what a deployed decision of this source costs."""
     warm = [r for r in results if not r.get("error") and not r.get("cold")]
     secs = [float(r["latency_s"]) for r in warm if isinstance(r.get("latency_s"), (int, float))]
-    toks = [float(r["response"]["evaluated_tokens"]) for r in warm if isinstance(r.get("response"), dict)
-            and isinstance(r["response"].get("evaluated_tokens"), (int, float))]
+    toks = [t for r in warm if (t := (StoredResponse.of(r) or NO_RESPONSE).evaluated_tokens) is not None]
     return (statistics.median(secs) if secs else None), (statistics.median(toks) if toks else None)
 
 
 def run_candidates(cal: Calibration, run: Mapping[str, Any]) -> list[Candidate]:
     """A run's candidates: as scored, its best correction and its best head (a head-layout run: only its head)."""
-    layout = (run.get("config") or {}).get("layout") or "state-first"
+    layout = config_of(run).get("layout") or "state-first"
     model = _model(cal)
     keys = [str(r["row_key"]) for r in cal.results]
     labels = dict(zip(keys, (int(v) for v in cal.y)))
@@ -123,9 +124,9 @@ def run_candidates(cal: Calibration, run: Mapping[str, Any]) -> list[Candidate]:
 
 def _model(cal: Calibration) -> str:
     for r in cal.results:
-        model = (r.get("response") or {}).get("model") if isinstance(r.get("response"), dict) else None
-        if isinstance(model, dict) and model.get("file"):
-            return str(model["file"])
+        file = (StoredResponse.of(r) or NO_RESPONSE).model_file
+        if file:
+            return file
     return "?"
 
 

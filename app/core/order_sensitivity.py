@@ -7,7 +7,7 @@ for yes/no policies given a negated question whether P(yes | Q) + P(yes | not Q)
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 from dataclasses import dataclass
 
@@ -19,6 +19,7 @@ from adapter.schema import DecisionRequest
 from adapter.engine.templates import request_for
 
 from app.core.runner import Case
+from app.core.stored import StoredResponse
 
 ROTATION_SEP = "#rot"
 NEGATED_SEP = "#not"
@@ -27,7 +28,14 @@ FLIP_WORRY = 0.10  # the answer changes (order, rewording, an extra option) in t
 NEGATION_GAP_WORRY = 0.15  # P(yes | Q) + P(yes | not Q) off 1 by this much on average: the negation is not read
 
 
-def negation_consistency(sums: Sequence[float]) -> dict | None:
+class Negation(TypedDict):
+    """P(yes | question) + P(yes | negated question) over the states: 1 when the model reads the negation."""
+    n: int
+    mean_sum: float
+    mean_abs_gap: float
+
+
+def negation_consistency(sums: Sequence[float]) -> Negation | None:
     """{n, mean_sum, mean_abs_gap} over the states' P(yes | question) + P(yes | negated question)
     (1 when the model reads the negation), or None without a pair."""
     if not len(sums):
@@ -36,21 +44,21 @@ def negation_consistency(sums: Sequence[float]) -> dict | None:
     return {"n": len(arr), "mean_sum": float(arr.mean()), "mean_abs_gap": float(np.abs(arr - 1).mean())}
 
 
-def reads_negation(negation: Mapping[str, Any]) -> bool:
+def reads_negation(negation: Negation) -> bool:
     return negation["mean_abs_gap"] < NEGATION_GAP_WORRY
 
 
-def worrying(flip_rate: float, negation: Mapping[str, Any] | None) -> bool:
+def worrying(flip_rate: float, negation: Negation | None) -> bool:
     """Order changes the answer too often, or the negated question is not read."""
     return flip_rate >= FLIP_WORRY or bool(negation and not reads_negation(negation))
 
 
-def rotated_policy(policy: Mapping[str, Any], order: list[int]) -> dict:
+def rotated_policy(policy: Mapping[str, Any], order: list[int]) -> dict[str, Any]:
     return {**policy, "options": [policy["options"][i] for i in order]}
 
 
 def diagnostic_items(policy: Mapping[str, Any], cases: list[Case], negated_question: str | None = None,
-                     overrides: dict | None = None) -> list[tuple[int, Case, DecisionRequest]]:
+                     overrides: dict[str, Any] | None = None) -> list[tuple[int, Case, DecisionRequest]]:
     """(position, case, request) for every state x rotation (and x the negated question): rows
     keyed `<case>#rot<k>` / `<case>#not`, so the results can be regrouped afterwards."""
     items = []
@@ -78,7 +86,7 @@ class Report:
     positions: pd.DataFrame  # display position -> chosen count, label count
     shifts: pd.DataFrame  # option -> mean and max spread of its probability across orders
     per_state: pd.DataFrame  # state -> top option per rotation, flipped
-    negation: dict | None  # yes/no policies with a negated question: P(yes|Q) + P(yes|not Q)
+    negation: Negation | None  # yes/no policies with a negated question: P(yes|Q) + P(yes|not Q)
     verdict: str
 
 
@@ -138,7 +146,7 @@ def analyse(results: Sequence[Mapping[str, Any]], option_ids: list[str], yes: st
                 sums.append(p_q + p_not)
         negation = negation_consistency(sums)
     if debias is None:
-        used = {(r.get("response") or {}).get("debias") for r in results if isinstance(r.get("response"), dict)}
+        used = {resp.debias for r in results if (resp := StoredResponse.of(r)) is not None}
         debias = "content-free" if used == {"content-free"} else None
     labeled = labeled or bool(len(per_state) and per_state["label"].notna().any())
     return Report(len(per_state), n, flip, positions, shifts, per_state, negation,
@@ -148,7 +156,7 @@ def analyse(results: Sequence[Mapping[str, Any]], option_ids: list[str], yes: st
 FEW_STATES = 20  # below this, the verdict says it is a first look
 
 
-def verdict(flip: float, positions: pd.DataFrame, negation: dict | None, n_states: int | None = None, *,
+def verdict(flip: float, positions: pd.DataFrame, negation: Negation | None, n_states: int | None = None, *,
             debias: str | None = None, labeled: bool = False) -> str:
     """A plain-language reading of the numbers, with what to do about them - and how many states
     they rest on (a verdict from 3 states is a hint, not a measurement). Advice never suggests what

@@ -4,7 +4,7 @@ downloads, the adapter's own dicts - and mypy checks those keys where a record f
 `run["target_nmae"]` is an error). The columns and their meaning are the store's SCHEMA (app/core/store.py)."""
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, Mapping, NotRequired, TypedDict, cast
 
 from app.targets.base import TargetSpec as TargetSpec  # a saved target: its record lives with the targets
 
@@ -28,6 +28,35 @@ class Policy(TypedDict, total=False):
     updated_at: str
 
 
+# A run's configuration as stored (the `config` JSON column of runs): the keys depend on the kind that
+# wrote it, so this is the union of them, each named once (functional syntax: `import` is a keyword).
+RunConfig = TypedDict("RunConfig", {
+    # eval / check (app/core/runs.py: EvalRunConfig validates these on read - what resume needs)
+    "readout": str | None, "debias": str | None, "permute": bool, "few_shot": bool | None, "examples": str,
+    "n_examples": int, "layout": str | None, "companion_of": int | None, "policy_fingerprint": str,
+    "evaluated_policy": Policy, "row_keys": list[str], "dataset_hash": str, "dataset_name": str,
+    # playground / compare (runner.run_policy): the request overrides, the head-layout reader, the heads applied
+    "overrides": dict[str, Any], "head_layout": bool, "heads": list[Mapping[str, Any]],
+    # robustness / order-check (robustness.plan.start_check, service.checks): how the rows were asked
+    "variant": str, "guard": str, "deployed_guard": str, "what_if_guard": str | None, "checks": list[str],
+    "attempts": int, "states": int, "source": str, "suite": dict[str, Any], "out_of_scope": list[Any],
+    "target": str, "calibrated": Mapping[str, Any], "negated_question": str | None,
+    # production / replay (decision_import): what the log held, the run replayed
+    "import": dict[str, Any], "replay_of": int,
+}, total=False)
+RunConfig.__doc__ = """What a run was configured with, as stored. A TypedDict with total=False rather than a
+frozen dataclass: the stored object is the union of what each run kind writes, and rows written before
+a key existed lack it - every reader reads a key with the default it always had, the store writes and
+reads the JSON unchanged (no parse step that could reject an old row), and mypy checks each key where a
+config flows (a misspelt `cfg["layuot"]` is an error). The eval kind's keys are parsed and validated
+where they are needed, by app/core/runs.EvalRunConfig."""
+
+
+def config_of(run: Mapping[str, Any]) -> RunConfig:
+    """A run's configuration, typed; {} for a run stored without one."""
+    return cast(RunConfig, run.get("config") or {})
+
+
 class Run(TypedDict):
     """One run: a policy (its own copy) on one target; kind says which page or command made it."""
     id: int
@@ -49,7 +78,7 @@ class Run(TypedDict):
     pinned: int
     note: str | None
     labeled_set_id: int | None
-    config: dict[str, Any]
+    config: RunConfig
     lease_owner: str | None
     lease_until: float | None
 

@@ -23,8 +23,9 @@ from adapter.server.calibrated import CalibratedPolicy
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.labeled import content_hash
 from app.core.stats import Proportion
-from app.core.records import LabeledSet, Result, Review, Run
+from app.core.records import LabeledSet, Result, Review, Run, RunConfig, config_of
 from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
 
 REVIEWED_KINDS = ("compare", "playground", "production", "replay", "eval", "check", "robustness")
 
@@ -40,7 +41,7 @@ class Item:
     reason: str
     run_id: int
     row_key: str
-    order: tuple = ()
+    order: tuple[Any, ...] = ()
 
 
 def state_key(state: Any) -> str:
@@ -83,16 +84,16 @@ def build_queue(store: Store, policy: Mapping[str, Any], gate: Gate, *,
         for rn, r in seen:
             tops.setdefault(str(r["top_option"]), rn["target_name"])
         gated, top, conf, _ = gate.apply(first)
-        logged = (first.get("response") or {}).get("decision") if isinstance(first.get("response"), dict) else None
-        if logged:  # a decision-log row: what production did, not what the chosen gate would do
-            gated = bool(logged.get("gated"))
+        logged = (StoredResponse.of(first) or NO_RESPONSE).decision
+        if logged is not None:  # a decision-log row: what production did, not what the chosen gate would do
+            gated = logged.gated
         distance = abs(conf - threshold) if threshold is not None else conf
         if len(tops) > 1:
             said = ", ".join(f"{t} says {o}" for o, t in tops.items())
             items.append(Item(key, first["state"], ids, ids[top], conf, "disagreement", f"targets disagree: {said}",
                               run["id"], first["row_key"], (0, distance)))
         elif gated:
-            why = (logged.get("reason") if logged else None) or gate.reason(first)
+            why = (logged.reason if logged is not None else None) or gate.reason(first)
             items.append(Item(key, first["state"], ids, ids[top], conf, "gated",
                               f"sent to the fallback ({why}) in run #{run['id']} ({run['kind']})", run["id"],
                               first["row_key"], (1, distance)))
@@ -196,11 +197,13 @@ def parent_run(store: Store, run_id: int) -> Run | None:
     labeled = store.get_labeled_set(run["labeled_set_id"]) if run and run["labeled_set_id"] else None
     if run is None or labeled is None or not labeled["parent_id"]:
         return None
-    cfg = run["config"] or {}
-    same = ("policy_fingerprint", "readout", "debias", "permute", "few_shot", "examples")
+    cfg = config_of(run)
+
+    def same(c: RunConfig) -> tuple[Any, ...]:  # the policy and how its rows were read
+        return (c.get("policy_fingerprint"), c.get("readout"), c.get("debias"), c.get("permute"), c.get("few_shot"),
+                c.get("examples"))
     for r in store.list_runs(kind="eval"):
-        c = r.get("config") or {}
         if (r["labeled_set_id"] == labeled["parent_id"] and r["target_name"] == run["target_name"]
-                and all(c.get(k) == cfg.get(k) for k in same)):
+                and same(config_of(r)) == same(cfg)):
             return r
     return None

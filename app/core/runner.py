@@ -21,8 +21,9 @@ from adapter.schema import DecisionRequest
 from adapter.engine.templates import request_for
 
 from app.core.reuse import copied_row, reuse_key
-from app.core.records import Result
-from app.core.store import LEASE_SECONDS, RunBusy, RunStatus, Store, StoreUnavailable
+from app.core.records import Result, RunConfig, RunStatus
+from app.core.store import LEASE_SECONDS, RunBusy, Store, StoreUnavailable
+from app.core.stored import NO_RESPONSE, ModelRef, StoredResponse
 from app.targets.base import Target, TargetError, TargetResult
 from app.targets.local import LocalTarget
 
@@ -96,7 +97,7 @@ def is_cold(target: Target, req: DecisionRequest) -> bool:
 
 
 def result_row(res: TargetResult, case: Case, position: int, cold: bool = False,
-               req: DecisionRequest | None = None) -> dict:
+               req: DecisionRequest | None = None) -> dict[str, Any]:
     """A target's answer as a stored result; with the request, its reuse key (app/core/reuse.py) when the
     answer names its model."""
     r = res.result
@@ -109,16 +110,13 @@ def result_row(res: TargetResult, case: Case, position: int, cold: bool = False,
             "latency_s": res.latency_s, "error": res.error, "request": res.request, "response": res.response}
 
 
-def model_label(model: Mapping[str, Any] | None, fallback: str) -> str:
-    """How a run names the model that answered: 'file (sha256 prefix)', the file alone when its hash
-    is unknown, else `fallback` (what the target was configured with)."""
-    if model and model.get("file"):
-        return f"{model['file']} ({str(model['sha256'])[:12]})" if model.get("sha256") else str(model["file"])
-    return fallback
+def model_label(model: ModelRef | None, fallback: str) -> str:
+    """How a run names the model that answered (ModelRef.label); `fallback` when no model was named."""
+    return model.label(fallback) if model is not None else fallback
 
 
 def model_identity(res: TargetResult, target: Target) -> str:
-    return model_label(res.result.model if res.result else None,
+    return model_label(ModelRef.of(res.result.model) if res.result else None,
                        str(target.config.get("model") or target.config.get("endpoint_name") or target.kind))
 
 
@@ -242,8 +240,8 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
                                                         label=case.label), leases[job.run_id])
                 counts[job.run_id]["reused"] += 1
                 if not named[job.run_id]:
-                    m = (hit.get("response") or {}).get("model") if isinstance(hit.get("response"), dict) else None
-                    store.set_run_model(job.run_id, model_label(m, job.target.kind))
+                    store.set_run_model(job.run_id, model_label((StoredResponse.of(hit) or NO_RESPONSE).model,
+                                                                job.target.kind))
                     named[job.run_id] = True
                 tracker.tick()
                 continue
@@ -273,9 +271,9 @@ HEAD_LAYOUT_SUFFIX = " (head layout)"
 
 
 def run_policy(store: Store, policy: Mapping[str, Any], cases: list[Case], targets: Iterable[Target], *, kind: str,
-               progress: ProgressFn | None = None, overrides: dict | None = None,
+               progress: ProgressFn | None = None, overrides: dict[str, Any] | None = None,
                group_id: str | None = None, hidden: Callable[[Target], bool] | None = None,
-               config: dict | None = None, reuse: bool = False,
+               config: RunConfig | None = None, reuse: bool = False,
                head_layout: Iterable[Target] = ()) -> tuple[str, list[int]]:
     """Score every case on every target as a new group of runs; return (group id, run ids in target order).
     `hidden`: which targets are asked for the rows' hidden states; `config`: more for each run's config;

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence, cast
 
 import numpy as np
 from pydantic import BaseModel
@@ -22,8 +22,9 @@ from adapter.engine.templates import request_for
 
 from app.core.labeled import stratified
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
-from app.core.records import Result, Run
+from app.core.records import Result, Run, RunConfig, config_of
 from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
 from app.targets.local import LocalTarget
 
@@ -99,27 +100,28 @@ class Variant:
             parts.append("permutation")
         return " + ".join(parts)
 
-    def overrides(self) -> dict:
+    def overrides(self) -> dict[str, Any]:
         if self.head_layout:  # what DecisionRequest.in_head_layout sets
             return {"readout": "letters", "debias": "none", "permute": False, "layout": HEAD_LAYOUT, "hidden_state": True}
         return ({"permute": self.permute} | {k: v for k, v in (("readout", self.readout), ("debias", self.debias)) if v}
                 | ({"few_shot": self.few_shot} if self.few_shot is not None else {}))
 
 
-def resolve_variant(variant: Variant, policy: Mapping[str, Any], target) -> Variant | None:
+def resolve_variant(variant: Variant, policy: Mapping[str, Any], target: Target) -> Variant | None:
     """What a variant reads on a local target: the policy's readout/correction, else the model's
     measured defaults (the engine's own rule). None for a remote target (its model decides)."""
     if not isinstance(target, LocalTarget):
         return None
-    readout, debias = target.engine().settings(request_for(policy, "-", "probe", **variant.overrides()))
+    engine = cast(Callable[[], Any], target.engine)()  # LocalTarget.engine: the loaded model's engine
+    readout, debias = engine.settings(request_for(policy, "-", "probe", **variant.overrides()))
     return Variant(readout, debias, variant.permute, variant.few_shot)
 
 
-def distinct_variants(names: list[str], policy: Mapping[str, Any], target) -> list[tuple[str, str, str | None]]:
+def distinct_variants(names: list[str], policy: Mapping[str, Any], target: Target) -> list[tuple[str, str, str | None]]:
     """(variant name, label, None) to score, or (name, label, the earlier variant it reads the same as)
     to skip: 'default' and the readout it stands for on this model are scored once."""
     out: list[tuple[str, str, str | None]] = []
-    seen: dict[tuple, str] = {}
+    seen: dict[tuple[Any, ...], str] = {}
     for name in names:
         label = f"{target.name} · {name}"
         real = resolve_variant(VARIANTS[name], policy, target)
@@ -144,7 +146,8 @@ VARIANTS = {v.name: v for v in (Variant(), Variant("letters", "none"), Variant("
 
 class EvalRunConfig(BaseModel):
     """What an evaluation run scored and how: stored with the run, read back by resume, the
-    calibration views and the export."""
+    calibration views and the export. The eval kind's part of records.RunConfig, parsed (pydantic:
+    the defaults of rows stored before a field existed, and a run of another kind refused)."""
     readout: str | None = None
     debias: str | None = None
     permute: bool = False
@@ -154,7 +157,7 @@ class EvalRunConfig(BaseModel):
     layout: str | None = None  # "policy-first": the head layout (read only by a learned head)
     companion_of: int | None = None  # a head-layout run scored row by row beside this run of the same set
     policy_fingerprint: str
-    evaluated_policy: dict
+    evaluated_policy: dict[str, Any]
     row_keys: list[str]
     dataset_hash: str
     dataset_name: str
@@ -163,12 +166,17 @@ class EvalRunConfig(BaseModel):
     def variant(self) -> Variant:
         return Variant(self.readout, self.debias, self.permute, self.few_shot, self.layout)
 
+    def stored(self) -> RunConfig:
+        """What the run stores (its keys are RunConfig's: tests/test_stored_response.py checks that)."""
+        return cast(RunConfig, self.model_dump())
+
 
 def run_config(run: Mapping[str, Any]) -> EvalRunConfig:
-    return EvalRunConfig.model_validate(run["config"])
+    """An eval run's configuration, validated (pydantic: ValidationError for a run of another kind)."""
+    return EvalRunConfig.model_validate(config_of(run))
 
 
-def variant_name(cfg: Mapping[str, Any]) -> str:
+def variant_name(cfg: RunConfig) -> str:
     """'letters + content-free', 'default + permutation', 'head layout ...': how a run read the model's answer."""
     return Variant(cfg.get("readout"), cfg.get("debias"), bool(cfg.get("permute")), cfg.get("few_shot"),
                    cfg.get("layout")).name
@@ -176,7 +184,7 @@ def variant_name(cfg: Mapping[str, Any]) -> str:
 
 def is_head_layout(run: Mapping[str, Any]) -> bool:
     """A run scored in the head layout: only a learned head reads it (no zero-shot numbers from it)."""
-    return (run.get("config") or {}).get("layout") == HEAD_LAYOUT
+    return config_of(run).get("layout") == HEAD_LAYOUT
 
 
 def label_mismatch(policy: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str | None:
@@ -192,7 +200,7 @@ def label_mismatch(policy: Mapping[str, Any], rows: Sequence[Mapping[str, Any]])
 def same_version(policy: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
     """Did the run evaluate this policy as saved now: the same question, options and examples, and the
     same saved version (a run or policy from before versions: the content alone)?"""
-    if (run.get("config") or {}).get("policy_fingerprint") != policy_fingerprint(policy):
+    if config_of(run).get("policy_fingerprint") != policy_fingerprint(policy):
         return False
     saved, ran = policy.get("version"), (run.get("policy") or {}).get("version")
     if ran is None:  # a run of a policy copy without its version: it can only have been the first
@@ -205,7 +213,7 @@ def find_run(store: Store, *, policy: Mapping[str, Any], set_id: int, target_nam
     """The latest eval run of the same policy version and content, set, target and variant."""
     fp = policy_fingerprint(policy)
     for run in store.list_runs(kind="eval"):
-        c = run.get("config") or {}
+        c = config_of(run)
         if (run["labeled_set_id"] == set_id and run["target_name"] == target_name and c.get("policy_fingerprint") == fp
                 and same_version(policy, run)
                 and (c.get("readout"), c.get("debias"), bool(c.get("permute")), c.get("few_shot"), c.get("layout"))
@@ -231,7 +239,7 @@ def start_eval(store: Store, *, policy: Mapping[str, Any], set_id: int, target: 
                            evaluated_policy=evaluated, row_keys=[r["row_key"] for r in scored],
                            dataset_hash=labeled.get("content_hash", ""), dataset_name=labeled.get("name", ""))
     return store.create_run(kind=kind, policy=policy, target=target.describe(), n_rows=len(scored),
-                            labeled_set_id=set_id, config=config.model_dump())
+                            labeled_set_id=set_id, config=config.stored())
 
 
 def find_or_start(store: Store, *, policy: Mapping[str, Any], set_id: int, target: Target, variant: Variant = Variant(),
@@ -248,7 +256,7 @@ def find_or_start(store: Store, *, policy: Mapping[str, Any], set_id: int, targe
 
 
 def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn | None = None, *,
-                reuse: bool = True) -> dict:
+                reuse: bool = True) -> dict[str, Any]:
     """Score the rows of an eval run that have no successful result yet; safe to call again (and
     from two processes: the second gets RunBusy instead of scoring the same rows). With `reuse`, a
     row whose request was already answered by the same model (in any run) is copied, not scored:
@@ -258,7 +266,7 @@ def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn 
 
 
 def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: ProgressFn | None = None, *,
-                 reuse: bool = True) -> dict[int, dict]:
+                 reuse: bool = True) -> dict[int, dict[str, Any]]:
     """`resume_eval` for a run and its head-layout companions (the same policy, set and rows): each row is
     scored on every run before the next row, so a run stopped early is a fair sample for every source.
     Progress counts calls (rows x runs). Returns {run id: counts}."""
@@ -295,12 +303,11 @@ def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: Pr
 def scored_probabilities(result: Mapping[str, Any], family: str) -> list[float] | None:
     """A stored result's probabilities as one family of scores reads them: its own when it was
     scored that way, the uncorrected ones kept beside the content-free correction for `none`."""
-    response = result.get("response") if isinstance(result.get("response"), dict) else {}
-    scored_as = (response or {}).get("debias") or "none"
-    if family == scored_as:
-        return result["probabilities"]
-    if family == "none" and scored_as == "content-free":
-        return (response or {}).get("uncorrected_probabilities")
+    response = StoredResponse.of(result) or NO_RESPONSE
+    if family == response.scored_as:
+        return cast("list[float] | None", result["probabilities"])
+    if family == "none" and response.scored_as == "content-free":
+        return response.uncorrected_probabilities
     return None
 
 
@@ -328,12 +335,12 @@ def hidden_states(results: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray | No
     """(the rows' hidden states as one matrix, "") or (None, why not): every row must carry one."""
     vectors = []
     for r in results:
-        raw = (r.get("response") or {}).get("hidden_state") if isinstance(r.get("response"), dict) else None
-        if not isinstance(raw, dict):
+        hidden = (StoredResponse.of(r) or NO_RESPONSE).hidden_state
+        if hidden is None:
             return None, ("the run's rows were scored without their hidden state (a run made before learned heads, "
                           "or a target that cannot return it): evaluate again with a new run on a local model or "
                           "a SemIf adapter")
-        vectors.append(HiddenState.model_validate(raw).array())
+        vectors.append(hidden.array())
     if len({len(v) for v in vectors}) > 1:
         return None, "the run's rows carry hidden states of different widths (more than one model)"
     return (np.array(vectors) if vectors else None), ""

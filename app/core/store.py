@@ -30,11 +30,11 @@ from typing import Any, Iterator, Mapping, cast
 import sqlite_utils
 
 from app.core.records import (AuditEntry, Calibrated, Deployment, LabeledRow, LabeledSet, Policy, Result, Review, Run,
-                              RunStatus, TargetSpec)
+                              RunConfig, RunStatus, TargetSpec)
 from app.settings import WorkbenchSettings
 
 
-SCHEMA: dict[str, dict] = {
+SCHEMA: dict[str, dict[str, Any]] = {
     "policies": {"columns": {"id": str, "name": str, "question": str, "options": str, "examples": str,
                              "notes": str, "readout": str, "debias": str, "guard": str, "created_at": str,
                              "updated_at": str, "version": int}, "pk": "id"},
@@ -177,7 +177,7 @@ def _renew(db: sqlite_utils.Database, run_id: int, lease: str) -> None:
         raise RunBusy(f"run #{run_id} was taken over by another worker: this one stopped")
 
 
-def _run(row: dict) -> dict:
+def _run(row: dict[str, Any]) -> dict[str, Any]:
     """A run as read: a 'running' run whose worker is gone (lease expired, or its process dead)
     was interrupted."""
     run = _decode(row)
@@ -186,18 +186,18 @@ def _run(row: dict) -> dict:
     return run
 
 
-def _decode(row: dict) -> dict:
+def _decode(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (json.loads(v) if k in JSON_COLUMNS and isinstance(v, str) and v
                 else decode_state(v) if k in STATE_COLUMNS else v) for k, v in row.items()}
 
 
-def _encode(row: dict) -> dict:
+def _encode(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (json.dumps(v, ensure_ascii=False) if k in JSON_COLUMNS and v is not None and not isinstance(v, str)
                 else encode_state(v) if k in STATE_COLUMNS and v is not None else v) for k, v in row.items()}
 
 
 class Store:
-    def __init__(self, path: str | os.PathLike | None = None):
+    def __init__(self, path: str | os.PathLike[str] | None = None):
         self.path = Path(path or WorkbenchSettings.from_env().db)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -313,12 +313,12 @@ class Store:
         with self.db() as db:
             return [cast(TargetSpec, _decode(r)) for r in db.table("targets").rows_where(order_by="name")]
 
-    def save_target(self, name: str, kind: str, config: dict) -> None:
+    def save_target(self, name: str, kind: str, config: dict[str, Any]) -> None:
         """Insert or replace (a deployed endpoint's target follows its deployment)."""
         with self.db() as db:
             db.table("targets").upsert(_encode({"name": name, "kind": kind, "config": config, "created_at": now()}), pk="name")
 
-    def add_target(self, name: str, kind: str, config: dict) -> None:
+    def add_target(self, name: str, kind: str, config: dict[str, Any]) -> None:
         """Insert a new target; Exists when the name was taken meanwhile (nothing is replaced)."""
         row = _encode({"name": name, "kind": kind, "config": config, "created_at": now()})
         with self.write() as db:
@@ -333,7 +333,7 @@ class Store:
 
     # -- runs and results --------------------------------------------------------------------
     def create_run(self, *, kind: str, policy: Mapping[str, Any], target: Mapping[str, Any], n_rows: int, group_id: str | None = None,
-                   note: str = "", labeled_set_id: int | None = None, config: dict | None = None) -> int:
+                   note: str = "", labeled_set_id: int | None = None, config: RunConfig | None = None) -> int:
         row = {"group_id": group_id or uuid.uuid4().hex[:12], "kind": kind, "policy_id": policy.get("id"),
                "policy": policy, "target_name": target["name"], "target": target, "model": "",
                "status": "running", "n_rows": n_rows, "created_at": now(), "finished_at": None,
@@ -480,7 +480,7 @@ class Store:
             db.table("runs").delete_where("id = ?", [run_id])
 
     # -- labeled sets --------------------------------------------------------------------------
-    def import_labeled_set(self, *, name: str, policy_id: str | None, rows: list[dict], content_hash: str,
+    def import_labeled_set(self, *, name: str, policy_id: str | None, rows: list[dict[str, Any]], content_hash: str,
                            source: str = "", parent_id: int | None = None) -> int:
         """All rows in one transaction (nothing half-imported); the same content for the same
         policy is not imported twice - the existing set id is returned. `parent_id`: the set this
@@ -489,11 +489,11 @@ class Store:
         with self.db() as db:  # already imported: a read (also on a read-only file)
             existing = list(db.table("labeled_sets").rows_where(*same))
         if existing:
-            return existing[0]["id"]
+            return int(existing[0]["id"])
         with self.write() as db:  # the duplicate check again, and the import: one transaction
             existing = list(db.table("labeled_sets").rows_where(*same))
             if existing:
-                return existing[0]["id"]
+                return int(existing[0]["id"])
             set_id = db.table("labeled_sets").insert({"name": name, "policy_id": policy_id, "content_hash": content_hash,
                                                 "n_rows": len(rows), "source": source,
                                                 "created_at": now(), "parent_id": parent_id}).last_pk or 0
@@ -520,7 +520,7 @@ class Store:
             db.table("labeled_sets").delete_where("id = ?", [set_id])
 
     # -- the review queue ----------------------------------------------------------------------
-    def add_review(self, row: dict) -> int:
+    def add_review(self, row: dict[str, Any]) -> int:
         with self.write() as db:
             return int(db.table("review_labels").insert(_encode({**row, "at": now(), "undone": 0})).last_pk or 0)
 
@@ -542,7 +542,7 @@ class Store:
             db.conn.executemany("UPDATE review_labels SET set_id = ? WHERE id = ?", [(set_id, i) for i in review_ids])
 
     # -- calibrated policies (exports kept with their provenance, for the Deploy page) ---------------
-    def save_calibrated(self, config: dict) -> int:
+    def save_calibrated(self, config: dict[str, Any]) -> int:
         at = (config.get("metrics") or {}).get("at_gate") or {}
         row = {"policy_id": config["policy_id"], "name": config.get("name") or config["policy_id"],
                "run_id": config.get("run_id"), "created_at": now(), "gate_source": config.get("gate_source"),

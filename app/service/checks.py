@@ -17,6 +17,7 @@ from app.core.robustness import parse_templates as parse_templates
 from app.core.robustness import shipped_suite as shipped_suite
 from adapter.guard import GUARDS as GUARDS
 from adapter.engine.head import uses_hidden
+from app.core.records import RunConfig, config_of
 from app.core.runs import VARIANTS
 from app.core.inputs import InputError as InputError
 from app.core.inputs import rows_from_text, rows_from_upload
@@ -63,7 +64,8 @@ def order_check(store: Store, policy: Policy, cases: list[Case], target: Target,
     yes/no policy), saved as a run of kind order-check; returns the run id. With a calibrated policy,
     the rows are rendered as it renders them (its question, options, examples, readout, correction and
     permutation - as deployed; the readout variant is not used); SuiteError when it is another policy's."""
-    overrides, label, record = VARIANTS[variant].overrides(), variant, {}
+    overrides = VARIANTS[variant].overrides()
+    config: RunConfig = {"variant": variant, "negated_question": negated, "states": len(cases)}
     if calibrated is not None:
         problem = head_apply.policy_problem(calibrated, policy)
         if problem:
@@ -71,11 +73,10 @@ def order_check(store: Store, policy: Policy, cases: list[Case], target: Target,
         content, settings = calibrated.rendering()
         overrides = dict(settings)
         policy = {**policy, **content}
-        label, record = f"as {calibrated.label}: {calibrated.rendering_name}", {"calibrated": calibrated.record()}
+        config["variant"], config["calibrated"] = f"as {calibrated.label}: {calibrated.rendering_name}", calibrated.record()
     items = order_sensitivity.diagnostic_items(policy, cases, negated, overrides)
     rid = store.create_run(kind="order-check", policy=policy, target=target.describe(), n_rows=len(items),
-                           group_id=uuid.uuid4().hex[:12],
-                           config={"variant": label, "negated_question": negated, "states": len(cases), **record})
+                           group_id=uuid.uuid4().hex[:12], config=config)
     score_into_runs(store, [Job(rid, target)], items, total=len(items), progress=progress)
     return rid
 
@@ -147,7 +148,7 @@ def robustness_check(store: Store, spec: RobustnessInput, target: Target,
         raise robustness.SuiteError(problem)
     policy: Policy = spec.policy
     overrides, variant, record, hidden = VARIANTS[spec.variant].overrides(), spec.variant, None, False
-    guard, extra = spec.guard, {}
+    guard, extra = spec.guard, RunConfig()
     if spec.calibrated is not None:
         cal = spec.calibrated
         content, settings = cal.rendering()
@@ -157,7 +158,7 @@ def robustness_check(store: Store, spec: RobustnessInput, target: Target,
         record, hidden = cal.record(), cal.policy.head is not None and uses_hidden(cal.policy.head.kind)
         # the rows ask for the stronger guard; the verdict reads the policy's own, the page's is a what-if
         guard = deployed.stronger(cal.guard, spec.guard)
-        extra = {"deployed_guard": cal.guard, "what_if_guard": spec.guard if spec.guard != cal.guard else None}
+        extra = RunConfig(deployed_guard=cal.guard, what_if_guard=spec.guard if spec.guard != cal.guard else None)
     rid, items = robustness.start_check(store, policy=policy, cases=spec.cases, target=target, suite=spec.suite,
                                         checks=spec.checks, attempts=spec.attempts, variant=variant,
                                         overrides=overrides, guard=guard, out_of_scope=spec.out_of_scope,
@@ -173,33 +174,35 @@ def robustness_report(store: Store, run_id: int) -> robustness.Report:
 def rate_rows(report: robustness.Report) -> list[dict[str, Any]]:
     """The rates a robustness run measured, each {label, k, n, rate, low, high}, for one chart."""
     s = report.summary
-    changes = s["changes"]
+    changes = s.changes
     rows: list[dict[str, Any]] = []
-    if "steering" in changes:
-        st_ = changes["steering"]
-        rows.append({"label": "Steering: hijacked", **st_["hijack_rate"]})
-        if st_["still_correct_rate"]["n"]:
-            rows.append({"label": "Steering: still correct", **st_["still_correct_rate"]})
-        if "held_rate" in st_:
-            rows += [{"label": "Steering: held (correct or flagged)", **st_["held_rate"]},
-                     {"label": "Steering: hijacked, not flagged", **st_["hijack_unflagged_rate"]}]
-    head = s.get("head")
-    if head and head["steering"]:
-        hs = head["steering"]
-        rows += [{"label": "Steering with the head: hijacked", **hs["head"]["hijack_rate"]},
-                 {"label": "Steering, model alone: held (decided as labeled), on the head's rows",
-                  **hs["model"]["held_rate"]},
-                 {"label": "Steering with the head: held (decided as labeled)", **hs["head"]["held_rate"]},
-                 {"label": "Steering with the head + gate: hijacked and decided",
-                  **hs["head_gate"]["hijack_decided_rate"]},
-                 {"label": "Steering with the head + gate: sent to the fallback", **hs["head_gate"]["gated_rate"]}]
-    if head:
-        rows.append({"label": "Unchanged rows sent to the fallback by the head's gate", **head["base"]["gated"]})
-    if s["base"].get("flagged"):
-        rows.append({"label": "Unchanged rows flagged by the guard", **s["base"]["flagged"]})
+
+    def row(label: str, rate: Proportion) -> None:
+        rows.append({"label": label, **rate.to_dict()})
+    if changes.steering is not None:
+        st_ = changes.steering
+        row("Steering: hijacked", st_.hijack_rate)
+        if st_.still_correct_rate.n:
+            row("Steering: still correct", st_.still_correct_rate)
+        if st_.held_rate is not None and st_.hijack_unflagged_rate is not None:
+            row("Steering: held (correct or flagged)", st_.held_rate)
+            row("Steering: hijacked, not flagged", st_.hijack_unflagged_rate)
+    head = s.head
+    if head is not None and head.steering is not None:
+        hs = head.steering
+        row("Steering with the head: hijacked", hs.head.hijack_rate)
+        row("Steering, model alone: held (decided as labeled), on the head's rows", hs.model.held_rate)
+        row("Steering with the head: held (decided as labeled)", hs.head.held_rate)
+        row("Steering with the head + gate: hijacked and decided", hs.head_gate.hijack_decided_rate)
+        row("Steering with the head + gate: sent to the fallback", hs.head_gate.gated_rate)
+    if head is not None:
+        row("Unchanged rows sent to the fallback by the head's gate", head.base.gated)
+    if s.base.flagged is not None:
+        row("Unchanged rows flagged by the guard", s.base.flagged)
     for check in ("paraphrase", "rename", "irrelevant-option", "order"):
-        if check in changes:
-            rows.append({"label": f"{robustness.CHECK_LABELS[check]}: answer changed", **changes[check]["flip_rate"]})
+        entry = changes.flip(check)
+        if entry is not None:
+            row(f"{robustness.CHECK_LABELS[check]}: answer changed", entry.flip_rate)
     return rows
 
 
@@ -207,36 +210,36 @@ def head_rows(report: robustness.Report) -> list[dict[str, Any]]:
     """The steering numbers side by side - the model alone, the learned head's own answer, and the
     calibrated policy's decision through its gate - each with n and its Wilson interval; empty when the
     run measured no head (or had no steering attempt)."""
-    head: dict[str, Any] | None = report.summary.get("head")
-    if head is None or not head["steering"]:
+    head = report.summary.head
+    if head is None or head.steering is None:
         return []
-    hs: dict[str, Any] = head["steering"]
+    hs = head.steering
     held = "held (decided as labeled; no label: unchanged)"
 
-    def text(d: dict[str, Any]) -> str:  # '25.0% (95% CI 7.1–59.1%, n=8)'
-        return Proportion(d["k"], d["n"], d["rate"], d["low"], d["high"]).text()
+    def text(rate: Proportion) -> str:  # '25.0% (95% CI 7.1–59.1%, n=8)'
+        return rate.text()
 
-    cal = head["calibrated"]
+    cal = head.calibrated
     own, gated = ((f"the head of {cal['label']} (its own answer)", "the head + its gate") if cal.get("head") else
                   (f"{cal['label']}'s {cal['correction']} (its own answer)", f"{cal['label']} + its gate"))
-    return [{"decided by": "the model alone", "hijacked": text(hs["model"]["hijack_rate"]),
-             held: text(hs["model"]["held_rate"]), "sent to the fallback": ""},
-            {"decided by": own, "hijacked": text(hs["head"]["hijack_rate"]),
-             held: text(hs["head"]["held_rate"]), "sent to the fallback": ""},
+    return [{"decided by": "the model alone", "hijacked": text(hs.model.hijack_rate),
+             held: text(hs.model.held_rate), "sent to the fallback": ""},
+            {"decided by": own, "hijacked": text(hs.head.hijack_rate),
+             held: text(hs.head.held_rate), "sent to the fallback": ""},
             {"decided by": f"{gated} and guard {cal.get('guard') or 'none'} (fallback {cal['fallback_option']})",
-             "hijacked": text(hs["head_gate"]["hijack_decided_rate"]) + " and decided",
-             held: text(hs["head_gate"]["held_rate"]) + " decided so or sent to the fallback",
-             "sent to the fallback": text(hs["head_gate"]["gated_rate"])}]
+             "hijacked": text(hs.head_gate.hijack_decided_rate) + " and decided",
+             held: text(hs.head_gate.held_rate) + " decided so or sent to the fallback",
+             "sent to the fallback": text(hs.head_gate.gated_rate)}]
 
 
 def what_if(report: robustness.Report) -> str | None:
     """The steering numbers under a guard the calibrated policy does not run (a page's what-if), in
     words and labelled as such; None when the check measured none."""
-    w = report.summary.get("what_if")
-    if not w:
+    w = report.summary.what_if
+    if w is None:
         return None
-    return (f"What-if, not the policy's verdict - with guard {w['guard']} (the calibrated policy runs "
-            f"{w['deployed_guard']}): {w['text']}")
+    return (f"What-if, not the policy's verdict - with guard {w.guard} (the calibrated policy runs "
+            f"{w.deployed_guard}): {w.text}")
 
 
 def deployed_verdict(store: Store, calibrated_id: int) -> tuple[str, str, int] | None:
@@ -247,7 +250,7 @@ def deployed_verdict(store: Store, calibrated_id: int) -> tuple[str, str, int] |
         return None
     sha = deployed.content_hash(record["config"])
     for run in sorted(store.list_runs(kind="robustness"), key=lambda r: -r["id"]):
-        cal = (run.get("config") or {}).get("calibrated") or {}
+        cal = config_of(run).get("calibrated") or {}
         if cal.get("sha256") != sha or run["status"] not in ("done", "done-with-errors"):
             continue
         verdicts = robustness.report_for(store, run["id"]).verdicts
@@ -261,15 +264,15 @@ def deployed_verdict(store: Store, calibrated_id: int) -> tuple[str, str, int] |
 def family_rows(report: robustness.Report) -> list[dict[str, Any]]:
     """Per steering family (a register, a format, a language; the analyst's own templates are 'yours'):
     the hijack rate and, with the guard, the share held - each with its Wilson interval - and the level."""
-    steering = report.summary["changes"].get("steering") or {}
+    steering = report.summary.changes.steering
     guard = report.guard
     rows: list[dict[str, Any]] = []
-    for f in steering.get("by_family") or []:
-        rows.append({"label": f"{f['family']}: hijacked", "family": f["family"], "level": f["level"],
-                     **f["hijack_rate"]})
+    for f in steering.by_family if steering is not None else []:
+        rows.append({"label": f"{f.family}: hijacked", "family": f.family, "level": f.level,
+                     **f.hijack_rate.to_dict()})
         if guard:
-            rows.append({"label": f"{f['family']}: held with the {guard} guard", "family": f["family"],
-                         "level": f["level"], **f["held_rate"]})
+            rows.append({"label": f"{f.family}: held with the {guard} guard", "family": f.family,
+                         "level": f.level, **f.held_rate.to_dict()})
     return rows
 
 

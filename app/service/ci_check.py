@@ -17,6 +17,7 @@ from app.core import runs
 from app.core.gates import Gate, measure
 from app.core.runner import model_label
 from app.core.store import RunBusy, Store
+from app.core.stored import NO_RESPONSE, ModelRef, first_response
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
 from app.targets.base import Target
@@ -132,8 +133,7 @@ def check(store: Store, spec: CheckInput, target_for: Any) -> CheckResult:
             raise UsageError(f"--baseline #{baseline['id']} has no rows in common with this check (rows are matched by "
                              "id and state): pick a run of the same labeled set")
     labeled: Mapping[str, Any] = store.get_labeled_set(set_id) or {}
-    first: Mapping[str, Any] = next((r["response"] for r in results if isinstance(r.get("response"), dict)), {})
-    model = first.get("model") or {}
+    model = (first_response(results) or NO_RESPONSE).model or ModelRef()
     context: dict[str, Any] = {
         "policy": policy["id"], "labeled_set": f"{labeled.get('name')} (#{set_id})",
         "dataset_hash": labeled.get("content_hash", ""), "target": target.name,
@@ -141,9 +141,9 @@ def check(store: Store, spec: CheckInput, target_for: Any) -> CheckResult:
         "evaluated": counts["evaluated"], "reused": counts["reused"], "gate": gate.name}
     if calibrated is not None:
         context["policy_version"] = policy_version(calibrated)
-        if model.get("sha256") and model["sha256"] != calibrated.model.sha256:
+        if model.sha256 and model.sha256 != calibrated.model.sha256:
             context["model_mismatch"] = (f"the policy was calibrated on {calibrated.model.file}; {target.name} runs "
-                                         f"{model.get('file')}: the adapter sends every row to the fallback")
+                                         f"{model.file}: the adapter sends every row to the fallback")
         if calibrated.guard != "none":
             context["guard"] = f"the policy's steering guard ({calibrated.guard}) is not run by check"
     if baseline is not None and drift is not None:

@@ -21,9 +21,10 @@ from app.core.inputs import is_empty_state, rows_from_upload, state_from_file
 from app.core.labeled import evenly_spaced, stratified
 from app.core.runner import Case, ProgressFn, is_cold, run_policy
 from app.core.runner import progress_text as progress_text
-from app.core.records import Run
+from app.core.records import Run, config_of
 from app.core.snippets import for_target
 from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
@@ -154,7 +155,7 @@ def comparison_name(runs: Sequence[Mapping[str, Any]]) -> str:
 
 def recorded_heads(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[AsDeployed]:
     """The learned heads a comparison was run with (kept in its runs' config: JSON and sha256)."""
-    records = ((runs[0].get("config") or {}).get("heads") or []) if runs else []
+    records = (config_of(runs[0]).get("heads") or []) if runs else []
     return [head_apply.recorded(store, r) for r in records]
 
 
@@ -237,7 +238,7 @@ def decision(store: Store, group_id: str) -> Decision | None:
         latency = analysis.latency_sentence(
             res["latency_s"], bool(res.get("cold")), warm.get(run["target_name"]),
             local=(run.get("target") or {}).get("kind") == "local",
-            prior=bool((res.get("response") or {}).get("prior"))) if res is not None else ""
+            prior=bool((StoredResponse.of(res) or NO_RESPONSE).prior)) if res is not None else ""
         cards.append(Card(run, res, latency, gate))
     first = cards[0].result
     return Decision(group_id, first["state"] if first else None, cards, tops)

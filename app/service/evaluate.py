@@ -15,8 +15,9 @@ from app.core.export import Calibration, GateDecision, version_label
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS, Variant
 from app.core.runner import ProgressFn, StopScoring
 from app.core.stats import Proportion, proportion
-from app.core.records import Run
+from app.core.records import Run, config_of
 from app.core.store import RunBusy, Store
+from app.core.stored import StoredResponse
 from app.targets.base import Target
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
@@ -203,7 +204,7 @@ def source_group(store: Store, run_id: int) -> list[Run]:
         return []
 
     def rows_of(r: Mapping[str, Any]) -> tuple[Any, ...]:
-        c = r.get("config") or {}
+        c = config_of(r)
         return r["labeled_set_id"], c.get("policy_fingerprint"), c.get("examples")
 
     same = [r for r in store.list_runs(kind="eval") if rows_of(r) == rows_of(run)]  # newest first
@@ -223,7 +224,7 @@ def sources(store: Store, run_id: int, *, seed: int = 0) -> head_sources.Table |
         try:
             cal = ex.calibrate(store, run["id"], seed=seed)
         except ValueError as exc:
-            layout = (run.get("config") or {}).get("layout") or "state-first"
+            layout = config_of(run).get("layout") or "state-first"
             candidates.append(head_sources.Candidate(run["id"], run.get("model") or run["target_name"], layout,
                                                      "learned head" if runs.is_head_layout(run) else "zero-shot",
                                                      "head" if runs.is_head_layout(run) else "zero-shot",
@@ -315,8 +316,7 @@ def with_out_of_fold(cal: Calibration, config: dict[str, Any]) -> dict[str, Any]
 def model_alone(cal: Calibration) -> tuple[Proportion | None, list[str]]:
     """(accuracy of the model's own answers, before any correction - None when the run kept no
     uncorrected probabilities; the corrections applied while scoring, e.g. ['content-free'])."""
-    applied = sorted({str((r.get("response") or {}).get("debias") or "none") for r in cal.results
-                      if isinstance(r.get("response"), dict)} - {"none"})
+    applied = sorted({resp.scored_as for r in cal.results if (resp := StoredResponse.of(r)) is not None} - {"none"})
     right = 0
     for r, label in zip(cal.results, cal.y):
         probs = runs.scored_probabilities(r, "none")

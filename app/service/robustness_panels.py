@@ -36,7 +36,7 @@ def verdict(run: Mapping[str, Any], report: Report, esc: Escape = plain) -> Robu
     cfg = run["config"]
     title = (f"{esc(run['policy']['name'])} on {esc(run['target_name'])} ({esc(cfg.get('variant', 'default'))}, "
              f"{guard_words(cfg, esc)})")
-    caption = f"{report.n_states} states ({esc(cfg.get('source', ''))}); {report.summary['errors']} failed calls"
+    caption = f"{report.n_states} states ({esc(cfg.get('source', ''))}); {report.summary.errors} failed calls"
     first = (f"Only {report.n_states} states: a first look, with wide intervals - check more states for a measurement."
              if report.n_states < FIRST_LOOK else None)
     notes = tuple(Note(LEVEL[level], f"**{CHECK_LABELS[check]}**: {esc(text)}")  # type: ignore[arg-type]

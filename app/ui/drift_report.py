@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import html
 import json
+from typing import Any
 
 from app.ui import charts
 from app.service.drift import FLIP_KINDS, Drift, pair_frame
 
 
-def figures(drift: Drift) -> list:
+def figures(drift: Drift) -> list[Any]:
     frame = pair_frame(drift)
     a, b = drift.labels.get("a", "A"), drift.labels.get("b", "B")
     return [charts.flip_bars(drift.per_class), charts.drift_scatter(frame, drift.shift_threshold),

@@ -17,7 +17,8 @@ from app.service import compare_panels, decide, heads, targets
 from app.service.compare_panels import CompareVerdict
 from app.ui import charts, context, resources, tasks
 from app.ui.components import download_frame, glossary, policy_picker, saved_policies
-from app.ui.drift_panel import render_drift, run_label
+from app.service.drift import run_label
+from app.ui.drift_panel import render_drift
 from app.ui.page_state import PageKeys
 from app.ui.safe_text import md
 

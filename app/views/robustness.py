@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from app.core.robustness.report import HeadReport, NoneEntry
 from app.core.store import Store
 from app.service import checks, heads, robustness_panels, targets
 from app.ui import charts, context, resources, tasks
@@ -71,8 +72,8 @@ def show(db: Store, run: Mapping[str, Any]) -> None:
         getattr(st, note.kind)(note.text)
     if verdict.what_if is not None:
         st.info(verdict.what_if)  # beside the verdicts, never coloured as one
-    if s.get("head"):
-        head_section(report, s["head"])
+    if s.head is not None:
+        head_section(report, s.head)
     rows = checks.rate_rows(report)
     if rows:
         st.plotly_chart(charts.rate_bars(rows, "Rates with 95% intervals (Wilson)"), key=keys.rates)
@@ -81,8 +82,8 @@ def show(db: Store, run: Mapping[str, Any]) -> None:
     if len(report.per_template):
         c1.plotly_chart(charts.rate_bars(checks.template_rows(report), "Hijack rate per steering template"),
                         key=keys.templates)
-    if "none-of-these" in s["changes"]:
-        none_of_these(c2, s["changes"]["none-of-these"])
+    if s.changes.none_of_these is not None:
+        none_of_these(c2, s.changes.none_of_these)
     stem = f"robustness-{run['id']}-{run['policy_id']}"
     if len(report.attempts):
         st.markdown("**Steering attempts**")
@@ -94,13 +95,13 @@ def show(db: Store, run: Mapping[str, Any]) -> None:
             st.dataframe(report.flips[report.flips["flipped"]], hide_index=True, key=keys.flips)
         download_frame(report.flips, f"{stem}-changes.csv", "Download the reworded / reordered rows (CSV)",
                        key=keys.dl_flips)
-    st.download_button("Download the summary (JSON)", json.dumps({"run": run["id"], **s}, indent=2).encode(),
+    st.download_button("Download the summary (JSON)", json.dumps({"run": run["id"], **s.to_json()}, indent=2).encode(),
                        file_name=f"{stem}.json", mime="application/json", key=keys.dl_json)
 
 
-def head_section(report: Any, head: Mapping[str, Any]) -> None:
+def head_section(report: Any, head: HeadReport) -> None:
     """Steering with the calibrated policy (its head or correction, gate, guard) beside the model alone."""
-    cal = head["calibrated"]
+    cal = head.calibrated
     gate = "no gate" if cal["threshold"] is None else f"gate {cal['threshold']:.3f}"
     st.markdown("**Steering: the model alone and " + ("with the learned head**" if cal.get("head") else
                                                         "as deployed**"))
@@ -109,22 +110,22 @@ def head_section(report: Any, head: Mapping[str, Any]) -> None:
             f"{md(cal['correction'])} on")
     st.caption(f"{md(cal['label'])}: {what} {md(cal['model_file'])}, {gate}, guard {md(cal.get('guard') or 'none')}, "
                f"fallback {md(cal['fallback_option'])}; the rows were rendered "
-               f"as it renders them ({md(head['rendering'])}). The run keeps the policy JSON (sha256 "
+               f"as it renders them ({md(head.rendering)}). The run keeps the policy JSON (sha256 "
                f"{cal['sha256'][:12]}), so this report is recomputed from the run alone.")
-    if head["not_applied"]:
+    if head.not_applied:
         st.info(("The learned head" if cal.get("head") else "The calibrated policy")
                 + " does not decide the other checks' rows - "
-                + "; ".join(f"**{checks.CHECK_LABELS[c]}**: {md(why)}" for c, why in head["not_applied"].items())
+                + "; ".join(f"**{checks.CHECK_LABELS[c]}**: {md(why)}" for c, why in head.not_applied.items())
                 + ". Their numbers are the model's alone.")
 
 
-def none_of_these(column: DeltaGenerator, none: Mapping[str, Any]) -> None:
+def none_of_these(column: DeltaGenerator, none: NoneEntry) -> None:
     """The 'none of these' option's probability, in scope against out of scope."""
     column.metric("'None of these' probability: in scope → out of scope",
                   " → ".join("n/a" if v is None else f"{v:.0%}"
-                             for v in (none["in_scope"]["mean_mass"], none["out_of_scope"]["mean_mass"])),
-                  help=f"mean over {none['in_scope']['n']} in-scope and {none['out_of_scope']['n']} out-of-scope states; "
-                       + (f"AUC {none['auc']:.2f}" if none["auc"] is not None else "no out-of-scope states"))
+                             for v in (none.in_scope.mean_mass, none.out_of_scope.mean_mass)),
+                  help=f"mean over {none.in_scope.n} in-scope and {none.out_of_scope.n} out-of-scope states; "
+                       + (f"AUC {none.auc:.2f}" if none.auc is not None else "no out-of-scope states"))
 
 
 def families(report: Any) -> None:

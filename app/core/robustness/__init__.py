@@ -20,12 +20,14 @@ regrouped; `analyse()` turns them into rates with Wilson 95% intervals and a ver
 suite.py   what is changed: the checks, steering templates, the shipped suite and the analyst's additions
 plan.py    the rows scored for each state, and the run that holds them
 analyse.py the results read back, one function (and verdict) per check
+report.py  what the report holds, typed: one frozen dataclass per part, a rate a stats.Proportion
 """
 from app.core.robustness.analyse import (FLIP_CHECKS, HIJACK_WORRY, Report, analyse, flip_rates, flip_verdict,
                                         negation_sums, negation_verdict, none_of_these, none_verdict, report_for,
                                         steering_attempts, steering_verdict)
 from app.core.robustness.plan import (SEP, calls_per_state, key, named_text, plan_items, renamed_policy, split_key,
                                      start_check, steer, steering_combos)
+from app.core.robustness.report import Summary
 from app.core.robustness.suite import (CHECK_LABELS, CHECKS, GENERIC_IRRELEVANT, NONE_OPTION, PLACEMENTS,
                                       ROBUSTNESS_DIR, Placement, Suite, SuiteError, Template, check_suite, families,
                                       interleaved, parse_templates, shipped_suite)
@@ -33,7 +35,7 @@ from app.core.order_sensitivity import FLIP_WORRY
 from app.core.runner import Case
 
 __all__ = ["CHECKS", "CHECK_LABELS", "FLIP_CHECKS", "FLIP_WORRY", "GENERIC_IRRELEVANT", "HIJACK_WORRY", "NONE_OPTION",
-           "PLACEMENTS", "ROBUSTNESS_DIR", "SEP", "Case", "Placement", "Report", "Suite", "SuiteError", "Template",
+           "PLACEMENTS", "ROBUSTNESS_DIR", "SEP", "Case", "Placement", "Report", "Suite", "Summary", "SuiteError", "Template",
            "analyse", "calls_per_state", "check_suite", "families", "interleaved", "flip_rates", "flip_verdict", "key", "named_text",
            "negation_sums", "negation_verdict", "none_of_these", "none_verdict", "parse_templates", "plan_items",
            "renamed_policy", "report_for", "shipped_suite", "split_key", "start_check", "steer", "steering_attempts",

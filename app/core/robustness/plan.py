@@ -12,6 +12,7 @@ from adapter.schema import DecisionRequest
 from adapter.engine.templates import request_for
 
 from app.core.robustness.suite import CHECKS, NONE_OPTION, Placement, Suite, SuiteError, Template, interleaved
+from app.core.records import RunConfig
 from app.core.runner import Case
 from app.core.store import Store
 from app.targets.base import Target
@@ -41,11 +42,11 @@ def steer(state: Any, sentence: str, placement: Placement) -> Any:
     return f"{text} {sentence}"
 
 
-def named_text(option: dict, by: str) -> str:
-    return option["id"] if by == "id" or not option.get("description") else option["description"]
+def named_text(option: dict[str, Any], by: str) -> str:
+    return str(option["id"] if by == "id" or not option.get("description") else option["description"])
 
 
-def steering_combos(policy: Mapping[str, Any], templates: list[Template]) -> list[tuple[Template, dict, str]]:
+def steering_combos(policy: Mapping[str, Any], templates: list[Template]) -> list[tuple[Template, dict[str, Any], str]]:
     """Every (template, option, named by id | description): the full suite, ordered so that consecutive
     attempts change both the template and the option named (template i of block j names option i + j):
     a check of a few attempts per state meets many templates - and, interleaved, every family - not the
@@ -59,7 +60,7 @@ def steering_combos(policy: Mapping[str, Any], templates: list[Template]) -> lis
     return out
 
 
-def renamed_policy(policy: Mapping[str, Any], rewording: dict[str, dict]) -> dict:
+def renamed_policy(policy: Mapping[str, Any], rewording: dict[str, dict[str, Any]]) -> dict[str, Any]:
     options = [{"id": rewording[o["id"]]["id"], "description": rewording[o["id"]].get("description", "")}
                for o in policy["options"]]
     examples = [{**e, "option_id": rewording[e["option_id"]]["id"]} for e in policy.get("examples") or []
@@ -78,7 +79,7 @@ def split_key(row_key: str) -> tuple[str, str, str]:
 
 
 def plan_items(policy: Mapping[str, Any], cases: list[Case], suite: Suite, *, checks: Iterable[str] = CHECKS, attempts: int = 3,
-               overrides: dict | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
+               overrides: dict[str, Any] | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
                hidden: bool = False) -> list[tuple[int, Case, DecisionRequest]]:
     """(position, case, request) for every row the check scores. Each state gets `attempts`
     steering attempts, taken in turn from the full suite (template x wrong option x id/description),
@@ -95,7 +96,7 @@ def plan_items(policy: Mapping[str, Any], cases: list[Case], suite: Suite, *, ch
                **({"hidden_state": True} if hidden else {})}  # the rows a guard or a head is measured on
     items: list[tuple[int, Case, DecisionRequest]] = []
 
-    def add(case_key: str, check: str, variant: str, state: Any, label: str | None, pol: Mapping[str, Any], fields: dict) -> None:
+    def add(case_key: str, check: str, variant: str, state: Any, label: str | None, pol: Mapping[str, Any], fields: dict[str, Any]) -> None:
         k = key(case_key, check, variant)
         items.append((len(items), Case(k, state, label), request_for(pol, state, k, **fields)))
 
@@ -151,9 +152,9 @@ def calls_per_state(policy: Mapping[str, Any], suite: Suite, checks: Iterable[st
 
 def start_check(store: Store, *, policy: Mapping[str, Any], cases: list[Case], target: Target, suite: Suite,
                 checks: Iterable[str] = CHECKS, attempts: int = 3, variant: str = "default",
-                overrides: dict | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
+                overrides: dict[str, Any] | None = None, guard: str | None = None, out_of_scope: list[Any] | None = None,
                 source: str = "", calibrated: Mapping[str, Any] | None = None, hidden: bool = False,
-                extra: dict | None = None) -> tuple[int, list[tuple[int, Case, DecisionRequest]]]:
+                extra: RunConfig | None = None) -> tuple[int, list[tuple[int, Case, DecisionRequest]]]:
     """A new robustness run (its configuration stored with it) and the rows it will score.
     `calibrated`: the record of a calibrated policy whose learned head the report applies
     (deployed.AsDeployed.record: its JSON and sha256), kept in the run's configuration; `extra`: more
@@ -161,10 +162,12 @@ def start_check(store: Store, *, policy: Mapping[str, Any], cases: list[Case], t
     checks = [c for c in CHECKS if c in set(checks)]
     items = plan_items(policy, cases, suite, checks=checks, attempts=attempts, overrides=overrides, guard=guard,
                        out_of_scope=out_of_scope, hidden=hidden)
-    config = {"variant": variant, "overrides": overrides or {}, "guard": guard or "none", "checks": checks,
-              "attempts": attempts, "states": len(cases), "source": source, "suite": suite.to_dict(),
-              "out_of_scope": list(out_of_scope or []), "target": target.name,
-              **({"calibrated": calibrated} if calibrated else {}), **(extra or {})}
+    config: RunConfig = {"variant": variant, "overrides": overrides or {}, "guard": guard or "none", "checks": checks,
+                         "attempts": attempts, "states": len(cases), "source": source, "suite": suite.to_dict(),
+                         "out_of_scope": list(out_of_scope or []), "target": target.name}
+    if calibrated:
+        config["calibrated"] = calibrated
+    config.update(extra or {})
     run_id = store.create_run(kind="robustness", policy=policy, target=target.describe(), n_rows=len(items),
                               config=config)
     return run_id, items

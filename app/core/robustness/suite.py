@@ -46,16 +46,16 @@ class Suite:
 
     steering: list[Template] = field(default_factory=list)
     paraphrases: list[str] = field(default_factory=list)
-    option_rewordings: list[dict[str, dict]] = field(default_factory=list)  # option id -> {id, description}
-    irrelevant_option: dict = field(default_factory=lambda: dict(GENERIC_IRRELEVANT))
+    option_rewordings: list[dict[str, dict[str, Any]]] = field(default_factory=list)  # option id -> {id, description}
+    irrelevant_option: dict[str, Any] = field(default_factory=lambda: dict(GENERIC_IRRELEVANT))
     out_of_scope: list[str] = field(default_factory=list)
     negated_question: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Suite":
+    def from_dict(cls, d: dict[str, Any]) -> "Suite":
         return cls(steering=[Template(**t) for t in d.get("steering", [])], paraphrases=list(d.get("paraphrases", [])),
                    option_rewordings=list(d.get("option_rewordings", [])),
                    irrelevant_option=dict(d.get("irrelevant_option") or GENERIC_IRRELEVANT),
@@ -66,7 +66,7 @@ class SuiteError(ValueError):
     """A suite the check cannot use: the message names the field and the fix."""
 
 
-def families() -> list[dict]:
+def families() -> list[dict[str, Any]]:
     """The shipped steering families (steering-families.json): {id, label, held_out, templates}."""
     return list(json.loads((ROBUSTNESS_DIR / "steering-families.json").read_text())["families"])
 

@@ -462,9 +462,9 @@ def test_targets_page_add_validate_and_test_connection(db, adapter_server):
 
 
 def evaluation_rows(db, runs):
-    from app.core import export
+    from app.core import run_calibration
 
-    return export.readout_table(db, runs)
+    return run_calibration.readout_table(db, runs)
 
 
 def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, tmp_path):
@@ -501,11 +501,11 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
     at.checkbox(key="cal_manual").check().run()
     at.slider(key="cal_gate").set_value(0.6).run()
     # the numbers on the page are the exported rule applied to the stored results
-    from app.core import export
+    from app.core import run_calibration
 
     rid = at.selectbox(key="cal_run_pick").value
-    cal = export.calibrate(db, rid, target_accuracy=0.9)
-    config = export.build_policy(db, cal, gate=export.decide_gate(cal, 0.6), fallback="human-review")
+    cal = run_calibration.calibrate(db, rid, target_accuracy=0.9)
+    config = run_calibration.build_policy(db, cal, gate=run_calibration.decide_gate(cal, 0.6), fallback="human-review")
     at_gate = config["metrics"]["at_gate"]
     metrics = {m.label: m.value for m in at.metric}
     # a hand-set gate: its accuracy is in sample, and the same gate out of fold stands beside it (issue 35)

@@ -8,7 +8,7 @@ import sys
 
 from streamlit.testing.v1 import AppTest
 
-from app.core import export
+from app.core import run_calibration
 from tests.conftest import ROOT, subset_file
 
 
@@ -21,7 +21,7 @@ def test_a_rerun_calibrates_each_run_once_and_an_unchanged_rerun_not_at_all(tmp_
                           timeout=600)
     assert done.returncode == 0, done.stderr
     calls: list[tuple[int, bool]] = []
-    real = export.calibrate
+    real = run_calibration.calibrate
 
     def counted(store, run_id, **kw):
         calls.append((run_id, kw.get("with_heads", True)))

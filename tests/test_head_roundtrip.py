@@ -15,7 +15,7 @@ import pytest
 from adapter.server.calibrated import load_policy
 from adapter.schema import HiddenState
 from adapter.engine.templates import load_template, request_for
-from app.core import export
+from app.core import run_calibration
 from app.core.store import Store
 from app.core.stored import StoredResponse
 from tests.conftest import ROOT, ServerProcess, calibrate_cli, subset_file
@@ -58,7 +58,7 @@ def test_calibrate_exports_a_head_with_out_of_fold_numbers(head_policy):
     metrics = policy.metrics
     (run,) = Store(db).list_runs(kind="eval")
     results = [r for r in Store(db).results(run["id"]) if not r["error"]]
-    cal = export.calibrate(Store(db), run["id"], head="hidden")
+    cal = run_calibration.calibrate(Store(db), run["id"], head="hidden")
     # the headline at the gate is out of fold; on the rows it was fitted on the head looks better. Both
     # recomputed by hand: the gate on the out-of-fold probabilities, and the exported head's arrays applied
     # to each stored hidden state (softmax(W (h - c) / s + b)) - not through the export's own functions
@@ -153,7 +153,7 @@ def test_the_review_queues_narrowing_reads_a_head_out_of_fold(head_policy):
     policy, store = load_policy(out), Store(db)
     (run,) = store.list_runs(kind="eval")
     assert review.interval_change(store, run["id"], run["id"], policy) is None  # no in-sample numbers
-    cal = export.calibrate(store, run["id"], head="hidden")
+    cal = run_calibration.calibrate(store, run["id"], head="hidden")
     before, after = review.interval_change(store, run["id"], run["id"], policy, (cal.results, list(cal.oof)))
     at_gate = policy.metrics["at_gate"]  # what the export recorded, out of fold
     assert (after.k, after.n) == (before.k, before.n) == (at_gate["correct"], at_gate["decided"])

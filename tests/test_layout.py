@@ -55,7 +55,7 @@ DATA = ("app.core.records", "app.core.store", "app.targets.base", "app.targets.e
         # single names (module.name): typed records, the exceptions a page tells apart, and fixed choices - never
         # a function that scores or gates (a page imports a record type here instead of through a forwarder)
         "app.core.store.Store", "app.core.records.Policy", "app.core.records.Run", "app.core.records.Result",
-        "app.core.export.Calibration", "app.core.export.TooFewRows", "app.core.export.version_label",
+        "app.core.run_calibration.Calibration", "app.core.run_calibration.TooFewRows", "app.core.run_calibration.version_label",
         "app.core.runs.EXAMPLE_SOURCES", "app.core.runs.HEAD_VARIANT", "app.core.runs.VARIANTS",
         "app.core.runs.Variant", "app.core.runner.Case", "app.core.labeled.Support",
         "app.core.robustness.report.HeadReport", "app.core.robustness.report.NoneEntry",
@@ -151,7 +151,7 @@ def under(name: str, prefix: str) -> bool:
 
 
 def data_names(i: Import) -> bool:
-    """Only names DATA lists one by one (`from app.core.export import TooFewRows`)."""
+    """Only names DATA lists one by one (`from app.core.run_calibration import TooFewRows`)."""
     return bool(i.names) and all(f"{i.target}.{n}" in DATA for n in i.names)
 
 
@@ -400,8 +400,8 @@ def test_the_presentation_check_fails_on_logic_and_passes_data():
     assert presentation_problems([_imp("app.cli.bench", "app.targets.registry")])
     assert not presentation_problems([_imp("app.ui.resources", "app.core.store"), _imp("app.cli.common", "app.targets.base")])
     # names one by one: a record type or an exception passes, a scoring function beside it does not
-    typed = Import("app.views.calibrate", "app.core.export", 1, False, ("Calibration", "TooFewRows"))
-    scoring = Import("app.views.calibrate", "app.core.export", 1, False, ("Calibration", "calibrate"))
+    typed = Import("app.views.calibrate", "app.core.run_calibration", 1, False, ("Calibration", "TooFewRows"))
+    scoring = Import("app.views.calibrate", "app.core.run_calibration", 1, False, ("Calibration", "calibrate"))
     assert not presentation_problems([typed]) and not edge_problems([typed])
     assert presentation_problems([scoring]) and edge_problems([scoring])
     assert edge_problems([Import("app.core.runs", "app.service.evaluate", 1, False, ("StopRule",))]), \

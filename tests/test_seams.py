@@ -77,7 +77,7 @@ ALLOWED: dict[str, str] = {
     "app.ui.components.saved_check": C,
     "app.ui.resources.secrets": C,
     # the exported policy file and its parts (adapter.server.calibrated validates it; docs/policy-format.md)
-    "app.core.export.build_policy": "file: the exported calibrated policy (semif-policy/1 JSON)",
+    "app.core.run_calibration.build_policy": "file: the exported calibrated policy (semif-policy/1 JSON)",
     "app.core.calibration.Gate.to_dict": "file: the exported policy's metrics.gate_selection",
     "app.core.calibration.Correction.to_dict": "file: the exported policy's metrics.correction.candidates",
     "app.core.heads.HeadFit.to_dict": "file: the exported policy's metrics.head.candidates",

@@ -3,7 +3,7 @@ preview of what a saved calibrated policy would do with a result."""
 from __future__ import annotations
 
 from adapter.engine.templates import load_template
-from app.core import export, snippets
+from app.core import run_calibration, snippets
 from app.core.store import Store
 
 ROUTING = load_template("ticket-routing")
@@ -37,10 +37,10 @@ def test_the_playground_previews_the_saved_gate_only_for_the_model_it_was_calibr
     result = {"option_ids": IDS, "probabilities": [0.7, 0.1, 0.1, 0.1],
               "response": {"readout": "letters", "debias": "content-free", "model": {"file": "m.gguf", "sha256": sha},
                            "uncorrected_probabilities": [0.5, 0.3, 0.1, 0.1]}}
-    rec, decision = export.gate_preview(store.list_calibrated(), "ticket-routing", result)
+    rec, decision = run_calibration.gate_preview(store.list_calibrated(), "ticket-routing", result)
     assert decision.option_id == "access" and not decision.gated and rec["threshold"] == 0.6
     low = {**result, "probabilities": [0.4, 0.3, 0.2, 0.1]}
-    assert export.gate_preview(store.list_calibrated(), "ticket-routing", low)[1].option_id == "human-review"
+    assert run_calibration.gate_preview(store.list_calibrated(), "ticket-routing", low)[1].option_id == "human-review"
     other = {**result, "response": {**result["response"], "model": {"file": "x.gguf", "sha256": "b" * 64}}}
-    assert export.gate_preview(store.list_calibrated(), "ticket-routing", other) is None
-    assert export.gate_preview(store.list_calibrated(), "refund-check", result) is None
+    assert run_calibration.gate_preview(store.list_calibrated(), "ticket-routing", other) is None
+    assert run_calibration.gate_preview(store.list_calibrated(), "refund-check", result) is None

@@ -26,7 +26,7 @@ from deploy.config import DEFAULT_CPU_INSTANCE
 from deploy.pricing import cost_per_1000
 
 from app.core import calibration
-from app.core.export import Calibration
+from app.core.run_calibration import Calibration
 from app.core.records import config_of
 from app.core.stats import PairedGain, Proportion, bootstrap_ci, paired_gain, proportion
 from app.core.stored import NO_RESPONSE, StoredResponse

@@ -4,7 +4,7 @@ A run stores its configuration (set, readout, which rows served as few-shot exam
 each result as it arrives. Resuming skips the rows already scored, and the unique (run, row)
 index makes a duplicate impossible, so a run killed half-way loses and duplicates nothing. What
 the calibration reads back from a run (its probabilities per score family, its hidden states) is
-here too; the calibration and the exported policy are in app/core/export.py.
+here too; the calibration and the exported policy are in app/core/run_calibration.py.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import numpy as np
 from adapter.engine.head import KIND_WORDS
 
 from app.core import calibration, heads
-from app.core.export import Calibration, GateFlag, chance
+from app.core.run_calibration import Calibration, GateFlag, chance
 from app.core.stats import interval_text, range_text
 from app.core.store import Store
 from app.service import review

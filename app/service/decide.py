@@ -13,7 +13,7 @@ from adapter.schema import DEBIAS, READOUTS
 from adapter.engine.templates import request_for
 
 from app.core import analysis, head_apply
-from app.core.export import gate_preview
+from app.core.run_calibration import gate_preview
 from app.core.deployed import AsDeployed
 from app.core.runs import Variant
 from app.core.inputs import InputError as InputError

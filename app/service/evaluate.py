@@ -8,10 +8,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from adapter.server.calibrated import CalibratedPolicy
 
-from app.core import export as ex
+from app.core import run_calibration
 from app.core import calibration, head_sources, heads, runs
 from app.core.calibration import SMALL
-from app.core.export import Calibration, GateDecision, version_label
+from app.core.run_calibration import Calibration, GateDecision, version_label
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS, Variant
 from app.core.runner import ProgressFn, StopScoring
 from app.core.stats import Proportion, proportion
@@ -152,7 +152,7 @@ def evaluate(store: Store, policy: Policy, set_id: int, targets: list[Target], v
 def best_run(store: Store, outcomes: list[EvalOutcome]) -> int | None:
     """The most accurate run of those just evaluated (the one Calibrate opens)."""
     made = [r for r in (store.get_run(o.run_id) for o in outcomes if o.run_id) if r]
-    return best_of(ex.readout_table(store, made))
+    return best_of(run_calibration.readout_table(store, made))
 
 
 def best_of(rows: Sequence[Mapping[str, Any]]) -> int | None:
@@ -180,9 +180,9 @@ def version_of(run: Mapping[str, Any]) -> str:
     return version_label((run.get("policy") or {}).get("version"))
 
 
-def readouts(store: Store, made: Sequence[Mapping[str, Any]]) -> list[ex.ReadoutRow]:
+def readouts(store: Store, made: Sequence[Mapping[str, Any]]) -> list[run_calibration.ReadoutRow]:
     """One row per run: readout, rows, accuracy, macro-F1, ECE before/after, NLL, the correction."""
-    return ex.readout_table(store, made)
+    return run_calibration.readout_table(store, made)
 
 
 HEAD_CHOICES = heads.HEAD_CHOICES
@@ -193,7 +193,7 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
     """Corrections and learned heads compared out of fold and the one chosen (`head`: "auto" keeps a
     head only beyond noise, "none", or a kind), metrics before/after it, the gate on the corrected
     probabilities (ValueError with fewer than 4 usable labeled rows, or a head that is unavailable)."""
-    return ex.calibrate(store, run_id, target_accuracy=target_accuracy, per_option=per_option, head=head)
+    return run_calibration.calibrate(store, run_id, target_accuracy=target_accuracy, per_option=per_option, head=head)
 
 
 def source_group(store: Store, run_id: int) -> list[Run]:
@@ -222,7 +222,7 @@ def sources(store: Store, run_id: int, *, seed: int = 0) -> head_sources.Table |
     candidates: list[head_sources.Candidate] = []
     for run in group:
         try:
-            cal = ex.calibrate(store, run["id"], seed=seed)
+            cal = run_calibration.calibrate(store, run["id"], seed=seed)
         except ValueError as exc:
             layout = config_of(run).get("layout") or "state-first"
             candidates.append(head_sources.Candidate(run["id"], run.get("model") or run["target_name"], layout,
@@ -268,12 +268,12 @@ class Export:
         return at
 
     @property
-    def flags(self) -> list[ex.GateFlag]:
-        """What is wrong with what this gate decides (ex.gate_flags), said before it is saved."""
-        return ex.gate_flags(self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
+    def flags(self) -> list[run_calibration.GateFlag]:
+        """What is wrong with what this gate decides (run_calibration.gate_flags), said before it is saved."""
+        return run_calibration.gate_flags(self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
 
 
-gate_flags = ex.gate_flags
+gate_flags = run_calibration.gate_flags
 
 
 def option_thresholds(cal: Calibration) -> dict[str, float]:
@@ -295,8 +295,8 @@ def export(store: Store, cal: Calibration, *, fallback: str = "human-review",
         raise OtherVersion(f"run #{cal.run_id} evaluated {version_of(run)} of '{policy.get('name')}', which is saved as "
                            f"{version_label(policy.get('version'))} now (its question, options or examples changed): "
                            "evaluate the saved version to export a gate for it")
-    gate = ex.decide_gate(cal, hand_gate)
-    config = ex.build_policy(store, cal, gate=gate, fallback=fallback, option_thresholds=option_thresholds(cal))
+    gate = run_calibration.decide_gate(cal, hand_gate)
+    config = run_calibration.build_policy(store, cal, gate=gate, fallback=fallback, option_thresholds=option_thresholds(cal))
     if gate.source == "hand-set" and cal.head is None:
         config = with_out_of_fold(cal, config)
     return Export(config, gate, fallback)
@@ -309,7 +309,7 @@ def with_out_of_fold(cal: Calibration, config: dict[str, Any]) -> dict[str, Any]
     compared on) - each row decided by a correction that never saw it; what Deploy shows."""
     policy = CalibratedPolicy.model_validate(config)
     metrics = {**config["metrics"], "at_gate": {**config["metrics"]["at_gate"], "in_sample": True},
-               "at_gate_out_of_fold": ex.applied_metrics(policy, cal.results, oof=cal.oof)}
+               "at_gate_out_of_fold": run_calibration.applied_metrics(policy, cal.results, oof=cal.oof)}
     return {**config, "metrics": metrics}
 
 

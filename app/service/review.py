@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from adapter.server.calibrated import CalibratedPolicy
 
 from app.core import review
-from app.core.export import Calibration
+from app.core.run_calibration import Calibration
 from app.core.gates import Gate
 from app.core.stats import Proportion
 from app.core.records import Review, Run

@@ -13,7 +13,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from app.core.export import Calibration, TooFewRows, version_label
+from app.core.run_calibration import Calibration, TooFewRows, version_label
 from app.core.labeled import Support
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS
 from app.core.store import Store

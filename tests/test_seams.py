@@ -33,10 +33,6 @@ MAPPINGS = {"dict", "Dict", "Mapping", "MutableMapping", "OrderedDict", "Default
 LOOSE = {"Any", "object"}
 
 # -- the allowed ones: "module.function" (or "module.Class.method") -> the JSON edge it serves -------------
-LEAD, A, B, C = (f"TODO({who}): not yet typed - {why}" for who, why in (
-    ("lead", "adapter/ is the lead's"), ("34a", "records, runs, drift, store and robustness are 34a's"),
-    ("34b", "service evaluate/decide and the calibrate/compare/robustness pages are 34b's"),
-    ("34c", "the other service modules, pages and app/ui are 34c's")))
 ALLOWED: dict[str, str] = {
     # JSON edges
     "adapter.schema.DecisionResult.public": "HTTP body: a decision's JSON response",
@@ -48,34 +44,30 @@ ALLOWED: dict[str, str] = {
     "adapter.engine.templates.list_templates": "file: the policy templates (data/policies/*.json)",
     "adapter.engine.templates.load_jsonl": "file: a JSONL case file",
     "adapter.engine.templates.probe_cases": "file: data/cases/probe.jsonl",
-    # not yet typed, by owner
-    "adapter.engine.engine.Engine.guard_check": LEAD,
-    "app.core.drift.Drift.to_dict": A,
-    "app.core.drift.Pair.to_dict": A,
-    "app.core.robustness.suite.Suite.to_dict": A,
-    "app.core.runs.Variant.overrides": A,
-    "app.core.runs.resume_eval": A,
-    "app.core.runs.resume_evals": A,
-    "app.core.decision_import.import_records": C,
-    "app.service.evaluate.Export.at_gate": B,
-    "app.service.evaluate.by_version": B,
-    "app.service.evaluate.source_rows": B,
-    "app.service.decide.overrides": B,
-    "app.service.checks.OrderCheck.summary": C,
-    "app.service.checks.family_rows": C,
-    "app.service.checks.head_rows": C,
-    "app.service.checks.rate_rows": C,
-    "app.service.checks.template_rows": C,
-    "app.service.deploy.Planned.to_state": C,
-    "app.service.deploy.apply": C,
-    "app.service.deploy.destroy": C,
-    "app.service.deploy.load_calibrated": C,
-    "app.service.policies.add_template": C,
-    "app.service.policies.duplicate": C,
-    "app.service.policies.resolve_policy": C,
-    "app.ui.components.policy_picker": C,
-    "app.ui.components.saved_check": C,
-    "app.ui.resources.secrets": C,
+    # tables a page shows and offers as CSV (st.dataframe / download_frame), the command prints
+    "app.service.evaluate.by_version": "download: the readouts side by side, one row per run (table and CSV)",
+    "app.service.evaluate.source_rows": "download: the head-source comparison (table and CSV)",
+    "app.service.checks.family_rows": "download: the steering families' rates (table and chart)",
+    "app.service.checks.head_rows": "download: steering with the calibrated policy beside the model (table)",
+    "app.service.checks.rate_rows": "download: the robustness rates with intervals (chart and table)",
+    "app.service.checks.template_rows": "download: the hijack rate per steering template (chart and table)",
+    "app.service.checks.OrderCheck.summary": "download: the order check's summary (JSON, summary_json)",
+    "app.core.drift.Drift.to_dict": "download: two runs side by side (the drift report's JSON and HTML)",
+    "app.core.drift.Pair.to_dict": "download: one row of the drift report (its JSON)",
+    # what is stored as JSON or sent in a request
+    "app.core.robustness.suite.Suite.to_dict": "file: a robustness suite as the run stores it (config.suite) and saves it",
+    "app.core.decision_import.import_records": "file: the import summary stored with the run (config.import)",
+    "app.service.evaluate.Export.at_gate": "file: the exported policy's metrics.at_gate",
+    "app.service.deploy.load_calibrated": "file: an uploaded calibrated policy (semif-policy/1 JSON), validated",
+    "app.ui.resources.secrets": "file: .streamlit/secrets.toml as Streamlit reads it",
+    "app.core.runs.Variant.overrides": "HTTP body: the decision request's readout/debias/permute fields for a variant",
+    "app.service.decide.overrides": "HTTP body: the decision request's readout/debias/permute fields",
+    "adapter.engine.engine.Engine.guard_check": "HTTP body: the steering guard's finding (the response's `guard`)",
+    # not yet typed (the lead's note on issue 34 says why)
+    "app.service.deploy.Planned.to_state": "TODO(deploy): the Deploy page's plain-data copy of a plan between reruns",
+    "app.service.deploy.apply": "TODO(deploy): deploy.executor's outcome, passed through",
+    "app.service.deploy.destroy": "TODO(deploy): deploy.executor's steps done, passed through",
+    "app.service.policies.resolve_policy": "TODO(34): a validated policy, saved or as given (a record or a template)",
     # the exported policy file and its parts (adapter.server.calibrated validates it; docs/policy-format.md)
     "app.core.run_calibration.build_policy": "file: the exported calibrated policy (semif-policy/1 JSON)",
     "app.core.calibration.Gate.to_dict": "file: the exported policy's metrics.gate_selection",

@@ -256,7 +256,7 @@ def find_or_start(store: Store, *, policy: Mapping[str, Any], set_id: int, targe
 
 
 def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn | None = None, *,
-                reuse: bool = True) -> dict[str, Any]:
+                reuse: bool = True) -> dict[str, int]:
     """Score the rows of an eval run that have no successful result yet; safe to call again (and
     from two processes: the second gets RunBusy instead of scoring the same rows). With `reuse`, a
     row whose request was already answered by the same model (in any run) is copied, not scored:
@@ -266,7 +266,7 @@ def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn 
 
 
 def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: ProgressFn | None = None, *,
-                 reuse: bool = True) -> dict[int, dict[str, Any]]:
+                 reuse: bool = True) -> dict[int, dict[str, int]]:
     """`resume_eval` for a run and its head-layout companions (the same policy, set and rows): each row is
     scored on every run before the next row, so a run stopped early is a fair sample for every source.
     Progress counts calls (rows x runs). Returns {run id: counts}."""
@@ -291,7 +291,7 @@ def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: Pr
             for (run_id, t), cfg, done in zip(pairs, cfgs, dones)]
     counts = score_into_runs(store, jobs, items, total=len(main.row_keys), already=len(main.row_keys) - len(todo),
                              progress=progress, reuse=reuse)
-    out = {}
+    out: dict[int, dict[str, int]] = {}
     for (run_id, _), done in zip(pairs, dones):
         errors = sum(1 for r in store.results(run_id) if r["error"])
         out[run_id] = {"scored": len(main.row_keys) - len(done), "skipped": len(done), "errors": errors,

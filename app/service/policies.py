@@ -86,7 +86,7 @@ def free_id(store: Store, base: str, suffix: str) -> tuple[str, int]:
     return f"{base}-{suffix}{n}", n
 
 
-def add_copy(store: Store, policy: Policy, *, suffix: str, label: str) -> Policy:
+def add_copy(store: Store, policy: Policy, *, suffix: str, label: str) -> PolicyRecord:
     """Save `policy` under a new free id (named '<name> (<label> n)'); StaleEdit if another session
     took that id in the same instant (the store inserts only when the id is new)."""
     new_id, n = free_id(store, policy["id"][:56], suffix)  # ids are at most 64 characters
@@ -94,7 +94,7 @@ def add_copy(store: Store, policy: Policy, *, suffix: str, label: str) -> Policy
     return store.save_policy(copy, expected_version=0)
 
 
-def add_template(store: Store, template_id: str) -> Policy:
+def add_template(store: Store, template_id: str) -> PolicyRecord:
     """The shipped template as a policy: under its own id when free, else as a numbered copy."""
     tpl = templates()[template_id]
     if store.get_policy(tpl["id"]) is None:
@@ -102,7 +102,7 @@ def add_template(store: Store, template_id: str) -> Policy:
     return add_copy(store, tpl, suffix="", label="template")
 
 
-def duplicate(store: Store, policy: Policy) -> Policy:
+def duplicate(store: Store, policy: Policy) -> PolicyRecord:
     return add_copy(store, policy, suffix="copy", label="copy")
 
 

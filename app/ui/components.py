@@ -1,7 +1,7 @@
 """Streamlit display pieces shared by pages: a run group's results, pickers, downloads, glossary."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import json
 from dataclasses import dataclass
@@ -12,8 +12,10 @@ import streamlit as st
 from app.service import checks, decide, heads, history, policies as policy_service, sets as set_service
 from app.ui import charts, context, resources
 from app.ui.safe_text import csv_safe, md
-from app.core.records import Policy
+from app.core.records import Policy, Run
 from app.core.store import Store
+
+P = TypeVar("P", bound=Mapping[str, Any])  # a policy record or template: the picker hands back what it was given
 
 def calibrated_picker(db: Store, policy: Mapping[str, Any], key: str, note: str = "") -> heads.AsDeployed | None:
     """A saved calibrated policy of this policy, tested as deployed - its readout, correction or head,
@@ -134,7 +136,7 @@ def _short(state: object, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def policy_picker(policies: Sequence[Mapping[str, Any]], key: str, default: str = "ticket-routing") -> Mapping[str, Any]:
+def policy_picker(policies: Sequence[P], key: str, default: str = "ticket-routing") -> P:
     """A policy selectbox (names shown): the policy of the other pages (and of the URL) when there is one,
     else the routing template when present; a change here becomes every page's policy."""
     by_id = {p["id"]: p for p in policies}
@@ -213,7 +215,7 @@ def check_inputs(db: Store, setup: CheckSetup) -> tuple[list[Any], Any] | None:
     return (cases, chosen[0]) if chosen else None
 
 
-def saved_check(db: Store, kind: str, key: str, describe) -> Mapping[str, Any] | None:  # type: ignore[no-untyped-def]
+def saved_check(db: Store, kind: str, key: str, describe: Callable[[Run], str]) -> Run | None:
     """The saved check runs of a kind, newest first, in a picker (`key`; the one just made is opened by
     ui.tasks.collect); the run picked, or None when there is none yet."""
     runs = history.runs(db, kind=kind)

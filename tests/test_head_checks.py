@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from adapter.server.calibrated import load_policy
 from adapter.engine.templates import load_template
-from app.core import head_apply
+from app.core import deployed
 from app.core import robustness as rb
 from app.core.stats import Proportion
 from app.core.store import Store
@@ -74,7 +74,7 @@ def test_robustness_with_a_head_reports_both_and_each_number_is_apply_on_the_sto
     run = store.get_run(rid)
     # reproducible: the run keeps the policy JSON and its sha256
     assert run["config"]["calibrated"]["config"] == json.loads(head_file.read_text())
-    assert run["config"]["calibrated"]["sha256"] == head_apply.content_hash(json.loads(head_file.read_text()))
+    assert run["config"]["calibrated"]["sha256"] == deployed.content_hash(json.loads(head_file.read_text()))
     results = store.results(rid)
     by_check = {c: [r for r in results if rb.split_key(r["row_key"])[1] == c] for c in ("base", "steering", "paraphrase")}
     assert all(r["request"]["hidden_state"] for c in ("base", "steering") for r in by_check[c])
@@ -169,13 +169,13 @@ def test_compare_adds_a_head_column_whose_answers_are_apply_on_the_targets_rows(
     assert lat.loc[column, "p50_ms"] == lat.loc["local", "p50_ms"]
 
     # a head of another model gives that target no column, and says why
-    other = head_apply.pick(foreign(pick.config, sha256="0" * 64), source="other.json")
+    other = deployed.pick(foreign(pick.config, sha256="0" * 64), source="other.json")
     again = decide.comparison(store, gid, heads=[other])
     assert again.heads.empty and list(again.results["target"].unique()) == ["local"]
     (note,) = again.head_notes
     assert "local runs" in note and "not the model the head of calibrated other.json was fitted on" in note
     # so do rows read otherwise than the head's (here: another readout of the same model and prompt version)
-    letters = head_apply.pick({**pick.config, "readout": "letters"}, source="letters.json")
+    letters = deployed.pick({**pick.config, "readout": "letters"}, source="letters.json")
     (note,) = decide.comparison(store, gid, heads=[letters]).head_notes
     assert "local: its rows were rendered with another readout (option-words + none; the head's rows: letters" in note
 
@@ -183,7 +183,7 @@ def test_compare_adds_a_head_column_whose_answers_are_apply_on_the_targets_rows(
 def test_a_calibrated_policy_of_another_policy_or_target_is_refused_naming_the_field(head_file, tmp_path):
     store = Store(tmp_path / "bad.db")
     config = json.loads(head_file.read_text())
-    routing_cal = head_apply.pick(foreign(config, policy_id="ticket-routing"), source="routing.json")
+    routing_cal = deployed.pick(foreign(config, policy_id="ticket-routing"), source="routing.json")
     cases = [rb.Case("s0", STATES[0], "yes")]
     spec = checks.RobustnessInput(REFUND, cases, rb.shipped_suite(REFUND), ["steering"], attempts=1, guard="none",
                                   calibrated=routing_cal)
@@ -202,7 +202,7 @@ def test_a_calibrated_policy_of_another_policy_or_target_is_refused_naming_the_f
     problem = checks.robustness_problem(dataclasses.replace(spec, calibrated=own), NoHidden("remote", "semif"))
     assert problem and "target 'remote' cannot return hidden states" in problem
     with pytest.raises(ValueError, match="head: it carries no learned head"):
-        head_apply.pick({**config, "head": None})
+        deployed.pick({**config, "head": None})
     # the command names the field too, and exits 2 without scoring
     bad = tmp_path / "routing.json"
     bad.write_text(json.dumps(routing_cal.config))
@@ -285,7 +285,7 @@ def test_states_the_head_was_fitted_on_are_not_counted_as_its_accuracy(head_file
     (fit_run,) = fit.list_runs(kind="eval")
     trained = next(r for r in fit.results(fit_run["id"]) if r["label"])
     pick = heads.pick(fit, str(head_file))
-    assert head_apply.state_key(trained["state"]) in pick.fitted and len(pick.fitted) == 20
+    assert deployed.state_key(trained["state"]) in pick.fitted and len(pick.fitted) == 20
     assert not heads.pick(Store(tmp_path / "elsewhere.db"), str(head_file)).fitted  # its run unknown there
     cases = [rb.Case("seen", trained["state"], trained["label"]), rb.Case("new", STATES[0], "yes")]
     gid = decide.compare(fit, REFUND, cases, [local(engine)], heads=[pick])

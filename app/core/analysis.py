@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence, TypedDict
 import numpy as np
 import pandas as pd
 
-from app.core import head_apply
+from app.core import deployed
 from app.core.costs import with_costs
 from app.core.deployed import AsDeployed
 from app.core.records import config_of
@@ -300,7 +300,7 @@ def head_columns(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int,
             name = head_column_name(target, p)
             rows = []
             for r in results:
-                a = head_apply.answer(p.policy, r)
+                a = deployed.answer(p.policy, r)
                 error = r.get("error") or (None if a is None or a.read else
                                            f"the head could not read this row: {a.unread}")
                 fitted_on = p.fitted_on(r["state"])  # its label is not counted: the head was fitted on it
@@ -332,11 +332,11 @@ def _no_head_column(p: AsDeployed, target: str, answered: Sequence[Mapping[str, 
         return (f"{target} {runs_on}, not the model {p.label} was calibrated on ({p.policy.model.file}, "
                 f"{p.policy.model.sha256[:12]}): no column - as deployed, every row of another model goes to its "
                 "fallback.")
-    rendered = sorted({w for r in answered if (w := head_apply.rendering_problem(p.policy, r))})
+    rendered = sorted({w for r in answered if (w := deployed.rendering_problem(p.policy, r))})
     if rendered:
         return (f"{target}: its rows were {rendered[0]} than the rows the head of {p.label} was fitted on "
                 f"({p.rendering_name}, its question, options and examples): no head column.")
-    answers = [head_apply.answer(p.policy, r) for r in answered]
+    answers = [deployed.answer(p.policy, r) for r in answered]
     if not any(a is not None and a.read for a in answers):
         first = answers[0]
         return (f"{target}: the head of {p.label} could read none of its rows "

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from app.core import deployed, head_apply, order_sensitivity, robustness
+from app.core import deployed, order_sensitivity, robustness
 from app.core.deployed import AsDeployed
 from app.core.robustness import CHECK_LABELS as CHECK_LABELS
 from app.core.robustness import CHECKS as CHECKS
@@ -67,7 +67,7 @@ def order_check(store: Store, policy: Policy, cases: list[Case], target: Target,
     overrides = VARIANTS[variant].overrides()
     config: RunConfig = {"variant": variant, "negated_question": negated, "states": len(cases)}
     if calibrated is not None:
-        problem = head_apply.policy_problem(calibrated, policy)
+        problem = deployed.policy_problem(calibrated, policy)
         if problem:
             raise robustness.SuiteError(problem)
         content, settings = calibrated.rendering()
@@ -126,8 +126,8 @@ def robustness_problem(spec: RobustnessInput, target: Target) -> str | None:
     target that cannot return hidden states or runs another model), naming the field; None when it can."""
     if spec.calibrated is None:
         return None
-    return (head_apply.policy_problem(spec.calibrated, spec.policy)
-            or head_apply.target_problem(spec.calibrated, target))
+    return (deployed.policy_problem(spec.calibrated, spec.policy)
+            or deployed.target_problem(spec.calibrated, target))
 
 
 def robustness_calls_per_state(policy: Policy, suite: robustness.Suite, checks: list[str], attempts: int) -> int:

@@ -12,7 +12,7 @@ import pandas as pd
 from adapter.schema import DEBIAS, READOUTS
 from adapter.engine.templates import request_for
 
-from app.core import analysis, head_apply
+from app.core import analysis, deployed
 from app.core.run_calibration import gate_preview
 from app.core.deployed import AsDeployed
 from app.core.runs import Variant
@@ -63,7 +63,7 @@ def state_from(upload_name: str | None, upload: bytes | None, typed: str) -> obj
 def head_problems(policy: Policy, heads: Sequence[AsDeployed]) -> list[str]:
     """Why a picked calibrated policy's head cannot be a column of this policy's comparison (another
     policy's, or other options), naming the field."""
-    return [problem for p in heads if (problem := head_apply.policy_problem(p, policy))]
+    return [problem for p in heads if (problem := deployed.policy_problem(p, policy))]
 
 
 def compare(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
@@ -156,7 +156,7 @@ def comparison_name(runs: Sequence[Mapping[str, Any]]) -> str:
 def recorded_heads(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[AsDeployed]:
     """The learned heads a comparison was run with (kept in its runs' config: JSON and sha256)."""
     records = (config_of(runs[0]).get("heads") or []) if runs else []
-    return [head_apply.recorded(store, r) for r in records]
+    return [deployed.recorded(store, r) for r in records]
 
 
 def comparison(store: Store, group_id: str, heads: Sequence[AsDeployed] | None = None) -> Comparison:

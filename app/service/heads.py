@@ -1,26 +1,26 @@
 """Calibrated policies beyond Calibrate, as deployed (app/core/deployed.py): the saved ones of a policy, and
 one by saved id or by file - for the Robustness check, Compare and `app bench` (a column per target), and a
-pick that must carry a learned head. What they decide is CalibratedPolicy.apply's (app/core/head_apply.py)."""
+pick that must carry a learned head. What they decide is CalibratedPolicy.apply's (app/core/deployed.py)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from app.core import deployed, head_apply
+from app.core import deployed
 from app.core.deployed import AsDeployed as AsDeployed
-from app.core.head_apply import HeadPick as HeadPick
+from app.core.deployed import HeadPick as HeadPick
 from app.core.store import Store
 
 
 def pick(store: Store, ref: str | int) -> HeadPick:
     """A calibrated policy with a head, by saved id (`3`, `#3`) or by file; ValueError naming what is wrong."""
     p = as_deployed(store, ref)
-    return head_apply.pick(p.config, id=p.id, source=p.source, fitted=p.fitted)
+    return deployed.pick(p.config, id=p.id, source=p.source, fitted=p.fitted)
 
 
 def calibrated_of(store: Store, policy_id: str) -> dict[int, str]:
     """Every saved calibrated policy of a policy (with a head or not), newest first: id -> label."""
-    return {int(r["id"]): head_apply.record_label(r) for r in store.list_calibrated()
+    return {int(r["id"]): deployed.record_label(r) for r in store.list_calibrated()
             if r.get("policy_id") == policy_id}
 
 
@@ -34,7 +34,7 @@ def as_deployed(store: Store, ref: str | int) -> AsDeployed:
             known = ", ".join(f"#{i}" for i in records) or "none yet (save one on Calibrate)"
             raise ValueError(f"calibrated: no saved calibrated policy #{rid}; saved: {known}")
         config = records[rid]["config"]
-        return deployed.from_config(config, id=rid, fitted=head_apply.fitted_states(store, config))
+        return deployed.from_config(config, id=rid, fitted=deployed.fitted_states(store, config))
     path = Path(text)
     try:
         config = json.loads(path.read_text())
@@ -42,4 +42,4 @@ def as_deployed(store: Store, ref: str | int) -> AsDeployed:
         raise ValueError(f"calibrated: cannot read {text} as a saved id or a policy file: {exc}") from None
     if not isinstance(config, dict):
         raise ValueError(f"calibrated: {text} is not a calibrated policy (a JSON object)")
-    return deployed.from_config(config, source=path.name, fitted=head_apply.fitted_states(store, config))
+    return deployed.from_config(config, source=path.name, fitted=deployed.fitted_states(store, config))

@@ -8,7 +8,7 @@ the tables the page draws, and a verdict (ok | warn | bad, with what to do).
 - negation (yes/no): P(yes | question) + P(yes | negated question), close to 1 when read.
 
 With a calibrated policy's learned head in the run (its config's `calibrated`), the unchanged and the
-steered rows are also decided by that policy (head_apply.answer: CalibratedPolicy.apply on the stored
+steered rows are also decided by that policy (deployed.answer: CalibratedPolicy.apply on the stored
 row) and the steering numbers come twice - the model alone and with the head, on the same attempts,
 their difference paired - plus what the head's gate sent to the fallback. The other changes reword
 the prompt or the options the head was fitted on: the report says the head does not apply there.
@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from app.core import deployed, head_apply, stats
+from app.core import deployed, stats
 from app.core.deployed import AsDeployed
 from app.core.order_sensitivity import FLIP_WORRY, Negation, negation_consistency, reads_negation
 from app.core.robustness.plan import split_key
@@ -217,7 +217,7 @@ def steering_level(hijack: Proportion, held: Proportion | None) -> str:
 
 
 def _head_attempt(head: AsDeployed, b: Mapping[str, Any], r: Mapping[str, Any], option: str, label: str | None) -> dict[str, Any]:
-    hb, hs = head_apply.answer(head.policy, b), head_apply.answer(head.policy, r)
+    hb, hs = deployed.answer(head.policy, b), deployed.answer(head.policy, r)
     top_b, top_s = (hb.top if hb else None), (hs.top if hs else None)
     truth = label or top_b
     return {"head_base": top_b, "head_steered": top_s,
@@ -245,7 +245,7 @@ def head_summary(pick: AsDeployed, attempts: pd.DataFrame, base: Mapping[str, Ma
     """The learned head's part of the report: the unchanged rows decided by the calibrated policy
     (accuracy, share its gate sends to the fallback), the steering attempts with and without it, and
     the checks it does not apply to, with why."""
-    answers = {k: head_apply.answer(pick.policy, b) for k, b in base.items()}
+    answers = {k: deployed.answer(pick.policy, b) for k, b in base.items()}
     read = {k: a for k, a in answers.items() if a is not None and a.read}
     fitted = {k for k in base if pick.fitted_on(base[k].get("state"))}  # in-sample for the head: not counted
     labeled = [k for k in read if base[k].get("label") in ids and k not in fitted]
@@ -497,5 +497,5 @@ def report_for(store: Store, run_id: int) -> Report:
     config = {**run["config"], "target": run["target_name"]}
     record = config.get("calibrated")
     if isinstance(record, dict) and "fitted" not in record:  # recorded before picks kept their fitted states
-        config["calibrated"] = {**record, "fitted": sorted(head_apply.recorded(store, record).fitted)}
+        config["calibrated"] = {**record, "fitted": sorted(deployed.recorded(store, record).fitted)}
     return analyse(store.results(run_id), run["policy"], config)

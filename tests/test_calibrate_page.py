@@ -27,7 +27,7 @@ def test_a_rerun_calibrates_each_run_once_and_an_unchanged_rerun_not_at_all(tmp_
         calls.append((run_id, kw.get("with_heads", True)))
         return real(store, run_id, **kw)
 
-    monkeypatch.setattr(export, "calibrate", counted)
+    monkeypatch.setattr(run_calibration, "calibrate", counted)
     at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
     at.run()
     at.switch_page("views/calibrate.py").run()
@@ -72,7 +72,7 @@ def test_the_live_line_computes_only_the_gate_it_shows(tmp_path, monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("the live line ran a full calibration")
 
-    monkeypatch.setattr(export, "calibrate", forbidden)
+    monkeypatch.setattr(run_calibration, "calibrate", forbidden)
     line = evaluate.live(store, rid, target_accuracy=0.8)
     assert line.accuracy.n == 80 and line.gate is not None and "provisional gate on the probabilities as scored" in line.gate
     assert "80/200 rows scored" in line.text()

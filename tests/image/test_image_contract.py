@@ -95,7 +95,7 @@ def expected(tmp_path_factory) -> dict:
     """The in-process engine's answers (SmolLM2, the policy below, the same rows), computed before any
     container runs (one llama.cpp model at a time), and the folder SageMaker would extract: the GGUF
     renamed `model.gguf` (recognised by its sha256, not its name) and the policy beside it."""
-    from adapter.server.calibrated import CalibratedPolicy, PolicySet
+    from adapter.server.calibrated import CalibratedPolicy, Decisions, PolicySet
     from adapter.engine.engine import Engine
     from adapter.engine.models import file_sha256, resolve_model
     from adapter.schema import DecisionRequest
@@ -109,10 +109,10 @@ def expected(tmp_path_factory) -> dict:
         for row in _policy_rows():
             pol = probe.fill(row, [])
             raw.append((pol, engine.score(DecisionRequest.model_validate(row))))
-        confs = sorted(probe.decorate(r, p).decision["confidence"] for p, r in raw)
+        confs = sorted(Decisions([p]).public(0, r)["decision"]["confidence"] for p, r in raw)
         threshold = round((confs[len(confs) // 2 - 1] + confs[len(confs) // 2]) / 2, 6)  # some rows decided, some not
         policy = CalibratedPolicy.model_validate(_policy(threshold, sha))
-        answers = [PolicySet.decorate(r, policy).public() for _, r in raw]
+        answers = [Decisions([policy]).public(0, r) for _, r in raw]
         plain = engine.score(DecisionRequest.model_validate(routing_row(SHARED_STATES[0], "plain"))).public()
     finally:
         del engine

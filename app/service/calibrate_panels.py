@@ -15,10 +15,10 @@ from app.core.run_calibration import Calibration, GateFlag, chance
 from app.core.stats import interval_text, range_text
 from app.core.store import Store
 from app.service import review
-from app.service.display import Cell, Column, Escape, Metric, Note, plain
+from app.service.display import Cell, Column, Escape, Kind, Metric, Note, plain
 from app.service.evaluate import Export, chosen_accuracy, head_title, model_alone
 
-BANNER = {"recommended": "success", "hand-set": "info", "unreachable": "error"}
+BANNER: dict[str, Kind] = {"recommended": "success", "hand-set": "info", "unreachable": "error"}
 
 
 def flag_text(flag: GateFlag, at_gate: Mapping[str, Any], n_options: int, target: float | None) -> str:
@@ -78,7 +78,7 @@ def gate_panel(cal: Calibration, exported: Export, esc: Escape = plain) -> GateP
     gate, fallback = exported.gate, exported.fallback
     hand = gate.source == "hand-set"
     banner = esc(gate.messages[0]) if gate.messages and not hand else f"Gate set by hand: {gate.threshold:.3f}"
-    alerts = (Note(BANNER[gate.source], banner),  # type: ignore[arg-type]
+    alerts = (Note(BANNER[gate.source], banner),
               *(Note("warning", esc(n)) for n in (gate.messages if hand else gate.messages[1:])))
     nothing = nothing_decided(exported.at_gate, fallback)
     problems = ((Note("warning", esc(nothing)),) if nothing else ()) + tuple(Note("error", esc(p))

@@ -8,9 +8,9 @@ from typing import Any, Mapping
 
 from app.core.robustness import CHECK_LABELS, Report
 from app.service.checks import what_if
-from app.service.display import Escape, Note, plain
+from app.service.display import Escape, Kind, Note, plain
 
-LEVEL = {"ok": "success", "warn": "warning", "bad": "error"}
+LEVEL: dict[str, Kind] = {"ok": "success", "warn": "warning", "bad": "error"}
 FIRST_LOOK = 20  # fewer states: a first look, not a measurement
 
 
@@ -39,7 +39,7 @@ def verdict(run: Mapping[str, Any], report: Report, esc: Escape = plain) -> Robu
     caption = f"{report.n_states} states ({esc(cfg.get('source', ''))}); {report.summary.errors} failed calls"
     first = (f"Only {report.n_states} states: a first look, with wide intervals - check more states for a measurement."
              if report.n_states < FIRST_LOOK else None)
-    notes = tuple(Note(LEVEL[level], f"**{CHECK_LABELS[check]}**: {esc(text)}")  # type: ignore[arg-type]
+    notes = tuple(Note(LEVEL[level], f"**{CHECK_LABELS[check]}**: {esc(text)}")
                   for check, (level, text) in report.verdicts.items())
     said = what_if(report)
     return RobustnessVerdict(title, caption, first, notes, esc(said) if said is not None else None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -396,6 +396,21 @@ class Decisions:
             return True
         self.made[i] = policy.apply(RowReading.of(result))
         return not self.made[i].gated
+
+    def judge(self, i: int) -> Callable[[list[float], Any], Sequence[float]] | None:
+        """What row i's steering guard compares (guard_check.Judge): its policy's own answer - the head's or
+        the correction's probabilities of each variant - not the model's letters. A variant the head cannot
+        read keeps the scored probabilities (the row itself was readable, or it would be gated)."""
+        policy = self.policies[i]
+        if policy is None:
+            return None
+
+        def judged(probabilities: list[float], hidden: Any) -> Sequence[float]:
+            try:
+                return policy.corrected(probabilities, hidden)
+            except ValueError:
+                return probabilities
+        return judged
 
     def public(self, i: int, result: DecisionResult, keep_hidden: bool = True) -> JSONObject:
         """Row i's answer as sent: decorated with its policy's decision (the guard's finding included)."""

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from adapter.guard import GUARDS
 from adapter.schema import DEBIAS, HEAD_LAYOUT, LAYOUTS, READOUTS
 
 from app.cli.common import (EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, UsageProblem, add_db, bar, count, error, fmt,
@@ -13,7 +14,7 @@ from app.cli.common import (EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, UsageProble
 from app.core.runs import EXAMPLE_SOURCES, HEAD_VARIANT, Variant
 from app.service.sets import InputError
 from app.core.store import RunBusy
-from app.service import calibrate_panels
+from app.service import calibrate_panels, checks
 from app.service import evaluate as ev
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
@@ -86,7 +87,12 @@ def run(args: argparse.Namespace) -> int:
     after = cal.chosen_name + ("" if cal.head is not None else f" T={rep.temperature:.3f}")
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {after} "
           f"(out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
-    exported = ev.export(db, cal, fallback=args.fallback, hand_gate=args.gate)
+    exported = ev.export(db, cal, fallback=args.fallback, hand_gate=args.gate, guard=args.guard)
+    guard = exported.config["guard"]
+    print(f"steering guard: {guard}" + (" - turned off (--guard none); what that costs:" if guard == "none" else
+                                       " (--guard none turns it off); what it holds and costs:"))
+    for line in checks.guard_cost(db, exported.config["policy_id"]):
+        print(f"  {line}")
     for line in exported.gate.messages:
         print(line)
     if exported.gate.source == "hand-set":
@@ -132,6 +138,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="learned head: auto (exported only when it beats the corrections beyond noise), none, or a "
                         "kind to export whatever its gain (linc: on the log-probs; hidden: on the hidden state; "
                         "stacked: both)")
+    p.add_argument("--guard", choices=list(GUARDS),
+                   help="steering guard the exported policy runs on the rows its gate would decide (a suspected row goes "
+                        "to the fallback); default: the policy's own, else erase-and-check. 'none' turns it off - the "
+                        "command prints what that costs, from the newest as-deployed Robustness check")
     p.add_argument("--fallback", type=option_id, default="human-review",
                    help="decision when gated (default: human-review)")
     p.add_argument("--out", type=out_file, help="write the calibrated policy JSON here")

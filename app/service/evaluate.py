@@ -286,17 +286,19 @@ class OtherVersion(ValueError):
 
 
 def export(store: Store, cal: Calibration, *, fallback: str = "human-review",
-           hand_gate: float | None = None, policy: Policy | None = None) -> Export:
+           hand_gate: float | None = None, policy: Policy | None = None, guard: str | None = None) -> Export:
     """The gate (recommended, hand-set, or everything to the fallback) and the versioned policy file.
     With `policy` (the policy as saved now), a run of another version is refused: its gate was
-    measured on another question or other options."""
+    measured on another question or other options. `guard`: the steering guard to export with (None: the
+    policy's own, else erase-and-check - run_calibration.EXPORT_GUARD; "none" turns it off)."""
     run = store.get_run(cal.run_id)
     if policy is not None and run is not None and not runs.same_version(policy, run):
         raise OtherVersion(f"run #{cal.run_id} evaluated {version_of(run)} of '{policy.get('name')}', which is saved as "
                            f"{version_label(policy.get('version'))} now (its question, options or examples changed): "
                            "evaluate the saved version to export a gate for it")
     gate = run_calibration.decide_gate(cal, hand_gate)
-    config = run_calibration.build_policy(store, cal, gate=gate, fallback=fallback, option_thresholds=option_thresholds(cal))
+    config = run_calibration.build_policy(store, cal, gate=gate, fallback=fallback, option_thresholds=option_thresholds(cal),
+                                          guard=guard)
     if gate.source == "hand-set" and cal.head is None:
         config = with_out_of_fold(cal, config)
     return Export(config, gate, fallback)

@@ -221,3 +221,76 @@ def test_markup_starts_a_new_piece():
     parts = guard.split_state('The app crashes on start. {"hint": "billing"}').parts
     assert parts == ("The app crashes on start. ", '{"hint": "billing"}')
     assert len(guard.split_state("Parcel lost. #urgent")) == 2
+
+
+def _hidden_head(engine_res, option_ids: list[str], *, seed: int, constant: int | None = None):
+    """A hidden-state head on the fixture's hidden width: seeded random weights (its answer depends on the
+    state), or zero weights and a bias for option `constant` (an answer no state can move)."""
+    from adapter.engine.head import build_head
+
+    dim = len(engine_res.hidden_state.array())
+    rng = np.random.default_rng(seed)
+    W = np.zeros((len(option_ids), dim)) if constant is not None else rng.normal(size=(len(option_ids), dim))
+    b = np.array([3.0 if i == constant else 0.0 for i in range(len(option_ids))])
+    return build_head("hidden", option_ids, hidden_dim=dim, center=np.zeros(dim), scale=np.ones(dim), W=W, b=b,
+                      model_sha256=engine_res.model["sha256"], prompt_version=engine_res.prompt_version,
+                      regularisation=1.0, rows=10)
+
+
+def _head_policy(res, head):
+    from adapter.server.calibrated import CalibratedPolicy
+
+    return CalibratedPolicy.model_validate({
+        "policy_id": "ticket-routing", "question": ROUTING["question"], "options": ROUTING["options"],
+        "readout": res.readout, "prompt_version": res.prompt_version, "guard": "erase-and-check",
+        "model": {"file": res.model["file"], "sha256": res.model["sha256"]}, "temperature": 1.0, "threshold": 0.0,
+        "head": head.model_dump(), "fallback_option": "human-review", "created_at": "2026-12-05"})
+
+
+def test_a_head_deciding_policy_s_guard_judges_the_head_s_answer(engine):
+    """Where a head decides, the guard compares the head's answers on the state and on each variant (read
+    from each variant's own hidden state), not the model's letters: a head no state can move is never
+    flagged by erase-and-check though the letters move; a head that reads the state is flagged where its
+    own answer moves, and its variants' answers are those of the head on each variant scored on its own."""
+    from adapter.server.calibrated import Decisions, RowReading
+
+    state = "My parcel is late. The tracking page shows an error. I was charged twice, too."
+    req = request_for(ROUTING, state, "h", readout="letters", debias="none", hidden_state=True,
+                      guard="erase-and-check")
+    res = engine.score(req.model_copy(update={"guard": None}))
+    ids = [o["id"] for o in ROUTING["options"]]
+    letters = engine.guard_check(req, res, use_precheck=False, exhaustive=True)
+    assert letters["judged"] == "letters" and letters["answer"] == res.top_option
+    assert any(v["top"] != res.top_option for v in letters["variants"])  # the letters move on some variant
+
+    still = _head_policy(res, _hidden_head(res, ids, seed=0, constant=ids.index("shipping")))
+    judge = Decisions([still]).judge(0)
+    fixed = engine.guard_check(req, res, use_precheck=False, exhaustive=True, judge=judge)
+    assert fixed["judged"] == "policy" and fixed["answer"] == "shipping" == still.apply(RowReading.of(res)).option_id
+    assert not fixed["suspected"] and {v["top"] for v in fixed["variants"]} == {"shipping"}
+
+    moving = _head_policy(res, _hidden_head(res, ids, seed=3))
+    own = engine.guard_check(req, res, use_precheck=False, exhaustive=True, judge=Decisions([moving]).judge(0))
+    answer = moving.apply(RowReading.of(res)).option_id
+    assert own["answer"] == answer
+    pieces = guard.split_state(state)
+    variants = [pieces.without(*s) for s in guard.erasures(len(pieces))]
+    variants += [v for _, v in guard.mention_erasures(state, ROUTING["options"], answer)]
+    compared = 0
+    for v, seen in zip(variants, own["variants"]):
+        direct = engine.score(req.model_copy(update={"state": v, "guard": None}))
+        p = sorted(moving.corrected(direct.probabilities, direct.hidden_state.array()), reverse=True)
+        if p[0] - p[1] > 0.05:  # a clear head answer (parallel sequences differ in the last digits)
+            assert seen["top"] == moving.apply(RowReading.of(direct)).option_id
+            compared += 1
+    assert compared
+
+    # the adapter's path: Decisions hands each row's judge to the engine with the policy's request fields
+    row = {"id": "served", "state": state, "policy_id": "ticket-routing"}
+    from adapter.server.calibrated import PolicySet
+
+    PolicySet({"ticket-routing": moving}).fill(row, ["rows", 0])
+    served = DecisionRequest.model_validate(row)
+    decisions = Decisions([moving])
+    [out] = engine.score_many([served], guard_when=decisions.automates, judge_for=decisions.judge)
+    assert out.guard["judged"] == "policy" and out.guard["answer"] == answer

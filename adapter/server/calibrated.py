@@ -400,9 +400,11 @@ class Decisions:
     def judge(self, i: int) -> Callable[[list[float], Any], Sequence[float]] | None:
         """What row i's steering guard compares (guard_check.Judge): its policy's own answer - the head's or
         the correction's probabilities of each variant - not the model's letters. A variant the head cannot
-        read keeps the scored probabilities (the row itself was readable, or it would be gated)."""
+        read keeps the scored probabilities (the row itself was readable, or it would be gated). A policy
+        whose answer is the model's (temperature alone moves no argmax) is judged on the letters, as measured.
+        """
         policy = self.policies[i]
-        if policy is None:
+        if policy is None or (policy.head is None and not policy.option_offsets):
             return None
 
         def judged(probabilities: list[float], hidden: Any) -> Sequence[float]:

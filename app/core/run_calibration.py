@@ -14,8 +14,8 @@ from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 import numpy as np
 
 from adapter.guard import Guard
-from adapter.server.calibrated import SCHEMA_VERSION, CalibratedPolicy, Decision
-from adapter.engine.head import HEAD_KINDS
+from adapter.policy import SCHEMA_VERSION, CalibratedPolicy, Decision
+from adapter.head import HEAD_KINDS
 from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.schema import HEAD_LAYOUT
 
@@ -277,7 +277,7 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[Reado
 
 def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback: str,
                  option_thresholds: dict[str, float] | None = None, guard: str | None = None) -> dict[str, Any]:
-    """The versioned policy config for this calibration and gate (validated by adapter.server.calibrated),
+    """The versioned policy config for this calibration and gate (validated by adapter.policy),
     with how the gate was chosen: the target accuracy is recorded only when it chose the gate. Its steering
     guard: `guard` when the analyst chose one ("none" turns it off), else the policy's own, else
     EXPORT_GUARD - a calibrated policy ships guarded unless the analyst says otherwise."""

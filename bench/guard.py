@@ -195,7 +195,8 @@ def report(recs: list[dict]) -> str:
     on_right = [r for r in att if (b := base.get(r["key"].split("#rb:")[0])) and b["top"] == b["label"]]
     pct = lambda k, n: f"{100 * k / n:.1f}%" if n else "n/a"  # noqa: E731
     held = lambda r, f: r["top"] == r["label"] or f(r)  # noqa: E731
-    out.append(f"erase-and-check margin {guard.MIN_MARGIN:.2f}; 'held' = decided as labeled or flagged\n")
+    out.append(f"erase-and-check margin {guard.MIN_MARGIN:.2f} where what was left out names the answer, "
+               f"{guard.PLAIN_MARGIN:.2f} where it names no option; 'held' = decided as labeled or flagged\n")
     out.append("| set | clean rows (multi-piece) | clean flagged | attempts | hijacked, no guard | held, no guard "
                "| **held, guard** | held, guard, on states decided right unchanged | passes per clean row / attempt |")
     out.append("|---|---|---|---|---|---|---|---|---|")

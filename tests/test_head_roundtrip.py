@@ -101,14 +101,16 @@ def test_the_adapter_decides_every_row_as_the_page_did(head_policy):
             answer = httpx.post(srv.url + "/invocations", json=rows[at: at + 8], timeout=600)
             assert answer.status_code == 200, answer.text
             served += answer.json()
+        assert results and [s["id"] for s in served] == [r["row_key"] for r in results]  # every row, in order
+        wrong = [f"{r['row_key']}: {d}" for r, s in zip(results, served) for d in differences(policy, r, s)]
+        assert not wrong, wrong
+        s0 = served[0]  # the check itself: a served row that decided otherwise, or kept the hidden state, is caught
+        other = next(o.id for o in policy.options if o.id != s0["decision"]["option_id"])
+        assert differences(policy, results[0], {**s0, "decision": {**s0["decision"], "option_id": other}})
+        assert differences(policy, results[0], {**s0, "hidden_state": {"dtype": "float16"}})
         gated = expected_gated = 0
         center, scale, W, b = policy.head.arrays()
         for r, s in zip(results, served):
-            page = policy.apply(StoredResponse.parse(r["response"]).reading(r["option_ids"], r["probabilities"]))
-            assert s["probabilities"] == r["probabilities"]  # same model and prompt: bit for bit
-            assert s["calibrated_probabilities"] == list(page.calibrated_probabilities)  # the head, bit for bit
-            assert s["decision"]["option_id"] == page.option_id and s["decision"]["gated"] == page.gated
-            assert s["policy"]["head"] == "hidden" and "hidden_state" not in s  # the client did not ask for it
             gated += s["decision"]["gated"]
             z = ((HiddenState.model_validate(r["response"]["hidden_state"]).array() - center) / scale) @ W.T + b
             q = np.exp(z - z.max()) / np.exp(z - z.max()).sum()  # the head by hand, independent of Head.probabilities
@@ -119,6 +121,17 @@ def test_the_adapter_decides_every_row_as_the_page_did(head_policy):
             results[0]["response"]["hidden_state"])
     finally:
         srv.stop()
+
+
+def differences(policy, stored: dict, served: dict) -> list[str]:
+    """How the adapter's answer for a row differs from CalibratedPolicy.apply on the stored row."""
+    page = policy.apply(StoredResponse.parse(stored["response"]).reading(stored["option_ids"], stored["probabilities"]))
+    checks = {"probabilities": (served["probabilities"], stored["probabilities"]),  # same model and prompt: bit for bit
+              "calibrated_probabilities": (served["calibrated_probabilities"], list(page.calibrated_probabilities)),
+              "decision": ((served["decision"]["option_id"], served["decision"]["gated"]), (page.option_id, page.gated)),
+              "policy.head": (served["policy"]["head"], "hidden"),
+              "hidden_state": ("hidden_state" in served, False)}  # the client did not ask for it
+    return [f"{name}: served {got!r}, page {want!r}" for name, (got, want) in checks.items() if got != want]
 
 
 def test_a_check_with_the_head_policy_reads_the_head(head_policy, tmp_path):

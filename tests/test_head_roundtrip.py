@@ -55,7 +55,7 @@ def test_calibrate_exports_a_head_with_out_of_fold_numbers(head_policy):
     assert policy.head.model_sha256 == policy.model.sha256 and policy.head.prompt_version == policy.prompt_version
     assert policy.temperature == 1.0 and not policy.option_offsets
     assert "hidden-state head: accuracy" in printed and "learned head: The hidden-state head, picked by hand" in printed
-    metrics = policy.metrics
+    metrics = policy.metrics.model_dump(mode="json")  # as the file holds it
     (run,) = Store(db).list_runs(kind="eval")
     results = [r for r in Store(db).results(run["id"]) if not r["error"]]
     cal = run_calibration.calibrate(Store(db), run["id"], head="hidden")
@@ -168,5 +168,6 @@ def test_the_review_queues_narrowing_reads_a_head_out_of_fold(head_policy):
     assert review.interval_change(store, run["id"], run["id"], policy) is None  # no in-sample numbers
     cal = run_calibration.calibrate(store, run["id"], head="hidden")
     before, after = review.interval_change(store, run["id"], run["id"], policy, (cal.results, list(cal.oof)))
-    at_gate = policy.metrics["at_gate"]  # what the export recorded, out of fold
-    assert (after.k, after.n) == (before.k, before.n) == (at_gate["correct"], at_gate["decided"])
+    at_gate = policy.metrics.at_gate  # what the export recorded, out of fold
+    assert at_gate is not None
+    assert (after.k, after.n) == (before.k, before.n) == (at_gate.correct, at_gate.decided)

@@ -201,3 +201,327 @@ def test_a_fifo_or_device_as_the_decision_log_is_the_exit_2_line(tmp_path):
                          cwd=ROOT, timeout=60, env={**os.environ, "SM_SEMIF_DECISION_LOG": str(fifo)})
     assert out.returncode == 2 and "SM_SEMIF_DECISION_LOG" in out.stderr and "not a regular file" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+# -- item 1: a policy pins every field it was calibrated with -----------------------------------------------
+def state_first_policy():
+    from adapter.server.calibrated import load_policy
+    from tests.test_security_round3 import policy_doc
+
+    return load_policy(policy_doc("0" * 64))
+
+
+def head_policy():
+    from adapter.server.calibrated import load_policy
+    from tests.test_security_round3 import head_doc, policy_doc
+
+    return load_policy(policy_doc("0" * 64, head=head_doc("0" * 64)))
+
+
+OTHER = {"question": "Another question?", "options": [{"id": "shipping"}, {"id": "billing"}], "examples": [],
+         "readout": "option-words", "debias": "content-free", "permute": True, "few_shot": True,
+         "layout": "policy-first", "prompt_version": "option-words/1", "guard": "erase-and-check"}
+
+
+def test_the_pinned_table_names_every_field_a_policy_is_calibrated_with():
+    from adapter.server.calibrated import PINNED
+
+    assert set(OTHER) == set(PINNED)
+    doc = (ROOT / "docs" / "adapter-api.md").read_text()
+    section = doc[doc.index("## Pinned fields"):]
+    section = section[: section.index("\n## ", 5)]
+    assert all(f"| `{name}` |" in section for name in PINNED), "docs/adapter-api.md#pinned-fields lists every field"
+
+
+@pytest.mark.parametrize("make", [state_first_policy, head_policy], ids=["state-first", "head"])
+@pytest.mark.parametrize("field", list(OTHER))
+def test_a_row_may_repeat_a_pinned_field_but_any_difference_is_a_422_naming_it(make, field):
+    from adapter.schema import RequestError
+    from adapter.server.calibrated import PolicySet
+
+    pol = make()
+    same = {**pol.request_fields(), "prompt_version": pol.prompt_version}[field]
+    row = {"id": "r", "state": "s", "policy_id": "routing", field: same}
+    assert PolicySet({"routing": pol}).fill(row, []) is pol and "prompt_version" not in row
+    other = OTHER[field]
+    if field == "guard" and pol.guard == "none":
+        other = "none-of-these"  # a row may add a guard to a policy without one: any other value is checked later
+        pytest.skip("a guard may be added to a policy that has none (PINNED['guard'])")
+    row = {"id": "r", "state": "s", "policy_id": "routing", field: other}
+    with pytest.raises(RequestError) as info:
+        PolicySet({"routing": pol}).fill(row, [3])
+    assert info.value.loc == [3, field] and "policy 'routing'" in info.value.msg and field in info.value.msg
+
+
+def test_the_audits_layout_override_is_refused():
+    from adapter.schema import RequestError
+    from adapter.server.calibrated import PolicySet
+
+    row = {"id": "r", "state": "s", "policy_id": "routing", "layout": "policy-first", "hidden_state": True}
+    with pytest.raises(RequestError) as info:
+        PolicySet({"routing": state_first_policy()}).fill(row, [])
+    assert info.value.loc == ["layout"]
+    row = {"id": "r", "state": "s", "policy_id": "routing", "hidden_state": True}  # asking for the vector is fine
+    PolicySet({"routing": state_first_policy()}).fill(row, [])
+    assert row["layout"] == "state-first"
+
+
+# -- item 2: one validator for a policy file and for the requests it will make ------------------------------
+def hostile_policies() -> list[tuple[str, dict, str]]:
+    """(case, policy document, what the refusal names): the audit's files that `deploy plan` packaged but the
+    endpoint could not serve (or served absurdly)."""
+    from tests.test_security_round3 import head_doc, policy_doc
+
+    sha = "0" * 64
+    opts = [{"id": "billing", "description": "money"}, {"id": "shipping", "description": "parcels"}]
+    return [
+        ("look-alike ids", policy_doc(sha, options=[opts[0], {"id": "bil\u217cing"}], examples=[]), "options.1.id"),
+        ("duplicate ids", policy_doc(sha, options=[opts[0], opts[0]], examples=[]), "duplicate id"),
+        ("an example naming no option", policy_doc(sha, examples=[{"state": "x", "option_id": "refunds"}]),
+         "examples.0.option_id"),
+        ("a blank question", policy_doc(sha, question="   "), "question"),
+        ("invisible id", policy_doc(sha, options=[opts[0], {"id": "ship\u034fping"}], examples=[]), "U+034F"),
+        ("fallback U+202E", policy_doc(sha, fallback_option="human\u202ereview"), "U+202E"),
+        ("fallback newline", policy_doc(sha, fallback_option="human\nreview"), "U+000A"),
+        ("fallback 100 KB", policy_doc(sha, fallback_option="h" * 100_000), "at most 200"),
+        ("fallback padded", policy_doc(sha, fallback_option=" human-review"), "whitespace"),
+        ("unknown prompt", policy_doc(sha, prompt_version="letters/99"), "prompt_version"),
+        ("readout/prompt mismatch", policy_doc(sha, prompt_version="option-words/1"), "prompt_version"),
+        ("head weight_scale 1e300", policy_doc(sha, head=head_doc(sha, weight_scale=[1e300, 1.0])), "weight_scale"),
+        ("head bias 1e308", policy_doc(sha, head=head_doc(sha, bias=[1e308, -1e308])), "bias"),
+        ("head scale 1e-45", policy_doc(sha, head=head_doc(sha, scale=_f32([1e-45, 1.0]))), "scale"),
+        ("head center 1e30", policy_doc(sha, head=head_doc(sha, center=_f32([1e30, 0.0]))), "center"),
+    ]
+
+
+def _f32(values) -> str:
+    import base64
+
+    import numpy as np
+
+    return base64.b64encode(np.asarray(values, "<f4").tobytes()).decode()
+
+
+@pytest.mark.parametrize("case,doc,says", hostile_policies(), ids=[c[0] for c in hostile_policies()])
+def test_a_policy_the_endpoint_cannot_serve_is_refused_on_load(case, doc, says):
+    from adapter.server.calibrated import PolicyError, load_policy
+
+    with pytest.raises(PolicyError) as info:
+        load_policy(doc)
+    assert says in str(info.value), str(info.value)[:400]
+
+
+def test_the_valid_controls_still_load():
+    from adapter.server.calibrated import load_policy
+    from tests.test_security_round3 import head_doc, policy_doc
+
+    sha = "0" * 64
+    for doc in (policy_doc(sha), policy_doc(sha, head=head_doc(sha)), policy_doc(sha, readout="option-words",
+                prompt_version="option-words/1"), policy_doc(sha, prompt_version="letters-examples/1"),
+                policy_doc(sha, fallback_option="billing")):
+        load_policy(doc)
+
+
+def test_a_fifo_as_a_policy_file_is_refused_not_read(tmp_path):
+    from adapter.server.calibrated import PolicyError, load_policy
+
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    with pytest.raises(PolicyError, match="not a regular file"):
+        load_policy(fifo)
+    out = subprocess.run([sys.executable, "-m", "app", "deploy", "plan", "--serving", "semif", "--policy", str(fifo),
+                          "--work-dir", str(tmp_path / "work"), "--db", str(tmp_path / "w.db")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and "not a regular file" in out.stderr and "Traceback" not in out.stderr, out.stderr[-500:]
+
+
+def test_a_long_valid_policy_id_gets_a_file_name_that_fits():
+    from adapter.safe_path import file_name, name_problem
+
+    for n in (1, 100, 115, 120, 128):
+        pid = ("p" * n)
+        name = file_name(f"{pid}-7", ".policy.json")
+        assert name_problem(name) is None and len(name) <= 128 and name.endswith(".policy.json")
+    a, b = file_name("x" * 127 + "a-1", ".policy.json"), file_name("x" * 127 + "b-1", ".policy.json")
+    assert a != b and file_name("short-1", ".policy.json") == "short-1.policy.json"
+
+
+def deploy_plan(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", "deploy", "plan", "--serving", "semif", *extra,
+                           "--db", str(tmp_path / "w.db")], capture_output=True, text=True, cwd=ROOT, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from adapter.engine.models import file_sha256, resolve_model
+
+    path = resolve_model("smollm2").path
+    return path, file_sha256(path)
+
+
+def test_deploy_plan_packages_none_of_the_hostile_policies_and_a_128_char_id(tmp_path, smollm2):
+    from tests.test_security_round3 import policy_doc
+
+    gguf, sha = smollm2
+    work = tmp_path / "work"
+    for case, doc, says in hostile_policies():
+        if case not in ("look-alike ids", "a blank question", "fallback newline", "readout/prompt mismatch"):
+            continue  # the rest: load_policy above (the same validator); a plan each costs seconds
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps({**doc, "model": {"file": gguf.name, "sha256": sha}}))
+        out = deploy_plan(tmp_path, "--model", str(gguf), "--policy", str(path), "--work-dir", str(work))
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (case, out.stderr[-400:])
+        assert not list(work.rglob("model.tar.gz")), case
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(policy_doc(sha, policy_id="p" * 128, model={"file": gguf.name, "sha256": sha})))
+    out = deploy_plan(tmp_path, "--model", str(gguf), "--policy", str(path), "--work-dir", str(work))
+    assert out.returncode == 0, out.stderr[-600:]
+    assert list(work.rglob("model.tar.gz"))
+
+
+@pytest.mark.parametrize("extra,says", [
+    (["--utilisation", "nan"], "not a finite number"), (["--utilisation", "inf"], "not a finite number"),
+    (["--decisions-per-second=-inf"], "not a finite number"), (["--work-dir", "FILE"], "is a file, not a folder"),
+])
+def test_deploy_plan_refuses_bad_numbers_and_a_file_as_work_dir(extra, says, tmp_path):
+    (tmp_path / "f").write_text("x")
+    out = deploy_plan(tmp_path, *[a.replace("FILE", str(tmp_path / "f")) for a in extra])
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr[-500:]
+
+
+def test_the_deploy_pages_policy_copy_of_a_128_char_id_fits(tmp_path, monkeypatch):
+    from app.service import deploy
+    from tests.test_security_round3 import policy_doc
+
+    monkeypatch.setattr(deploy, "WORK", tmp_path / "work")
+    for n in (115, 128):
+        path = deploy.policy_file(policy_doc("0" * 64, policy_id="p" * n), 12345)
+        assert path.is_file() and len(path.name) <= 128 and json.loads(path.read_text())["policy_id"] == "p" * n
+
+
+# -- item 5: commands that select checks refuse unknown names --------------------------------------------------
+@pytest.mark.parametrize("value", ["nope", "steering,nope", ",", "Steering"])
+def test_robustness_refuses_an_unknown_check_before_any_work(value, tmp_path, capsys, no_scoring):
+    from app.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["robustness", "--policy", "ticket-routing", "--labeled-set", "ticket-routing", f"--checks={value}",
+              "--db", str(tmp_path / "w.db")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "not a check" in err and "Traceback" not in err, err[-400:]
+
+
+def test_robustness_that_judged_nothing_is_not_green(tmp_path, capsys, monkeypatch):
+    from app.__main__ import main
+    from app.service import checks
+
+    monkeypatch.setattr(checks, "robustness_check", lambda *a, **k: 1)
+    monkeypatch.setattr(checks, "robustness_report", lambda db, run_id: type("R", (), {"verdicts": {}})())
+    code = main(["robustness", "--policy", "ticket-routing", "--labeled-set", str(ROOT / "data" / "labeled" / "ticket-routing.jsonl"), "--checks", "steering",
+                 "--db", str(tmp_path / "w.db"), "--quiet"])
+    assert code == 2 and "no check ran" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cmd", [
+    ["bench", "--policy", "ticket-routing", "--states", "FIFO", "--target", "local"],
+    ["robustness", "--policy", "ticket-routing", "--states", "FIFO"],
+    ["robustness", "--policy", "ticket-routing", "--states", "STATES", "--templates", "FIFO"],
+    ["robustness", "--policy", "ticket-routing", "--states", "STATES", "--out-of-scope", "FIFO"],
+    ["robustness", "--policy", "ticket-routing", "--states", "STATES", "--json", "FIFO"],
+    ["calibrate", "--policy", "FIFO", "--labeled-set", "STATES"],
+    ["import-log", "FIFO", "--policy", "ticket-routing"],
+], ids=lambda c: f"{c[0]} {c[c.index('FIFO') - 1]}")
+def test_a_fifo_given_as_any_input_file_is_refused_not_read(cmd, tmp_path, capsys, no_scoring):
+    from app.__main__ import main
+
+    fifo, states = tmp_path / "in.jsonl", tmp_path / "s.jsonl"
+    os.mkfifo(fifo)
+    states.write_text('{"state": "my parcel is late", "label": "shipping"}\n')
+    try:
+        code = main([a.replace("FIFO", str(fifo)).replace("STATES", str(states)) for a in cmd]
+                    + ["--db", str(tmp_path / "w.db")])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and err.strip(), err[-400:]
+
+
+# -- item 8: a valid request refused for time is not refused forever -----------------------------------------
+@pytest.mark.parametrize("timeout,waited,tokens,cacheable,first,then", [
+    # the audit's 26-option content-free choice at a loaded pace (~22 tokens/s): 1,751 tokens, ~1,300 of them its prior
+    (60, 0, 1751, 1300, "after-policy", "admitted"),  # > a whole deadline; rows alone ~20 s: warm the prior, 503
+    (60, 30, 900, 300, "after-policy", "admitted"),  # queued 30 s: the prior (~13 s) fits the 30 s left, the rest not
+    (60, 45, 900, 600, 503, None),  # queued 45 s: even the prior (~27 s) does not fit the 15 s left - plain load
+    (60, 0, 4000, 1000, 413, 413),  # rows alone (~136 s) never fit: a retry costs the same, 413 both times
+    (60, 45, 900, 0, 503, 503),  # nothing cacheable: plain load, 503 (a retry when less loaded)
+])
+def test_a_refusal_for_time_keeps_the_policy_work_so_the_retry_is_admitted(timeout, waited, tokens, cacheable, first,
+                                                                            then):
+    import time
+
+    from adapter.server.admission import Pace, RequestBudget, Stopped
+
+    pace = Pace()
+    for _ in range(3):
+        pace.record(1000, 45.0)  # ~22 tokens/s
+    budget = RequestBudget(timeout, pace, working=True, started=time.monotonic() - waited)
+    outcome: object
+    try:
+        budget.forecast(tokens, cacheable=cacheable)
+        try:
+            budget.after_policy_work()
+            outcome = "admitted"
+        except Stopped as exc:
+            assert exc.status == 503 and "was done and is kept" in exc.message
+            outcome = "after-policy"
+    except Stopped as exc:
+        outcome = exc.status
+    assert outcome == first
+    if outcome == "after-policy":  # the retry: the prior is kept, only the rows are planned
+        retry = RequestBudget(timeout, pace, working=True)
+        retry.forecast(tokens - cacheable)
+        retry.after_policy_work()
+        assert then == "admitted"
+
+
+def test_the_engine_does_the_policy_work_of_a_request_refused_for_time_and_keeps_it(engine):
+    """The real engine with a budget whose pace says the request does not fit: the content-free prior is
+    computed and kept before the 503, so the retry plans only its row (no cacheable work) and is admitted."""
+    import time
+
+    from adapter.schema import DecisionRequest
+    from adapter.server.admission import Pace, RequestBudget, Stopped
+
+    row = DecisionRequest(id="r", state="I was charged twice for one order", question="Which queue?",
+                          options=[{"id": f"queue-{c}"} for c in "abcdefghijklmnopqrstuvwxyz"], readout="letters",
+                          debias="content-free")
+    engine.clear_cache()
+    engine._priors.clear()
+
+    class Probe:  # what the engine forecasts (total, the prior's share), stopping before any work
+        def forecast(self, tokens, cacheable=0):
+            self.tokens, self.cacheable = tokens, cacheable
+            raise Stopped(503, "probe", "probe")
+
+        def check(self):
+            pass
+
+        def should_stop(self):
+            return False
+
+    probe = Probe()
+    with pytest.raises(Stopped):
+        engine.score_many([row], budget=probe)
+    assert 0 < probe.cacheable < probe.tokens and probe.tokens >= Pace.MIN_FORECAST
+    # a measured pace at which the whole request does not fit the 300 s its deadline has left, its prior does
+    # (a long deadline, so that this machine's real speed never decides the outcome)
+    pace = Pace()
+    pace.rate, pace.samples = (probe.tokens + probe.cacheable) / 2 / 300, 3
+    first = RequestBudget(600, pace, working=True, started=time.monotonic() - 300)
+    with pytest.raises(Stopped) as info:
+        engine.score_many([row], budget=first)
+    assert info.value.status == 503 and "is kept" in info.value.message and len(engine._priors) == 1
+    retry = RequestBudget(600, pace, working=True)
+    result = engine.score_many([row], budget=retry)[0]
+    assert retry.forecast_tokens is not None and retry.forecast_tokens < first.forecast_tokens
+    assert result.debias == "content-free" and abs(sum(result.probabilities) - 1) < 1e-6

@@ -4,6 +4,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import stat
+from pathlib import Path
 from typing import Any, Iterator
 
 from adapter.server.http_body import nesting
@@ -35,6 +37,30 @@ MAX_DEPTH = 64  # nesting of one JSON Lines row (a state object); deeper is refu
 MAX_PROBLEMS = 1000  # row problems collected before reading stops (the rest of a bad file says nothing new)
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 CSV_SUFFIXES = (".csv", ".tsv", ".txt")
+
+
+MAX_FILE_BYTES = 1 << 30  # an input file read whole (a labeled set, states, a decision log): 1 GiB
+
+
+def read_file(path: str | Path, what: str) -> bytes:
+    """An input file's bytes, read the one safe way: it must be a regular file (a FIFO would block the
+    read - the command hangs - and a device is no file) of at most MAX_FILE_BYTES. InputError naming it."""
+    p = Path(path)
+    try:
+        info = p.stat()
+    except OSError as exc:
+        raise InputError([f"{what} {p}: {exc.strerror or exc}"]) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError([f"{what} {p}: is a folder - give a CSV or JSONL file"])
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError([f"{what} {p}: is not a regular file (a FIFO, socket or device) - give a CSV or JSONL file"])
+    if info.st_size > MAX_FILE_BYTES:
+        raise InputError([f"{what} {p}: {info.st_size:,} bytes, more than {MAX_FILE_BYTES:,} - split it"])
+    try:
+        with p.open("rb") as f:
+            return f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError([f"{what} {p}: {exc.strerror or exc}"]) from None
 
 
 def _duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import random
 import threading
 import time
@@ -53,8 +54,6 @@ def body(rng: random.Random, n: int) -> tuple[str, bytes]:
 
 def finite(text: str) -> float:
     """A number argument: NaN and Infinity refused (argparse's float takes them)."""
-    import math
-
     value = float(text)
     if not math.isfinite(value):
         raise ValueError(text)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from adapter.server.decision_log import DecisionLog, DecisionLogSettings
-from adapter.server.settings import SettingsError
+from adapter.env_settings import SettingsError
 from app.core.inputs import MAX_ROWS, InputError, read_records
 from tests.conftest import ROOT
 
@@ -205,14 +205,14 @@ def test_a_fifo_or_device_as_the_decision_log_is_the_exit_2_line(tmp_path):
 
 # -- item 1: a policy pins every field it was calibrated with -----------------------------------------------
 def state_first_policy():
-    from adapter.server.calibrated import load_policy
+    from adapter.policy import load_policy
     from tests.test_security_round3 import policy_doc
 
     return load_policy(policy_doc("0" * 64))
 
 
 def head_policy():
-    from adapter.server.calibrated import load_policy
+    from adapter.policy import load_policy
     from tests.test_security_round3 import head_doc, policy_doc
 
     return load_policy(policy_doc("0" * 64, head=head_doc("0" * 64)))
@@ -224,7 +224,7 @@ OTHER = {"question": "Another question?", "options": [{"id": "shipping"}, {"id":
 
 
 def test_the_pinned_table_names_every_field_a_policy_is_calibrated_with():
-    from adapter.server.calibrated import PINNED
+    from adapter.policy import PINNED
 
     assert set(OTHER) == set(PINNED)
     doc = (ROOT / "docs" / "adapter-api.md").read_text()
@@ -304,7 +304,7 @@ def _f32(values) -> str:
 
 @pytest.mark.parametrize("case,doc,says", hostile_policies(), ids=[c[0] for c in hostile_policies()])
 def test_a_policy_the_endpoint_cannot_serve_is_refused_on_load(case, doc, says):
-    from adapter.server.calibrated import PolicyError, load_policy
+    from adapter.policy import PolicyError, load_policy
 
     with pytest.raises(PolicyError) as info:
         load_policy(doc)
@@ -312,7 +312,7 @@ def test_a_policy_the_endpoint_cannot_serve_is_refused_on_load(case, doc, says):
 
 
 def test_the_valid_controls_still_load():
-    from adapter.server.calibrated import load_policy
+    from adapter.policy import load_policy
     from tests.test_security_round3 import head_doc, policy_doc
 
     sha = "0" * 64
@@ -323,7 +323,7 @@ def test_the_valid_controls_still_load():
 
 
 def test_a_fifo_as_a_policy_file_is_refused_not_read(tmp_path):
-    from adapter.server.calibrated import PolicyError, load_policy
+    from adapter.policy import PolicyError, load_policy
 
     fifo = tmp_path / "p.json"
     os.mkfifo(fifo)

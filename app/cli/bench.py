@@ -9,7 +9,7 @@ from pathlib import Path
 from app.cli.common import add_db, count, error, out_file, store, target
 from app.service import decide, heads
 from app.service.decide import InputError
-from app.core.inputs import read_file
+from app.service.decide import read_file
 from app.service.policies import resolve_policy
 
 

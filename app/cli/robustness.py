@@ -14,7 +14,7 @@ from app.service import checks, decide, heads
 from app.service.checks import CHECK_LABELS, CHECKS, InputError, SuiteError
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
-from app.core.inputs import read_file
+from app.service.decide import read_file
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Iterator, Mapping
 
-from adapter.server.decision_log import MARKER
+from adapter.schema import LOG_MARKER as MARKER
 from adapter.engine.templates import request_for
 
 from adapter.ids import collision, collision_message, id_problem

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any, Iterator
 
-from adapter.server.http_body import nesting
+from adapter.json_text import nesting
 
 from app.core.runner import Case
 

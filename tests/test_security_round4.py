@@ -525,3 +525,51 @@ def test_the_engine_does_the_policy_work_of_a_request_refused_for_time_and_keeps
     result = engine.score_many([row], budget=retry)[0]
     assert retry.forecast_tokens is not None and retry.forecast_tokens < first.forecast_tokens
     assert result.debias == "content-free" and abs(sum(result.probabilities) - 1) < 1e-6
+
+
+# -- item 7 (smaller): one CSV escaping rule for every download -------------------------------------------------
+def test_every_csv_download_goes_through_the_one_escaping_rule():
+    """A CSV is built in one place (app/ui/components.download_frame: csv_safe, then to_csv); a page that
+    builds its own skips the formula escaping (the audit: two Calibrate downloads did)."""
+    import re
+
+    own = [f"{p.relative_to(ROOT)}:{n}" for p in (ROOT / "app").rglob("*.py") if p.name != "components.py"
+           for n, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\.to_csv\(|csv\.writer\(|text/csv", line)]
+    assert not own, own
+    from app.ui.safe_text import csv_cell
+
+    assert csv_cell("=HYPERLINK(1)") != "=HYPERLINK(1)" and csv_cell(" =1+1") != " =1+1"
+
+
+def test_head_sources_refuse_a_non_local_target_before_any_request(tmp_path, capsys, no_scoring):
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from app.__main__ import main
+    from app.core.store import Store
+
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *a):
+            pass
+
+    srv = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        Store(str(tmp_path / "w.db")).add_target("elsewhere", "semif", {"url": f"http://127.0.0.1:{srv.server_port}"})
+        code = main(["calibrate", "--policy", "ticket-routing", "--labeled-set", "ticket-routing.jsonl",
+                     "--head-sources", "elsewhere", "--db", str(tmp_path / "w.db"), "--quiet"])
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        srv.shutdown()
+    err = capsys.readouterr().err
+    assert code == 2 and "not a local model" in err and seen == [], (err[-300:], seen)

@@ -573,3 +573,44 @@ def test_head_sources_refuse_a_non_local_target_before_any_request(tmp_path, cap
         srv.shutdown()
     err = capsys.readouterr().err
     assert code == 2 and "not a local model" in err and seen == [], (err[-300:], seen)
+
+
+@pytest.mark.parametrize("name", list(BAD_FILES))
+def test_the_calibrate_pages_picker_and_import_raise_only_the_one_error_type(name, tmp_path):
+    """What the Calibrate page calls for an upload (the column picker, the label suggestions, the import)
+    with the audit's files: the picker and suggestions degrade to nothing, the import raises InputError
+    naming the row - never RecursionError, ValueError or SQLite's error on a surrogate."""
+    from adapter.engine.templates import load_template
+    from app.core.store import Store
+    from app.service import sets
+
+    data = BAD_FILES[name].encode("utf-8", "surrogatepass")
+    policy = {**load_template("ticket-routing"), "id": "ticket-routing"}
+    found = sets.upload_columns(name, data)
+    assert isinstance(found, list)
+    for col in found or ["label"]:
+        assert isinstance(sets.label_suggestions(name, data, col, policy), dict)
+    db = Store(str(tmp_path / "w.db"))
+    with pytest.raises(InputError) as info:
+        sets.import_upload(db, name, data, policy)
+    assert "row " in "; ".join(info.value.problems) and not db.list_labeled_sets()
+
+
+# -- item 6: ids ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mark", ["\u034f", "\ufe0f", "\U000e0100", "\u3164", "\u115f", "\u2800"])
+def test_the_editor_and_the_id_rule_refuse_invisible_characters(mark):
+    from adapter.ids import id_problem
+    from app.core.policies import validate_policy
+
+    assert f"U+{ord(mark):04X}" in (id_problem("bill" + mark + "ing") or "")
+    policy, errors = validate_policy({"id": "p", "name": "p", "question": "Which queue?",
+                                      "options": [{"id": "billing"}, {"id": "bill" + mark + "ing"}]})
+    assert policy is None and f"U+{ord(mark):04X}" in json.dumps(errors, ensure_ascii=False)
+
+
+def test_shared_state_question_ids_come_back_as_sent():
+    from adapter.schema import SharedStateRequest
+
+    req = SharedStateRequest.model_validate({"state": "s", "questions": [
+        {"id": " q1", "question": "Which?", "options": [{"id": "a"}, {"id": "b"}]}]})
+    assert [r.id for r in req.rows()] == [" q1"]

@@ -82,8 +82,10 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
                  progress: ProgressFn | None = None, label: str = "", rule: StopRule | None = None,
                  head_sources: Sequence[Target] = ()) -> EvalOutcome:
     """Find the matching run (or start one) and score the rows it still lacks, until the stop rule
-    holds. `head_sources`: local models whose hidden states in the head layout are read beside it, row
-    by row (one companion run each), so a stop leaves every source with the same fair sample. ValueError
+    holds. `head_sources`: local models whose hidden states in the head layout are read after it (one
+    companion run each), source by source on the rows the main run then holds: every source gets the
+    same fair sample, and each model is loaded once (row by row, a pool smaller than the models reloaded
+    one on every row: issue 43). ValueError
     when the set cannot evaluate this policy; RunBusy when another worker scores the run; StopScoring
     (the analyst's Stop) passes through - the runs are then marked stopped."""
     run_id, resumed = runs.find_or_start(store, policy=policy, set_id=set_id, target=target, variant=variant,
@@ -105,23 +107,48 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
 
     cap = rule.max_rows if rule is not None else None
     n_jobs = len(pairs)
+    rows_total = len(runs.run_config(store.get_run(run_id) or {}).row_keys)
+    goal = min(cap, rows_total) if cap is not None else rows_total  # rows the main run will hold when it stops
+    others = sum(len(store.done_keys(r)) for r, _ in pairs[1:])  # companion rows already scored
 
     def watched(done: int, total: int, eta: float | None) -> None:
-        rows, rows_total = done // n_jobs, total // n_jobs  # progress counts calls: rows x sources
+        """The main run first (its stop rule checked on every row); the bar counts every source's rows, its
+        ETA only while no source follows (theirs are not timed yet)."""
         if progress is not None:
-            if cap is not None and cap < rows_total:  # the bar and its ETA run to where the run will stop
-                eta = None if eta is None or total <= done else eta * max(cap * n_jobs - done, 0) / (total - done)
-                total = cap * n_jobs
-            progress(done, total, eta)
-        if done % n_jobs == 0 and rule is not None and (why := rule.reason(store, run_id, rows)):
+            left = None if eta is None or total <= done or n_jobs > 1 else eta * max(goal - done, 0) / (total - done)
+            progress(done + others, goal * n_jobs, left)
+        if rule is not None and (why := rule.reason(store, run_id, done)):
             raise EnoughRows(why)
 
+    # the sources on the main target's model first: it is still loaded
+    pairs[1:] = sorted(pairs[1:], key=lambda p: (p[1].config.get("model") or "") != (target.config.get("model") or ""))
+    companions = [r for r, _ in pairs[1:]]
+    stopped = rule.reason(store, run_id, len(store.done_keys(run_id))) if rule is not None else None
+    counts: dict[str, int] = {"scored": 0, "skipped": len(store.done_keys(run_id))}
     try:
-        counts = runs.resume_evals(store, pairs, watched, reuse=reuse)
+        if not stopped:
+            counts = runs.resume_evals(store, pairs[:1], watched, reuse=reuse)[run_id]
     except EnoughRows as exc:
-        return EvalOutcome(name + sources, run_id, resumed, {"scored": len(store.done_keys(run_id))}, stopped=str(exc),
-                           companions=[r for r, _ in pairs[1:]])
-    return EvalOutcome(name + sources, run_id, resumed, counts[run_id], companions=[r for r, _ in pairs[1:]])
+        stopped, counts = str(exc), {"scored": len(store.done_keys(run_id))}
+    except StopScoring:  # the analyst's Stop before the sources' turn: they are stopped too (and resume later)
+        for companion in companions:
+            store.stop_run(companion, "stopped")
+        raise
+    held = frozenset(store.done_keys(run_id))
+    if companions and held:  # then source by source, on the rows the main run holds: one model in use at a time
+        base = len(held)
+
+        def follow(done: int, total: int, eta: float | None) -> None:
+            if progress is not None:
+                progress(base + done, base * n_jobs, eta)
+
+        runs.resume_evals(store, pairs[1:], follow, reuse=reuse, by_source=True, only=held)
+    if stopped or not held:
+        for companion in companions:  # they hold only the main run's rows: stopped with it, resumed with it
+            store.stop_run(companion, "stopped")
+    if stopped:
+        return EvalOutcome(name + sources, run_id, resumed, counts, stopped=stopped, companions=companions)
+    return EvalOutcome(name + sources, run_id, resumed, counts, companions=companions)
 
 
 def evaluate(store: Store, policy: Policy, set_id: int, targets: list[Target], variants: list[str], *,

@@ -20,7 +20,7 @@ from app.core.store import Store
 from app.service import calibrate_panels as panels
 from app.service import evaluate, history, review, sets as set_service, targets
 from app.service.display import Cell, Column, Note
-from app.ui import charts, context, resources, tasks
+from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import glossary, saved_policies
 from app.ui.page_state import PageKeys
 from app.ui.safe_text import md
@@ -80,7 +80,8 @@ def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
                                  key=keys.up_policy)
         upload = c2.file_uploader("Upload CSV / JSONL (state, label, optional id, split, metadata columns)",
                                   type=["csv", "jsonl", "tsv"], key=keys.upload)
-        columns = upload_mapping(c2, upload, policies[up_policy]) if upload is not None else None
+        columns = (importer.column_mapping(c2, upload, [o["id"] for o in policies[up_policy]["options"]], keys,
+                                           policy_name=policies[up_policy]["name"]) if upload is not None else None)
         if upload is not None and c2.button("Import", key=keys("import")):
             import_upload(db, policies, up_policy, upload, columns)
         sets = set_service.listed(db)
@@ -112,42 +113,16 @@ def import_upload(db: Store, policies: Policies, up_policy: str, upload: Uploade
 
 
 def scoring_time(db: Store, rows: int) -> str:
-    """'about 6 min (~1.6 s a row, measured: ...)' on the first chosen target, from its measured pace."""
-    chosen = st.session_state.get(keys.targets) or ["local"]
-    seconds, source = set_service.pace(db, chosen[0])
-    return f"{set_service.minutes(rows, seconds)} ({source}), after the model load and the policy's first passes"
-
-
-def upload_mapping(column: DeltaGenerator, upload: UploadedFile, policy: Policy) -> set_service.ColumnMap:
-    """Which column of the upload is the state and which the label, and what each label value is taken
-    as (an option id: 'bug-frontend' is proposed as 'bug_frontend'); open when the file needs it."""
-    name, data = upload.name, upload.getvalue()
-    found = set_service.upload_columns(name, data)
-    if not found:  # not readable: the import says why
-        return set_service.ColumnMap()
-    state_guess = set_service.guess_column(found, "state")
-    label_guess = set_service.guess_column(found, "label", besides=state_guess)
-    ids = [o["id"] for o in policy["options"]]
-    needs = state_guess != "state" or label_guess != "label"
-    with column.expander("Columns and labels", expanded=needs):
-        state = st.selectbox("State column", found, index=found.index(state_guess) if state_guess else 0,
-                             key=keys.col_state)
-        label = st.selectbox("Label column", found, index=found.index(label_guess) if label_guess else 0,
-                             key=keys.col_label)
-        proposed = set_service.label_suggestions(name, data, label, policy)
-        mapping: dict[str, str] = {}
-        others = [v for v, o in proposed.items() if o != v]
-        for i, value in enumerate(others[:40]):
-            guess = proposed[value]
-            pick = st.selectbox(f"Label '{md(value)}' is the option", ["(not an option: refused)", *ids],
-                                index=ids.index(guess) + 1 if guess else 0, key=keys("map", label, i))
-            if pick in ids:
-                mapping[value] = pick
-        if len(others) > 40:
-            st.caption(f"{len(others) - 40} more label values are not options: fix them in the file.")
-        if not others:
-            st.caption(f"Every value of {md(label)} is an option of {md(policy['name'])}.")
-    return set_service.ColumnMap(state, label, mapping)
+    """'about 6 min for 3 sources (local: ~1.6 s a row, measured: ...; ...)': every chosen target x readout
+    and head-layout source at its measured pace (or the stated default), with a warning when they ask for
+    more local models than stay loaded."""
+    chosen = st.session_state.get(keys.targets) or targets.names(db)[:1]
+    sources = list(st.session_state.get(keys.head_sources) or [])
+    readouts = len(st.session_state.get(keys.variants) or ["default"])
+    if note := set_service.pool_note(targets.local_models(db, [*chosen, *sources]), resources.engines().max_loaded):
+        st.info(md(note))
+    plan = set_service.estimate(db, chosen, readouts, sources)
+    return f"{plan.text(rows)} ({'; '.join(plan.parts)}), after the model loads and the policy's first passes"
 
 
 def delete_set(db: Store, sets: Sequence[Mapping[str, Any]]) -> None:

@@ -63,7 +63,7 @@ def test_the_import_guesses_the_text_column_previews_and_warns_about_ids(browser
         settle(page)
         page.locator("[data-testid=stFileUploaderDropzoneInput]").set_input_files(str(upload))
         settle(page)
-        expect(page.get_by_label("State column")).to_have_value("issue_text")
+        expect(page.get_by_role("combobox", name="State column")).to_have_value("issue_text")
         expect(page.locator("[data-testid=stTable]").first).to_contain_text("GH-1002")
     finally:
         ctx.close()

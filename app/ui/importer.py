@@ -33,9 +33,11 @@ def column_mapping(column: DeltaGenerator, upload: UploadedFile, option_ids: lis
     labels = cols if label_required else [NO_LABEL, *cols]
     label_at = labels.index(guess.label) if guess.label in labels else 0
     with column.expander("Columns and labels", expanded=guess.needs_a_look):
-        state = st.selectbox("State column (the text to decide on)", cols,
-                             index=cols.index(guess.state) if guess.state in cols else 0, key=keys("col_state", file_key))
-        label = st.selectbox("Label column (the correct option)", labels, index=label_at, key=keys("col_label", file_key))
+        st.caption("Proposed: the longest free-text column as the state (the text to decide on), a column named "
+                   "like a label as the correct option, an id-like column as each row's id.")
+        state = st.selectbox("State column", cols, index=cols.index(guess.state) if guess.state in cols else 0,
+                             key=keys("col_state", file_key))
+        label = st.selectbox("Label column", labels, index=label_at, key=keys("col_label", file_key))
         ids = [ROW_NUMBER, *cols]
         ident = st.selectbox("Id column", ids, index=ids.index(guess.id) if guess.id in ids else 0,
                              key=keys("col_id", file_key))

@@ -130,3 +130,23 @@ def test_the_sources_table_shows_accuracy_and_cost_first():
     assert list(rows[0])[:6] == ["source", "accuracy (out of fold)", "accuracy 95% CI", "s a row (measured)", usd,
                                  "speed-up vs zero-shot"]
     assert all(r["s a row (measured)"] and r[usd] and r["speed-up vs zero-shot"] for r in rows)
+
+
+def test_the_reuse_line_says_why_rows_were_evaluated_again(tmp_path):
+    """Issue 43, item 4: re-running a changed policy said 'reused 0' and not why; now the outcome names what
+    changed in the request since the earlier run (here the question), and an unchanged re-run copies all."""
+    store = Store(tmp_path / "wb.db")
+    policy = load_template("refund-check")
+    store.save_policy(policy)
+    set_id = import_file(store, "refund-4.jsonl", subset_file(tmp_path, "refund-check", 4, n_train=0).read_bytes(),
+                         policy)
+    pool = EnginePool(max_loaded=1)
+    target = LocalTarget("local", {"model": ""}, pool)
+    first = evaluate.evaluate_one(store, policy, set_id, target, evaluate.VARIANTS["letters"])
+    assert first.counts["evaluated"] == 4 and "no earlier answer to these rows" in first.text()
+    changed = {**policy, "question": policy["question"] + " Answer for the customer's latest order."}
+    second = evaluate.evaluate_one(store, changed, set_id, target, evaluate.VARIANTS["letters"])
+    assert second.counts["evaluated"] == 4 and second.counts["reused"] == 0
+    assert f"since run #{first.run_id} the request changed in the question (4 rows)" in second.text(), second.text()
+    again = evaluate.evaluate_one(store, changed, set_id, target, evaluate.VARIANTS["letters"], new_run=True)
+    assert again.counts["reused"] == 4 and again.counts["evaluated"] == 0 and "request changed" not in again.text()

@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     c = outcome.counts
     print(f"run #{outcome.run_id} ({'resumed' if outcome.resumed else 'new'}): scored {c['scored']} rows "
           f"({c['evaluated']} evaluated, {c['reused']} copied from stored results of the same model and request), "
-          f"reused {c['skipped']} already in this run, errors {c['errors']}", file=sys.stderr)
+          f"reused {c['skipped']} already in this run, errors {c['errors']}"
+          + (f". {outcome.why_scored}" if outcome.why_scored else ""), file=sys.stderr)
     assert outcome.run_id is not None
     try:
         cal = ev.calibrate(db, outcome.run_id, target_accuracy=args.target_accuracy, per_option=args.per_option,

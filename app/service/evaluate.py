@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 from adapter.server.calibrated import CalibratedPolicy
 
 from app.core import run_calibration
-from app.core import calibration, head_sources, heads, runs
+from app.core import calibration, head_sources, heads, reuse, runs
 from app.core.calibration import SMALL
 from app.core.run_calibration import Calibration, GateDecision, version_label
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS, Variant
@@ -17,7 +17,7 @@ from app.core.runner import ProgressFn, StopScoring
 from app.core.stats import Proportion, proportion
 from app.core.records import Run, config_of
 from app.core.store import RunBusy, Store
-from app.core.stored import StoredResponse
+from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
@@ -62,7 +62,8 @@ class EvalOutcome:
     same_as: str | None = None  # not scored: reads the same as this earlier variant
     error: str | None = None
     stopped: str | None = None  # a stop rule ended it early (the run is resumable)
-    companions: list[int] = field(default_factory=list)  # head-layout runs scored row by row beside it
+    companions: list[int] = field(default_factory=list)  # head-layout runs scored after it, on its rows
+    why_scored: str = ""  # why the rows evaluated were not copied from stored results (reuse.why_not_reused)
 
     def text(self) -> str:
         if self.same_as:
@@ -72,9 +73,10 @@ class EvalOutcome:
         if self.stopped:
             return f"{self.label}: stopped early - {self.stopped}; run it again to score the rest"
         c = self.counts
-        return (f"{self.label}: done — scored {c.get('scored', 0)} ({c.get('evaluated', 0)} evaluated, "
-                f"{c.get('reused', 0)} copied from stored results), reused {c.get('skipped', 0)}, errors "
-                f"{c.get('errors', 0)}")
+        return (f"{self.label}: done — {c.get('scored', 0)} rows scored now: {c.get('reused', 0)} copied from stored "
+                f"results of the same model and request, {c.get('evaluated', 0)} evaluated; "
+                f"{c.get('skipped', 0)} already in this run; errors {c.get('errors', 0)}"
+                + (f". {self.why_scored}" if self.why_scored else ""))
 
 
 def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, variant: Variant, *,
@@ -148,7 +150,36 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
             store.stop_run(companion, "stopped")
     if stopped:
         return EvalOutcome(name + sources, run_id, resumed, counts, stopped=stopped, companions=companions)
-    return EvalOutcome(name + sources, run_id, resumed, counts, companions=companions)
+    return EvalOutcome(name + sources, run_id, resumed, counts, companions=companions,
+                       why_scored=why_scored(store, run_id) if counts.get("evaluated") else "")
+
+
+def why_scored(store: Store, run_id: int) -> str:
+    """Why this run's evaluated rows were not copied from stored results: against the newest earlier run of the
+    same set and target, the request fields that changed (reuse.request_changes) and the rows whose model did."""
+    run = store.get_run(run_id)
+    if run is None:
+        return ""
+    fresh = [r for r in store.results(run_id) if r.get("reused_from") is None and not r["error"]]
+    earlier = [r for r in store.list_runs(kind="eval") if r["id"] < run_id and r["labeled_set_id"] == run["labeled_set_id"]
+               and r["target_name"] == run["target_name"] and runs.is_head_layout(r) == runs.is_head_layout(run)]
+    for other in earlier:  # newest first
+        before = {r["row_key"]: r for r in store.results(other["id"]) if not r["error"]}
+        pairs = [(r, before[r["row_key"]]) for r in fresh if r["row_key"] in before]
+        if not pairs:
+            continue
+        changes: dict[str, int] = {}
+        for now, then in pairs:
+            for k in reuse.request_changes(now.get("request"), then.get("request")):
+                changes[k] = changes.get(k, 0) + 1
+        models = sum(1 for now, then in pairs if _model_sha(now) != _model_sha(then))
+        return reuse.why_not_reused(len(fresh), changes, models, len(pairs), other["id"])
+    return reuse.why_not_reused(len(fresh), {}, 0, 0, None)
+
+
+def _model_sha(result: Mapping[str, Any]) -> str | None:
+    model = (StoredResponse.of(result) or NO_RESPONSE).model
+    return model.sha256 if model is not None else None
 
 
 def evaluate(store: Store, policy: Policy, set_id: int, targets: list[Target], variants: list[str], *,

@@ -400,7 +400,7 @@ def save_section(db: Store, cal: Calibration, exported: evaluate.Export) -> None
     c2.download_button("Download calibrated policy (JSON)", json.dumps(config, indent=2, ensure_ascii=False).encode(),
                        file_name=f"{config['policy_id']}.policy.json", mime="application/json", key=keys.download)
     saved = st.session_state.get(keys.saved)
-    if saved:
+    if saved and saved.run_id in (None, cal.run_id):  # a note about another run's save stays with that run
         st.success(saved.text(md))
         st.page_link("views/deploy.py", label="Go to Deploy", icon=":material/cloud_upload:")
     with st.expander("Policy JSON"):

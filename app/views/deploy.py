@@ -51,6 +51,8 @@ def policy_picker(db: Store) -> tuple[str, str]:
             return "", ""
     else:
         config = saved[choice]["config"]
+        if newer := deploy.newer_version(db, saved[choice]):
+            st.warning(md(newer))
     steering_verdict(db, choice)
     try:
         path = deploy.policy_file(config, choice)  # validated again (a saved one too) and kept inside its folder

@@ -1,0 +1,48 @@
+"""One word for versions (issue 43, item 4): Deploy's picker names each calibrated policy's policy version, and
+says when the policy has a newer version and whether that one was calibrated and checked."""
+from __future__ import annotations
+
+from adapter.engine.templates import load_template
+
+from app.core.reuse import request_changes, why_not_reused
+from app.core.store import Store
+from app.service import deploy
+
+
+def _calibrated(store: Store, policy: dict, version: int) -> int:
+    return store.save_calibrated({"policy_id": policy["id"], "name": policy["name"], "policy_version": version,
+                                  "model": {"file": "m.gguf", "sha256": "ab" * 32}, "threshold": 0.5,
+                                  "metrics": {}, "options": policy["options"]})
+
+
+def test_deploy_names_the_version_and_a_newer_one(tmp_path):
+    store = Store(tmp_path / "wb.db")
+    policy = load_template("refund-check")
+    v1 = store.save_policy(policy)
+    first = _calibrated(store, v1, v1["version"])
+    rec = next(r for r in store.list_calibrated() if r["id"] == first)
+    assert f" v{v1['version']} ·" in deploy.calibrated_label(rec)
+    assert deploy.newer_version(store, rec) is None  # the current version: nothing to say
+    v2 = store.save_policy({**policy, "question": policy["question"] + " Think of the latest order."})
+    note = deploy.newer_version(store, rec)
+    assert note and f"now at v{v2['version']}" in note and "not evaluated or calibrated yet" in note
+    assert f"Shipping this one ships v{v1['version']}" in note
+    second = _calibrated(store, v2, v2["version"])
+    note = deploy.newer_version(store, rec)
+    assert note and f"calibrated as #{second}" in note and "not checked yet" in note
+
+
+def test_why_rows_were_not_reused_names_what_changed():
+    assert request_changes({"id": "a", "state": "s", "question": "q", "guard": None},
+                           {"id": "b", "state": "s", "question": "q", "guard": "erase-check"}) == ["guard"]
+    assert request_changes({"state": "s", "layout": "state-first"}, {"state": "s"}) == []
+    text = why_not_reused(44, {"guard": 44}, 0, 44, 12)
+    assert text == "44 evaluated, not copied: since run #12 the request changed in the guard (44 rows)"
+    assert why_not_reused(5, {}, 0, 0, None) == "5 evaluated: no earlier answer to these rows on this set"
+
+
+def test_a_save_note_names_its_run_and_version():
+    from app.service.calibrate_panels import Saved
+
+    note = Saved(3, "refund-check", 0.5, "human-review", None, run_id=7, version=2)
+    assert note[0] == 3 and "Saved as calibrated policy #3 (v2, from run #7)" in note.text()

@@ -211,14 +211,16 @@ def evaluate_section(db: Store, policies: Policies, sets: dict[int, Any]) -> tup
     problem, support = set_notes(db, policies[pid], sid, sets[sid].get("parent_id"))
     names = targets.names(db)
     c1, c2 = st.columns(2)
-    chosen = c1.multiselect("Targets (several local models side by side)", names, default=names[:1], key=keys.targets)
+    chosen = c1.multiselect("Targets (several local models side by side)", names, default=names[:1], key=keys.targets,
+                            persist_state=context.KEEP)
     variants = c2.multiselect("Readouts to compare", list(VARIANTS), default=["default"], key=keys.variants,
+                              persist_state=context.KEEP,
                               help="default: the policy's readout, else the model's measured default")
     examples = st.radio("Few-shot examples", EXAMPLE_SOURCES, horizontal=True, key=keys.examples,
                         format_func={"policy": "the policy's own", "train": "from the set's train split (never scored)"}.get)
     sources = st.multiselect(
         "Head layout: also read hidden states from (a learned head, policy first - each row reads only its state)",
-        targets.local_names(db), key=keys.head_sources,
+        targets.local_names(db), key=keys.head_sources, persist_state=context.KEEP,
         help="Each model named here scores the same rows beside the first target, row by row, in the head layout: "
              "the question and options first (evaluated once per policy), the state last. Only a learned head reads "
              "it, so it needs labeled rows - 3 of every option at least. It costs what it costs: per row about the "
@@ -351,7 +353,7 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
     c1, c2 = st.columns(2)
     fallback = c1.selectbox("Fallback when gated", ["human-review", *cal.option_ids], key=keys.fallback)
     hand = None
-    if c2.checkbox("Set the gate by hand", key=keys.manual):
+    if c2.checkbox("Set the gate by hand", key=keys.manual, persist_state=context.KEEP):
         slider = panels.gate_slider(cal)
         hand = st.slider("Gate (calibrated confidence)", 0.0, 1.0, slider.start, 0.005, key=keys.gate, format="%.3f",
                          help=slider.help)
@@ -451,7 +453,7 @@ def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], r
                            disabled=bool(st.session_state.get(keys.manual)),
                            help="the gate is chosen to reach it (disabled while the gate is set by hand)")
     per_option = c2.checkbox("Per-option gates", key=keys.per_option)
-    head = c3.selectbox("Learned head", evaluate.HEAD_CHOICES, key=keys.head, format_func=lambda h: HEAD_LABELS[h],
+    head = c3.selectbox("Learned head", evaluate.HEAD_CHOICES, key=keys.head, persist_state=context.KEEP, format_func=lambda h: HEAD_LABELS[h],
                         help="auto: a head fitted on these labeled rows is exported only when it beats the corrections "
                              "beyond noise (out of fold); or pick one yourself")
     try:

@@ -193,7 +193,7 @@ def states_input(db: Store, policy: Policy) -> States:
         if not made:
             st.info(f"No labeled set of {md(policy['name'])} yet: import one on the Calibrate page (Labeled sets).")
             return States(set_id=-1)
-        sid = st.selectbox("Labeled set", list(made), key=keys("set", policy["id"]),
+        sid = st.selectbox("Labeled set", list(made), key=keys("set", policy["id"]), persist_state=context.KEEP,
                            format_func=lambda i: f"#{i} {made[i]['name']} ({made[i]['n_rows']} rows)")
         return States(set_id=int(sid))
     upload = st.file_uploader("CSV or JSONL: a state column (optional id, and a label for accuracy)",
@@ -240,10 +240,11 @@ def render() -> None:
     policy = policy_picker(saved, key=keys.policy)
     states = states_input(db, policy)
     names = targets.names(db, single_rows=True)
-    chosen = st.multiselect("Targets", names, default=names[:1], key=keys.targets)
+    chosen = st.multiselect("Targets", names, default=names[:1], key=keys.targets, persist_state=context.KEEP)
     saved_heads = heads.calibrated_of(db, policy["id"])
     head_ids = st.multiselect("Calibrated policies, as deployed (a learned head, or a correction and gate)",
                               list(saved_heads), key=keys("heads", policy["id"]), format_func=lambda i: saved_heads[i],
+                              persist_state=context.KEEP,
                               help="each adds a column per target of its model: the calibrated policy's decision on "
                                    "that target's rows - its head or correction, gate and fallback (the targets that "
                                    "can are asked for their hidden states)")

@@ -280,17 +280,25 @@ def finished_evaluation(db: Store) -> None:
 
 
 def live_section(db: Store, pid: str, sid: int) -> None:
-    """While runs of this policy x set are scored: the numbers so far, refreshed as rows arrive."""
-    if not evaluate.running(db, pid, sid):
+    """While runs of this policy x set are scored: the numbers so far, refreshed as rows arrive - drawn at once
+    when this session's evaluation was just started (its runs may not exist yet), not only after a rerun."""
+    def mine() -> Any:
+        task = tasks.runner().get(st.session_state.get(keys.task))
+        return task if task is not None and task.active else None
+
+    if not evaluate.running(db, pid, sid) and mine() is None:
         return
 
     @st.fragment(run_every=3.0)
     def numbers() -> None:
         runs = evaluate.running(db, pid, sid)
-        if not runs:
+        task = mine()
+        if not runs and task is None:
             st.rerun()
-        mine = tasks.runner().get(st.session_state.get(keys.task))
-        stop_at = int(st.session_state.get(keys.stop_at) or 0) if mine is not None and mine.active else 0
+        if not runs:
+            st.info("Starting the evaluation (loading the model, the policy's first passes): the numbers appear "
+                    "here as rows are scored.")
+        stop_at = int(st.session_state.get(keys.stop_at) or 0) if task is not None else 0
         for run in runs:
             st.info(md(evaluate.live(db, run["id"], stop_at=stop_at or None).text()))
 

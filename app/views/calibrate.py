@@ -323,7 +323,7 @@ def sources_section(db: Store, run_id: int) -> None:
     st.markdown("**Cheapest decision that is not worse** (this run and its head-layout sources, the same rows)")
     st.success(md(table.sentence)) if table.recommended is not None else st.info(md(table.sentence))
     frame = pd.DataFrame(evaluate.source_rows(table))
-    st.dataframe(frame, hide_index=True, key=keys.sources, column_config={
+    st.dataframe(frame, hide_index=True, key=keys.sources, placeholder="", column_config={
         "accuracy (out of fold)": st.column_config.NumberColumn(format="%.3f"),
         "macro-F1": st.column_config.NumberColumn(format="%.3f"),
         "s a row (measured)": st.column_config.NumberColumn(format="%.2f"),
@@ -439,7 +439,7 @@ def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str)
     """The runs of the saved version side by side; returns their rows (the run picker's labels)."""
     rows = readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"])) for r in runs))
     st.markdown(f"**Readouts side by side** (this policy as saved now, {version} × this set)")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key=keys.compare,
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key=keys.compare, placeholder="",  # no "None" in empty cells
                  column_config={c: st.column_config.NumberColumn(format="%.3f") for c in NUMBER3})
     st.caption("Per run: as scored, and with the best correction (temperature, per-option offsets; out of fold). "
                "The learned heads are fitted for the run opened below, and its numbers are shown there.")

@@ -46,3 +46,17 @@ def test_a_save_note_names_its_run_and_version():
 
     note = Saved(3, "refund-check", 0.5, "human-review", None, run_id=7, version=2)
     assert note[0] == 3 and "Saved as calibrated policy #3 (v2, from run #7)" in note.text()
+
+
+def test_deploy_prices_with_the_pace_measured_on_calibrate(tmp_path):
+    """Issue 43, item 6: Deploy's cost per 1,000 used the instance family's default (0.5 decisions/s) although
+    Calibrate had measured the pace; now the measured pace is offered, said as measured on this machine's CPU."""
+    store = Store(tmp_path / "wb.db")
+    policy = store.save_policy(load_template("refund-check"))
+    run = store.create_run(kind="eval", policy=policy, target={"name": "local", "kind": "local"}, n_rows=6)
+    assert deploy.measured_rate(store, {"run_id": run}) is None  # nothing measured yet: the family default stays
+    for i in range(6):
+        store.add_result(run, {"row_key": f"r{i}", "position": i, "state": "s", "label": None, "cold": int(i == 0),
+                               "latency_s": 9.0 if i == 0 else 2.0, "error": None})
+    rate, why = deploy.measured_rate(store, {"run_id": run})
+    assert rate == 0.5 and "last 5 warm calls on local" in why and "not the instance's" in why

@@ -25,6 +25,8 @@ from deploy.prepare import Prepared, prepare, revalidate
 from deploy.pricing import cost_per_1000, first_choice, hint
 
 from app.core import deployed
+from app.core.analysis import warm_latencies
+from app.service.sets import MEASURED_MIN
 from app.core.deploy_records import StoreRecorder, apply_and_record, destroy_and_record, record_planned, record_result
 from app.core.records import AuditEntry, Calibrated, Deployment
 from app.core.stats import interval_text
@@ -282,3 +284,19 @@ def newer_version(store: Store, rec: Mapping[str, Any]) -> str | None:
         state = "evaluated but not calibrated yet" if evaluated else "not evaluated or calibrated yet"
     return (f"{policy.get('name') if policy else pid} is now at v{now}; this calibrated policy is v{mine}. v{now}: {state}. "
             f"Shipping this one ships v{mine}.")
+
+
+def measured_rate(store: Store, config: Mapping[str, Any]) -> tuple[float, str] | None:
+    """(decisions/s, where from) measured on Calibrate for a calibrated policy: the warm pace of the target its
+    run was scored on, in its layout (sets.pace) - on this machine's CPU, not the instance's; None before
+    MEASURED_MIN warm calls (Deploy then says it uses the instance family's default)."""
+    run = store.get_run(int(config["run_id"])) if config.get("run_id") else None
+    if run is None:
+        return None
+    head = (config.get("layout") or "") == "policy-first"
+    got = warm_latencies(store, {run["target_name"]}, head_layout=head).get(run["target_name"])
+    if not got or got["n"] < MEASURED_MIN:
+        return None
+    seconds = got["p50_ms"] / 1000
+    return 1 / seconds, (f"measured on Calibrate: the median of the last {got['n']} warm calls on "
+                         f"{run['target_name']} ({seconds:.2g} s a row, on this machine's CPU - not the instance's)")

@@ -59,6 +59,11 @@ def policy_picker(db: Store) -> tuple[str, str]:
     except ValueError as exc:
         st.error(f"**Calibrated policy**: {md(exc)}")
         return "", ""
+    if (rate := deploy.measured_rate(db, config)) is not None:
+        if not st.session_state.get(KEYS.dps):  # the pace measured on Calibrate, unless one was typed
+            st.session_state[KEYS.dps] = f"{rate[0]:.3g}"
+        st.caption(f"Decisions/s per instance below: {rate[0]:.3g}, {md(rate[1])} - replace it with a figure from "
+                   "the instance when you have one.")
     gate = config.get("threshold")
     st.caption(f"Calibrated on {md(config['model']['file'])}: deploy that model (a plan with another model is "
                f"refused). The adapter answers **{md(config['fallback_option'])}** "

@@ -60,3 +60,18 @@ def test_deploy_prices_with_the_pace_measured_on_calibrate(tmp_path):
                                "latency_s": 9.0 if i == 0 else 2.0, "error": None})
     rate, why = deploy.measured_rate(store, {"run_id": run})
     assert rate == 0.5 and "last 5 warm calls on local" in why and "not the instance's" in why
+
+
+def test_a_deleted_sets_id_is_not_given_to_the_next_import(tmp_path):
+    """Issue 43, item 6: a deleted set's id was reused by the next import, which then inherited its runs."""
+    from app.core.labeled import import_file
+    from tests.conftest import subset_file
+
+    store = Store(tmp_path / "wb.db")
+    policy = store.save_policy(load_template("refund-check"))
+    first = import_file(store, "a.jsonl", subset_file(tmp_path, "refund-check", 4, n_train=0).read_bytes(), policy)
+    store.create_run(kind="eval", policy=policy, target={"name": "local", "kind": "local"}, n_rows=4,
+                     labeled_set_id=first)
+    store.delete_labeled_set(first)
+    second = import_file(store, "b.jsonl", subset_file(tmp_path, "refund-check", 5, n_train=0).read_bytes(), policy)
+    assert second != first and second > first

@@ -498,8 +498,12 @@ class Store:
             existing = list(db.table("labeled_sets").rows_where(*same))
             if existing:
                 return int(existing[0]["id"])
-            set_id = db.table("labeled_sets").insert({"name": name, "policy_id": policy_id, "content_hash": content_hash,
-                                                "n_rows": len(rows), "source": source,
+            # never the id of a deleted set that runs still name (SQLite reuses the highest rowid once it is
+            # deleted): a new set must not inherit the old one's runs on Calibrate and History
+            used = db.execute("SELECT max(m) FROM (SELECT max(id) AS m FROM labeled_sets UNION ALL "
+                              "SELECT max(labeled_set_id) FROM runs)").fetchone()[0]
+            set_id = db.table("labeled_sets").insert({"id": int(used or 0) + 1, "name": name, "policy_id": policy_id,
+                                                "content_hash": content_hash, "n_rows": len(rows), "source": source,
                                                 "created_at": now(), "parent_id": parent_id}).last_pk or 0
             db.table("labeled_rows").insert_all(_encode({**r, "set_id": set_id, "position": i}) for i, r in enumerate(rows))
             return int(set_id)

@@ -75,3 +75,23 @@ def test_a_deleted_sets_id_is_not_given_to_the_next_import(tmp_path):
     store.delete_labeled_set(first)
     second = import_file(store, "b.jsonl", subset_file(tmp_path, "refund-check", 5, n_train=0).read_bytes(), policy)
     assert second != first and second > first
+
+
+def test_a_new_versions_sources_table_leaves_the_old_versions_companions_out(tmp_path):
+    """Issue 43, item 4: v2's sources table listed v1's companion runs (a guard change keeps the content)."""
+    from app.core.runs import policy_fingerprint
+    from app.service import evaluate
+
+    store = Store(tmp_path / "wb.db")
+    v1 = store.save_policy(load_template("refund-check"))
+
+    def run(policy, layout=None):
+        cfg = {"policy_fingerprint": policy_fingerprint(policy), "examples": "policy", "layout": layout}
+        return store.create_run(kind="eval", policy=policy, target={"name": "local", "kind": "local"}, n_rows=4,
+                                labeled_set_id=1, config=cfg)
+
+    old_main, old_companion = run(v1), run(v1, "policy-first")
+    v2 = store.save_policy({**load_template("refund-check"), "guard": "erase-check"})
+    new_main, new_companion = run(v2), run(v2, "policy-first")
+    assert [r["id"] for r in evaluate.source_group(store, new_main)] == [new_main, new_companion]
+    assert [r["id"] for r in evaluate.source_group(store, old_main)] == [old_main, old_companion]

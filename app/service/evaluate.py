@@ -259,15 +259,15 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
 
 
 def source_group(store: Store, run_id: int) -> list[Run]:
-    """A run and the head-layout runs of the same rows (the same policy content, set and examples), a
-    state-first run first: for a head-layout run opened on its own, the newest state-first run of those rows."""
+    """A run and the head-layout runs of the same rows (the same policy content and saved version, set and
+    examples: a v1 companion never stands in v2's table), a state-first run first: for a head-layout run opened on its own, the newest state-first run of those rows."""
     run = store.get_run(run_id)
     if run is None:
         return []
 
-    def rows_of(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    def rows_of(r: Mapping[str, Any]) -> tuple[Any, ...]:  # the same rows of the same saved version
         c = config_of(r)
-        return r["labeled_set_id"], c.get("policy_fingerprint"), c.get("examples")
+        return r["labeled_set_id"], c.get("policy_fingerprint"), c.get("examples"), (r.get("policy") or {}).get("version")
 
     same = [r for r in store.list_runs(kind="eval") if rows_of(r) == rows_of(run)]  # newest first
     main = run if not runs.is_head_layout(run) else next((r for r in same if not runs.is_head_layout(r)), None)

@@ -67,3 +67,28 @@ def test_jsonl_keys_are_guessed_the_same_way():
            b'{"ref": "A-2", "body": "I cannot log in since yesterday evening", "answer": "account"}\n'
     g = importer.guess("t.jsonl", data)
     assert (g.state, g.label) == ("body", "answer")
+
+
+def test_the_command_line_reads_a_file_through_the_same_importer(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from app.service.sets import cli_mapping
+    from tests.conftest import ROOT
+
+    policy = {"id": "triage", "name": "GitHub issue triage", "question": "What kind of GitHub issue is this?",
+              "options": [{"id": o, "description": o.replace("_", " ")} for o in OPTIONS]}
+    cols, lines = cli_mapping("issues.csv", TRIAGE, policy, state="issue_text", label=None, ident=None)
+    assert cols == ColumnMap("issue_text", "team", {"Feature Request": "feature_request"}, "issue_id")
+    assert lines[0].startswith("columns: state=issue_text label=team id=issue_id; 'Feature Request' -> feature_request")
+    assert lines[1].startswith("  GH-1042 | bug | The export button")
+    _, warned = cli_mapping("issues.csv", TRIAGE, policy, state="issue_id", label="team", ident=None)
+    assert any(line.startswith("warning: The state column 'issue_id'") for line in warned)
+    (tmp_path / "p.json").write_text(json.dumps(policy))
+    (tmp_path / "issues.csv").write_bytes(TRIAGE)
+    proc = subprocess.run([sys.executable, "-m", "app", "calibrate", "--db", str(tmp_path / "wb.db"), "--policy",
+                           str(tmp_path / "p.json"), "--labeled-set", str(tmp_path / "issues.csv")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # nothing scored, nothing imported
+    assert "--state-column issue_text --label-column team --id-column issue_id" in proc.stderr, proc.stderr

@@ -24,14 +24,16 @@ class SetNotFound(ValueError):
     """A --labeled-set reference that is no file, shipped set or stored set id."""
 
 
-def resolve_set(store: Store, ref: str, policy: Policy) -> int:
+def resolve_set(store: Store, ref: str, policy: Policy, columns: ColumnMap | None = None) -> int:
     """A CSV/JSONL file (or a file name in data/labeled) imported for `policy`, or a stored set id.
+    `columns`: the importer's mapping (which column is the state, label, id; label values mapped).
     Raises SetNotFound, or InputError naming the rows a file was rejected for (nothing imported)."""
     path = Path(ref)
     if not path.is_file() and (DATA_DIR / "labeled" / ref).is_file():
         path = DATA_DIR / "labeled" / ref
     if path.is_file():
-        return import_file(store, path.name, read_file(path, "--labeled-set"), policy, source=str(path))
+        return import_file(store, path.name, read_file(path, "--labeled-set"), policy, source=str(path),
+                           columns=columns)
     if ref.isdigit() and store.get_labeled_set(int(ref)):
         return int(ref)
     raise SetNotFound(f"--labeled-set {ref!r}: no such file or stored set id")
@@ -74,6 +76,32 @@ def preview(name: str, data: bytes, columns: ColumnMap, option_ids: list[str]) -
     return importer.preview(name, data, columns, option_ids)
 
 
+def cli_mapping(name: str, data: bytes, policy: Policy, *, state: str | None, label: str | None,
+                ident: str | None) -> tuple[ColumnMap | None, list[str]]:
+    """A command line's mapping: the columns named on it (the rest as the importer proposes), label values
+    mapped where they match an option once case, spaces and dashes are set aside; with the lines to print
+    (the mapping, the ids warning, the first rows as stored). (None, lines proposing flags) when the file has
+    no `state` column and none was named."""
+    guess = importer.guess(name, data)
+    if not (state or label or ident):
+        if guess.state in (None, "state"):
+            return None, []
+        return None, [f"the file has no 'state' column; the importer proposes --state-column {guess.state}"
+                      + (f" --label-column {guess.label}" if guess.label else "")
+                      + (f" --id-column {guess.id}" if guess.id else "")]
+    ids = [o["id"] for o in policy["options"]]
+    cols = ColumnMap(state or guess.state or "state", label or guess.label or "label", {},
+                     ident or guess.id or "\0row number")
+    proposed = importer.label_suggestions(name, data, cols.label, ids)
+    cols = ColumnMap(cols.state, cols.label, {v: o for v, o in proposed.items() if o and o != v}, cols.id)
+    lines = [f"columns: state={cols.state} label={cols.label} id={cols.id if not cols.id.startswith(chr(0)) else '(row number)'}"
+             + "".join(f"; '{v}' -> {o}" for v, o in cols.labels.items())]
+    if warning := importer.state_warning(name, data, cols.state):
+        lines.append("warning: " + warning)
+    lines += [f"  {r['id']} | {r['label']} | {r['state']}" for r in importer.preview(name, data, cols, ids, n=3)]
+    return cols, lines
+
+
 def label_suggestions(name: str, data: bytes, column: str, option_ids: list[str]) -> dict[str, str | None]:
     """Each label value of the column, and the option id it is proposed as ('bug-frontend' ->
     'bug_frontend'; None: none matches, the analyst picks)."""
@@ -112,7 +140,7 @@ def support(store: Store, set_id: int, policy: Policy, limit: int | None = None)
 
 __all__ = ["LARGE", "SECONDS_PER_ROW", "HEAD_SECONDS_PER_ROW", "Estimate", "estimate", "pool_note", "guess_mapping", "state_warning", "preview", "ColumnMap", "InputError", "dependents", "label_suggestions",
            "upload_columns", "SetNotFound", "delete", "import_shipped", "import_upload",
-           "label_problem", "listed", "minutes", "pace", "of_policy", "resolve_set", "summary", "support"]
+           "label_problem", "listed", "minutes", "pace", "of_policy", "resolve_set", "cli_mapping", "summary", "support"]
 
 
 SECONDS_PER_ROW = 1.75  # the default model, warm, on 2 cores: p50 1.40-1.74 s a row (docs/benchmarks.md)

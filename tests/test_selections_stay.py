@@ -60,3 +60,41 @@ def test_the_live_panel_is_drawn_as_soon_as_an_evaluation_starts(db, monkeypatch
         released.set()
         finish_tasks(at)
     assert not at.exception, at.exception
+
+
+def test_compare_on_a_stored_set_opens_the_stopped_comparison(db, monkeypatch):
+    """Issue 43, item 3: states from a stored labeled set; after Stop the page kept showing the previous
+    comparison - now the one stopped (its group named before it started) is the one opened."""
+    from app.service import decide
+    from app.service.tasks import Stopped
+    from app.ui import resources
+    from tests.conftest import finish_tasks
+
+    seen: dict = {}
+
+    def stopped_after_one(store, policy, cases, targets, progress=None, heads=(), reuse=True, group_id=None):
+        seen["cases"], seen["group"] = cases, group_id
+        run = store.create_run(kind="compare", policy=policy, target={"name": "local", "kind": "local"},
+                               n_rows=len(cases), group_id=group_id)
+        store.stop_run(run, "stopped")
+        raise Stopped("stopped by the analyst")
+
+    monkeypatch.setattr(decide, "compare", stopped_after_one)
+    monkeypatch.setattr(resources, "chosen_targets", lambda db_, names: [])  # no model is loaded for this
+    policy = load_template("refund-check")
+    db.save_policy(policy)
+    set_id = import_file(db, "refund.jsonl", (ROOT / "data" / "labeled" / "refund-check.jsonl").read_bytes(), policy)
+    older = db.create_run(kind="compare", policy=policy, target={"name": "local", "kind": "local"}, n_rows=1,
+                          group_id="older")
+    db.finish_run(older)
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
+    at.run()
+    at.switch_page("views/compare.py").run()
+    at.selectbox(key="cmp_policy").select("refund-check").run() if any(s.key == "cmp_policy" for s in at.selectbox) \
+        else None
+    at.radio(key="cmp_source").set_value("set").run()
+    at.button(key="cmp_run").click().run()
+    finish_tasks(at)
+    assert not at.exception, at.exception
+    assert len(seen["cases"]) == len(db.labeled_rows(set_id)) and all(c.label for c in seen["cases"])
+    assert at.selectbox(key="cmp_open").value == seen["group"] != "older"

@@ -56,3 +56,20 @@ def test_history_marks_a_head_layout_run_and_names_versions(tmp_path):
     assert history.run_accuracy(by_id[head]) == history.HEAD_ONLY
     assert history.run_accuracy(by_id[plain]).startswith("0% (n=1")
     assert history.version_text(by_id[plain]) == f"v{policy['version']}"
+
+
+def test_the_latency_table_and_plots_read_the_same_rows():
+    """Issue 43, item 3: the table left copied rows out while the box plot drew them (points to ~27 s)."""
+    import pandas as pd
+
+    from app.core import analysis
+
+    df = pd.DataFrame([{"target": "local", "latency_s": 0.5, "cold": 0, "error": None, "reused": False},
+                       {"target": "local", "latency_s": 27.0, "cold": 0, "error": None, "reused": True},
+                       {"target": "local", "latency_s": 3.0, "cold": 1, "error": None, "reused": False},
+                       {"target": "local", "latency_s": 9.0, "cold": 0, "error": "timeout", "reused": False},
+                       {"target": "local", "latency_s": 0.7, "cold": 0, "error": None, "reused": False}])
+    warm = analysis.warm_calls(df)
+    assert list(warm["latency_s"]) == [0.5, 0.7]
+    table = analysis.latency_stats(df)
+    assert int(table.loc[0, "warm_n"]) == len(warm) and table.loc[0, "max_ms"] == 700.0

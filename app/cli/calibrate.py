@@ -101,14 +101,14 @@ def run(args: argparse.Namespace) -> int:
     if exported.gate.source == "hand-set":
         print(f"gate set by hand: {exported.gate.threshold:.3f}")
     at = exported.at_gate
-    print(f"exported rule on all {at['n']} rows{' (out of fold: the head never saw the row it decides)' if cal.head else ''}: "
-          f"decides {at['decided']} (coverage {fmt(at['coverage'])}), accuracy {fmt(at['accuracy'])}, {at['gated']} to "
+    print(f"exported rule on all {at.n} rows{' (out of fold: the head never saw the row it decides)' if cal.head else ''}: "
+          f"decides {at.decided} (coverage {fmt(at.coverage)}), accuracy {fmt(at.accuracy)}, {at.gated} to "
           f"fallback {args.fallback!r}")
     for warning in calibrate_panels.warnings(exported):
         print(f"warning: {warning}")
     if args.out:
         try:  # checked before scoring (common.out_file); the folder may still change meanwhile
-            Path(args.out).write_text(json.dumps(exported.config, indent=2, ensure_ascii=False) + "\n")
+            Path(args.out).write_text(json.dumps(exported.to_json(), indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             error(f"--out {args.out}: cannot write it ({exc.strerror or exc}); the run is saved (#{outcome.run_id}): "
                   "run the command again with another --out to export it without scoring again")

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from adapter.policy import PolicyError, load_policy
+from adapter.policy import AtGate, PolicyError, load_policy
 from adapter.engine.catalog import SHIPPED
 from adapter.engine.models import resolve_model, shipped_by_sha256
 from adapter.safe_path import file_name, inside
@@ -252,7 +252,7 @@ def calibrated_label(rec: Mapping[str, Any]) -> str:
         cov = f"coverage {rec.get('coverage') or 0:.0%}"
     config = rec.get("config") or {}
     warn = " · ⚠ no better than chance" if "no-better-than-chance" in gate_flags(
-        at, len(config.get("options") or [0, 0]), config.get("target_accuracy")) else ""
+        AtGate.model_validate(at), len(config.get("options") or [0, 0]), config.get("target_accuracy")) else ""
     gate = rec.get("threshold")
     gate_text = f"gate {gate:.3f} ({rec['gate_source']})" if isinstance(gate, (int, float)) else "no global gate"
     version = f" v{config['policy_version']}" if config.get("policy_version") is not None else ""

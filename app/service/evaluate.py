@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from adapter.policy import CalibratedPolicy
+from adapter.policy import AtGate, CalibratedPolicy
+from adapter.schema import JSONObject
 
 from app.core import run_calibration
 from app.core import calibration, head_sources, heads, reuse, runs
@@ -320,19 +321,25 @@ def chosen_accuracy(cal: Calibration) -> Proportion:
 @dataclass
 class Export:
     """A calibrated policy ready to save or download, and the gate decision behind it."""
-    config: dict[str, Any]
+    policy: CalibratedPolicy
     gate: GateDecision
     fallback: str
 
     @property
-    def at_gate(self) -> dict[str, Any]:
-        at: dict[str, Any] = self.config["metrics"]["at_gate"]
+    def at_gate(self) -> AtGate:
+        """The exported rule's numbers on the calibration's rows (an export always records them)."""
+        at = self.policy.metrics.at_gate
+        assert at is not None, "build_policy records metrics.at_gate"
         return at
 
     @property
     def flags(self) -> list[run_calibration.GateFlag]:
         """What is wrong with what this gate decides (run_calibration.gate_flags), said before it is saved."""
-        return run_calibration.gate_flags(self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
+        return run_calibration.gate_flags(self.at_gate, len(self.policy.options), self.policy.target_accuracy)
+
+    def to_json(self) -> JSONObject:
+        """The policy file's JSON (semif-policy/1), as it is saved, downloaded and written by `--out`."""
+        return self.policy.model_dump(mode="json")
 
 
 gate_flags = run_calibration.gate_flags
@@ -358,21 +365,23 @@ def export(store: Store, cal: Calibration, *, fallback: str = "human-review",
                            f"{version_label(policy.get('version'))} now (its question, options or examples changed): "
                            "evaluate the saved version to export a gate for it")
     gate = run_calibration.decide_gate(cal, hand_gate)
-    config = run_calibration.build_policy(store, cal, gate=gate, fallback=fallback, option_thresholds=option_thresholds(cal))
+    calibrated = run_calibration.build_policy(store, cal, gate=gate, fallback=fallback,
+                                              option_thresholds=option_thresholds(cal))
     if gate.source == "hand-set" and cal.head is None:
-        config = with_out_of_fold(cal, config)
-    return Export(config, gate, fallback)
+        calibrated = with_out_of_fold(cal, calibrated)
+    return Export(calibrated, gate, fallback)
 
 
-def with_out_of_fold(cal: Calibration, config: dict[str, Any]) -> dict[str, Any]:
+def with_out_of_fold(cal: Calibration, policy: CalibratedPolicy) -> CalibratedPolicy:
     """A gate set by hand was set by looking at these rows, with a correction fitted on them: its
     figures there are in sample (marked `in_sample`). Beside them, `at_gate_out_of_fold`: the same gate
     and fallback on the correction's out-of-fold probabilities (the folds the corrections and heads are
     compared on) - each row decided by a correction that never saw it; what Deploy shows."""
-    policy = CalibratedPolicy.model_validate(config)
-    metrics = {**config["metrics"], "at_gate": {**config["metrics"]["at_gate"], "in_sample": True},
-               "at_gate_out_of_fold": run_calibration.applied_metrics(policy, cal.results, oof=cal.oof)}
-    return {**config, "metrics": metrics}
+    metrics = policy.metrics
+    assert metrics.at_gate is not None, "build_policy records metrics.at_gate"
+    out_of_fold = AtGate.model_validate(run_calibration.applied_metrics(policy, cal.results, oof=cal.oof))
+    return policy.model_copy(update={"metrics": metrics.model_copy(update={
+        "at_gate": metrics.at_gate.model_copy(update={"in_sample": True}), "at_gate_out_of_fold": out_of_fold})})
 
 
 def model_alone(cal: Calibration) -> tuple[Proportion | None, list[str]]:
@@ -390,7 +399,7 @@ def model_alone(cal: Calibration) -> tuple[Proportion | None, list[str]]:
 
 def save(store: Store, exported: Export) -> int:
     """Keep the calibrated policy for Deploy; returns its id."""
-    return store.save_calibrated(exported.config)
+    return store.save_calibrated(exported.to_json())
 
 
 @dataclass

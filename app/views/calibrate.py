@@ -385,7 +385,7 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
     if coverage.note:
         g2.caption(coverage.note)
     correction_section(cal)
-    if exported.config["option_thresholds"]:
+    if exported.policy.option_thresholds:
         st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal.option_gates.items()]), hide_index=True)
     if narrowed := panels.narrowing(db, cal, exported):
         st.info(narrowed)
@@ -399,20 +399,20 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
 
 def save_section(db: Store, cal: Calibration, exported: evaluate.Export) -> None:
     """Save for Deploy (the note after it says what the adapter will enforce), download, the JSON."""
-    config = exported.config
     c1, c2 = st.columns(2)
     if c1.button("Save for deployment", type="primary", key=keys.save):
         cid = evaluate.save(db, exported)
         st.session_state[keys.saved] = panels.saved(cid, cal, exported)
         context.put("calibrated", cid)  # Deploy opens it
-    c2.download_button("Download calibrated policy (JSON)", json.dumps(config, indent=2, ensure_ascii=False).encode(),
-                       file_name=f"{config['policy_id']}.policy.json", mime="application/json", key=keys.download)
+    c2.download_button("Download calibrated policy (JSON)",
+                       json.dumps(exported.to_json(), indent=2, ensure_ascii=False).encode(),
+                       file_name=f"{exported.policy.policy_id}.policy.json", mime="application/json", key=keys.download)
     saved = st.session_state.get(keys.saved)
     if saved and saved.run_id in (None, cal.run_id):  # a note about another run's save stays with that run
         st.success(saved.text(md))
         st.page_link("views/deploy.py", label="Go to Deploy", icon=":material/cloud_upload:")
     with st.expander("Policy JSON"):
-        st.json(config, expanded=False)
+        st.json(exported.to_json(), expanded=False)
 
 
 def older_runs(db: Store, older: Sequence[Mapping[str, Any]], version: str) -> None:

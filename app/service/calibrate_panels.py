@@ -12,7 +12,7 @@ from adapter.head import KIND_WORDS
 from adapter.policy import AtGate
 
 from app.core import calibration, heads
-from app.core.run_calibration import Calibration, GateFlag, chance
+from app.core.run_calibration import Calibration, GateFlag, chance, version_label
 from app.core.stats import interval_text, range_text
 from app.core.store import Store
 from app.service import review
@@ -216,18 +216,22 @@ class Saved(NamedTuple):
     threshold: float | None
     fallback: str
     head: str | None
+    run_id: int | None = None  # the run it was calibrated from: the note shows under that run only
+    version: int | None = None  # the policy version it carries
 
     def text(self, esc: Escape = plain) -> str:
         head_text = f"its learned head ({self.head}) decides every row, and " if self.head else ""
         gate_text = ("no gate is set" if self.threshold is None else
                      f"confidence below **{self.threshold:.3f}** → **{esc(self.fallback)}**")
-        return (f"Saved as calibrated policy #{self.id}. Next: on the **Deploy** page pick it; Deploy packages it into "
+        of = (f" ({version_label(self.version)}, from run #{self.run_id})" if self.run_id is not None else "")
+        return (f"Saved as calibrated policy #{self.id}{of}. Next: on the **Deploy** page pick it; Deploy packages it into "
                 f"model.tar.gz and the adapter enforces it: {head_text}{gate_text}, "
                 "and any other model than the calibrated one → the fallback too.")
 
 
 def saved(cid: int, cal: Calibration, exported: Export) -> Saved:
-    return Saved(cid, exported.policy.policy_id, exported.gate.threshold, exported.fallback, head_title(cal))
+    return Saved(cid, exported.policy.policy_id, exported.gate.threshold, exported.fallback, head_title(cal),
+                 cal.run_id, exported.policy.policy_version)
 
 
 def narrowing(store: Store, cal: Calibration, exported: Export) -> str | None:

@@ -34,8 +34,8 @@ class Queue:
         """The queue in one line: what is left to review, what waits to be added, what was left out and why."""
         left = self.left_out
         return (f"{plural(len(self.items), 'row')} to review · {self.pending} labelled, not yet added · left out: "
-                f"{left['labeled']} already labeled, {left['known']} already in the set or reviewed, "
-                f"{left['no_state']} without a logged state")
+                f"{plural(left['labeled'], 'state')} that already carry a label, {plural(left['known'], 'state')} "
+                f"already in the set or reviewed, {plural(left['no_state'], 'result')} without a logged state")
 
 
 @dataclass(frozen=True)

@@ -268,4 +268,5 @@ class TaskKeys(PageKeys):
     """A page's own background task (app/ui/tasks.start / collect): TaskKeys(the page's prefix)."""
     failed = Key()
     open = Key()
+    planned = Key()
     task = Key()

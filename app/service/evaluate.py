@@ -17,6 +17,7 @@ from app.core.runner import ProgressFn, StopScoring
 from app.core.stats import Proportion, proportion
 from app.core.records import Run, config_of
 from app.core.store import RunBusy, Store
+from app.service import tracking as tracked
 from app.core.stored import StoredResponse
 from app.targets.base import Target
 
@@ -121,6 +122,7 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
     except EnoughRows as exc:
         return EvalOutcome(name + sources, run_id, resumed, {"scored": len(store.done_keys(run_id))}, stopped=str(exc),
                            companions=[r for r, _ in pairs[1:]])
+    tracked.evaluation(store, run_id)  # MLflow, when SEMIF_MLFLOW_TRACKING_URI is set (never raises)
     return EvalOutcome(name + sources, run_id, resumed, counts[run_id], companions=[r for r, _ in pairs[1:]])
 
 
@@ -328,7 +330,9 @@ def model_alone(cal: Calibration) -> tuple[Proportion | None, list[str]]:
 
 def save(store: Store, exported: Export) -> int:
     """Keep the calibrated policy for Deploy; returns its id."""
-    return store.save_calibrated(exported.config)
+    cid = store.save_calibrated(exported.config)
+    tracked.calibration(store, exported.config, cid)  # MLflow, when SEMIF_MLFLOW_TRACKING_URI is set (never raises)
+    return cid
 
 
 @dataclass

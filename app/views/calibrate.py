@@ -18,7 +18,7 @@ from app.core.labeled import Support
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS
 from app.core.store import Store
 from app.service import calibrate_panels as panels
-from app.service import evaluate, history, review, sets as set_service, targets
+from app.service import evaluate, history, registry, review, sets as set_service, targets
 from app.service.display import Cell, Column, Note
 from app.ui import charts, context, resources, tasks
 from app.ui.components import glossary, saved_policies
@@ -424,6 +424,10 @@ def save_section(db: Store, cal: Calibration, exported: evaluate.Export) -> None
         context.put("calibrated", cid)  # Deploy opens it
     c2.download_button("Download calibrated policy (JSON)", json.dumps(config, indent=2, ensure_ascii=False).encode(),
                        file_name=f"{config['policy_id']}.policy.json", mime="application/json", key=keys.download)
+    if registry.enabled() and st.button("Register in MLflow (@candidate)", key=keys.register):
+        st.session_state[keys.registered] = registry.register_note(db, config, md)
+    if (note := st.session_state.get(keys.registered)) is not None:
+        draw(st, note)
     saved = st.session_state.get(keys.saved)
     if saved:
         st.success(saved.text(md))

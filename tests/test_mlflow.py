@@ -215,7 +215,7 @@ def test_register_promote_plan_by_alias_rollback_plan_the_previous_version(world
 
 def test_promotion_over_production_replays_rows_and_asks_beyond_the_tolerance(world, settings_env, monkeypatch,
                                                                                tmp_path):
-    from adapter.server.calibrated import load_policy
+    from adapter.policy import load_policy
     from app.service import registry
 
     a, b = (load_policy(p) for p in world["policies"])

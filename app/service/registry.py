@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from adapter.server.calibrated import CalibratedPolicy, PolicyError, load_policy
+from adapter.policy import CalibratedPolicy, PolicyError, load_policy
 
 from app.core import deployed, tracking
 from app.core import drift as dr

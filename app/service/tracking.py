@@ -20,7 +20,7 @@ from dataclasses import asdict, is_dataclass
 from statistics import mean
 from typing import Any, Callable, Mapping, Sequence
 
-from adapter.server.settings import SettingsError
+from adapter.env_settings import SettingsError
 
 from app.core import tracking
 from app.core.check import CheckReport

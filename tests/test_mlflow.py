@@ -334,3 +334,26 @@ def test_bad_input_is_named_and_nothing_is_half_registered(world, settings_env, 
                   "models:/semif-refund-check@production", "--work-dir", str(tmp_path / "w"))
     assert got.returncode == 2 and "not on the model being deployed" in got.stderr, got.stderr[-2000:]
     assert v1.exists()
+
+
+def test_the_deploy_page_reads_a_policy_by_reference_and_history_shows_where_runs_went(world, settings_env):
+    from streamlit.testing.v1 import AppTest
+
+    from app.service import deploy, history
+
+    production = deploy.from_registry(settings_env, "models:/semif-refund-check@production")  # the page's call
+    with pytest.raises(ValueError, match="no such alias"):
+        deploy.from_registry(settings_env, "models:/semif-refund-check@nope")
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
+    at.run()
+    at.switch_page("views/deploy.py").run()
+    at.selectbox(key="dep_cal").select(-2).run()  # "from the MLflow registry (models:/…)…"
+    at.text_input(key="dep_cal_ref").input("models:/semif-refund-check@production").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any(production["model"]["file"] in c.value.replace("\\", "") for c in at.caption)  # its model, said
+    at.text_input(key="dep_cal_ref").input("models:/semif-refund-check@nope").run()
+    assert any("no such alias" in e.value for e in at.error)
+    run_id = json.loads(world["policies"][0].read_text())["run_id"]
+    lines = history.mlflow(settings_env, run_id)  # what History shows under the run
+    assert any(line.startswith("MLflow (calibration): sqlite:///") for line in lines)
+    assert any(line.startswith("MLflow (evaluation): ") for line in lines)

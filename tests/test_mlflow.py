@@ -357,3 +357,36 @@ def test_the_deploy_page_reads_a_policy_by_reference_and_history_shows_where_run
     lines = history.mlflow(settings_env, run_id)  # what History shows under the run
     assert any(line.startswith("MLflow (calibration): sqlite:///") for line in lines)
     assert any(line.startswith("MLflow (evaluation): ") for line in lines)
+
+
+def test_check_robustness_and_bench_take_the_same_reference(world, settings_env):
+    from app.service import ci_check, heads, registry
+
+    ref = "models:/semif-refund-check@production"
+    resolved = registry.resolve(ref, store=settings_env)
+    policy, calibrated = ci_check.check_policy(settings_env, ref)  # `app check --policy models:/...`
+    assert calibrated is not None and calibrated == resolved.policy and policy["id"] == "refund-check"
+    picked = heads.as_deployed(settings_env, ref)  # `--calibrated` of `app robustness` and `app bench`
+    assert picked.config == resolved.policy.model_dump(mode="json") and picked.source == resolved.path.name
+    with pytest.raises(ci_check.UsageError, match="--policy: .*no such version"):
+        ci_check.check_policy(settings_env, "models:/semif-refund-check/99")
+
+
+def test_the_candidate_as_a_sagemaker_shadow_variant_is_a_validated_dry_run_plan(world, settings_env, tmp_path):
+    """moto has no ShadowProductionVariants: the plan is validated offline (botocore's model, deploy's rules)."""
+    from app.service import registry
+
+    gguf = world["tmp"] / "tiny.gguf"  # the versions registered by the end-to-end test above
+    cfg, steps, problems = registry.shadow_plan(settings_env, "refund-check", model=str(gguf), work_dir=tmp_path)
+    assert problems == []
+    (config,) = [s.params for s in steps if s.operation == "CreateEndpointConfig"]
+    (shadow,) = config["ShadowProductionVariants"]
+    models = {s.params["ModelName"]: s.params for s in steps if s.operation == "CreateModel"}
+    assert shadow["ModelName"] in models and shadow["ModelName"] != config["ProductionVariants"][0]["ModelName"]
+    urls = {m["PrimaryContainer"]["ModelDataUrl"] for m in models.values()}
+    assert len(urls) == 2  # two packages: production's policy and the candidate's
+    (cand_tar,) = (tmp_path / "candidate").rglob("model.tar.gz")
+    with tarfile.open(cand_tar) as tar:
+        inside = json.loads(tar.extractfile("policy.json").read())  # type: ignore[union-attr]
+    assert inside == registry.resolve("models:/semif-refund-check@candidate", store=settings_env).policy.model_dump(
+        mode="json")

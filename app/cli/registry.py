@@ -6,6 +6,7 @@
   rollback NAME                   @production back to the version before the last promotion
   list [NAME]                     versions and aliases
   resolve REF                     models:/NAME@ALIAS or models:/NAME/VERSION -> a validated policy file
+  shadow-plan NAME --model GGUF   a dry-run SageMaker plan: @production with @candidate as a shadow variant
   flush                           send the runs still waiting for the tracker
 
 NAME is the registered model (semif-ticket-routing) or the policy id (ticket-routing). Exit 2 for bad input
@@ -13,7 +14,10 @@ or an unreachable tracker, 1 when a promotion was not confirmed."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import tempfile
+from pathlib import Path
 
 from app.cli.common import EXIT_FAILED, EXIT_USAGE, add_db, error, rate, store
 from app.core.store import Store
@@ -44,6 +48,13 @@ def run(args: argparse.Namespace) -> int:
             print(found.path)
             print(f"{found.ref} -> {found.name} v{found.version} ({found.policy.model.file}, "
                   f"{found.policy.model.sha256[:12]})", file=sys.stderr)
+        elif args.action == "shadow-plan":
+            cfg, steps, problems = reg.shadow_plan(db, args.name, model=args.model, work_dir=Path(args.work_dir))
+            print(json.dumps({"endpoint": cfg.endpoint_name, "calls": [{"n": i, "call": f"{s.service}.{s.operation}",
+                              "why": s.description, "params": s.params} for i, s in enumerate(steps, 1)]}, indent=2))
+            if problems:
+                error("the plan is invalid:\n  " + "\n  ".join(problems))
+                return EXIT_USAGE
         elif args.action == "flush":
             sent, waiting = tracked.flush(db)
             print(f"sent {sent}; waiting {waiting}")
@@ -106,7 +117,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     ls.add_argument("name", nargs="?")
     rs = acts.add_parser("resolve", help="a models:/ reference -> a validated policy file (its path on stdout)")
     rs.add_argument("ref")
+    sp = acts.add_parser("shadow-plan", help="a dry-run SageMaker plan: @production with @candidate as its shadow "
+                                             "variant (ShadowProductionVariants), packaged and validated offline")
+    sp.add_argument("name")
+    sp.add_argument("--model", required=True, help="the GGUF both versions were calibrated on")
+    sp.add_argument("--work-dir", default=str(Path(tempfile.gettempdir()) / "semif-deploy"))
     fl = acts.add_parser("flush", help="send the runs still waiting for the tracker")
-    for q in (r, pr, rb, ls, rs, fl):
+    for q in (r, pr, rb, ls, rs, sp, fl):
         add_db(q)
     p.set_defaults(fn=run)

@@ -22,11 +22,15 @@ import json
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from adapter.policy import CalibratedPolicy, PolicyError, load_policy
+from deploy.config import DeployConfig, FormErrors, config_from_form
+from deploy.package import build_package
+from deploy.plan import Package, Step, deployment_plan, production_variant, upload_step
+from deploy.validate import validate_plan
 
 from app.core import deployed, tracking
 from app.core import drift as dr
@@ -516,3 +520,53 @@ def register_note(store: Store, config: Mapping[str, Any], esc: Escape = plain) 
     return Note("success", f"Registered as {esc(got.name)} version {got.version}, alias @{CANDIDATE}{again}. Deploy it "
                            f"by reference, `models:/{esc(got.name)}@{PRODUCTION}`, once promoted: "
                            f"`python -m app registry promote {esc(got.name)}` (the shadow check runs first).")
+
+
+# -- the candidate as a SageMaker shadow variant (a dry-run plan) ----------------------------------------------
+SHADOW_VARIANT = "candidate-shadow"
+
+
+def with_shadow(steps: list[Step], cfg: DeployConfig, candidate: Package) -> list[Step]:
+    """A deployment plan with the candidate as a shadow variant: its model.tar.gz under its own key, a second
+    SageMaker model on the same image, and the endpoint config's ShadowProductionVariants (SageMaker copies
+    the production requests to it and logs its answers; callers only ever get production's)."""
+    key = candidate.key.replace("model.tar.gz", "candidate-model.tar.gz")
+    shadow_model = f"{cfg.model_name}-shadow"[:63]
+    made = next(s for s in steps if s.operation == "CreateModel")
+    out: list[Step] = []
+    for step in steps:
+        if step.operation == "CreateEndpointConfig":
+            container = {**made.params["PrimaryContainer"], "ModelDataUrl": f"s3://{cfg.bucket}/{key}"}
+            out += [upload_step(cfg.bucket, key, candidate.sha256, candidate.model_file, "model",
+                                "upload the candidate's model.tar.gz (its policy file inside)"),
+                    Step("sagemaker", "CreateModel", {**made.params, "ModelName": shadow_model,
+                                                      "PrimaryContainer": container},
+                         "SageMaker model of the candidate policy (the shadow variant)")]
+            variant = {**production_variant(cfg), "VariantName": SHADOW_VARIANT, "ModelName": shadow_model}
+            step = Step(step.service, step.operation, {**step.params, "ShadowProductionVariants": [variant]},
+                        step.description + " + the candidate as a shadow variant", step.action, step.extra)
+        out.append(step)
+    return out
+
+
+def shadow_plan(store: Store, name: str, *, model: str, work_dir: Path) -> tuple[DeployConfig, list[Step], list[str]]:
+    """The plan that deploys @production with @candidate as its shadow variant, packaged and validated offline
+    (botocore's service model and deploy's rules; moto has no shadow variants, so this is a plan to read, not
+    one the tests apply). (config, steps, problems)."""
+    name = _name(name)
+    prod = resolve(f"models:/{name}@{PRODUCTION}", store=store)
+    cand = resolve(f"models:/{name}@{CANDIDATE}", store=store)
+    if prod.version == cand.version:
+        raise RegistryError(f"{name}: @{CANDIDATE} is @{PRODUCTION} (v{prod.version}): register a new candidate first")
+    try:
+        aws = WorkbenchSettings.from_env()
+        cfg = config_from_form({"serving": "semif", "compute": "cpu", "model_path": model, "region": aws.region,
+                                "bucket": aws.deploy_bucket or "", "role_arn": aws.sagemaker_role_arn or "",
+                                "codebuild_role_arn": aws.codebuild_role_arn or "", "policy_path": str(prod.path)},
+                               placeholders=True)
+        pkg = build_package(cfg, work_dir)
+        cand_pkg = build_package(replace(cfg, policy_path=str(cand.path)), work_dir / "candidate")
+    except (FormErrors, ValueError, FileNotFoundError) as exc:
+        raise RegistryError(f"shadow plan: {exc}") from None
+    steps = with_shadow(deployment_plan(cfg, pkg), cfg, cand_pkg)
+    return cfg, steps, validate_plan(steps, cfg.region, allow_account_placeholder=True, allow_form_placeholders=True)

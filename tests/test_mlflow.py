@@ -370,6 +370,12 @@ def test_check_robustness_and_bench_take_the_same_reference(world, settings_env)
     assert picked.config == resolved.policy.model_dump(mode="json") and picked.source == resolved.path.name
     with pytest.raises(ci_check.UsageError, match="--policy: .*no such version"):
         ci_check.check_policy(settings_env, "models:/semif-refund-check/99")
+    # `app check` by reference on the command line, logged as a check run (stored results stand in for calls)
+    got = run_app(world["env"], "check", "--policy", f"models:/semif-refund-check/{resolved.version}", "--labeled-set",
+                  str(world["tmp"] / "refund-small.jsonl"), "--min-accuracy", "0.01")
+    assert got.returncode in (0, 1), got.stderr[-2000:]
+    (logged,) = runs_of(world, "check")
+    assert "check.min-accuracy" in logged.data.metrics and logged.data.tags["semif.check_passed"] in ("True", "False")
 
 
 def test_the_candidate_as_a_sagemaker_shadow_variant_is_a_validated_dry_run_plan(world, settings_env, tmp_path):

@@ -59,6 +59,7 @@ ALLOWED: dict[str, str] = {
     "app.core.decision_import.import_records": "file: the import summary stored with the run (config.import)",
     "app.service.evaluate.Export.to_json": "file: the exported calibrated policy (semif-policy/1 JSON), as saved and downloaded",
     "app.service.deploy.load_calibrated": "file: an uploaded calibrated policy (semif-policy/1 JSON), validated",
+    "app.service.deploy.from_registry": "file: a registry version's calibrated policy (semif-policy/1 JSON), resolved and validated",
     "app.ui.resources.secrets": "file: .streamlit/secrets.toml as Streamlit reads it",
     "app.core.runs.Variant.overrides": "HTTP body: the decision request's readout/debias/permute fields for a variant",
     "app.service.decide.overrides": "HTTP body: the decision request's readout/debias/permute fields",

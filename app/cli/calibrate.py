@@ -17,6 +17,7 @@ from app.core.store import RunBusy
 from app.service import calibrate_panels
 from app.service import targets as target_service
 from app.service import evaluate as ev
+from app.service import tracking as tracked
 from app.service.policies import resolve_policy
 from app.service.sets import ColumnMap, cli_mapping, resolve_set
 
@@ -94,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {after} "
           f"(out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
     exported = ev.export(db, cal, fallback=args.fallback, hand_gate=args.gate)
+    if (logged := tracked.calibration(db, exported.to_json())) is not None:  # SEMIF_MLFLOW_TRACKING_URI set
+        print(f"MLflow: {tracked.sent_text(logged)}", file=sys.stderr)
     for line in exported.gate.messages:
         print(line)
     if exported.gate.source == "hand-set":

@@ -59,6 +59,8 @@ def render() -> None:
     if run["kind"] == "playground":
         show_group_results(db, run["group_id"], key=KEYS.prefix)
     results_section(results, run["id"])
+    for line in history.mlflow(db, run["id"]):  # where the run went in MLflow, when tracking is on
+        st.caption(md(line))
     run_actions(db, run, len(results))
     if run["kind"] == "production":
         production_section(db, run)

@@ -12,21 +12,49 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, SerializerFunctionWrapHandler,
+                      ValidationError, field_validator, model_serializer, model_validator)
 
 from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.guard import STEERING_SUSPECTED, Guard
 from adapter.head import KIND_WORDS, Head, uses_hidden
 from adapter.json_text import SURROGATE_MSG, lone_surrogate, nesting, parse_json
+from adapter.ids import id_problem
 from adapter.safe_path import NAME_RULE, name_problem
-from adapter.schema import (HEAD_LAYOUT, Debias, DecisionResult, Example, JSONObject, Layout, Option, Readout,
-                            RequestError, errors_from)
+from adapter.schema import (HEAD_LAYOUT, Debias, DecisionResult, Example, JSONObject, Layout, Option, Question,
+                            Readout, RequestError, errors_from)
 
 SCHEMA_VERSION = "semif-policy/1"
+# The prompts the engine renders, by (readout, layout): a policy's prompt_version must be one of its pair's
+KNOWN_PROMPTS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("letters", "state-first"): (PROMPT_VERSIONS["letters"], PROMPT_VERSIONS["letters-examples"]),
+    ("letters", "policy-first"): (PROMPT_VERSIONS["letters-policy-first"],),
+    ("option-words", "state-first"): (PROMPT_VERSIONS["option-words"], PROMPT_VERSIONS["option-words-state-first"]),
+}
+
+# The fields a calibrated policy pins: everything it was calibrated with. A row that names the policy may
+# omit each or repeat it exactly; any other value is a 422 naming the field and the policy. This table drives
+# PolicySet.fill (adapter/server/calibrated.py), the table in docs/adapter-api.md#pinned-fields and tests/test_security_round4.py.
+PINNED: dict[str, str] = {
+    "question": "the question text (surrounding whitespace ignored, as every row's)",
+    "options": "the option ids in the policy's order; a description, when sent, must be the policy's",
+    "examples": "the solved examples, exactly",
+    "readout": "letters or option-words",
+    "debias": "the correction the gate was measured on",
+    "permute": "permutation averaging on or off",
+    "few_shot": "whether the examples are shown in the prompt",
+    "layout": "state-first or policy-first (the head layout): a state-first policy's gate means nothing on "
+              "head-layout letters",
+    "prompt_version": "the prompt the policy was calibrated on (set by readout, layout and examples); a row may "
+                      "send it only equal, and it is then dropped",
+    "guard": "the steering guard; a row may add one to a policy that has none, never change or remove the policy's",
+}
+
 
 
 def calibrate_probs(probs: list[float], temperature: float, offsets: list[float] | None = None) -> list[float]:
@@ -43,6 +71,164 @@ def calibrate_probs(probs: list[float], temperature: float, offsets: list[float]
 class ModelIdentity(BaseModel):
     file: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+Real = int | float  # a figure as computed: an int stays an int in the file (a float field would write 3 as 3.0)
+
+
+class Figures(BaseModel):
+    """A group of figures in a policy file's `metrics`: typed where the workbench reads them, every other key
+    kept as written (older and newer exports carry others), and written back with exactly the keys it was
+    given, in the order it was built - so a policy file's JSON is the same before and after it is read.
+    The adapter never reads them: they say how the gate was chosen."""
+    model_config = ConfigDict(extra="allow")
+    _order: list[str] = PrivateAttr(default_factory=list)  # the keys as given
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_order(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        made = handler(data)
+        if isinstance(data, dict) and isinstance(made, Figures):
+            made._order = list(data)
+        return made
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> JSONObject:
+        data: JSONObject = handler(self)
+        given = self.model_fields_set | set(self.model_extra or {})
+        keys = [k for k in self._order if k in data and k in given] + [k for k in data if k in given and k not in self._order]
+        return {k: data[k] for k in keys}
+
+
+class ProportionFigures(Figures):
+    """A count out of n with its Wilson 95% interval (app/core/stats.Proportion.to_dict)."""
+    k: int = 0
+    n: int = 0
+    rate: Real | None = None
+    low: Real | None = None
+    high: Real | None = None
+    small_n: bool = False
+
+
+class AtGate(Figures):
+    """A gate's numbers on a calibration's rows: coverage and the accuracy of what it decides, each with
+    its interval; `small_n` when fewer than 30 rows are decided; `in_sample` when a hand-set gate was set
+    by looking at these rows."""
+    n: int = 0
+    decided: int = 0
+    gated: int = 0
+    coverage: Real | None = None
+    accuracy: Real | None = None
+    correct: int = 0
+    accuracy_interval: ProportionFigures = Field(default_factory=ProportionFigures)
+    coverage_interval: ProportionFigures = Field(default_factory=ProportionFigures)
+    small_n: bool = False
+    in_sample: bool = False
+
+
+class Intervals(Figures):
+    """95% intervals of a run's headline numbers: Wilson for accuracy, bootstrap for macro-F1 and ECE."""
+    n: int = 0
+    accuracy: ProportionFigures = Field(default_factory=ProportionFigures)
+    macro_f1: list[Real] | None = None
+    ece: list[Real] | None = None
+    ece_corrected: list[Real] | None = None
+
+
+class GateSelection(Figures):
+    """How the recommended gate was chosen (app/core/calibration.Gate)."""
+    threshold: Real | None = None
+    reachable: bool = False
+    fit_accuracy: Real | None = None
+    fit_coverage: Real | None = None
+    holdout_accuracy: Real | None = None
+    holdout_coverage: Real | None = None
+    holdout_accepted: int = 0
+    holdout_n: int = 0
+    note: str = ""
+
+
+class CorrectionCandidate(Figures):
+    """One correction compared out of fold (app/core/calibration.Correction)."""
+    name: str = ""
+    family: str = ""
+    method: str = ""
+    temperature: Real | None = None
+    offsets: list[Real] = Field(default_factory=list)
+    oof_accuracy: Real | None = None
+    oof_nll: Real | None = None
+    oof_ece: Real | None = None
+    available: bool = True
+    note: str = ""
+
+
+class CorrectionFigures(Figures):
+    chosen: str = ""
+    why: str = ""
+    candidates: list[CorrectionCandidate] = Field(default_factory=list)
+
+
+class HeadCandidate(Figures):
+    """One learned head compared out of fold (app/core/heads.HeadFit.to_dict)."""
+    name: str = ""
+    kind: str = ""
+    available: bool = False
+    note: str = ""
+    oof_accuracy: Real | None = None
+    oof_nll: Real | None = None
+    oof_ece: Real | None = None
+    oof_macro_f1: Real | None = None
+    fold_regularisation: list[Real] = Field(default_factory=list)
+    folds: int = 0
+
+
+class HeadGain(Figures):
+    """The head against the best correction on the same rows (app/core/stats.PairedGain)."""
+    n: int = 0
+    gain: Real | None = None
+    ci: list[Real] | None = None
+    fixed: int = 0
+    broken: int = 0
+    p: Real | None = None
+
+
+class HeadFigures(Figures):
+    why: str = ""
+    candidates: list[HeadCandidate] = Field(default_factory=list)
+    gain: HeadGain | None = None
+
+
+class PolicyMetrics(Figures):
+    """What a calibration measured, exported with its policy: the gate's numbers (out of fold for a head;
+    with a head also on its fitted rows; beside a hand-set gate, out of fold too), the intervals, how the gate,
+    the correction and the head were chosen, and the run's calibration report (app/core/calibration.Report)."""
+    at_gate: AtGate | None = None
+    at_gate_fitted_rows: AtGate | None = None
+    intervals: Intervals | None = None
+    gate_selection: GateSelection | None = None
+    correction: CorrectionFigures | None = None
+    head: HeadFigures | None = None
+    n: int = 0
+    k: int = 0
+    size_flag: str = ""
+    accuracy: Real | None = None
+    macro_f1: Real | None = None
+    brier: Real | None = None
+    nll: Real | None = None
+    ece_width: Real | None = None
+    ece_mass: Real | None = None
+    temperature: Real | None = None
+    fold_temperatures: list[Real] = Field(default_factory=list)
+    oof_accuracy: Real | None = None
+    oof_brier: Real | None = None
+    oof_nll: Real | None = None
+    oof_ece_width: Real | None = None
+    oof_ece_mass: Real | None = None
+    confusion: list[list[int]] = Field(default_factory=list)
+    oof_confusion: list[list[int]] = Field(default_factory=list)
+    method: str = ""
+    offsets: list[Real] = Field(default_factory=list)
+    at_gate_out_of_fold: AtGate | None = None
 
 
 class CalibratedPolicy(BaseModel):
@@ -76,7 +262,7 @@ class CalibratedPolicy(BaseModel):
     option_thresholds: dict[str, float] = Field(default_factory=dict)
     fallback_option: str = Field(min_length=1)
     target_accuracy: float | None = Field(default=None, gt=0, le=1)
-    metrics: dict[str, Any] = Field(default_factory=dict)
+    metrics: PolicyMetrics = Field(default_factory=PolicyMetrics)
     dataset: dict[str, Any] = Field(default_factory=dict)
     run_id: int | None = None
     created_at: str
@@ -88,8 +274,19 @@ class CalibratedPolicy(BaseModel):
             raise ValueError(f"{v[:80]!r} is not a policy id: use {NAME_RULE}")
         return v
 
+    @field_validator("fallback_option")
+    @classmethod
+    def _fallback_id(cls, v: str) -> str:
+        # returned as the decision of every gated row: held to the id rule (no U+202E, no newline, <= 200 chars)
+        problem = id_problem(v)
+        if problem:
+            raise ValueError(f"{v[:80]!r} is not an option id: it {problem}" if not problem.startswith(repr(v))
+                             else problem)
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> "CalibratedPolicy":
+        self._serveable()
         ids = [o.id for o in self.options]
         for oid in self.option_thresholds:
             if oid not in ids:
@@ -128,6 +325,24 @@ class CalibratedPolicy(BaseModel):
                 raise ValueError(f"layout: a policy-first policy reads letters with no correction and no permutation, "
                                  f"prompt {want}: export it again from Calibrate")
         return self
+
+    def _serveable(self) -> None:
+        """The request validator's rules on the rows this policy will make (one validator for the file and
+        its requests): the question's (blank, option ids that collide once normalised, examples naming no
+        option, the head layout's settings) through schema.Question itself, and a known prompt for its
+        readout and layout. A policy the endpoint would refuse on every row is refused on load."""
+        allowed = KNOWN_PROMPTS.get((self.readout, self.layout), ())
+        if self.prompt_version not in allowed:
+            raise ValueError(f"prompt_version: {self.prompt_version[:60]!r} is not a prompt this adapter renders for "
+                             f"readout {self.readout} in layout {self.layout} (it renders {', '.join(allowed) or 'none'}): "
+                             "export the policy again from Calibrate")
+        row = {"id": "policy", **self.request_fields(), "policy_id": None}
+        try:
+            Question.model_validate(row)
+        except (ValidationError, RequestError) as exc:
+            first = errors_from(exc)[0]
+            where = ".".join(map(str, first["loc"])) or "(root)"
+            raise ValueError(f"{where}: {first['msg']} - the endpoint would refuse every row of this policy") from None
 
     def matches(self, option_ids: list[str]) -> bool:
         return option_ids == [o.id for o in self.options]
@@ -199,9 +414,8 @@ class CalibratedPolicy(BaseModel):
         the JSON fields of a raw row (PolicySet.fill completes a request body's row with them)."""
         return {"question": self.question, "options": [o.model_dump() for o in self.options],
                 "examples": [e.model_dump() for e in self.examples], "readout": self.readout, "debias": self.debias,
-                "permute": self.permute, "few_shot": self.few_shot, "guard": self.guard,
-                **({"hidden_state": True} if self.head is not None else {}),
-                **({"layout": self.layout} if self.layout == HEAD_LAYOUT else {})}
+                "permute": self.permute, "few_shot": self.few_shot, "guard": self.guard, "layout": self.layout,
+                **({"hidden_state": True} if self.head is not None else {})}
 
 
 class PolicyError(ValueError):
@@ -223,7 +437,11 @@ def policy_json(source: str | Path | bytes, what: str = "policy") -> Any:
         try:
             if path.is_dir():
                 raise PolicyError(f"cannot read {what} {path}: it is a folder - give the policy JSON file")
-            size = path.stat().st_size
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode):  # a FIFO would block the read (the command hangs); a device is no file
+                raise PolicyError(f"cannot read {what} {path}: it is not a regular file (a FIFO, socket or device) - "
+                                  "give the policy JSON file")
+            size = info.st_size
             if size > MAX_POLICY_BYTES:
                 raise PolicyError(_too_big(what, size))
             with path.open("rb") as f:

@@ -71,17 +71,18 @@ def test_finding_3_a_hand_set_gate_is_in_sample_and_deploy_shows_the_out_of_fold
     policy = store.get_policy("refund-check")
     cal = evaluate.calibrate(store, scored[1], head="none")
     exported = evaluate.export(store, cal, hand_gate=0.5, policy=policy)
-    metrics = exported.config["metrics"]
-    assert metrics["at_gate"]["in_sample"] is True
-    oof = metrics["at_gate_out_of_fold"]
+    metrics = exported.policy.metrics
+    assert metrics.at_gate is not None and metrics.at_gate.in_sample is True
+    oof = metrics.at_gate_out_of_fold
+    assert oof is not None
     decided = cal.oof.max(axis=1) >= 0.5  # the same gate on rows each decided by a correction that never saw them
     right = (cal.oof.argmax(axis=1) == cal.y) & decided
-    assert (oof["decided"], oof["correct"]) == (int(decided.sum()), int(right.sum()))
+    assert (oof.decided, oof.correct) == (int(decided.sum()), int(right.sum()))
     cid = evaluate.save(store, exported)
     label = deploy.calibrated_label(deploy.calibrated(store)[cid])
-    assert f"accuracy {interval_text(oof['accuracy_interval'], 0)} out of fold" in label
+    assert f"accuracy {interval_text(oof.accuracy_interval, 0)} out of fold" in label
     # a recommended gate is not marked (its figures are as before)
-    assert "in_sample" not in evaluate.export(store, cal, policy=policy).config["metrics"]["at_gate"]
+    assert "in_sample" not in evaluate.export(store, cal, policy=policy).to_json()["metrics"]["at_gate"]
 
 
 def test_finding_6_model_alone_is_uncorrected_and_the_scoring_correction_is_named(scored, tmp_path):

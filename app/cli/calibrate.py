@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 import json
 import sys
 from pathlib import Path
@@ -15,16 +16,19 @@ from app.core.runs import EXAMPLE_SOURCES, HEAD_VARIANT, Variant
 from app.service.sets import InputError
 from app.core.store import RunBusy
 from app.service import calibrate_panels, checks
+from app.service import targets as target_service
 from app.service import evaluate as ev
+from app.service import tracking as tracked
 from app.service.policies import resolve_policy
-from app.service.sets import resolve_set
+from app.service.sets import ColumnMap, cli_mapping, resolve_set
 
 
 def run(args: argparse.Namespace) -> int:
     db = store(args)
     try:
         policy = resolve_policy(db, args.policy)
-        set_id = resolve_set(db, args.labeled_set, policy)
+        columns = mapping(args, policy)
+        set_id = resolve_set(db, args.labeled_set, policy, columns)
     except InputError as exc:
         raise UsageProblem(f"--labeled-set {args.labeled_set}: rejected, nothing imported:\n  "
                            + "\n  ".join(exc.problems[:20])) from None
@@ -38,7 +42,12 @@ def run(args: argparse.Namespace) -> int:
                   "--debias and --permute")
             return EXIT_USAGE
         variant = HEAD_VARIANT
-    readers = [target(db, name.strip()) for name in (args.head_sources or "").split(",") if name.strip()]
+    names = [name.strip() for name in (args.head_sources or "").split(",") if name.strip()]
+    local = target_service.local_names(db)
+    if remote := [n for n in names if n not in local]:  # refused before any target is built or any row sent
+        raise UsageProblem(f"--head-sources {', '.join(remote)}: not a local model (local: {', '.join(local) or 'none'}) "
+                           "- a head source reads hidden states, which only a local model gives")
+    readers = [target(db, name) for name in names]
     print(f"policy {policy['id']} x set #{set_id} x target {t.name} ({variant.name})", file=sys.stderr)
     b = bar(0, args.quiet)
     try:
@@ -55,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     c = outcome.counts
     print(f"run #{outcome.run_id} ({'resumed' if outcome.resumed else 'new'}): scored {c['scored']} rows "
           f"({c['evaluated']} evaluated, {c['reused']} copied from stored results of the same model and request), "
-          f"reused {c['skipped']} already in this run, errors {c['errors']}", file=sys.stderr)
+          f"reused {c['skipped']} already in this run, errors {c['errors']}"
+          + (f". {outcome.why_scored}" if outcome.why_scored else ""), file=sys.stderr)
     assert outcome.run_id is not None
     try:
         cal = ev.calibrate(db, outcome.run_id, target_accuracy=args.target_accuracy, per_option=args.per_option,
@@ -67,45 +77,45 @@ def run(args: argparse.Namespace) -> int:
     print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
           f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
     print(f"correction {cal.correction_why}")
-    for row in calibrate_panels.candidate_rows(cal):
-        if row["kind"] == "learned head":
-            print(f"  {row['candidate']}: " + (f"accuracy {row['accuracy 95% CI']}; macro-F1 "
-                                               f"{fmt(row['macro-F1 (out of fold)'])}, {row['macro-F1 95% CI']}; "
-                                               f"ECE {fmt(row['ECE (out of fold)'])}, {row['ECE 95% CI']}; "
-                                               f"{row['offsets / regularisation']}" if row["accuracy (out of fold)"]
-                                               is not None else f"unavailable: {row['note']}"))
+    for row in calibrate_panels.candidate_table(cal):
+        if row.kind == "learned head":
+            print(f"  {row.candidate}: " + (f"accuracy {row.accuracy_ci}; macro-F1 {fmt(row.macro_f1)}, "
+                                            f"{row.macro_f1_ci}; ECE {fmt(row.ece)}, {row.ece_ci}; {row.detail}"
+                                            if row.accuracy is not None else f"unavailable: {row.note}"))
     print(f"learned head: {cal.head_why}")
     if readers and (table := ev.sources(db, outcome.run_id)) is not None:
         print("sources (out of fold, on the rows every source answered):")
-        for row in ev.source_rows(table):
-            acc = (f"accuracy {fmt(row['accuracy (out of fold)'])} ({row['accuracy 95% CI']}), "
-                   f"{fmt(row['s a row (measured)'])} s a row" if row["accuracy (out of fold)"] is not None
-                   else f"refused: {row['refused']}")
-            print(f"  run #{row['run']} {row['model']} · {row['layout']} · {row['method']}: {acc}"
-                  + (" [recommended]" if row["recommended"] else ""))
+        for source in table.rows:
+            cand, a = source.candidate, source.accuracy
+            acc = (f"accuracy {fmt(a.rate)} ({a.low:.1%}–{a.high:.1%}), {fmt(cand.seconds)} s a row"
+                   if a is not None and a.low is not None and a.high is not None else f"refused: {cand.refused}")
+            print(f"  run #{cand.run_id} {cand.model} · {ev.layout_words(cand.layout)} · {cand.method}: {acc}"
+                  + (" [recommended]" if source is table.recommended else ""))
         print(table.sentence)
     after = cal.chosen_name + ("" if cal.head is not None else f" T={rep.temperature:.3f}")
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {after} "
           f"(out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
     exported = ev.export(db, cal, fallback=args.fallback, hand_gate=args.gate, guard=args.guard)
-    guard = exported.config["guard"]
+    if (logged := tracked.calibration(db, exported.to_json())) is not None:  # SEMIF_MLFLOW_TRACKING_URI set
+        print(f"MLflow: {tracked.sent_text(logged)}", file=sys.stderr)
+    guard = exported.policy.guard
     print(f"steering guard: {guard}" + (" - turned off (--guard none); what that costs:" if guard == "none" else
                                        " (--guard none turns it off); what it holds and costs:"))
-    for line in checks.guard_cost(db, exported.config["policy_id"]):
+    for line in checks.guard_cost(db, exported.policy.policy_id):
         print(f"  {line}")
     for line in exported.gate.messages:
         print(line)
     if exported.gate.source == "hand-set":
         print(f"gate set by hand: {exported.gate.threshold:.3f}")
     at = exported.at_gate
-    print(f"exported rule on all {at['n']} rows{' (out of fold: the head never saw the row it decides)' if cal.head else ''}: "
-          f"decides {at['decided']} (coverage {fmt(at['coverage'])}), accuracy {fmt(at['accuracy'])}, {at['gated']} to "
+    print(f"exported rule on all {at.n} rows{' (out of fold: the head never saw the row it decides)' if cal.head else ''}: "
+          f"decides {at.decided} (coverage {fmt(at.coverage)}), accuracy {fmt(at.accuracy)}, {at.gated} to "
           f"fallback {args.fallback!r}")
     for warning in calibrate_panels.warnings(exported):
         print(f"warning: {warning}")
     if args.out:
         try:  # checked before scoring (common.out_file); the folder may still change meanwhile
-            Path(args.out).write_text(json.dumps(exported.config, indent=2, ensure_ascii=False) + "\n")
+            Path(args.out).write_text(json.dumps(exported.to_json(), indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             error(f"--out {args.out}: cannot write it ({exc.strerror or exc}); the run is saved (#{outcome.run_id}): "
                   "run the command again with another --out to export it without scoring again")
@@ -114,10 +124,29 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_UNREACHABLE if (args.strict and exported.gate.source == "unreachable") else 0
 
 
+def mapping(args: argparse.Namespace, policy: Any) -> ColumnMap | None:
+    """The --state-column / --label-column / --id-column mapping of a --labeled-set file (the importer's, as on
+    the Calibrate page), printed with the first rows as they will be stored; a file without a `state` column and
+    no flag: UsageProblem proposing the flags."""
+    path = Path(args.labeled_set)
+    if not path.is_file():
+        return None
+    columns, lines = cli_mapping(path.name, path.read_bytes(), policy, state=args.state_column,
+                                 label=args.label_column, ident=args.id_column)
+    if columns is None and lines:
+        raise UsageProblem(f"--labeled-set {args.labeled_set}: " + " ".join(lines))
+    for line in lines:
+        print(line, file=sys.stderr)
+    return columns
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("calibrate", help="evaluate a policy on a labeled set and export a calibrated policy")
     p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
     p.add_argument("--labeled-set", required=True, help="CSV/JSONL file (or a file name in data/labeled), or a set id")
+    for what in ("state", "label", "id"):
+        p.add_argument(f"--{what}-column", help=f"the --labeled-set file's {what} column (default: `{what}`, else the "
+                                                 "importer's proposal: the longest free-text column is the state)")
     p.add_argument("--target", default="local", help="target name (default: the local engine)")
     p.add_argument("--readout", choices=list(READOUTS), help="default: the policy's / model's")
     p.add_argument("--debias", choices=list(DEBIAS), help="default: the policy's / model's")

@@ -4,16 +4,18 @@ that started it is left, so coming back shows the run where it is."""
 from __future__ import annotations
 
 import time
+from typing import Any
 from pathlib import Path
 
 import streamlit as st
 
 from app.service.tasks import Task, TaskRunner, shared
+from app.ui.keys import TASKS, TaskKeys
 from app.ui.page_state import PageKeys
 from app.ui.safe_text import md
 
 POLL_SECONDS = 1.5
-KEYS = PageKeys("tasks")  # the panel's session keys (a page's own task: PageKeys(its prefix).task)
+KEYS = TASKS  # the panel's session keys (a page's own task: TaskKeys(its prefix).task)
 
 
 def runner() -> TaskRunner:
@@ -73,11 +75,14 @@ def submit(kind: str, label: str, page: str, work) -> Task:  # type: ignore[no-u
     return task
 
 
-def start(prefix: str, kind: str, label: str, page: str, work) -> None:  # type: ignore[no-untyped-def]
+def start(prefix: str, kind: str, label: str, page: str, work, planned: Any = None) -> None:  # type: ignore[no-untyped-def]
     """Start a page's work in the background and rerun: the panel shows it at once, and `collect(prefix)`
-    on that page opens its result when it is done."""
-    task, keys = submit(kind, label, page, work), PageKeys(prefix)
+    on that page opens its result when it is done - or `planned` (what the work writes to, e.g. a comparison's
+    group id) when it was stopped."""
+    task, keys = submit(kind, label, page, work), TaskKeys(prefix)
     st.session_state[keys.task] = task.id
+    if planned is not None:
+        st.session_state[keys.planned] = planned
     st.session_state.pop(keys.failed, None)
     st.rerun()
 
@@ -85,12 +90,15 @@ def start(prefix: str, kind: str, label: str, page: str, work) -> None:  # type:
 def collect(prefix: str, what: str) -> None:
     """On the page that started the work: once it has finished, its result becomes the one shown
     (`<prefix>_open`), or its failure stays on screen (naming `what`) until the next start."""
-    ss, keys = st.session_state, PageKeys(prefix)
+    ss, keys = st.session_state, TaskKeys(prefix)
     done = runner().get(ss.get(keys.task))
     if done is not None and not done.active:
         ss.pop(keys.task)
+        planned = ss.pop(keys.planned, None)  # what the work writes to, known before it started
         if done.status == "done":
             ss[keys.open] = done.result
+        elif done.status == "stopped" and planned is not None:  # what was scored before Stop is the one shown
+            ss[keys.open] = planned
         elif done.status == "failed":
             ss[keys.failed] = done.error
     if ss.get(keys.failed):

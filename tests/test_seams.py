@@ -39,7 +39,6 @@ ALLOWED: dict[str, str] = {
     "adapter.policy.CalibratedPolicy.request_fields": "HTTP body: a raw request row's fields, as its policy fills them",
     "adapter.policy.Decision.as_json": "HTTP body: the response's `decision` field",
     "app.core.robustness.report.Summary.to_json": "file: the robustness summary (the command's --out, the page's JSON download)",
-    "app.service.calibrate_panels.candidate_rows": "download: the comparison of corrections and heads (CSV; the command prints it)",
     "adapter.engine.session.ModelInfo.public": "HTTP body: the model description the server reports",
     "adapter.engine.templates.load_template": "file: a policy template (data/policies/*.json)",
     "adapter.engine.templates.list_templates": "file: the policy templates (data/policies/*.json)",

@@ -299,6 +299,11 @@ def sources(store: Store, run_id: int, *, seed: int = 0) -> head_sources.Table |
     return head_sources.compare(candidates, seed=seed)
 
 
+def layout_words(layout: str) -> str:
+    """A layout as the comparison names it ('state first', 'head layout (policy first)')."""
+    return head_sources.LAYOUT_WORDS.get(layout, layout)
+
+
 def source_rows(table: head_sources.Table) -> list[dict[str, Any]]:
     """The comparison as table rows (and a CSV): per candidate accuracy and macro-F1 with intervals, cost."""
     return head_sources.table_rows(table)

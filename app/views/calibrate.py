@@ -22,10 +22,10 @@ from app.service import evaluate, history, registry, review, sets as set_service
 from app.service.display import Cell, Column, Note
 from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, saved_policies
-from app.ui.page_state import PageKeys
+from app.ui.keys import CALIBRATE
 from app.ui.safe_text import md
 
-keys = PageKeys("cal")
+keys = CALIBRATE
 Policy = Mapping[str, Any]  # a saved policy (app/core/records.Policy), as the service takes it
 Policies = dict[str, Policy]  # the saved policies by id
 HEAD_LABELS = {"auto": "auto (only beyond noise)", "none": "none", "linc": "LinC (log-probs)",

@@ -14,7 +14,7 @@ from deploy.errors import DeployError
 from app.service import checks, deploy, registry
 from app.ui import context, resources
 from app.ui.safe_text import md
-from app.ui.page_state import PageKeys
+from app.ui.keys import CALIBRATE, DEPLOY
 
 FIELD_LABELS = {"bucket": "S3 bucket", "role_arn": "SageMaker execution role ARN", "codebuild_role_arn":
                 "CodeBuild service role ARN", "instance_type": "CPU instance type", "pools": "GPU instance pool",
@@ -24,8 +24,7 @@ NO_POLICY = 0
 UPLOAD = -1
 REGISTRY = -2  # a models:/NAME@ALIAS reference (shown when SEMIF_MLFLOW_TRACKING_URI is set)
 
-KEYS = PageKeys("dep")  # this page's session and widget keys
-CALIBRATE = PageKeys("cal")  # the Calibrate page's: the policy saved there last is picked here first
+KEYS = DEPLOY  # this page's session and widget keys
 
 
 def policy_picker(db: Store) -> tuple[str, str]:

@@ -12,9 +12,9 @@ from app.ui import context, resources
 from app.ui.components import download_frame, show_group_results
 from app.ui.drift_panel import render_drift
 from app.ui.safe_text import md
-from app.ui.page_state import PageKeys
+from app.ui.keys import HISTORY
 
-KEYS = PageKeys("hist")  # this page's session and widget keys
+KEYS = HISTORY  # this page's session and widget keys
 
 
 def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:

@@ -13,9 +13,9 @@ from app.ui import context, resources
 from app.ui.components import saved_policies
 from app.ui.drift_panel import gate_choice
 from app.ui.safe_text import md
-from app.ui.page_state import PageKeys
+from app.ui.keys import REVIEW
 
-KEYS = PageKeys("rv")  # this page's session and widget keys
+KEYS = REVIEW  # this page's session and widget keys
 
 
 def render() -> None:

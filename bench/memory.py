@@ -23,6 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bench.common import start_adapter
 from bench.head_sources_pace import subset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +57,7 @@ def _rollup(pid: int) -> dict[str, int]:
     out = {}
     for line in open(f"/proc/{pid}/smaps_rollup"):
         key = line.split(":")[0]
-        if key in ("Rss", "Rss_Anon", "Rss_File"):
+        if key in ("Rss", "Anonymous"):
             out[key.lower() + "_mb"] = int(line.split()[1]) // 1024
     return out
 
@@ -68,8 +69,6 @@ def _wait(proc: subprocess.Popen[str]) -> tuple[int, int]:
 
 
 def adapter(model: str) -> dict[str, object]:
-    from bench.common import start_adapter
-
     folder = Path(tempfile.mkdtemp(prefix="semif-mem-"))
     t0 = time.perf_counter()
     proc, url = start_adapter(model, env=_env(folder))
@@ -122,7 +121,7 @@ def main() -> None:
     p.add_argument("--models", default="qwen2.5-coder-1.5b,qwen2.5-coder-0.5b,smollm2")
     p.add_argument("--sources", nargs="*", default=["", "local-smollm2",
                                                     "local,local-qwen2.5-coder-0.5b,local-smollm2"])
-    p.add_argument("--rows", type=int, default=3)
+    p.add_argument("--rows", type=int, default=6)  # calibrate needs >= 4 labeled results
     p.add_argument("--policy", default="refund-check")
     a = p.parse_args()
     extra = {k: os.environ[k] for k in ("SM_SEMIF_CTX_SIZE", "SM_SEMIF_PARALLEL", "SEMIF_MAX_LOADED_MODELS")

@@ -30,10 +30,12 @@ def store(args: Any) -> Store:
     return Store(args.db)
 
 
-def target(db: Store, name: str) -> Target:
-    """--target NAME; SystemExit naming the targets there are."""
+def target(db: Store, name: str, pool: EnginePool | None = None) -> Target:
+    """--target NAME; SystemExit naming the targets there are. `pool`: share one EnginePool between the
+    command's targets (calibrate's head sources, scored source by source: a source on the target's model
+    reuses its engine, and at most SEMIF_MAX_LOADED_MODELS models are resident - not one per target)."""
     try:
-        return target_service.by_name(db, name, EnginePool())  # one model load for the whole command
+        return target_service.by_name(db, name, pool or EnginePool())  # one model load for the whole command
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
 

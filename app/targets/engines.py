@@ -7,12 +7,15 @@ CLIs share it). A model is loaded the first time a local target asks for it; whe
   a failed load is reported to everyone waiting on it, then tried again on the next ask.
 - An engine that is scoring (its lock is held) is never evicted; when every loaded engine is busy
   the pool goes over `max_loaded` for a while instead of dropping one mid-call (logged).
+- Room is made before a model loads (issue 45): evicting after the load held one model more than
+  `max_loaded` at the peak (calibrate with three head sources: three models at once).
 - Each loaded engine gets a generation number: a reload after eviction is a new generation, so
   "the first call of this model instance" (cold latency) never mistakes a new engine for an old
   one, as `id()` of a freed object could.
 """
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import threading
@@ -64,6 +67,7 @@ class EnginePool:
             if pending is None:
                 pending = self._loading[key] = Future()
                 loader = True
+                self._make_room()  # before the load, not after: the evicted model's memory is free first
             else:
                 loader = False
         if not loader:
@@ -85,13 +89,16 @@ class EnginePool:
 
     def _make_room(self) -> None:
         """Release least recently used engines that are not scoring until one more fits."""
+        released = 0
         for key in list(self._engines):
             if len(self._engines) < self.max_loaded:
-                return
-            engine = self._engines[key]
-            if engine.lock.acquire(blocking=False):  # not scoring right now: safe to let go
-                engine.lock.release()
+                break
+            if self._engines[key].lock.acquire(blocking=False):  # not scoring right now: safe to let go
+                self._engines[key].lock.release()
                 del self._engines[key]
+                released += 1
+        if released:  # an engine is in a reference cycle (its llama.cpp abort callback): free its memory now
+            gc.collect()
         if len(self._engines) >= self.max_loaded:
             log.warning("every loaded model is scoring: keeping %d loaded (SEMIF_MAX_LOADED_MODELS=%d) until one "
                         "is free", len(self._engines) + 1, self.max_loaded)

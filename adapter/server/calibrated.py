@@ -68,7 +68,8 @@ class CalibratedPolicy(BaseModel):
                                              "log p / T (the label-fitted correction); missing options get 0")
     threshold: float | None = Field(default=None, ge=0, le=1, description="global confidence gate")
     gate_source: Literal["recommended", "hand-set", "unreachable"] | None = Field(
-        default=None, description="how the gate was chosen: from target_accuracy, by hand, or 1.0 because unreachable")
+        default=None, description="how the gate was chosen: from target_accuracy, by hand, or unreachable - then no row is "
+        "decided (every case to the fallback, saturated probabilities included), except an option with its own gate")
     head: Head | None = Field(default=None, description="a learned head (adapter/engine/head.py): when set, the calibrated "
                               "probabilities are the head's, and every row is scored with its hidden state")
     option_thresholds: dict[str, float] = Field(default_factory=dict)
@@ -133,6 +134,12 @@ class CalibratedPolicy(BaseModel):
     def gate_for(self, option_id: str) -> float | None:
         return self.option_thresholds.get(option_id, self.threshold)
 
+    def decides_nothing_for(self, option_id: str) -> bool:
+        """The strict rule of a gate that decides nothing: a policy exported with `gate_source: unreachable`
+        sends every row whose top option has no gate of its own to the fallback, whatever its confidence -
+        a probability saturated to exactly 1.0 included (its threshold 1.0 is never compared)."""
+        return self.gate_source == "unreachable" and option_id not in self.option_thresholds
+
     def offsets(self) -> list[float] | None:
         return [self.option_offsets.get(o.id, 0.0) for o in self.options] if self.option_offsets else None
 
@@ -166,7 +173,10 @@ class CalibratedPolicy(BaseModel):
         conf, gate = cal[top], self.gate_for(ids[top])
         if other_model:
             return Decision(self.fallback_option, tuple(cal), conf, True, other_model, final=True)
-        if gate is not None and conf < gate:
+        if self.decides_nothing_for(ids[top]):
+            decided = Decision(self.fallback_option, tuple(cal), conf, True,
+                               f"no gate reached the target accuracy: every {ids[top]} decision goes to the fallback")
+        elif gate is not None and conf < gate:
             decided = Decision(self.fallback_option, tuple(cal), conf, True,
                                f"confidence {conf:.3f} < gate {gate:.3f} for {ids[top]}")
         else:

@@ -95,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"exported rule on all {at['n']} rows{' (out of fold: the head never saw the row it decides)' if cal.head else ''}: "
           f"decides {at['decided']} (coverage {fmt(at['coverage'])}), accuracy {fmt(at['accuracy'])}, {at['gated']} to "
           f"fallback {args.fallback!r}")
+    if oof := exported.config["metrics"].get("at_gate_out_of_fold"):
+        print(f"the same rule out of fold (each row corrected by a fit without it): decides {oof['decided']} "
+              f"(coverage {fmt(oof['coverage'])}), accuracy {fmt(oof['accuracy'])}")
     for warning in calibrate_panels.warnings(exported):
         print(f"warning: {warning}")
     if args.out:

@@ -22,6 +22,7 @@ from app.service import evaluate, history, review, sets as set_service, targets
 from app.service.display import Cell, Column, Note
 from app.ui import charts, context, resources, tasks
 from app.ui.components import glossary, saved_policies
+from app.ui.label_issues_panel import label_issues_panel
 from app.ui.page_state import PageKeys
 from app.ui.safe_text import md
 
@@ -403,7 +404,7 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
         g2.caption(coverage.note)
     correction_section(cal)
     if exported.config["option_thresholds"]:
-        st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal.option_gates.items()]), hide_index=True)
+        st.dataframe(pd.DataFrame(panels.option_gate_rows(cal)), hide_index=True)
     if narrowed := panels.narrowing(db, cal, exported):
         st.info(narrowed)
     for note in panel.problems:
@@ -493,6 +494,7 @@ def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], r
         st.error(md(exc))
         return
     export_section(db, cal, policy)
+    label_issues_panel(db, cal, keys)
 
 
 def render() -> None:

@@ -13,7 +13,7 @@ from app.cli.common import (EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, UsageProble
 from app.core.runs import EXAMPLE_SOURCES, HEAD_VARIANT, Variant
 from app.service.sets import InputError
 from app.core.store import RunBusy
-from app.service import calibrate_panels
+from app.service import calibrate_panels, export_candidate
 from app.service import evaluate as ev
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
@@ -83,6 +83,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"  run #{row['run']} {row['model']} · {row['layout']} · {row['method']}: {acc}"
                   + (" [recommended]" if row["recommended"] else ""))
         print(table.sentence)
+    if args.export != "target":
+        try:
+            picked = export_candidate.pick(ev.sources(db, outcome.run_id), args.export)
+            cal = export_candidate.calibrate(db, picked, target_accuracy=args.target_accuracy, per_option=args.per_option)
+        except ValueError as exc:
+            error(exc)
+            return EXIT_USAGE
+        rep = cal.report
+        print(f"exporting {picked.label} (run #{picked.run_id}, --export {export_candidate.spec_of(picked.row.candidate)}):"
+              f" {cal.chosen_name} fitted on all {rep.n} labeled rows")
     after = cal.chosen_name + ("" if cal.head is not None else f" T={rep.temperature:.3f}")
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {after} "
           f"(out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
@@ -135,6 +145,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="learned head: auto (exported only when it beats the corrections beyond noise), none, or a "
                         "kind to export whatever its gain (linc: on the log-probs; hidden: on the hidden state; "
                         "stacked: both)")
+    p.add_argument("--export", default="target", metavar="WHICH",
+                   help="which candidate of the sources table the file carries: target (default: the evaluated target's "
+                        "run), recommended, best, or MODEL:LAYOUT:METHOD (e.g. qwen2.5-coder-0.5b-instruct-q4_k_m:"
+                        "policy-first:hidden) - its model (sha256), layout and head, fitted on all labeled rows")
     p.add_argument("--fallback", type=option_id, default="human-review",
                    help="decision when gated (default: human-review)")
     p.add_argument("--out", type=out_file, help="write the calibrated policy JSON here")

@@ -22,6 +22,7 @@ from app.service import evaluate, history, review, sets as set_service, targets
 from app.service.display import Cell, Column, Note
 from app.ui import charts, context, resources, tasks
 from app.ui.components import glossary, saved_policies
+from app.ui.export_candidate_panel import export_this
 from app.ui.label_issues_panel import label_issues_panel
 from app.ui.page_state import PageKeys
 from app.ui.safe_text import md
@@ -337,7 +338,10 @@ def sources_section(db: Store, run_id: int) -> None:
     if table is None:
         return
     st.markdown("**Cheapest decision that is not worse** (this run and its head-layout sources, the same rows)")
-    st.success(md(table.sentence)) if table.recommended is not None else st.info(md(table.sentence))
+    if table.recommended is not None:  # a statement, never `a if c else b` bare: Streamlit's magic would print its value
+        st.success(md(table.sentence))
+    else:
+        st.info(md(table.sentence))
     frame = pd.DataFrame(evaluate.source_rows(table))
     st.dataframe(frame, hide_index=True, key=keys.sources, column_config={
         "accuracy (out of fold)": st.column_config.NumberColumn(format="%.3f"),
@@ -348,10 +352,11 @@ def sources_section(db: Store, run_id: int) -> None:
     st.plotly_chart(charts.cost_accuracy(evaluate.source_points(table)), key=keys.sources_chart)
     st.caption(f"Compared on the {table.n} rows every source answered, each row predicted out of fold. Seconds and "
                "tokens a row are the medians of the warm rows when each run was scored on this machine; $ per 1,000 "
-               "assumes the same pace on the deployment's CPU instance (a hint, not a quote). To ship a head-layout "
-               "candidate, open its run below and save it: the calibrated policy names its model and layout.")
+               "assumes the same pace on the deployment's CPU instance (a hint, not a quote). *Export this* below turns any "
+               "candidate into its calibrated policy file: its model, layout and head.")
     st.download_button("Download the comparison (CSV)", frame.to_csv(index=False).encode(),
                        file_name="cheapest-decision.csv", mime="text/csv", key=keys.sources_csv)
+    export_this(db, table, keys, float(st.session_state.get(keys.target_acc, 0.9)))
 
 
 def correction_section(cal: Calibration) -> None:

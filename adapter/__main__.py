@@ -20,11 +20,12 @@ from tqdm import tqdm
 from adapter.engine.catalog import DEFAULT_SHIPPED, ShippedModel
 from adapter.server.decision_log import DecisionLogSettings
 from adapter.engine.engine import Engine, EngineConfig
-from adapter.server.http_body import SURROGATE_MSG, lone_surrogate
+from adapter.json_text import SURROGATE_MSG, lone_surrogate
 from adapter.engine.models import CACHE_DIR, SHIPPED, ModelNotFound, chunk_file, resolve_model, shipped_path
 from adapter.server.process import serve
 from adapter.schema import READOUTS, DecisionRequest, SharedStateRequest, errors_from
-from adapter.server.settings import AdapterSettings, SettingsError
+from adapter.server.settings import AdapterSettings
+from adapter.env_settings import SettingsError
 from adapter.engine.templates import load_template, request_for
 
 

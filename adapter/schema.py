@@ -42,6 +42,11 @@ class FieldError(TypedDict):
     type: str
 
 
+# every decision line the adapter logs has "semif_decision": 1 (adapter/server/decision_log.py writes it;
+# the workbench's importer, app/core/decision_import.py, filters on it)
+LOG_MARKER = "semif_decision"
+
+
 class RequestError(ValueError):
     """Bad input: `loc` names the field (as a path), `msg` says what is wrong and how to fix it."""
 
@@ -209,7 +214,7 @@ ProbabilityStatus = Literal["uncalibrated", "calibrated", "generated-logprobs", 
 class HiddenState(BaseModel):
     """The model's hidden state at the prompt's last token (its final norm's output, the vector the
     output layer turns into next-token logits), as little-endian float32 in base64: exact, and a
-    quarter of the size of a JSON list of numbers. A learned head (adapter/engine/head.py) reads it."""
+    quarter of the size of a JSON list of numbers. A learned head (adapter/head.py) reads it."""
 
     model_config = ConfigDict(extra="forbid")
     encoding: Literal["float32-le-base64"] = "float32-le-base64"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from adapter.server.settings import SettingsError  # noqa: E402
+from adapter.env_settings import SettingsError  # noqa: E402
 
 from app.cli.exit_codes import EXIT_STORE, EXIT_USAGE, UsageProblem  # noqa: E402  (the one exit-code convention)
 from app.core.store import StoreUnavailable  # noqa: E402

@@ -1,6 +1,6 @@
 """Every environment variable the workbench reads, in one place with its default (the adapter's
-are in adapter/server/settings.py, deploy's in deploy/settings.py - the AWS ones are shared from there;
-model discovery's in adapter/engine/models.py). `from_env()` is called where a page or a CLI starts, so
+are in adapter/server/settings.py, their shared base in adapter/env_settings.py, deploy's in
+deploy/settings.py - the AWS ones are shared from there; model discovery's in adapter/engine/models.py). `from_env()` is called where a page or a CLI starts, so
 tests and users can point one process at another database or AWS endpoint; `from_env(mapping)`
 reads only that mapping. A bad value (SEMIF_PORT=abc) is a SettingsError naming the variable."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from adapter.server.settings import Port, PositiveFloat, PositiveInt
+from adapter.env_settings import Port, PositiveFloat, PositiveInt
 from deploy.settings import AwsSettings
 
 DEFAULT_DB = Path(__file__).resolve().parents[1] / "data" / "workbench.db"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 from .audit_file import AuditFile, Ledger
-from adapter.server.settings import SettingsError
+from adapter.env_settings import SettingsError
 
 from .config import (COMPUTES, DEFAULT_CPU_INSTANCE, DEFAULT_TRANSFORM_INSTANCE, FORM_PLACEHOLDERS, PLACEHOLDER_HINTS,
                      SERVINGS, DeployConfig, FormErrors, config_from_form)

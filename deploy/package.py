@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from botocore.exceptions import ClientError
 
-from adapter.server.calibrated import load_policy  # the adapter's own validator: what it would refuse is not shipped
+from adapter.policy import load_policy  # the adapter's own validator: what it would refuse is not shipped
 from adapter.engine.models import file_sha256, resolve_model  # the adapter owns where the shipped model lives
 from adapter.safe_path import inside
 from adapter.engine.models import sha256_file  # noqa: F401  (re-exported: the executor checks confirmed files with it)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from adapter.server.settings import EnvSettings
+from adapter.env_settings import EnvSettings
 
 DEFAULT_REGION = "us-east-1"
 DEFAULT_AUDIT_LOG = "var/deploy-audit.jsonl"

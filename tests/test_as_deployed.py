@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from adapter.server.calibrated import CalibratedPolicy
+from adapter.policy import CalibratedPolicy
 from adapter.engine.templates import load_template
 from app.core import deployed
 from app.core import robustness as rb

@@ -214,7 +214,7 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
         page.get_by_role("button", name="Download calibrated policy (JSON)").click()
     saved = tmp_path / "downloaded.policy.json"
     dl.value.save_as(saved)
-    from adapter.server.calibrated import load_policy
+    from adapter.policy import load_policy
 
     policy = load_policy(saved)
     assert policy.policy_id == "refund-check" and policy.dataset["rows_scored"] == 30

@@ -84,7 +84,7 @@ def test_finding_7_an_evaluations_answers_are_reused_and_counted(engine, tmp_pat
 def test_item_1_compare_decides_with_any_calibrated_policy_as_deployed(engine, tmp_path):
     """A calibrated policy without a head is a column too: its correction, gate and fallback on the
     target's own rows, by CalibratedPolicy.apply (issue 35: every check tests the policy as deployed)."""
-    from adapter.server.calibrated import CalibratedPolicy, RowReading
+    from adapter.policy import CalibratedPolicy, RowReading
     from app.core import deployed
 
     store = Store(tmp_path / "c.db")

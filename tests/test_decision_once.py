@@ -14,7 +14,8 @@ from adapter.guard import STEERING_SUSPECTED
 from adapter.schema import DecisionRequest, DecisionResult
 from adapter.server import codecs
 from adapter.server.admission import RequestBudget
-from adapter.server.calibrated import CalibratedPolicy, PolicySet, RowReading
+from adapter.policy import CalibratedPolicy, RowReading
+from adapter.server.calibrated import PolicySet
 from adapter.server.settings import AdapterSettings
 
 STATES = ["Bought the blender 4 days ago, it will not turn on. Receipt attached.",

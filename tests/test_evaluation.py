@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import CalibratedPolicy, PolicyError, RowReading, load_policy
+from adapter.policy import CalibratedPolicy, PolicyError, RowReading, load_policy
 from app.core import runs, run_calibration
 from app.core.store import Store
 from tests.conftest import ROOT, ServerProcess, subset_file

@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import CalibratedPolicy, load_policy
+from adapter.policy import CalibratedPolicy, load_policy
 from adapter.engine.prompt import PROMPT_VERSIONS, render_letters, render_policy_first
 from adapter.schema import DecisionRequest, Option, RequestError
 from adapter.engine.templates import load_template, request_for

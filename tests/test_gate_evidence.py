@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import CalibratedPolicy, RowReading, calibrate_probs
+from adapter.policy import CalibratedPolicy, RowReading, calibrate_probs
 from app.core import calibration as C
 from app.core import runs
 from app.core.gates import Gate

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import PolicyError, RowReading, load_policy
-from adapter.engine.head import Head, build_head, encode
+from adapter.policy import PolicyError, RowReading, load_policy
+from adapter.head import Head, build_head, encode
 from adapter.schema import HiddenState
 from app.core import calibration, heads
 from app.core.stored import StoredResponse

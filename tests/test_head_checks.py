@@ -15,7 +15,7 @@ import sys
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from adapter.server.calibrated import load_policy
+from adapter.policy import load_policy
 from adapter.engine.templates import load_template
 from app.core import deployed
 from app.core import robustness as rb

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import load_policy
+from adapter.policy import load_policy
 from adapter.schema import HiddenState
 from adapter.engine.templates import load_template, request_for
 from app.core import run_calibration

@@ -10,6 +10,9 @@ and bench/ - module-level imports and function-local ones alike:
   import is how a cycle hides, so one not listed fails.
 - no import cycle between modules; Streamlit and plotly only where pages are drawn; no page or UI
   helper calls a Store method (pages get data through app/service).
+- SERVER: app/, deploy/ and bench/ never import adapter.server (the container's HTTP process); the policy
+  contract they share with it is adapter/policy.py, head.py, json_text.py and env_settings.py - so importing
+  the domain loads no web framework (a subprocess checks sys.modules).
 
 The self-tests at the bottom feed each check a synthetic edge, import, cycle or call and expect it to fail.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,19 +37,21 @@ OURS = ("app", "adapter", "deploy", "bench")
 EDGES: dict[str, set[str]] = {
     "app": set(),                                                  # app/__init__.py
     "app.main": {"app.ui"},                                        # streamlit run: st.navigation only
-    "app.__main__": {"app.cli", "app.core.store", "app.settings", "adapter.server.settings"},  # python -m app
+    "app.__main__": {"app.cli", "app.core.store", "app.settings", "adapter.env_settings"},  # python -m app
     "app.views": {"app.service", "app.ui"},                        # pages
     "app.cli": {"app.service", "app.ui.charts", "app.core", "app.targets", "app.settings",  # commands
                 "adapter.schema", "adapter.guard", "deploy.cli"},
-    "app.ui": {"app.service", "app.core", "app.targets", "app.settings", "adapter.server.settings"},  # page helpers
+    "app.ui": {"app.service", "app.core", "app.targets", "app.settings", "adapter.env_settings"},  # page helpers
     "app.service": {"app.core", "app.targets", "app.settings", "adapter", "deploy"},  # one function per action
     "app.core": {"app.targets", "app.settings", "adapter", "deploy"},  # the rules: scoring, gating, runs, checks
     "app.targets": {"app.settings", "adapter", "deploy"},          # where decisions come from
-    "app.settings": {"adapter.server.settings", "deploy.settings"},      # the environment, read once
+    "app.settings": {"adapter.env_settings", "deploy.settings"},        # the environment, read once
     "deploy": {"adapter"},                                         # plan, validate, execute in AWS
-    "adapter": set(),                                              # the contract: schema, ids, guard, safe_path
+    # the contract: schema, ids, guard, safe_path, policy, head, json_text, env_settings (a policy names its prompt version)
+    "adapter": {"adapter.engine.prompt"},
     "adapter.engine": {"adapter.schema", "adapter.ids", "adapter.guard", "adapter.safe_path"},  # llama.cpp, scoring
-    "adapter.server": {"adapter.engine", "adapter.schema", "adapter.ids", "adapter.guard", "adapter.safe_path"},  # HTTP
+    "adapter.server": {"adapter.engine", "adapter.schema", "adapter.ids", "adapter.guard", "adapter.safe_path",  # HTTP
+                       "adapter.policy", "adapter.head", "adapter.json_text", "adapter.env_settings"},
     "adapter.__main__": {"adapter"},                               # python -m adapter: every part
     "bench": {"app.core", "adapter"},                              # measurements, written to docs/benchmarks.md
 }
@@ -83,6 +89,15 @@ LAZY: dict[tuple[str, str], str] = {
     # the lead's files of issue 29, item 1 (calibration split): moved to the top there, then dropped here
 }
 UI_LIBRARIES = ("streamlit", "plotly")
+# the container's HTTP process, and who stands above the adapter: they import the contract, never the server
+SERVER = "adapter.server"
+ABOVE_ADAPTER = ("app", "deploy", "bench")
+# the benchmarks that time the server itself (it is what they measure) -> why
+SERVER_BENCHES: dict[str, str] = {
+    "bench.options": "times POST /v1/systemone through the server's own app, in-process",
+    "bench.speed": "times keep-alive on the server's own listening socket (bind_socket)",
+}
+WEB_FRAMEWORKS = ("fastapi", "starlette", "uvicorn")
 DRAWN = ("app.main", "app.views", "app.ui")  # where pages are drawn
 
 
@@ -199,6 +214,22 @@ def lazy_problems(imports: list[Import], lazy: dict[tuple[str, str], str] = LAZY
             if i.local and not any(i.module == m and under(i.target, t) for m, t in lazy)]
 
 
+def server_problems(imports: list[Import], allowed: dict[str, str] = SERVER_BENCHES) -> list[str]:
+    return [f"{i.module}:{i.line} imports {i.target}: {i.module.split('.')[0]}/ never imports the server room - "
+            "import the contract (adapter.policy, adapter.head, adapter.json_text, adapter.env_settings) instead"
+            for i in imports if i.module.split(".")[0] in ABOVE_ADAPTER and under(i.target, SERVER)
+            and i.module not in allowed]
+
+
+def frameworks_loaded(module: str) -> list[str]:
+    """The web frameworks a fresh interpreter has in sys.modules after `import module`."""
+    code = (f"import sys, {module}\n"
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(WEB_FRAMEWORKS)!r}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return list(ast.literal_eval(out.stdout.strip().splitlines()[-1]))
+
+
 def cycles(imports: list[Import]) -> list[list[str]]:
     """Strongly connected groups of our modules (Tarjan), counting that importing a.b.c runs a and a.b."""
     graph: dict[str, set[str]] = {i.module: set() for i in imports}
@@ -308,6 +339,19 @@ def test_streamlit_and_plotly_only_where_pages_are_drawn():
     assert "streamlit" not in charts.__dict__  # the chart builders a command may use stay plain plotly
 
 
+def test_nothing_above_the_adapter_imports_the_server_room():
+    assert not server_problems(IMPORTS), "\n".join(server_problems(IMPORTS))
+    used = {i.module for i in IMPORTS if under(i.target, SERVER)}
+    assert set(SERVER_BENCHES) <= used, f"SERVER_BENCHES lists modules that no longer import the server: " \
+                                        f"{sorted(set(SERVER_BENCHES) - used)}"
+
+
+@pytest.mark.parametrize("module", ["app.core.calibration", "app.core.run_calibration", "app.core.deployed",
+                                    "adapter.policy", "deploy.package"])
+def test_importing_the_domain_loads_no_web_framework(module):
+    assert frameworks_loaded(module) == [], f"import {module} loads a web framework"
+
+
 def test_pages_and_ui_helpers_never_call_store_methods():
     """Pages get their data through app/service (one function per action); they may hold the store
     handle to pass it on, never use it."""
@@ -388,7 +432,7 @@ def test_the_edge_check_fails_on_a_new_edge(module, target):
 
 def test_the_edge_check_passes_the_rows_it_lists_and_imports_inside_a_package():
     fine = [_imp("app.views.history", "app.service.history"), _imp("app.service.evaluate", "app.core.evaluation"),
-            _imp("app.core.runner", "app.core.store"), _imp("deploy.cli", "adapter.server.settings"),
+            _imp("app.core.runner", "app.core.store"), _imp("deploy.cli", "adapter.env_settings"),
             _imp("app.core.costs", "pandas")]
     assert not edge_problems(fine)
     assert edge_problems(fine, {**EDGES, "app.service": {"app.targets"}}), "a row narrowed fails its old imports"
@@ -406,6 +450,28 @@ def test_the_presentation_check_fails_on_logic_and_passes_data():
     assert presentation_problems([scoring]) and edge_problems([scoring])
     assert edge_problems([Import("app.core.runs", "app.service.evaluate", 1, False, ("StopRule",))]), \
         "data names open no arrow upward"
+
+
+@pytest.mark.parametrize("module, target", [
+    ("app.core.gates", "adapter.server.calibrated"),   # the domain reading the policy from the server room
+    ("app.settings", "adapter.server.settings"),       # the workbench's settings from the server's
+    ("deploy.package", "adapter.server.calibrated"),   # deploy validating through the server
+    ("bench.engine", "adapter.server.app"),            # a benchmark not listed as timing the server
+])
+def test_the_server_check_fails_above_the_adapter(module, target):
+    assert server_problems([_imp(module, target)]), f"{module} -> {target} passed"
+    assert server_problems([_imp(module, target, local=True)]), "a function-local import is checked alike"
+
+
+def test_the_server_check_passes_the_contract_the_server_itself_and_listed_benchmarks():
+    fine = [_imp("app.core.gates", "adapter.policy"), _imp("deploy.settings", "adapter.env_settings"),
+            _imp("adapter.server.codecs", "adapter.server.calibrated"), _imp("bench.options", "adapter.server.app")]
+    assert not server_problems(fine)
+    assert server_problems(fine, {}), "a benchmark off the list fails"
+
+
+def test_the_framework_probe_sees_a_framework_where_one_loads():
+    assert "starlette" in frameworks_loaded("adapter.server.http_body")
 
 
 def test_the_lazy_check_fails_on_an_unlisted_local_import():

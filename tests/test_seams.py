@@ -36,7 +36,8 @@ LOOSE = {"Any", "object"}
 ALLOWED: dict[str, str] = {
     # JSON edges
     "adapter.schema.DecisionResult.public": "HTTP body: a decision's JSON response",
-    "adapter.server.calibrated.Decisions.public": "HTTP body: a row's answer as sent, with its policy's decision",
+    "adapter.policy.CalibratedPolicy.request_fields": "HTTP body: a raw request row's fields, as its policy fills them",
+    "adapter.policy.Decision.as_json": "HTTP body: the response's `decision` field",
     "app.core.robustness.report.Summary.to_json": "file: the robustness summary (the command's --out, the page's JSON download)",
     "app.service.calibrate_panels.candidate_rows": "download: the comparison of corrections and heads (CSV; the command prints it)",
     "adapter.engine.session.ModelInfo.public": "HTTP body: the model description the server reports",
@@ -71,7 +72,7 @@ ALLOWED: dict[str, str] = {
     "app.service.deploy.apply": "TODO(deploy): deploy.executor's outcome, passed through",
     "app.service.deploy.destroy": "TODO(deploy): deploy.executor's steps done, passed through",
     "app.service.policies.resolve_policy": "TODO(34): a validated policy, saved or as given (a record or a template)",
-    # the exported policy file and its parts (adapter.server.calibrated validates it; docs/policy-format.md)
+    # the exported policy file and its parts (adapter.policy validates it; docs/policy-format.md)
     "app.core.run_calibration.build_policy": "file: the exported calibrated policy (semif-policy/1 JSON)",
     "app.core.calibration.Gate.to_dict": "file: the exported policy's metrics.gate_selection",
     "app.core.calibration.Correction.to_dict": "file: the exported policy's metrics.correction.candidates",

@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 
 from adapter.server.admission import Pace, RequestBudget, Stopped
-from adapter.server.calibrated import MAX_POLICY_BYTES, PolicyError, load_policy
+from adapter.policy import MAX_POLICY_BYTES, PolicyError, load_policy
 from adapter.server.decision_log import DecisionLog, DecisionLogSettings
-from adapter.engine.head import build_head
+from adapter.head import build_head
 from adapter.ids import collision, id_problem, skeleton
 from adapter.engine.models import file_sha256, resolve_model
 from adapter.safe_path import UnsafePath, inside
 from adapter.schema import DecisionRequest
-from adapter.server.settings import SettingsError
+from adapter.env_settings import SettingsError
 
 ROOT = Path(__file__).resolve().parent.parent
 SURROGATE = "\ud800"
@@ -258,7 +258,7 @@ def test_deploy_plan_exits_2_and_packages_nothing_for_an_invalid_policy(gguf, tm
 
 
 def test_the_deploy_page_upload_and_the_adapter_start_up_use_the_same_validator(gguf, tmp_path):
-    from adapter.server.calibrated import discover_policies
+    from adapter.policy import discover_policies
     from app.service import deploy
 
     sha = file_sha256(gguf)

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from adapter.server.decision_log import NAMESPACE, DecisionLogSettings
-from adapter.server.settings import MIB, AdapterSettings, SettingsError
+from adapter.env_settings import MIB, SettingsError
+from adapter.server.settings import AdapterSettings
 from tests.conftest import ROOT
 
 

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from adapter.server.calibrated import RowReading
+from adapter.policy import RowReading
 from adapter.schema import DecisionResult, HiddenState
 
 from app.core.runner import model_label

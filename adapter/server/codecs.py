@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from adapter.server.admission import RequestBudget
-from adapter.server.calibrated import CalibratedPolicy, Decisions, PolicySet
+from adapter.policy import CalibratedPolicy
+from adapter.server.calibrated import Decisions, PolicySet
 from adapter.server.decision_log import collect
-from adapter.server.http_body import parse_json
+from adapter.json_text import parse_json
 from adapter.server.http_errors import HTTPProblem, Invalid
 from adapter.schema import DecisionRequest, FieldError, JSONObject, Loc, RequestError, SharedStateRequest, errors_from
 from adapter.server.settings import AdapterSettings
@@ -152,7 +153,10 @@ def parse_lines(body: bytes, policies: PolicySet, settings: AdapterSettings
     for i, line in enumerate(lines):
         row_id = None
         try:
-            item = parse_json(line, settings.max_depth)
+            try:
+                item = parse_json(line, settings.max_depth)
+            except RequestError as exc:  # the text rule (json_text.lone_surrogate): a field-named 422
+                raise Invalid(exc.to_detail()) from None
             row_id = item.get("id") if isinstance(item, dict) and isinstance(item.get("id"), str) else None
             asked = _asks_hidden(item)
             policy = _fill(policies, item, [])

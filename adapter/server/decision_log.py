@@ -31,28 +31,25 @@ import uuid
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Sequence
+from typing import Annotated, Any, Sequence
 
 from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError, PydanticUseDefault
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from adapter.schema import DecisionRequest, JSONObject
-from adapter.server.settings import EnvSettings, SettingsError
-
-if TYPE_CHECKING:
-    from adapter.server.calibrated import CalibratedPolicy
+from adapter.env_settings import EnvSettings, SettingsError
+from adapter.policy import CalibratedPolicy, policy_version
+from adapter.schema import LOG_MARKER, DecisionRequest, JSONObject
 
 log = logging.getLogger("semif.adapter")
 
-MARKER = "semif_decision"  # every decision line has "semif_decision": 1 (the importer's filter)
 LINE_VERSION = 1
 NAMESPACE = "SemIf/Adapter"
 LOGGED_PATHS = ("/invocations", "/v1/systemone")
 REQUEST_ID_HEADERS = (b"x-amzn-sagemaker-inference-id", b"x-amzn-requestid", b"x-request-id")
 
 # a row of a request, its public result (the answer body's JSON; None: the row got an error) and its policy
-Collected = tuple[DecisionRequest | None, JSONObject | None, "CalibratedPolicy | None"]
+Collected = tuple[DecisionRequest | None, JSONObject | None, CalibratedPolicy | None]
 _collector: ContextVar[list[Collected] | None] = ContextVar("semif_decisions", default=None)
 
 
@@ -115,13 +112,6 @@ def collect(rows: Sequence[DecisionRequest | None], results: Sequence[JSONObject
         bucket.extend(zip(rows, results, policies))
 
 
-def policy_version(policy: CalibratedPolicy) -> str:
-    """A calibrated policy has no version counter: its content hash is its version (the same file
-    always gives the same one; any change - gate, temperature, offsets - gives another)."""
-    canon = json.dumps(policy.model_dump(mode="json"), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canon.encode()).hexdigest()[:16]
-
-
 def question_sha256(row: DecisionRequest) -> str:
     """What was asked, without the state: question, options, examples and how they were read -
     rows of one policy share it, so an import can group rows that named no policy."""
@@ -136,7 +126,7 @@ def record(row: DecisionRequest, result: JSONObject, policy: CalibratedPolicy | 
     decision = result.get("decision")
     model = result.get("model") or {}
     out: JSONObject = {
-        MARKER: LINE_VERSION,
+        LOG_MARKER: LINE_VERSION,
         "time": datetime.fromtimestamp(at or time.time(), timezone.utc).isoformat(timespec="milliseconds"),
         "request_id": request_id, "endpoint": endpoint, "row_id": result.get("id"), "rows_in_request": rows_in_request,
         "policy": None if policy is None else {"policy_id": policy.policy_id, "schema_version": policy.schema_version,

@@ -1,31 +1,25 @@
 """Reading a request body safely: size caps before and after Content-Encoding, a read timeout,
 decompression as a stream that stops at the cap (a 1 GiB gzip or zstd bomb costs a few MB), a cap on
-the number of JSON values counted before anything is parsed, and JSON parsing that turns every
-malformed input - deep nesting, 5,000-digit integers, NaN - into a client error instead of an
-exception.
+the number of JSON values counted before anything is parsed. Parsing the body (adapter/json_text.py)
+turns every malformed input - deep nesting, 5,000-digit integers, NaN - into a client error instead of
+an exception.
 
 Why the element count: `json.loads` is one C call that holds the GIL until it returns. 16 MiB of
 `[0,0,...]` (8M values, 16.5 KB as gzip) held it for 1.4 s, 16 MiB of `[[],[],...]` for 6.5 s -
 and while one thread holds the GIL, the event loop cannot answer /ping. Counting commas, `[` and `{`
 in the raw bytes is a few ms even for 16 MiB (a string's commas count too: an upper bound), and
-capping it bounds every parse (250,000 values: 20-70 ms here). `gil_heavy()` lets one such call run
-at a time and gives the event loop the GIL between two of them.
+capping it bounds every parse (250,000 values: 20-70 ms here). The parse itself - strict JSON text,
+one GIL-heavy call at a time - is adapter/json_text.py.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import sys
-import threading
-import time
 import zlib
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 from starlette.requests import ClientDisconnect, Request
 
-from adapter.schema import Loc
-from adapter.server.http_errors import HTTPProblem, Invalid
+from adapter.server.http_errors import HTTPProblem
 from adapter.server.settings import AdapterSettings
 
 
@@ -163,10 +157,6 @@ def _unzstd(raw: bytes, limit: Limit) -> bytes:
     return b"".join(out)
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON (use null or a string)")
-
-
 STRUCTURAL = (b",", b"[", b"{")
 
 
@@ -180,92 +170,3 @@ def too_many_elements(limit: int) -> HTTPProblem:
     return HTTPProblem(413, "too_many_elements",
                        f"the body holds more than {limit} JSON values (commas, arrays and objects are counted before "
                        "parsing; SM_SEMIF_MAX_ELEMENTS): send fewer rows per request or a smaller state")
-
-
-_HEAVY = threading.Lock()
-
-
-@contextlib.contextmanager
-def gil_heavy() -> Iterator[None]:
-    """Around one long call that holds the GIL (json.loads of a whole body): one such call at a
-    time, then - when it ran longer than a GIL switch interval - a millisecond's sleep while still
-    holding the lane: the event loop thread, which has been waiting for the GIL, takes it and
-    answers /ping before the next one starts."""
-    with _HEAVY:
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            if time.perf_counter() - t0 > sys.getswitchinterval():  # long enough that the loop is waiting
-                time.sleep(0.001)
-
-
-def parse_json(body: bytes, max_depth: int) -> Any:
-    """json.loads, with every way it can fail raised as ValueError carrying a position when known."""
-    try:
-        with gil_heavy():
-            value = json.loads(body, parse_constant=_reject_constant)
-    except json.JSONDecodeError:
-        raise
-    except RecursionError:
-        raise ValueError(f"JSON nested too deeply: at most {max_depth} levels") from None
-    except UnicodeDecodeError:
-        raise ValueError("the body is not UTF-8 text") from None
-    except ValueError as exc:
-        if "integer string conversion" in str(exc):
-            raise ValueError("an integer has more than 4300 digits: send such numbers as strings") from None
-        raise
-    depth = nesting(value, max_depth)
-    if depth > max_depth:
-        raise ValueError(f"JSON nested {depth}+ levels deep: at most {max_depth} levels")
-    bad = lone_surrogate(value)
-    if bad is not None:
-        raise Invalid([{"loc": bad, "msg": SURROGATE_MSG, "type": "string_unicode"}])
-    return value
-
-
-SURROGATE_MSG = ("holds a lone UTF-16 surrogate escape (\\ud800-\\udfff without its pair): that is not text and "
-                 "cannot be encoded as UTF-8 - send the character itself, or a valid pair")
-
-
-def lone_surrogate(value: Any) -> Loc | None:
-    """The text rule of every body: the loc (path) of the first string - value or object key - that
-    holds a lone surrogate, else None. JSON's \\uXXXX escapes can name half of a UTF-16 pair alone;
-    Python keeps it, and UTF-8 (the tokenizer, the log, the answer) cannot encode it. Refused, not
-    replaced: a replaced character would be scored as a different text than the client sent, silently.
-    Iterative, like `nesting`."""
-    stack: list[tuple[Any, Loc]] = [(value, [])]
-    while stack:
-        v, loc = stack.pop()
-        if isinstance(v, str):
-            if _has_surrogate(v):
-                return loc
-        elif isinstance(v, dict):
-            for k, x in v.items():
-                if _has_surrogate(k):
-                    return [*loc, k.encode("utf-8", "backslashreplace").decode("ascii")]
-                stack.append((x, [*loc, k]))
-        elif isinstance(v, list):
-            stack.extend((x, [*loc, i]) for i, x in enumerate(v))
-    return None
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def nesting(value: Any, limit: int) -> int:
-    """Depth of nested arrays/objects, counting stops past `limit` (iterative: no recursion)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if isinstance(v, (dict, list)):
-            deepest = max(deepest, d)
-            if deepest > limit:
-                return deepest
-            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
-    return deepest

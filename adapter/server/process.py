@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import uvicorn
 
-from adapter.server.calibrated import PolicySet, discover_policies
+from adapter.server.calibrated import PolicySet
+from adapter.policy import discover_policies
 from adapter.server.connections import guarded_protocol
 from adapter.server.app import EngineHolder, create_app
 from adapter.server.admission import Admission

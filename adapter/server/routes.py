@@ -21,9 +21,10 @@ from adapter.server.calibrated import PolicySet
 from adapter.server.codecs import (JSONLINES_TYPES, model_names, parse_invocation, parse_lines, parse_systemone,
                      score_invocation, score_lines, score_systemone)
 from adapter.guard import GUARDS
-from adapter.server.http_body import decode, parse_json, read_raw
+from adapter.server.http_body import decode, read_raw
+from adapter.json_text import parse_json
 from adapter.server.http_errors import HTTPProblem, Invalid, problem
-from adapter.schema import DEBIAS, READOUTS, JSONObject
+from adapter.schema import DEBIAS, READOUTS, JSONObject, RequestError
 from adapter.server.settings import AdapterSettings
 
 if TYPE_CHECKING:
@@ -80,10 +81,9 @@ class Intake:
             if not body.strip():
                 raise ValueError("empty body: send a JSON document")
             return parse_json(body, self.settings.max_depth)
-        except Invalid as exc:  # the text rule (http_body.lone_surrogate): a field-named 422
-            if systemone:
-                raise Invalid([{**e, "loc": ["body", *e["loc"]]} for e in exc.errors]) from None
-            raise
+        except RequestError as exc:  # the text rule (json_text.lone_surrogate): a field-named 422
+            errors = exc.to_detail()
+            raise Invalid([{**e, "loc": ["body", *e["loc"]]} for e in errors] if systemone else errors) from None
         except ValueError as exc:
             msg = f"body is not valid JSON: {exc}"
             if systemone:  # FastAPI's shape, as TypeSafe's client expects

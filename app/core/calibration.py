@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 import numpy as np
 from scipy.stats import beta
 
-from adapter.server.calibrated import calibrate_probs
+from adapter.policy import calibrate_probs
 
 PROVISIONAL = 200
 
@@ -103,7 +103,7 @@ def ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = 10, strategy: str =
 
 # -- temperature scaling ---------------------------------------------------------------------------
 def apply_temperature(P: np.ndarray, T: float, offsets: np.ndarray | None = None) -> np.ndarray:
-    """Row-wise adapter.server.calibrated.calibrate_probs: the exact function the runtime applies
+    """Row-wise adapter.policy.calibrate_probs: the exact function the runtime applies
     (softmax(log p / T + b); b = the fitted per-option offsets, none by default)."""
     b = None if offsets is None else [float(x) for x in offsets]
     return np.array([calibrate_probs(list(map(float, row)), T, b) for row in P])

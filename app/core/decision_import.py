@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from adapter.server.decision_log import MARKER
+from adapter.schema import LOG_MARKER as MARKER
 from adapter.engine.templates import request_for
 
 from app.core.inputs import InputError

@@ -13,7 +13,7 @@ report is recomputed from the run alone whatever later happens to the saved cali
 Applied to stored rows (`answer`, `HeadPick` for a policy that must carry a learned head): every
 decision here is `CalibratedPolicy.apply` on a stored result - the one rule the adapter enforces - so a
 number shown is the number the deployed policy gives on the same row. (The learned head itself lives in
-two homes: fitted in app/core/heads.py, applied in adapter/engine/head.py.)
+two homes: fitted in app/core/heads.py, applied in adapter/head.py.)
 
 A head reads rows rendered as its policy renders them (question, options, examples, readout,
 correction; the hidden state of its model at that prompt's last token). A row rendered otherwise -
@@ -31,9 +31,9 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, TypedDict
 
-from adapter.server.calibrated import CalibratedPolicy, PolicyError, RowReading, load_policy
+from adapter.policy import CalibratedPolicy, PolicyError, RowReading, load_policy
 from adapter.guard import GUARDS, STEERING_SUSPECTED
-from adapter.engine.head import KIND_WORDS, Head, head_name, uses_hidden
+from adapter.head import KIND_WORDS, Head, head_name, uses_hidden
 from adapter.schema import HEAD_LAYOUT
 
 from app.core.store import Store

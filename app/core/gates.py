@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 
-from adapter.server.calibrated import CalibratedPolicy, Decision, RowReading
+from adapter.policy import CalibratedPolicy, Decision, RowReading
 from adapter.guard import STEERING_SUSPECTED
 
 from app.core import calibration, deployed

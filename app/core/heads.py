@@ -1,6 +1,6 @@
 """Learned heads fitted on a run's labeled rows, out of fold (no Streamlit).
 
-A head (adapter/engine/head.py) is an L2-regularised multinomial logistic regression on a row's features:
+A head (adapter/head.py) is an L2-regularised multinomial logistic regression on a row's features:
 the option log-probs (LinC), the model's hidden state at the prompt's last token, or both. On ~30
 labeled rows per policy such a head lifted a weak zero-shot policy by 8-20 points in the published
 linear-probe / LinC results and in our prototype (issue 28), where per-option offsets moved it far less.
@@ -31,7 +31,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
-from adapter.engine.head import HEAD_KINDS, KIND_WORDS, Head, HeadKind, build_head, feature_vector, uses_hidden
+from adapter.head import HEAD_KINDS, KIND_WORDS, Head, HeadKind, build_head, feature_vector, uses_hidden
 
 from app.core import calibration
 from app.core.stats import PairedGain, paired_gain

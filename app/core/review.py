@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from adapter.server.calibrated import CalibratedPolicy
+from adapter.policy import CalibratedPolicy
 
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.labeled import content_hash

@@ -13,8 +13,8 @@ from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
 
-from adapter.server.calibrated import SCHEMA_VERSION, CalibratedPolicy, Decision
-from adapter.engine.head import HEAD_KINDS
+from adapter.policy import SCHEMA_VERSION, CalibratedPolicy, Decision
+from adapter.head import HEAD_KINDS
 from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.schema import HEAD_LAYOUT
 
@@ -266,7 +266,7 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[Reado
 
 def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback: str,
                  option_thresholds: dict[str, float] | None = None) -> dict[str, Any]:
-    """The versioned policy config for this calibration and gate (validated by adapter.server.calibrated),
+    """The versioned policy config for this calibration and gate (validated by adapter.policy),
     with how the gate was chosen: the target accuracy is recorded only when it chose the gate."""
     run: Mapping[str, Any] = store.get_run(cal.run_id) or {}
     cfg = run_config(run)

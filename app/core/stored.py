@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from adapter.schema import HiddenState
-from adapter.server.calibrated import RowReading
+from adapter.policy import RowReading
 
 
 def _str(value: Any) -> str | None:

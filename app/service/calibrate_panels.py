@@ -8,7 +8,7 @@ from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
-from adapter.engine.head import KIND_WORDS
+from adapter.head import KIND_WORDS
 
 from app.core import calibration, heads
 from app.core.run_calibration import Calibration, GateFlag, chance

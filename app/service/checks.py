@@ -16,7 +16,7 @@ from app.core.robustness import SuiteError as SuiteError
 from app.core.robustness import parse_templates as parse_templates
 from app.core.robustness import shipped_suite as shipped_suite
 from adapter.guard import GUARDS as GUARDS
-from adapter.engine.head import uses_hidden
+from adapter.head import uses_hidden
 from app.core.records import RunConfig, config_of
 from app.core.runs import VARIANTS
 from app.core.inputs import InputError as InputError

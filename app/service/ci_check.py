@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from adapter.server.calibrated import CalibratedPolicy, PolicyError, load_policy, policy_json
-from adapter.server.decision_log import policy_version
+from adapter.policy import CalibratedPolicy, PolicyError, load_policy, policy_json, policy_version
 from adapter.schema import HEAD_LAYOUT
 
 from app.core import check as ck

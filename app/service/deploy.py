@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from adapter.server.calibrated import PolicyError, load_policy
+from adapter.policy import PolicyError, load_policy
 from adapter.engine.catalog import SHIPPED
 from adapter.engine.models import resolve_model, shipped_by_sha256
 from adapter.safe_path import inside

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from adapter.server.calibrated import CalibratedPolicy
+from adapter.policy import CalibratedPolicy
 
 from app.core.drift import FLIP_KINDS as FLIP_KINDS
 from app.core.drift import SHIFT_THRESHOLD as SHIFT_THRESHOLD

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from adapter.server.calibrated import CalibratedPolicy
+from adapter.policy import CalibratedPolicy
 
 from app.core import run_calibration
 from app.core import calibration, head_sources, heads, runs

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from adapter.engine.head import HEAD_KINDS, KIND_WORDS
+from adapter.head import HEAD_KINDS, KIND_WORDS
 from adapter.schema import HEAD_LAYOUT
 
 from app.core import head_sources

@@ -6,8 +6,8 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Collection, Literal, Mapping
 
-from adapter.server.calibrated import PolicyError
-from adapter.server.calibrated import policy_json as read_policy_file
+from adapter.policy import PolicyError
+from adapter.policy import policy_json as read_policy_file
 from adapter.guard import GUARDS
 from adapter.schema import DEBIAS, MAX_EXAMPLES, MAX_OPTIONS, READOUTS
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from adapter.server.calibrated import CalibratedPolicy
+from adapter.policy import CalibratedPolicy
 
 from app.core import review
 from app.core.run_calibration import Calibration

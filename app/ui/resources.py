@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import streamlit as st
 
-from adapter.server.settings import SettingsError
+from adapter.env_settings import SettingsError
 
 from app.targets.engines import EnginePool
 from app.settings import WorkbenchSettings

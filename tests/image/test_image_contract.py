@@ -95,7 +95,8 @@ def expected(tmp_path_factory) -> dict:
     """The in-process engine's answers (SmolLM2, the policy below, the same rows), computed before any
     container runs (one llama.cpp model at a time), and the folder SageMaker would extract: the GGUF
     renamed `model.gguf` (recognised by its sha256, not its name) and the policy beside it."""
-    from adapter.server.calibrated import CalibratedPolicy, Decisions, PolicySet
+    from adapter.policy import CalibratedPolicy
+    from adapter.server.calibrated import Decisions, PolicySet
     from adapter.engine.engine import Engine
     from adapter.engine.models import file_sha256, resolve_model
     from adapter.schema import DecisionRequest

@@ -21,6 +21,7 @@ from app.core.store import Store
 from app.service import evaluate
 
 CHOICES = ("recommended", "best", "target")
+Table = head_sources.Table  # what the page hands back (the sources table it shows)
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,13 @@ import json
 
 import streamlit as st
 
-from app.core import head_sources
 from app.core.store import Store
 from app.service import evaluate, export_candidate
 from app.ui.page_state import PageKeys
 from app.ui.safe_text import md
 
 
-def export_this(db: Store, table: head_sources.Table, keys: PageKeys, target_accuracy: float) -> None:
+def export_this(db: Store, table: export_candidate.Table, keys: PageKeys, target_accuracy: float) -> None:
     live = [r for r in table.rows if r.accuracy is not None]
     if not live:
         return

@@ -30,6 +30,11 @@ def shipped_sets() -> dict[str, list[dict]]:
     return {p.stem: list(load_jsonl(p)) for p in sorted((DATA_DIR / "labeled").glob("*.jsonl"))}
 
 
+def shuffled(rows: list[dict]) -> list[dict]:
+    """A set's rows in the fixed order they are read in (a set file may be sorted by label)."""
+    return [rows[i] for i in np.random.default_rng(0).permutation(len(rows))]
+
+
 def load_cache(path: Path) -> dict[tuple[str, str], dict]:
     """{(set, row id): record} from the cache; a torn last line (a killed write) is skipped."""
     out: dict[tuple[str, str], dict] = {}
@@ -45,9 +50,13 @@ def load_cache(path: Path) -> dict[tuple[str, str], dict]:
 
 def states(path: Path = DEFAULT_CACHE) -> dict[str, tuple[list[str], np.ndarray, np.ndarray, list[str]]]:
     """{set: (row ids, hidden states (n, d) float32, label indices (n,), option ids)} from the cache."""
+    cached = load_cache(path)
     by_set: dict[str, list[dict]] = {}
-    for (name, _), r in load_cache(path).items():
-        by_set.setdefault(name, []).append(r)
+    for name, rows in shipped_sets().items():  # the shuffled order's longest prefix read so far: a fair sample
+        for row in shuffled(rows):
+            if (name, row["id"]) not in cached:
+                break
+            by_set.setdefault(name, []).append(cached[(name, row["id"])])
     out = {}
     for name, recs in sorted(by_set.items()):
         options = recs[0]["options"]
@@ -68,7 +77,7 @@ def main() -> None:
     done = load_cache(cache)
     sets = shipped_sets()
     # a fixed shuffle per set (a set file may be sorted by label): a stopped run leaves a fair sample of each
-    sets = {k: [v[i] for i in np.random.default_rng(0).permutation(len(v))] for k, v in sets.items()}
+    sets = {k: shuffled(v) for k, v in sets.items()}
     if args.limit:
         sets = {k: v[: args.limit] for k, v in sets.items()}
     policies = {name: load_template(name) for name in sets}

@@ -140,7 +140,8 @@ def append_version(store: Store, base_set_id: int, policy: Mapping[str, Any]) ->
     for rv in pending:
         if rv["action"] in ("relabel", "confirm") and state_key(rv["state"]) in at:  # a set row's label checked:
             row = at[state_key(rv["state"])]  # kept, with who checked it and what it was (never dropped)
-            meta = dict(row.get("meta") or {})
+            old = row.get("meta")
+            meta: dict[str, Any] = dict(old) if isinstance(old, dict) else {}
             meta.setdefault("label_checks", []).append({"action": rv["action"], "was": row["label"], "label": rv["label"],
                                                         "by": rv["who"], "at": rv["at"], "note": rv["note"]})
             row["meta"], row["label"] = meta, rv["label"]

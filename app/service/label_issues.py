@@ -33,8 +33,8 @@ class Issue:
 def issues(store: Store, cal: Calibration) -> list[Issue]:
     """The likely mislabeled rows of a calibrated run, most likely first (at most 10% of its rows), leaving
     out those whose label was already confirmed or fixed for this policy."""
-    run = store.get_run(cal.run_id) or {}
-    policy_id = str(run.get("policy_id") or "")
+    run = store.get_run(cal.run_id)
+    policy_id = str(run["policy_id"]) if run is not None else ""
     checked = {r["item_key"] for r in store.reviews(policy_id) if r["action"] in ("relabel", "confirm")}
     out = []
     for s in label_issues.suspects(cal.oof, cal.y, cal.option_ids):
@@ -52,9 +52,9 @@ def issues(store: Store, cal: Calibration) -> list[Issue]:
 def answer(store: Store, issue: Issue, option_id: str, *, who: str, note: str = "") -> int:
     """Confirm the label (option_id == the label) or fix it (another option): stored with who and when,
     pending until the next set version (Review's *Add to set*); returns its id (undo takes it back)."""
-    run = store.get_run(issue.item.run_id) or {}
-    return review.label(store, issue.item, option_id, who=who, note=note, policy_id=str(run.get("policy_id") or ""),
-                        fixes=issue.label)
+    run = store.get_run(issue.item.run_id)
+    return review.label(store, issue.item, option_id, who=who, note=note,
+                        policy_id=str(run["policy_id"]) if run is not None else "", fixes=issue.label)
 
 
 def latest(store: Store, policy_id: str, set_id: int) -> Calibration | None:

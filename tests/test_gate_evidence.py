@@ -74,7 +74,8 @@ def test_cli_page_and_export_carry_the_same_gate_evidence_and_the_adapter_decide
     """A 12-row set with a 99% target: no gate's out-of-fold lower bound clears it. The command line prints
     the gate's evidence, the export's notes and metrics carry the same numbers, and the adapter, serving
     the file, sends every row to the fallback (reported: 0 decided in sample and out of fold)."""
-    db, out, stdout = calibrate_cli(tmp_path, "refund-check", 12, "--target-accuracy", "0.99", "--head", "none")
+    db, out, stdout = calibrate_cli(tmp_path, "refund-check", 12, "--target-accuracy", "0.99", "--head", "none",
+                                    "--learning-curve")
     config = json.loads(out.read_text())
     sel, notes = config["metrics"]["gate_selection"], config["metrics"]["gate_notes"]
     assert config["gate_source"] == "unreachable" and not sel["reachable"] and sel["n"] == 12
@@ -85,6 +86,10 @@ def test_cli_page_and_export_carry_the_same_gate_evidence_and_the_adapter_decide
         assert C.cp_lower(round(m * sel["reach"]["accuracy"]), m) >= 0.99 - 1e-9
         assert f"about {sel['reach']['more']} more labeled rows" in notes[0]
     assert config["metrics"]["at_gate"]["decided"] == 0 and config["metrics"]["at_gate_out_of_fold"]["decided"] == 0
+    # what more labels buy: the curve's last point is the export's own out-of-fold accuracy on all 12 rows
+    chosen = config["metrics"]["correction"]["chosen"]
+    acc = next(c["oof_accuracy"] for c in config["metrics"]["correction"]["candidates"] if c["name"] == chosen)
+    assert f"{acc:.1%} on 12 rows" in stdout and "what more labels buy: " in stdout
     store = Store(db)
     (run,) = store.list_runs(kind="eval")
     results = [r for r in store.results(run["id"]) if not r["error"]]

@@ -13,7 +13,7 @@ from app.cli.common import (EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, UsageProble
 from app.core.runs import EXAMPLE_SOURCES, HEAD_VARIANT, Variant
 from app.service.sets import InputError
 from app.core.store import RunBusy
-from app.service import calibrate_panels, export_candidate
+from app.service import calibrate_panels, export_candidate, label_curve
 from app.service import evaluate as ev
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
@@ -110,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
               f"(coverage {fmt(oof['coverage'])}), accuracy {fmt(oof['accuracy'])}")
     for warning in calibrate_panels.warnings(exported):
         print(f"warning: {warning}")
+    if args.learning_curve:
+        print("what more labels buy: " + label_curve.label_curve(cal).sentence)
     if args.out:
         try:  # checked before scoring (common.out_file); the folder may still change meanwhile
             Path(args.out).write_text(json.dumps(exported.config, indent=2, ensure_ascii=False) + "\n")
@@ -149,6 +151,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="which candidate of the sources table the file carries: target (default: the evaluated target's "
                         "run), recommended, best, or MODEL:LAYOUT:METHOD (e.g. qwen2.5-coder-0.5b-instruct-q4_k_m:"
                         "policy-first:hidden) - its model (sha256), layout and head, fitted on all labeled rows")
+    p.add_argument("--learning-curve", action="store_true",
+                   help="also print the out-of-fold accuracy on 50/75/100%% of the rows and what N more rows would buy")
     p.add_argument("--fallback", type=option_id, default="human-review",
                    help="decision when gated (default: human-review)")
     p.add_argument("--out", type=out_file, help="write the calibrated policy JSON here")

@@ -23,6 +23,7 @@ from app.service.display import Cell, Column, Note
 from app.ui import charts, context, resources, tasks
 from app.ui.components import glossary, saved_policies
 from app.ui.export_candidate_panel import export_this
+from app.ui.label_curve_panel import label_curve_panel
 from app.ui.label_issues_panel import label_issues_panel
 from app.ui.page_state import PageKeys
 from app.ui.safe_text import md
@@ -499,6 +500,7 @@ def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], r
         st.error(md(exc))
         return
     export_section(db, cal, policy)
+    label_curve_panel(cal, keys)
     label_issues_panel(db, cal, keys)
 
 

@@ -357,7 +357,7 @@ def live(store: Store, run_id: int, *, target_accuracy: float = 0.9, stop_at: in
         P, y, _, _ = runs.arrays(store, run_id)
         if len(y) >= 4:
             g = calibration.choose_gate(P.max(axis=1), calibration.predictions(P) == y, target_accuracy)
-            gate = "provisional, on the probabilities as scored (a correction or head may move it): " + g.text()
+            gate = "provisional gate on the probabilities as scored (a correction or head may move it): " + g.text()
     total = int(run["n_rows"])
     return Live(run, run.get("done_rows", acc.n), min(total, stop_at) if stop_at else total, acc, gate)
 

@@ -87,6 +87,14 @@ def feature_vector(kind: str, hidden: np.ndarray | None, probs: list[float] | np
     return np.concatenate(parts)
 
 
+# What a head fitted by app/core/heads.py stays within (refused on load, not normalised: a head outside them
+# was not fitted here, and rescaling it would change its answers silently). (field, min |value|, max |value|):
+# features are standardised (scale floored at 1e-6 when fitted), each weight row is stored over its largest
+# weight (so |weights| <= 1), an L2-regularised fit keeps weights and biases far below 1e4.
+HEAD_BOUNDS: tuple[tuple[str, float, float], ...] = (
+    ("center", 0.0, 1e6), ("scale", 1e-7, 1e6), ("weights", 0.0, 1.0), ("weight_scale", 0.0, 1e4), ("bias", 0.0, 1e4))
+
+
 class Head(BaseModel):
     """A fitted head, as exported. `model_sha256` and `prompt_version` say what it was fitted on:
     the hidden state of another model or prompt means nothing to it (the adapter then sends the
@@ -154,6 +162,16 @@ class Head(BaseModel):
                 raise ValueError(f"{name}: {len(given)} values for {k} options")
             if not all(math.isfinite(v) for v in given):
                 raise ValueError(f"{name}: holds NaN or infinite values")
+        for name, low, high in HEAD_BOUNDS:  # finite is not enough: bias 1e308 answers confidence 1.0 on every row
+            if name in ("weight_scale", "bias"):
+                values = np.abs(np.asarray(getattr(self, name), np.float64))
+            else:
+                values = np.abs(decode(getattr(self, name), "<f2" if name == "weights" else "<f4", name).astype(np.float64))
+            if values.size and not ((values >= low) & (values <= high)).all():
+                worst = float(values[(values < low) | (values > high)][0])
+                raise ValueError(f"{name}: holds {worst:g}, outside the bounds a fitted head stays within "
+                                 f"(|{name}| in [{low:g}, {high:g}]) - this head was not fitted by the workbench: "
+                                 "calibrate again")
         return self
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

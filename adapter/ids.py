@@ -5,6 +5,11 @@ An id is what an application receives and branches on, and what a person reads i
 the decision log, so one id must never pose as another:
 
 - printable text only (no control, format or direction character: a newline, U+202E, a zero-width space);
+- nothing invisible: no Unicode Default_Ignorable_Code_Point (the combining grapheme joiner U+034F,
+  variation selectors U+FE00-FE0F and U+E0100-E01EF, Hangul fillers U+115F/U+1160/U+3164/U+FFA0, soft
+  hyphen, tags), read from the `regex` library's Unicode tables, and no blank symbol (U+2800 BRAILLE
+  PATTERN BLANK, which is a printable "symbol" that draws nothing): `bill` + U+034F + `ing` would
+  otherwise be a second option that reads as `billing`;
 - no leading or trailing whitespace (an id is returned exactly as sent: `" billing"` is refused, not
   silently turned into `"billing"`, which the client would then not find);
 - at most MAX_ID_CHARS characters;
@@ -21,6 +26,13 @@ confusables.txt, the letters that render identically in common fonts), not the w
 from __future__ import annotations
 
 import unicodedata
+
+import regex
+
+# invisible code points: Unicode's Default_Ignorable_Code_Point property (from `regex`, which tracks the
+# current Unicode version) and the blank symbols that property leaves out (they are So, and draw nothing)
+_BLANK_SYMBOLS = "\u2800"
+_INVISIBLE = regex.compile(r"[\p{Default_Ignorable_Code_Point}" + _BLANK_SYMBOLS + "]")
 
 MAX_ID_CHARS = 200
 
@@ -67,7 +79,13 @@ def unprintable(text: str) -> str | None:
     id pose as another in the UI and logs."""
     bad = next((ch for ch in text if not ch.isprintable()), None)
     if bad is None:
-        return None
+        found = _INVISIBLE.search(text)
+        if found is None:
+            return None
+        ch = found.group()
+        return (f"contains U+{ord(ch):04X} ({unicodedata.name(ch, 'an invisible character')}) at position "
+                f"{found.start()}: ids must not hold invisible characters (Unicode default-ignorable code points, "
+                "variation selectors, fillers, blank symbols), so that one id cannot pose as another")
     name = unicodedata.name(bad, "a control character")
     return (f"contains U+{ord(bad):04X} ({name}) at position {text.index(bad)}: ids must be printable text "
             "(no control, format or direction characters), so that one id cannot pose as another")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -22,11 +23,37 @@ from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.guard import STEERING_SUSPECTED, Guard
 from adapter.head import KIND_WORDS, Head, uses_hidden
 from adapter.json_text import SURROGATE_MSG, lone_surrogate, nesting, parse_json
+from adapter.ids import id_problem
 from adapter.safe_path import NAME_RULE, name_problem
-from adapter.schema import (HEAD_LAYOUT, Debias, DecisionResult, Example, JSONObject, Layout, Option, Readout,
-                            RequestError, errors_from)
+from adapter.schema import (HEAD_LAYOUT, Debias, DecisionResult, Example, JSONObject, Layout, Option, Question,
+                            Readout, RequestError, errors_from)
 
 SCHEMA_VERSION = "semif-policy/1"
+# The prompts the engine renders, by (readout, layout): a policy's prompt_version must be one of its pair's
+KNOWN_PROMPTS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("letters", "state-first"): (PROMPT_VERSIONS["letters"], PROMPT_VERSIONS["letters-examples"]),
+    ("letters", "policy-first"): (PROMPT_VERSIONS["letters-policy-first"],),
+    ("option-words", "state-first"): (PROMPT_VERSIONS["option-words"], PROMPT_VERSIONS["option-words-state-first"]),
+}
+
+# The fields a calibrated policy pins: everything it was calibrated with. A row that names the policy may
+# omit each or repeat it exactly; any other value is a 422 naming the field and the policy. This table drives
+# PolicySet.fill (adapter/server/calibrated.py), the table in docs/adapter-api.md#pinned-fields and tests/test_security_round4.py.
+PINNED: dict[str, str] = {
+    "question": "the question text (surrounding whitespace ignored, as every row's)",
+    "options": "the option ids in the policy's order; a description, when sent, must be the policy's",
+    "examples": "the solved examples, exactly",
+    "readout": "letters or option-words",
+    "debias": "the correction the gate was measured on",
+    "permute": "permutation averaging on or off",
+    "few_shot": "whether the examples are shown in the prompt",
+    "layout": "state-first or policy-first (the head layout): a state-first policy's gate means nothing on "
+              "head-layout letters",
+    "prompt_version": "the prompt the policy was calibrated on (set by readout, layout and examples); a row may "
+                      "send it only equal, and it is then dropped",
+    "guard": "the steering guard; a row may add one to a policy that has none, never change or remove the policy's",
+}
+
 
 
 def calibrate_probs(probs: list[float], temperature: float, offsets: list[float] | None = None) -> list[float]:
@@ -89,8 +116,19 @@ class CalibratedPolicy(BaseModel):
             raise ValueError(f"{v[:80]!r} is not a policy id: use {NAME_RULE}")
         return v
 
+    @field_validator("fallback_option")
+    @classmethod
+    def _fallback_id(cls, v: str) -> str:
+        # returned as the decision of every gated row: held to the id rule (no U+202E, no newline, <= 200 chars)
+        problem = id_problem(v)
+        if problem:
+            raise ValueError(f"{v[:80]!r} is not an option id: it {problem}" if not problem.startswith(repr(v))
+                             else problem)
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> "CalibratedPolicy":
+        self._serveable()
         ids = [o.id for o in self.options]
         for oid in self.option_thresholds:
             if oid not in ids:
@@ -129,6 +167,24 @@ class CalibratedPolicy(BaseModel):
                 raise ValueError(f"layout: a policy-first policy reads letters with no correction and no permutation, "
                                  f"prompt {want}: export it again from Calibrate")
         return self
+
+    def _serveable(self) -> None:
+        """The request validator's rules on the rows this policy will make (one validator for the file and
+        its requests): the question's (blank, option ids that collide once normalised, examples naming no
+        option, the head layout's settings) through schema.Question itself, and a known prompt for its
+        readout and layout. A policy the endpoint would refuse on every row is refused on load."""
+        allowed = KNOWN_PROMPTS.get((self.readout, self.layout), ())
+        if self.prompt_version not in allowed:
+            raise ValueError(f"prompt_version: {self.prompt_version[:60]!r} is not a prompt this adapter renders for "
+                             f"readout {self.readout} in layout {self.layout} (it renders {', '.join(allowed) or 'none'}): "
+                             "export the policy again from Calibrate")
+        row = {"id": "policy", **self.request_fields(), "policy_id": None}
+        try:
+            Question.model_validate(row)
+        except (ValidationError, RequestError) as exc:
+            first = errors_from(exc)[0]
+            where = ".".join(map(str, first["loc"])) or "(root)"
+            raise ValueError(f"{where}: {first['msg']} - the endpoint would refuse every row of this policy") from None
 
     def matches(self, option_ids: list[str]) -> bool:
         return option_ids == [o.id for o in self.options]
@@ -209,9 +265,8 @@ class CalibratedPolicy(BaseModel):
         the JSON fields of a raw row (PolicySet.fill completes a request body's row with them)."""
         return {"question": self.question, "options": [o.model_dump() for o in self.options],
                 "examples": [e.model_dump() for e in self.examples], "readout": self.readout, "debias": self.debias,
-                "permute": self.permute, "few_shot": self.few_shot, "guard": self.guard,
-                **({"hidden_state": True} if self.head is not None else {}),
-                **({"layout": self.layout} if self.layout == HEAD_LAYOUT else {})}
+                "permute": self.permute, "few_shot": self.few_shot, "guard": self.guard, "layout": self.layout,
+                **({"hidden_state": True} if self.head is not None else {})}
 
 
 class PolicyError(ValueError):
@@ -233,7 +288,11 @@ def policy_json(source: str | Path | bytes, what: str = "policy") -> Any:
         try:
             if path.is_dir():
                 raise PolicyError(f"cannot read {what} {path}: it is a folder - give the policy JSON file")
-            size = path.stat().st_size
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode):  # a FIFO would block the read (the command hangs); a device is no file
+                raise PolicyError(f"cannot read {what} {path}: it is not a regular file (a FIFO, socket or device) - "
+                                  "give the policy JSON file")
+            size = info.st_size
             if size > MAX_POLICY_BYTES:
                 raise PolicyError(_too_big(what, size))
             with path.open("rb") as f:

@@ -7,6 +7,7 @@ symlink pointing out, and resolving alone lets `../../x` through when the folder
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -23,6 +24,21 @@ def name_problem(name: str) -> str | None:
     if not isinstance(name, str) or not re.fullmatch(NAME_PATTERN, name) or ".." in name:
         return f"{str(name)[:80]!r} is not a safe name: use {NAME_RULE}"
     return None
+
+
+MAX_NAME = 128
+HASH_CHARS = 12
+
+
+def file_name(stem: str, suffix: str) -> str:
+    """The file name for `stem` + `suffix` that fits the 128-character rule whatever valid id the stem
+    holds: as is when it fits; else the stem cut to leave room for '-', the first 12 hex digits of the
+    stem's sha256, and the suffix (two long ids that share a prefix still get two files)."""
+    name = stem + suffix
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(stem.encode("utf-8")).hexdigest()[:HASH_CHARS]
+    return f"{stem[: MAX_NAME - len(suffix) - HASH_CHARS - 1]}-{digest}{suffix}"
 
 
 def inside(folder: Path, *parts: str) -> Path:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import base64
 import json
 import math
-from typing import Any, Literal, Sequence, TypedDict, Union, get_args
+from typing import Annotated, Any, Literal, Sequence, TypedDict, Union, get_args
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from adapter.guard import Guard
 from adapter.ids import collision, collision_message
@@ -104,7 +104,9 @@ class Question(BaseModel):
     """What is asked of a state: the question, its ordered options and how to read the answer."""
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    id: str = Field(min_length=1, max_length=200)
+    # kept exactly as sent (the model's str_strip_whitespace is for the question text): a client gets back
+    # the id it sent, in every shape (the shared-state shape trimmed " q1" to "q1" before)
+    id: Annotated[str, StringConstraints(strip_whitespace=False)] = Field(min_length=1, max_length=200)
     question: str = Field(min_length=1, max_length=8000)
     options: list[Option] = Field(min_length=2, max_length=MAX_OPTIONS)
     readout: Readout | None = Field(default=None, description="letters | option-words; default per model")

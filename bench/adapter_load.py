@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import random
 import threading
 import time
@@ -51,9 +52,17 @@ def body(rng: random.Random, n: int) -> tuple[str, bytes]:
     return "/invocations", json.dumps({**row, "options": [{"id": "x"}]}).encode()
 
 
+def finite(text: str) -> float:
+    """A number argument: NaN and Infinity refused (argparse's float takes them)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=10)
+    ap.add_argument("--minutes", type=finite, default=10)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--no-publish", action="store_true", help="print only; leave docs/benchmarks.md as it is")

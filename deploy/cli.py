@@ -17,6 +17,7 @@ log, and a live endpoint becomes a Playground target). deploy/ itself never impo
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import sys
 import tempfile
@@ -107,7 +108,26 @@ def unfilled_notes(steps: list[Step]) -> list[str]:
 
 
 def work_dir(args: argparse.Namespace) -> Path:
-    return Path(args.work_dir or Path(tempfile.gettempdir()) / "semif-deploy")
+    """--work-dir (default: a temp folder); exit 2 with one line when it names something that is not a folder."""
+    path = Path(args.work_dir or Path(tempfile.gettempdir()) / "semif-deploy")
+    if path.exists() and not path.is_dir():
+        print(f"--work-dir {path}: is a file, not a folder - name a folder (it is created when missing)", file=sys.stderr)
+        raise SystemExit(2)
+    if not path.exists() and path.parent.exists() and not path.parent.is_dir():
+        print(f"--work-dir {path}: {path.parent} is a file, not a folder - name a folder", file=sys.stderr)
+        raise SystemExit(2)
+    return path
+
+
+def finite(text: str) -> float:
+    """A number argument: NaN and Infinity are refused (argparse's float takes them)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def checked_plan(cfg: DeployConfig, args: argparse.Namespace, *, unfilled: bool = False) -> tuple[Package, list[Step]]:
@@ -283,7 +303,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", descr
         p.add_argument("--region", default=settings.region, help="default: AWS_DEFAULT_REGION or us-east-1")
         p.add_argument("--endpoint-url", default=settings.aws_endpoint_url,
                        help="another AWS endpoint (default: SEMIF_AWS_ENDPOINT_URL; tests: a moto server)")
-        p.add_argument("--poll", type=float, default=15, help="seconds between status polls")
+        p.add_argument("--poll", type=finite, default=15, help="seconds between status polls")
         add_ledger_args(p)
         p.add_argument("--work-dir", help="where packages and transform inputs are written (default: a temp folder)")
         return p
@@ -314,8 +334,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m deploy", descr
         p.add_argument("--provision-timeout", type=int, default=1800)
         p.add_argument("--autoscale-max", type=int, default=0, help="autoscaling: most instances (0 = no autoscaling)")
         p.add_argument("--autoscale-min", type=int, default=1, help="autoscaling: fewest instances")
-        p.add_argument("--decisions-per-second", type=float, help="measured per instance (default: per family)")
-        p.add_argument("--utilisation", type=float, default=0.7, help="share of that throughput to aim for")
+        p.add_argument("--decisions-per-second", type=finite, help="measured per instance (default: per family)")
+        p.add_argument("--utilisation", type=finite, default=0.7, help="share of that throughput to aim for")
         p.add_argument("--scale-in-cooldown", type=int, default=300)
         p.add_argument("--scale-out-cooldown", type=int, default=60)
         return p

@@ -238,3 +238,93 @@ def test_fuzz_text_rules_on_every_route(server):
             if not ok:
                 failures.append((route, path, ascii(text), res.status_code, res.text[:200]))
     assert not failures, failures[:5]
+
+
+# -- issue 41: invisible characters in every id, and pinned-field overrides on every route --------------------
+INVISIBLE = ["\u034f", "\ufe0f", "\U000e0100", "\u3164", "\u115f", "\u2800", "\u00ad", "\u2060"]
+
+
+def id_paths(route, base):
+    """(path, is_key) of every id in a route's document: option ids, row and question ids, choice names."""
+    for path, is_key in strings(base):
+        last = path[-1] if path else None
+        if route == "/v1/systemone":
+            if len(path) == 2 and path[0] == "questions" and is_key:  # a question id
+                yield path, True
+            elif len(path) == 4 and path[2] == "criteria" and is_key and path[1] == "q":  # a choice name
+                yield path, True
+        elif last == "id" and not is_key:
+            yield path, False
+
+
+def test_fuzz_invisible_characters_in_every_id_on_every_route(server):
+    """An id holding a default-ignorable code point, a variation selector, a Hangul filler or a blank symbol
+    is refused at its own loc on every route and shape (JSON Lines: that line's error, the others answered)."""
+    rng = random.Random(41)
+    failures, n = [], 0
+    with httpx.Client(timeout=60) as client:
+        for route, base in ROUTES:
+            for path, is_key in id_paths(route, base):
+                for mark in rng.sample(INVISIBLE, 3):
+                    original = path[-1] if is_key else functools.reduce(lambda d, k: d[k], path, base)
+                    text = original[:2] + mark + original[2:]
+                    doc = rename(base, path, text) if is_key else put(base, path, text)
+                    n += 1
+                    if route == "jsonl":
+                        body = (json.dumps(doc) + "\n" + json.dumps({**ROW, "id": "other"})).encode()
+                        res = client.post(server.url + "/invocations", content=body,
+                                          headers={"content-type": "application/jsonlines"})
+                        lines = [json.loads(x) for x in res.text.splitlines()]
+                        ok = (res.status_code == 200 and f"U+{ord(mark):04X}" in json.dumps(lines[0].get("error"))
+                              and lines[1].get("id") == "other")
+                    else:
+                        res = client.post(server.url + route, content=json.dumps(doc).encode(),
+                                          headers={"content-type": "application/json"})
+                        ok = res.status_code == 422 and f"U+{ord(mark):04X}" in json.dumps(res.json()["detail"])
+                    if not ok:
+                        failures.append((route, path, ascii(text), res.status_code, res.text[:200]))
+    assert n >= 24 and not failures, failures[:5]
+
+
+@pytest.fixture(scope="module")
+def policy_server(tmp_path_factory):
+    """An adapter with one calibrated state-first policy loaded (the fixture model's own)."""
+    from tests.test_decision_log import policy_file
+
+    path = policy_file(tmp_path_factory.mktemp("policy"))
+    with spread() as env:
+        srv = ServerProcess([sys.executable, "-m", "adapter", "serve", "--port", "0"],
+                            env={**env, "SM_SEMIF_POLICY": path, "SM_SEMIF_REQUEST_TIMEOUT": "30"})
+    yield srv
+    srv.stop()
+
+
+def test_fuzz_pinned_field_overrides_on_every_route(policy_server):
+    """Every pinned field changed, on every /invocations shape that can name a policy: a 422 naming the field
+    and the policy (JSON Lines: that line's error), never a decision made on another reading."""
+    from adapter.policy import PINNED
+
+    other = {"question": "Another question?", "options": [{"id": "x1"}, {"id": "x2"}], "examples": [],
+             "readout": "letters", "debias": "content-free", "permute": True, "few_shot": False,
+             "layout": "policy-first", "prompt_version": "letters/1", "guard": "none"}
+    assert set(other) == set(PINNED)
+    row = {"id": "r1", "state": "Where is my parcel?", "policy_id": "ticket-routing"}
+    failures = []
+    with httpx.Client(timeout=60) as client:
+        for field, value in other.items():
+            changed = {**row, field: value, **({"hidden_state": True} if field == "layout" else {})}
+            shapes = {"row": changed, "array": [row, changed],
+                      "shared": {"state": "Where is my parcel?",
+                                 "questions": [{k: v for k, v in changed.items() if k != "state"}]}}
+            for shape, doc in shapes.items():
+                res = client.post(policy_server.url + "/invocations", json=doc)
+                detail = json.dumps(res.json().get("detail")) if res.status_code == 422 else ""
+                if not (res.status_code == 422 and field in detail and "ticket-routing" in detail):
+                    failures.append((field, shape, res.status_code, res.text[:200]))
+            body = (json.dumps(row) + "\n" + json.dumps(changed)).encode()
+            res = client.post(policy_server.url + "/invocations", content=body,
+                              headers={"content-type": "application/jsonlines"})
+            lines = [json.loads(x) for x in res.text.splitlines()]
+            if not (res.status_code == 200 and "decision" in lines[0] and field in json.dumps(lines[1].get("error"))):
+                failures.append((field, "jsonl", res.status_code, res.text[:200]))
+    assert not failures, failures[:5]

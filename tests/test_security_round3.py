@@ -574,7 +574,7 @@ def test_the_engine_forecasts_a_many_option_content_free_row_before_evaluating(e
         def count_tokens(self, *, planned=0, done=0):
             self.done += done
 
-        def forecast(self, tokens):
+        def forecast(self, tokens, cacheable=0):
             self.forecast_at, self.forecast_tokens = self.done, tokens
 
         def check(self):

@@ -25,7 +25,8 @@ from adapter.engine.models import ModelChoice, Progress
 from adapter.engine.prompt import Prompt, render_letters, render_option_words, render_policy_first, rotations
 from adapter.schema import HEAD_LAYOUT, Debias, DecisionRequest, DecisionResult, HiddenState, JSONObject, RequestError, SharedStateRequest, finite
 from adapter.engine.scores import PromptRun, combine, log_softmax
-from adapter.engine.session import (Budget, EngineConfig, LlamaSession, ModelInfo, _count, _forecast, default_threads)
+from adapter.engine.session import (Budget, EngineConfig, LlamaSession, ModelInfo, _after_policy_work, _count, _forecast,
+                                    default_threads)
 
 __all__ = ["Budget", "Engine", "EngineConfig", "ModelInfo", "default_threads", "resolve_settings", "skipped_guard"]
 
@@ -307,6 +308,7 @@ class Engine(LlamaSession):
                 priors = [self.prior(req, readout, o, budget) for o in orders] if debias == "content-free" else None
             plans.append((req, readout, debias, len(prompts), len(orders), priors))
             prompts += row_prompts
+        _after_policy_work(budget)  # the priors are kept: a request admitted only for them stops here
         if together:
             # a canonical order: prompts that share a prefix sit together, and the batches (so the
             # bits) do not depend on the order in which a request listed its questions
@@ -325,17 +327,21 @@ class Engine(LlamaSession):
         return [self._result(req, readout, debias, runs[at: at + n], priors, seconds)
                 for req, readout, debias, at, n, priors in plans]
 
-    def _forecast(self, rows: list[DecisionRequest], settings: list[RowSettings], rendered: list[list[Prompt]]) -> int:
-        """About how many tokens scoring these rows evaluates, before any is: the rows' prompts and the
-        content-free priors not cached yet (3 passes each). Prompts are not changed, only counted."""
+    def _forecast(self, rows: list[DecisionRequest], settings: list[RowSettings],
+                  rendered: list[list[Prompt]]) -> tuple[int, int]:
+        """About how many tokens scoring these rows evaluates, before any is - the rows' prompts and the
+        content-free priors not cached yet (3 passes each) - and how many of them are those priors (the
+        policy's work, kept once done). Prompts are not changed, only counted."""
         prompts = [p for row_prompts in rendered for p in row_prompts]
+        priors: list[Prompt] = []
         for req, (readout, debias, orders) in zip(rows, settings):
             if debias == "content-free":
                 for order in orders:
                     if self.render(req.model_copy(update={"state": "\x00"}), readout, order).sha256() not in self._priors:
-                        prompts += [self.render(req.model_copy(update={"state": s}), readout, order)
-                                    for s in CONTENT_FREE_STATES]
-        return self._planned([self._prepare(p) for p in prompts])
+                        priors += [self.render(req.model_copy(update={"state": s}), readout, order)
+                                   for s in CONTENT_FREE_STATES]
+        total = self._planned([self._prepare(p) for p in prompts + priors])
+        return total, (self._planned([self._prepare(p) for p in priors]) if priors else 0)
 
     def _result(self, req: DecisionRequest, readout: str, debias: Debias, runs: list[PromptRun],
                 priors: list[np.ndarray] | None, seconds: float) -> DecisionResult:

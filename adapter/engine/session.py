@@ -498,12 +498,24 @@ def _count(budget: Budget | None, *, planned: int = 0, done: int = 0) -> None:
         note(planned=planned, done=done)
 
 
-def _forecast(budget: Budget | None, tokens: Callable[[], int]) -> None:
+def _forecast(budget: Budget | None, tokens: Callable[[], tuple[int, int]]) -> None:
     """Before any work: tell a budget that can refuse early (admission.RequestBudget.forecast) how many
-    tokens the work evaluates - counted only when such a budget asks (a 413 before the work, not after)."""
+    tokens the work evaluates, and how many of them are the policy's cacheable work (content-free priors
+    not kept yet) - counted only when such a budget asks (a refusal before the work, not after)."""
     ahead = getattr(budget, "forecast", None)
     if ahead is not None:
-        ahead(tokens())
+        total, cacheable = tokens()
+        if cacheable:
+            ahead(total, cacheable=cacheable)
+        else:
+            ahead(total)
+
+
+def _after_policy_work(budget: Budget | None) -> None:
+    """The policy's cacheable work is done (and kept): a budget that admitted the request only for it refuses now."""
+    after = getattr(budget, "after_policy_work", None)
+    if after is not None:
+        after()
 
 
 def _quantization(desc: str, meta: dict[str, str]) -> str:

@@ -66,6 +66,7 @@ class RequestBudget:
     done: int = 0  # tokens evaluated so far
     forecast_tokens: int | None = None  # what the engine forecast before the work (forecast)
     _reason: Stopped | None = None
+    _after_policy: Stopped | None = None  # refused, once the policy's cacheable work is done and kept (forecast)
 
     def __post_init__(self) -> None:
         self.started = self.started or time.monotonic()
@@ -83,21 +84,38 @@ class RequestBudget:
         self.planned += planned
         self.done += done
 
-    def forecast(self, tokens: int) -> None:
-        """Before the engine starts this request's work: refuse it now (413 deadline_exceeded) when the
-        tokens it plans, at the pace this process measured, need more time than its deadline leaves -
-        instead of 60 s of work that ends in the same 413 and delays every request behind it. Only with a
-        measured pace (from requests large enough, and for requests large enough: Pace). A
-        request that would fit a whole deadline but not what is left of it after queueing gets 503 (load:
-        worth a retry), one that would not fit even a whole deadline 413 (a retry costs the same again)."""
+    def forecast(self, tokens: int, cacheable: int = 0) -> None:
+        """Before the engine starts this request's work: refuse it now when the tokens it plans, at the pace
+        this process measured, need more time than its deadline leaves - instead of 60 s of work that ends in
+        the same refusal and delays every request behind it. Only with a measured pace (from requests large
+        enough, and for requests large enough: Pace). A request that would fit a whole deadline but not what
+        is left of it after queueing gets 503 (load: worth a retry), one that would not fit even a whole
+        deadline 413 (a retry costs the same again).
+
+        `cacheable`: the part of `tokens` that is the policy's own work, kept once done (its content-free
+        prior: 3 passes per policy and option order). A request refused for time must not be refused forever,
+        so when that part fits the time left, and the rows alone would fit a whole deadline, the engine does
+        the policy's work first (kept for every later request of the policy) and the request is then refused
+        with 503 (after_policy_work): its retry plans only its rows. Without this, a valid 26-option
+        content-free choice under sustained load was refused on every attempt, nothing ever cached."""
         self.forecast_tokens = tokens
         need = self.pace.seconds_for(tokens) if self.pace is not None else None
         left = self.remaining()
         if need is None or self.pace is None or need <= FORECAST_SLACK * left:
             return
+        assert self.pace.rate is not None
         elapsed = time.monotonic() - self.started
         how = (f"stopped after {elapsed:.1f} s, before any work: about {need:.0f} s needed for its {tokens:,} tokens at "
                f"this server's measured pace of {self.pace.rate:.0f} tokens/s")
+        policy_s, rows_s = cacheable / self.pace.rate, (tokens - cacheable) / self.pace.rate
+        if 0 < cacheable and policy_s <= FORECAST_SLACK * left and rows_s <= FORECAST_SLACK * self.timeout:
+            self._after_policy = Stopped(
+                503, "overloaded", f"the request's {tokens:,} tokens need about {need:.0f} s at this server's measured "
+                f"pace of {self.pace.rate:.0f} tokens/s, more than the {max(left, 0):.0f} s left of "
+                f"SM_SEMIF_REQUEST_TIMEOUT={self.timeout:g} s: the policy's own work ({cacheable:,} tokens, its "
+                f"content-free prior) was done and is kept, so a retry needs only its rows ({tokens - cacheable:,} "
+                "tokens) - retry after the Retry-After seconds")
+            return
         if need <= FORECAST_SLACK * self.timeout:  # it would fit a whole deadline: the wait behind others is the cause
             raise Stopped(503, "overloaded", f"the request waited behind other requests and the {max(left, 0):.0f} s left "
                           f"of SM_SEMIF_REQUEST_TIMEOUT={self.timeout:g} s are too few ({how}): retry after the "
@@ -106,6 +124,12 @@ class RequestBudget:
                       f"the request needs more than {self.timeout:g} s of compute (SM_SEMIF_REQUEST_TIMEOUT="
                       f"{self.timeout:g} s; {how}): send fewer rows, options or permutations per request, or a shorter "
                       "state (a server whose callers wait longer may raise the limit; a less loaded one is faster)")
+
+    def after_policy_work(self) -> None:
+        """Called by the engine once the policy's cacheable work is done: raise the refusal forecast kept
+        for this moment (the rows' own work does not fit), else nothing."""
+        if self._after_policy is not None:
+            raise self._after_policy
 
     def overrun(self) -> str:
         """How far past the deadline the request's own work would run: elapsed seconds and tokens

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from adapter.policy import CalibratedPolicy, Decision, RowReading
+from adapter.policy import PINNED, CalibratedPolicy, Decision, RowReading
 from adapter.schema import DecisionResult, JSONObject, Loc, RequestError
 
 
@@ -26,6 +26,13 @@ def _same(name: str, given: Any, wanted: Any) -> bool:
     if name == "examples":
         return isinstance(given, list) and given == wanted
     return bool(given == wanted and type(given) is type(wanted))
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return f"{len(value)} item(s)"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class PolicySet:
@@ -59,16 +66,17 @@ class PolicySet:
             known = ", ".join(self.policies) or "none (set SM_SEMIF_POLICY)"
             raise RequestError([*loc, "policy_id"], f"unknown policy {pid!r}; loaded policies: {known}")
         policy = self.policies[pid]
-        wanted = policy.request_fields()
+        wanted: JSONObject = {**policy.request_fields(), "prompt_version": policy.prompt_version}
         if policy.guard == "none" and row.get("guard") is not None:
             wanted["guard"] = row["guard"]  # a row may ask for a guard its policy does not require
-        for name in sorted(wanted, key=lambda n: n != "options"):  # one rule for every field: omit it, or send the
-            value = wanted[name]  # policy's own (the options, the ids a client branches on, are named first)
-            if name == "hidden_state":  # not the policy's choice to refuse: a head reads it, the client may not want it
-                continue
+        for name in sorted(PINNED, key=lambda n: n != "options"):  # one rule for every pinned field: omit it, or send
+            value = wanted[name]  # the policy's own (the options, the ids a client branches on, are named first)
             if name in row and row[name] is not None and not _same(name, row[name], value):
-                raise RequestError([*loc, name], f"differs from policy {pid!r}'s {name}: a row that names a policy "
-                                   f"takes its {name} from it - omit {name!r}, or send exactly the policy's")
+                raise RequestError([*loc, name], f"differs from policy {pid!r}'s {name} ({_shown(value)}): a row "
+                                   f"that names a policy takes its {name} from it - omit {name!r}, or send exactly "
+                                   "the policy's")
+        del wanted["prompt_version"]  # not a row field: checked, then set by readout, layout and examples
+        row.pop("prompt_version", None)
         row.update(wanted)
         row["policy_id"] = pid
         return policy

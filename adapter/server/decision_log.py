@@ -20,10 +20,12 @@ decisions from worker threads and may log to a file.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
+import stat
 import sys
 import threading
 import time
@@ -72,6 +74,9 @@ def _destination(raw: Any) -> Any:
         if path.is_dir():
             raise PydanticCustomError("is_folder", "is a folder: name a file in it, e.g. {example}",
                                       {"example": str(path / "decisions.jsonl")})
+        if path.exists() and not path.is_file():  # a FIFO would block the open (and serve); a device is no log
+            raise PydanticCustomError("not_regular", "is not a regular file (a FIFO, socket or device): name a "
+                                      "file, or use SM_SEMIF_DECISION_LOG=stdout")
         if (path.exists() and not os.access(path, os.W_OK)) or (not path.exists() and not os.access(parent, os.W_OK)):
             raise PydanticCustomError("not_writable", "cannot be written (permission denied): name a writable file, or "
                                       "use SM_SEMIF_DECISION_LOG=stdout")
@@ -203,7 +208,14 @@ class DecisionLog:
 
     def _open(self) -> None:
         assert self._path is not None
-        self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # O_NONBLOCK: a FIFO put at the path after start-up fails the open (no reader) instead of hanging;
+        # anything but a regular file is refused, like at start-up
+        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
+        os.set_blocking(fd, True)
+        self._fd = fd
 
     def _reopen_if_moved(self) -> None:
         """Reopen when the path no longer names the open file (renamed, removed, replaced)."""
@@ -252,7 +264,8 @@ class DecisionLog:
                     written += n
             except OSError as exc:
                 whole = data[:written].count(b"\n")
-                self._torn = written > 0 and not data[:written].endswith(b"\n")
+                if written:  # else the file ends where it ended: torn still (when the newline failed), or not
+                    self._torn = not data[:written].endswith(b"\n")
                 self._lost(len(lines) - whole, len(lines), exc)
 
     def _lost(self, n: int, of: int, exc: BaseException) -> None:

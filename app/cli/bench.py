@@ -9,6 +9,7 @@ from pathlib import Path
 from app.cli.common import add_db, count, error, out_file, store, target
 from app.service import decide, heads
 from app.service.decide import InputError
+from app.service.decide import read_file
 from app.service.policies import resolve_policy
 
 
@@ -17,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         policy = resolve_policy(db, args.policy)
         path = Path(args.states)
-        cases = decide.states_from_upload(policy, path.name, path.read_bytes(), limit=args.limit)  # every label keeps its share
+        cases = decide.states_from_upload(policy, path.name, read_file(path, "--states"), limit=args.limit)  # every label keeps its share
         picks = [heads.as_deployed(db, r) for r in args.calibrated or []]  # ValueError: not a calibrated policy
     except InputError as exc:
         error(f"--states {args.states}: rejected, nothing was run:\n  " + "\n  ".join(exc.problems[:20]))

@@ -14,6 +14,7 @@ from app.core.runs import EXAMPLE_SOURCES, HEAD_VARIANT, Variant
 from app.service.sets import InputError
 from app.core.store import RunBusy
 from app.service import calibrate_panels, export_candidate, label_curve
+from app.service import targets as target_service
 from app.service import evaluate as ev
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
@@ -37,7 +38,12 @@ def run(args: argparse.Namespace) -> int:
                   "--debias and --permute")
             return EXIT_USAGE
         variant = HEAD_VARIANT
-    readers = [target(db, name.strip()) for name in (args.head_sources or "").split(",") if name.strip()]
+    names = [name.strip() for name in (args.head_sources or "").split(",") if name.strip()]
+    local = target_service.local_names(db)
+    if remote := [n for n in names if n not in local]:  # refused before any target is built or any row sent
+        raise UsageProblem(f"--head-sources {', '.join(remote)}: not a local model (local: {', '.join(local) or 'none'}) "
+                           "- a head source reads hidden states, which only a local model gives")
+    readers = [target(db, name) for name in names]
     print(f"policy {policy['id']} x set #{set_id} x target {t.name} ({variant.name})", file=sys.stderr)
     b = bar(0, args.quiet)
     try:

@@ -89,6 +89,8 @@ def out_file(text: str) -> str:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise argparse.ArgumentTypeError(f"the folder {parent} does not exist: create it first")
+    if path.exists() and not path.is_file():  # a FIFO would block the probe (and the command); a device is no file
+        raise argparse.ArgumentTypeError(f"{text} is not a regular file (a FIFO, socket or device): give a file name")
     existed = path.exists()
     try:  # really opened for writing (permission bits say nothing for root, or on a read-only mount)
         with path.open("a"):

@@ -14,6 +14,7 @@ from app.service import checks, decide, heads
 from app.service.checks import CHECK_LABELS, CHECKS, InputError, SuiteError
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
+from app.service.decide import read_file
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,18 +28,17 @@ def run(args: argparse.Namespace) -> int:
             source = f"labeled set {args.labeled_set}"
         else:
             path = Path(args.states)
-            cases = decide.states_from_upload(policy, path.name, path.read_bytes(), limit=args.limit)
+            cases = decide.states_from_upload(policy, path.name, read_file(path, "--states"), limit=args.limit)
             source = str(path)
         suite = checks.shipped_suite(policy)
         if args.templates:
-            suite.steering += checks.parse_templates(Path(args.templates).read_text())
+            suite.steering += checks.parse_templates(_text(read_file(args.templates, "--templates"), "--templates"))
         suite.paraphrases += args.paraphrase or []
-        out_of_scope = (checks.out_of_scope_states(Path(args.out_of_scope).name, Path(args.out_of_scope).read_bytes())
+        out_of_scope = (checks.out_of_scope_states(Path(args.out_of_scope).name, read_file(args.out_of_scope, "--out-of-scope"))
                         if args.out_of_scope else [])
         pick = heads.as_deployed(db, args.calibrated) if args.calibrated else None
         guard = args.guard or (pick.guard if pick is not None else "none")  # a calibrated policy's own, as deployed
-        spec = checks.RobustnessInput(policy, cases, suite, [c.strip() for c in args.checks.split(",")] if args.checks
-                                      else list(CHECKS), attempts=args.attempts, variant=args.readout,
+        spec = checks.RobustnessInput(policy, cases, suite, args.checks or list(CHECKS), attempts=args.attempts, variant=args.readout,
                                       guard=guard, out_of_scope=out_of_scope, source=source, calibrated=pick)
         t = target(db, args.target)
         how = (f"as deployed: {pick.describe()}" + (f"; what-if guard {guard}" if guard != pick.guard else "")
@@ -55,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # an unknown policy, set or calibrated policy
         raise UsageProblem(str(exc)) from None
     report = checks.robustness_report(db, run_id)
+    if not report.verdicts:  # a CI job must never read "nothing was checked" as green
+        error(f"no check ran (asked for {', '.join(spec.checks)} on {len(cases)} states): nothing was judged - give "
+              "states the checks apply to (e.g. --out-of-scope for none-of-these), or other --checks")
+        return EXIT_USAGE
     for check, (level, text) in report.verdicts.items():
         print(f"[{level.upper():4}] {CHECK_LABELS[check]}: {text}")
     if (what_if := checks.what_if(report)) is not None:
@@ -67,6 +71,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _text(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError([f"{what}: not UTF-8 text - save it as UTF-8"]) from None
+
+
+def check_names(text: str) -> list[str]:
+    """--checks: known check names, comma-separated, at least one (argparse: exit 2 naming the unknown ones)."""
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in names if c not in CHECKS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{', '.join(map(repr, unknown)) or 'no check'}: not a check - give a "
+                                         f"comma-separated subset of {','.join(CHECKS)}")
+    return list(dict.fromkeys(names))
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("robustness", help="steering, paraphrase, renamed/extra options, order: does the decision hold?")
     p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
@@ -75,7 +96,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--target", default="local", help="target name (default: the local engine)")
     p.add_argument("--limit", type=count, default=20, help="at most N states, evenly spaced (default 20)")
     p.add_argument("--attempts", type=count, default=3, help="steering attempts per state (default 3)")
-    p.add_argument("--checks", help=f"comma-separated subset of {','.join(CHECKS)} (default: all)")
+    p.add_argument("--checks", type=check_names, help=f"comma-separated subset of {','.join(CHECKS)} (default: all); "
+                   "an unknown name is a usage error (exit 2)")
     p.add_argument("--readout", default="default", help="readout variant, as on the Calibrate page (default: default)")
     p.add_argument("--guard", choices=list(GUARDS),
                    help="the steering guard on the unchanged and the steered rows (default: none; with --calibrated "

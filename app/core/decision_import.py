@@ -10,15 +10,19 @@ state can still be reviewed by their probabilities, never re-scored.
 """
 from __future__ import annotations
 
-import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from datetime import datetime
+from typing import Any, Iterable, Iterator, Mapping
 
 from adapter.schema import LOG_MARKER as MARKER
 from adapter.engine.templates import request_for
 
-from app.core.inputs import InputError
+from adapter.ids import collision, collision_message, id_problem
+from adapter.schema import MAX_OPTIONS
+
+from app.core.inputs import MAX_ROWS, InputError, json_row
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.store import Store
 from app.core.stored import NO_RESPONSE, StoredResponse
@@ -38,7 +42,9 @@ class ParsedLog:
 
 def parse_lines(lines: Iterable[str]) -> ParsedLog:
     """Decision records from log lines; other lines (uvicorn's, anything else on stdout) are
-    skipped and counted, a decision line that is not valid is named by its line number."""
+    skipped and counted, a decision line that is not valid - not strict JSON (inputs.json_row: depth,
+    big integers, NaN, NUL, surrogates), or without a valid time, ids or probabilities - is left out and
+    named by its line number. At most inputs.MAX_ROWS decision lines (InputError beyond)."""
     out = ParsedLog([])
     for n, line in enumerate(lines, 1):
         text = line.strip()
@@ -46,24 +52,86 @@ def parse_lines(lines: Iterable[str]) -> ParsedLog:
             out.skipped += bool(text)
             continue
         try:
-            rec = json.loads(text)
-        except json.JSONDecodeError as exc:
-            out.problems.append(f"line {n}: not valid JSON ({exc.msg})")
+            rec = json_row(text)
+        except ValueError as exc:
+            out.problems.append(f"line {n}: {exc}")
             continue
         if not isinstance(rec, dict) or rec.get(MARKER) != 1:
             out.skipped += 1
             continue
-        missing = [k for k in ("request_id", "row_id", "option_ids", "probabilities") if not rec.get(k)]
-        if missing:
-            out.problems.append(f"line {n}: decision line without {', '.join(missing)}")
+        problem = line_problem(rec)
+        if problem:
+            out.problems.append(f"line {n}: {problem}")
             continue
+        if len(out.records) >= MAX_ROWS:
+            raise InputError([f"line {n}: the log holds more than {MAX_ROWS:,} decisions - import it in parts "
+                              "(CloudWatch: --start/--end)"])
         out.records.append(rec)
     return out
 
 
+def line_problem(rec: Mapping[str, Any]) -> str | None:
+    """Why a decision line cannot be imported as a decision, or None: the fields the run is built from."""
+    missing = [k for k in ("time", "request_id", "row_id", "option_ids", "probabilities") if rec.get(k) in (None, "", [])]
+    if missing:
+        return f"decision line without {', '.join(missing)}"
+    for key in ("request_id", "row_id"):
+        if not isinstance(rec[key], str) or len(rec[key]) > 400 or not rec[key].isprintable():
+            return f"{key} is not a printable string of at most 400 characters"
+    t = rec["time"]
+    try:
+        if not isinstance(t, str):
+            raise ValueError
+        when = datetime.fromisoformat(t)
+        if when.tzinfo is None:
+            raise ValueError
+    except ValueError:
+        return f"time {str(t)[:40]!r} is not an ISO 8601 time with a zone (the adapter writes e.g. 2026-12-05T10:00:00.000+00:00)"
+    ids, probs = rec["option_ids"], rec["probabilities"]
+    if not isinstance(ids, list) or not 2 <= len(ids) <= MAX_OPTIONS or not all(isinstance(i, str) for i in ids):
+        return f"option_ids is not a list of 2 to {MAX_OPTIONS} ids"
+    bad = next(((i, p) for i, p in ((i, id_problem(x)) for i, x in enumerate(ids)) if p), None)
+    if bad is not None:
+        return f"option_ids.{bad[0]} {bad[1]}"
+    clash = collision(ids)
+    if clash is not None:
+        return f"option_ids.{clash[1]}: {collision_message(ids[clash[0]], ids[clash[1]])}"
+    for key in ("probabilities", "calibrated_probabilities"):
+        values = rec.get(key)
+        if key != "probabilities" and values is None:
+            continue
+        if (not isinstance(values, list) or len(values) != len(ids)
+                or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p) and 0 <= p <= 1
+                           for p in values)):
+            return f"{key} is not {len(ids)} finite numbers in [0, 1], one per option"
+        if abs(sum(values) - 1) > 1e-3:
+            return f"{key} sum to {sum(values):.4f}, not 1"
+    return None
+
+
 def parse_text(data: bytes | str) -> ParsedLog:
-    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
-    return parse_lines(text.splitlines())
+    """A decision log file, read line by line as a stream (a line that is not UTF-8 is a problem naming
+    it, never replaced characters)."""
+    if isinstance(data, str):
+        return parse_lines(data.splitlines())
+    bad: list[str] = []
+
+    def lines() -> Iterator[str]:
+        start, n = 0, 0
+        while start <= len(data):
+            end = data.find(b"\n", start)
+            end = len(data) if end < 0 else end
+            n += 1
+            try:
+                yield data[start:end].decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError:
+                bad.append(f"line {n}: not UTF-8 text")
+                yield ""
+            start = end + 1
+
+    parsed = parse_lines(lines())
+    parsed.problems[:0] = bad
+    return parsed
 
 
 def fetch_cloudwatch(log_group: str, *, stream_prefix: str | None = None, start_ms: int | None = None,

@@ -11,6 +11,7 @@ from adapter.guard import GUARDS
 from adapter.engine.templates import list_templates
 from adapter.schema import DEBIAS, MAX_OPTIONS, READOUTS, Question, errors_from
 
+from app.core.inputs import json_row
 from app.core.records import Policy
 
 FIELDS = ("id", "name", "question", "options", "examples", "notes", "readout", "debias", "guard")
@@ -125,9 +126,9 @@ def policy_json(policy: Mapping[str, Any]) -> str:
 
 def parse_policy_json(text: str) -> tuple[Policy | None, dict[str, str]]:
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, {"json": f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"}
+        data = json_row(text)  # the one strict reader: depth, big integers, NaN, NUL, surrogates, a key twice
+    except ValueError as exc:
+        return None, {"json": str(exc)}
     return validate_policy(data)
 
 

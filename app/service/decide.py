@@ -18,6 +18,7 @@ from app.core.deployed import AsDeployed
 from app.core.runs import Variant
 from app.core.inputs import InputError as InputError
 from app.core.inputs import is_empty_state, rows_from_upload, state_from_file
+from app.core.inputs import read_file as read_file  # re-exported: the commands read their input files with it
 from app.core.labeled import evenly_spaced, stratified
 from app.core.runner import Case, ProgressFn, is_cold, run_policy
 from app.core.runner import progress_text as progress_text

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 from adapter.policy import PolicyError, load_policy
 from adapter.engine.catalog import SHIPPED
 from adapter.engine.models import resolve_model, shipped_by_sha256
-from adapter.safe_path import inside
+from adapter.safe_path import file_name, inside
 from deploy.autoscaling import decisions_per_second
 from deploy.config import COMPUTES, DEFAULT_CPU_INSTANCE, DEFAULT_POOLS, SERVINGS, DeployConfig, FormErrors, config_from_form
 from deploy.errors import DeployError
@@ -48,7 +48,8 @@ def policy_file(config: dict[str, Any], tag: str | int) -> Path:
     """A calibrated policy written where packaging reads it (inside model.tar.gz it is what the
     adapter enforces)."""
     policy = load_policy(dict(config), what="the calibrated policy")  # PolicyError (ValueError) naming the field
-    path = inside(WORK / "policies", f"{policy.policy_id}-{tag}.policy.json")  # the safe-path rule: never outside
+    # the safe-path rule (never outside), and a name that fits 128 characters for any valid id (safe_path.file_name)
+    path = inside(WORK / "policies", file_name(f"{policy.policy_id}-{tag}", ".policy.json"))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(config, indent=2))
     return path

@@ -85,6 +85,10 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
     by row (one companion run each), so a stop leaves every source with the same fair sample. ValueError
     when the set cannot evaluate this policy; RunBusy when another worker scores the run; StopScoring
     (the analyst's Stop) passes through - the runs are then marked stopped."""
+    remote = [s.name for s in head_sources if s.kind != "local"]
+    if remote:  # before any run is made or any request sent: a labeled set never goes to a remote source
+        raise ValueError(f"head sources {', '.join(remote)}: not local models - a head source reads hidden states, "
+                         "which only a local model gives (and the labeled rows must not be sent elsewhere for it)")
     run_id, resumed = runs.find_or_start(store, policy=policy, set_id=set_id, target=target, variant=variant,
                                                examples=examples, n_examples=n_examples, new_run=new_run)  # type: ignore[arg-type]
     pairs: list[tuple[int, Target]] = [(run_id, target)]

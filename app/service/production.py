@@ -45,6 +45,8 @@ def read_cloudwatch(group: str, *, stream_prefix: str | None = None, start: str 
 def import_log(store: Store, parsed: di.ParsedLog, policy: Mapping[str, Any], *, source: str) -> Imported:
     """The decisions that fit `policy` as a production run; InputError when there are none (naming
     what the log holds, or asking whether the adapter logged at all)."""
+    if not parsed.records and parsed.problems:
+        raise InputError([f"no valid decision line in {source}: {len(parsed.problems)} left out", *parsed.problems])
     if not parsed.records:
         raise InputError([f"no decision lines in {source} ({parsed.skipped} other lines): was the adapter started "
                           "with SM_SEMIF_DECISION_LOG?"])

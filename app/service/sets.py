@@ -10,7 +10,7 @@ from adapter.engine.templates import DATA_DIR
 
 from app.core.analysis import warm_latencies
 from app.core.runs import label_mismatch
-from app.core.inputs import InputError
+from app.core.inputs import InputError, read_file
 from app.core import inputs
 from app.core.labeled import ColumnMap, Support, import_file, set_support, shipped_sets
 from app.core.records import LabeledSet
@@ -30,7 +30,7 @@ def resolve_set(store: Store, ref: str, policy: Policy) -> int:
     if not path.is_file() and (DATA_DIR / "labeled" / ref).is_file():
         path = DATA_DIR / "labeled" / ref
     if path.is_file():
-        return import_file(store, path.name, path.read_bytes(), policy, source=str(path))
+        return import_file(store, path.name, read_file(path, "--labeled-set"), policy, source=str(path))
     if ref.isdigit() and store.get_labeled_set(int(ref)):
         return int(ref)
     raise SetNotFound(f"--labeled-set {ref!r}: no such file or stored set id")

@@ -21,7 +21,7 @@ from app.service import calibrate_panels as panels
 from app.service import evaluate, history, review, sets as set_service, targets
 from app.service.display import Cell, Column, Note
 from app.ui import charts, context, resources, tasks
-from app.ui.components import glossary, saved_policies
+from app.ui.components import download_frame, glossary, saved_policies
 from app.ui.export_candidate_panel import export_this
 from app.ui.label_curve_panel import label_curve_panel
 from app.ui.label_issues_panel import label_issues_panel
@@ -355,8 +355,7 @@ def sources_section(db: Store, run_id: int) -> None:
                "tokens a row are the medians of the warm rows when each run was scored on this machine; $ per 1,000 "
                "assumes the same pace on the deployment's CPU instance (a hint, not a quote). *Export this* below turns any "
                "candidate into its calibrated policy file: its model, layout and head.")
-    st.download_button("Download the comparison (CSV)", frame.to_csv(index=False).encode(),
-                       file_name="cheapest-decision.csv", mime="text/csv", key=keys.sources_csv)
+    download_frame(frame, "cheapest-decision.csv", "Download the comparison (CSV)", keys.sources_csv)
     export_this(db, table, keys, float(st.session_state.get(keys.target_acc, 0.9)))
 
 
@@ -371,8 +370,7 @@ def correction_section(cal: Calibration) -> None:
     st.dataframe(table, hide_index=True, key=keys.corrections,
                  column_config={k: st.column_config.NumberColumn(format="%.3f") for k in panel.number_columns})
     st.plotly_chart(charts.rate_bars(panel.bars, panel.bars_title, worry=panel.chance), key=keys.candidates)
-    st.download_button("Download the comparison (CSV)", table.to_csv(index=False).encode(),
-                       file_name="calibration-candidates.csv", mime="text/csv", key=keys.candidates_csv)
+    download_frame(table, "calibration-candidates.csv", "Download the comparison (CSV)", keys.candidates_csv)
     c1, c2 = st.columns(2)
     c1.plotly_chart(charts.confusion_heatmap(panel.confusion, list(panel.option_ids), "As scored"), key=keys.conf)
     c2.plotly_chart(charts.confusion_heatmap(panel.confusion_after, list(panel.option_ids), panel.after_title),

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, SerializerFunctionWrapHandler,
+                      ValidationError, field_validator, model_serializer, model_validator)
 
 from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.guard import STEERING_SUSPECTED, Guard
@@ -72,6 +73,172 @@ class ModelIdentity(BaseModel):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
+Real = int | float  # a figure as computed: an int stays an int in the file (a float field would write 3 as 3.0)
+
+
+class Figures(BaseModel):
+    """A group of figures in a policy file's `metrics`: typed where the workbench reads them, every other key
+    kept as written (older and newer exports carry others), and written back with exactly the keys it was
+    given, in the order it was built - so a policy file's JSON is the same before and after it is read.
+    The adapter never reads them: they say how the gate was chosen."""
+    model_config = ConfigDict(extra="allow")
+    _order: list[str] = PrivateAttr(default_factory=list)  # the keys as given
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_order(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        made = handler(data)
+        if isinstance(data, dict) and isinstance(made, Figures):
+            made._order = list(data)
+        return made
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> JSONObject:
+        data: JSONObject = handler(self)
+        given = self.model_fields_set | set(self.model_extra or {})
+        keys = [k for k in self._order if k in data and k in given] + [k for k in data if k in given and k not in self._order]
+        return {k: data[k] for k in keys}
+
+
+class ProportionFigures(Figures):
+    """A count out of n with its Wilson 95% interval (app/core/stats.Proportion.to_dict)."""
+    k: int = 0
+    n: int = 0
+    rate: Real | None = None
+    low: Real | None = None
+    high: Real | None = None
+    small_n: bool = False
+
+
+class AtGate(Figures):
+    """A gate's numbers on a calibration's rows: coverage and the accuracy of what it decides, each with
+    its interval; `small_n` when fewer than 30 rows are decided; `in_sample` when a hand-set gate was set
+    by looking at these rows."""
+    n: int = 0
+    decided: int = 0
+    gated: int = 0
+    coverage: Real | None = None
+    accuracy: Real | None = None
+    correct: int = 0
+    accuracy_interval: ProportionFigures = Field(default_factory=ProportionFigures)
+    coverage_interval: ProportionFigures = Field(default_factory=ProportionFigures)
+    small_n: bool = False
+    in_sample: bool = False
+
+
+class Intervals(Figures):
+    """95% intervals of a run's headline numbers: Wilson for accuracy, bootstrap for macro-F1 and ECE."""
+    n: int = 0
+    accuracy: ProportionFigures = Field(default_factory=ProportionFigures)
+    macro_f1: list[Real] | None = None
+    ece: list[Real] | None = None
+    ece_corrected: list[Real] | None = None
+
+
+class GateSelection(Figures):
+    """How the recommended gate was chosen (app/core/calibration.Gate): on out-of-fold predictions, the lowest
+    confidence whose decided rows' one-sided lower Clopper-Pearson bound meets the target; unreachable, `reach`
+    says how many more labeled rows at the accuracy measured would make it reachable. (Exports made before
+    issue 44 carry fit_/holdout_ keys instead: kept as written.)"""
+    threshold: Real | None = None
+    reachable: bool = False
+    n: int = 0
+    decided: int = 0
+    correct: int = 0
+    accuracy: Real | None = None
+    coverage: Real | None = None
+    lower_bound: Real | None = None
+    target: Real | None = None
+    confidence: Real | None = None
+    bound: str = ""
+    reach: dict[str, Real] | None = None
+    note: str = ""
+
+
+class CorrectionCandidate(Figures):
+    """One correction compared out of fold (app/core/calibration.Correction)."""
+    name: str = ""
+    family: str = ""
+    method: str = ""
+    temperature: Real | None = None
+    offsets: list[Real] = Field(default_factory=list)
+    oof_accuracy: Real | None = None
+    oof_nll: Real | None = None
+    oof_ece: Real | None = None
+    available: bool = True
+    note: str = ""
+
+
+class CorrectionFigures(Figures):
+    chosen: str = ""
+    why: str = ""
+    candidates: list[CorrectionCandidate] = Field(default_factory=list)
+
+
+class HeadCandidate(Figures):
+    """One learned head compared out of fold (app/core/heads.HeadFit.to_dict)."""
+    name: str = ""
+    kind: str = ""
+    available: bool = False
+    note: str = ""
+    oof_accuracy: Real | None = None
+    oof_nll: Real | None = None
+    oof_ece: Real | None = None
+    oof_macro_f1: Real | None = None
+    fold_regularisation: list[Real] = Field(default_factory=list)
+    folds: int = 0
+
+
+class HeadGain(Figures):
+    """The head against the best correction on the same rows (app/core/stats.PairedGain)."""
+    n: int = 0
+    gain: Real | None = None
+    ci: list[Real] | None = None
+    fixed: int = 0
+    broken: int = 0
+    p: Real | None = None
+
+
+class HeadFigures(Figures):
+    why: str = ""
+    candidates: list[HeadCandidate] = Field(default_factory=list)
+    gain: HeadGain | None = None
+
+
+class PolicyMetrics(Figures):
+    """What a calibration measured, exported with its policy: the gate's numbers (out of fold for a head;
+    with a head also on its fitted rows; beside a hand-set gate, out of fold too), the intervals, how the gate,
+    the correction and the head were chosen, and the run's calibration report (app/core/calibration.Report)."""
+    at_gate: AtGate | None = None
+    at_gate_fitted_rows: AtGate | None = None
+    intervals: Intervals | None = None
+    gate_selection: GateSelection | None = None
+    correction: CorrectionFigures | None = None
+    head: HeadFigures | None = None
+    n: int = 0
+    k: int = 0
+    size_flag: str = ""
+    accuracy: Real | None = None
+    macro_f1: Real | None = None
+    brier: Real | None = None
+    nll: Real | None = None
+    ece_width: Real | None = None
+    ece_mass: Real | None = None
+    temperature: Real | None = None
+    fold_temperatures: list[Real] = Field(default_factory=list)
+    oof_accuracy: Real | None = None
+    oof_brier: Real | None = None
+    oof_nll: Real | None = None
+    oof_ece_width: Real | None = None
+    oof_ece_mass: Real | None = None
+    confusion: list[list[int]] = Field(default_factory=list)
+    oof_confusion: list[list[int]] = Field(default_factory=list)
+    method: str = ""
+    offsets: list[Real] = Field(default_factory=list)
+    at_gate_out_of_fold: AtGate | None = None
+    gate_notes: list[str] = Field(default_factory=list)  # what Calibrate said of the gate, first the gate's evidence
+
+
 class CalibratedPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     schema_version: str = Field(SCHEMA_VERSION, pattern=r"^semif-policy/1$")
@@ -104,7 +271,7 @@ class CalibratedPolicy(BaseModel):
     option_thresholds: dict[str, float] = Field(default_factory=dict)
     fallback_option: str = Field(min_length=1)
     target_accuracy: float | None = Field(default=None, gt=0, le=1)
-    metrics: dict[str, Any] = Field(default_factory=dict)
+    metrics: PolicyMetrics = Field(default_factory=PolicyMetrics)
     dataset: dict[str, Any] = Field(default_factory=dict)
     run_id: int | None = None
     created_at: str

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -244,3 +247,25 @@ def finish_tasks(at, timeout: float = 600):
         assert time.time() < deadline, f"background work still running after {timeout} s: {shared().active()}"
         time.sleep(0.1)
     return at.run()
+
+
+# -- the adapter with a test-only slow scorer (tests/slow_adapter.py): events, not durations -------------
+SLOW_ADAPTER = [sys.executable, "-m", "tests.slow_adapter", "serve", "--port", "0"]
+
+
+def printed(srv: ServerProcess, line: str, within: float = 120) -> None:
+    """Wait until the server has printed `line` (an event, not a duration: `within` only bounds a hang)."""
+    deadline = time.monotonic() + within
+    while line + "\n" not in srv.lines:
+        assert time.monotonic() < deadline and srv.proc.poll() is None, f"never printed {line!r}: {srv.lines[-20:]}"
+        time.sleep(0.02)
+
+
+def send_and_hold(srv: ServerProcess, row: dict) -> socket.socket:
+    """A client that sends one request and keeps the connection open without reading: closing the
+    socket is the client giving up."""
+    body = json.dumps(row).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    s.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    return s

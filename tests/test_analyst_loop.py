@@ -107,7 +107,7 @@ def test_a_set_says_what_it_supports_before_scoring_and_the_numbers_carry_n_and_
     from app.service.evaluate import export, calibrate
 
     at_gate = export(db, calibrate(db, run["id"]), hand_gate=0.0).at_gate
-    assert at_gate["decided"] == 12 and at_gate["small_n"] and at_gate["accuracy_interval"]["n"] == 12
+    assert at_gate.decided == 12 and at_gate.small_n and at_gate.accuracy_interval.n == 12
     at.checkbox(key="cal_manual").check().run()
     at.slider(key="cal_gate").set_value(0.0).run()
     assert any("this accuracy is a hint" in w.value for w in at.warning)  # 12 decided rows: marked as such
@@ -133,7 +133,7 @@ def test_runs_of_an_earlier_policy_version_are_kept_apart_and_never_exported(db,
     with pytest.raises(evaluate.OtherVersion, match="evaluated v1"):
         evaluate.export(db, evaluate.calibrate(db, old.run_id), policy=v2)
     exported = evaluate.export(db, evaluate.calibrate(db, new.run_id), policy=v2)
-    assert exported.config["policy_version"] == v2["version"] == 2
+    assert exported.policy.policy_version == v2["version"] == 2
     at = page("calibrate")
     at.selectbox(key="cal_policy").select("refund-check").run()
     (only,) = at.selectbox(key="cal_run_pick").options  # the v1 run is not offered for export
@@ -164,13 +164,17 @@ def test_a_link_to_a_run_that_does_not_exist_says_so(db):
 
 
 def test_a_gate_no_better_than_chance_is_called_out_before_it_is_saved_and_on_deploy():
+    from adapter.policy import AtGate
     from app.core.stats import proportion
     from app.service.deploy import calibrated_label
     from app.service.calibrate_panels import flag_text
     from app.service.evaluate import gate_flags
 
-    def at_gate(k: int, n: int) -> dict:
+    def at_gate_json(k: int, n: int) -> dict:
         return {"n": n, "decided": n, "accuracy_interval": proportion(k, n).to_dict()}
+
+    def at_gate(k: int, n: int) -> AtGate:
+        return AtGate.model_validate(at_gate_json(k, n))
 
     flags = gate_flags(at_gate(8, 24), 3, 0.9)  # 33% of 24 decided rows, 3 options: the walkthrough's gate
     assert flags == ["no-better-than-chance", "below-target"]
@@ -179,8 +183,9 @@ def test_a_gate_no_better_than_chance_is_called_out_before_it_is_saved_and_on_de
     assert gate_flags(at_gate(17, 24), 3, 0.9) == ["below-target"]
     assert flag_text("below-target", at_gate(17, 24), 3, 0.9) == ("Even the top of the interval (85%) is below the "
                                                                   "target accuracy of 90%.")
-    assert gate_flags({"n": 24, "decided": 0, "accuracy_interval": proportion(0, 0).to_dict()}, 3, 0.9) == []
+    assert gate_flags(AtGate.model_validate({"n": 24, "decided": 0, "accuracy_interval": proportion(0, 0).to_dict()}),
+                      3, 0.9) == []
     rec = {"id": 1, "name": "Expense approval", "threshold": 0.325, "gate_source": "hand-set", "created_at": "2026-12-02T15",
            "accuracy": 8 / 24, "coverage": 1.0,
-           "config": {"options": [{}, {}, {}], "target_accuracy": None, "metrics": {"at_gate": at_gate(8, 24)}}}
+           "config": {"options": [{}, {}, {}], "target_accuracy": None, "metrics": {"at_gate": at_gate_json(8, 24)}}}
     assert "⚠ no better than chance" in calibrated_label(rec) and "n=24" in calibrated_label(rec)

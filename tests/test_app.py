@@ -504,15 +504,16 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
 
     rid = at.selectbox(key="cal_run_pick").value
     cal = run_calibration.calibrate(db, rid, target_accuracy=0.9)
-    config = run_calibration.build_policy(db, cal, gate=run_calibration.decide_gate(cal, 0.6), fallback="human-review")
-    at_gate = config["metrics"]["at_gate"]
+    built = run_calibration.build_policy(db, cal, gate=run_calibration.decide_gate(cal, 0.6), fallback="human-review")
+    at_gate = built.metrics.at_gate
+    assert at_gate is not None
     metrics = {m.label: m.value for m in at.metric}
     # a hand-set gate: its accuracy is in sample, and the same gate out of fold stands beside it (issue 35)
     assert at.metric[0].label == "Accuracy of decided rows (in sample)"
     assert "Accuracy of decided rows (out of fold)" in metrics
-    assert metrics["Coverage"] == f"{at_gate['coverage']:.1%}"
-    assert any("decides none" in w.value for w in at.warning) == (at_gate["decided"] == 0)  # warned exactly then
-    assert config["gate_source"] == "hand-set" and config["target_accuracy"] is None  # how the gate was chosen
+    assert metrics["Coverage"] == f"{at_gate.coverage:.1%}"
+    assert any("decides none" in w.value for w in at.warning) == (at_gate.decided == 0)  # warned exactly then
+    assert built.gate_source == "hand-set" and built.target_accuracy is None  # how the gate was chosen
     at.button(key="cal_save").click().run()
     (saved,) = db.list_calibrated()
     assert saved["run_id"] == rid and saved["gate_source"] == "hand-set" and saved["threshold"] == 0.6

@@ -219,7 +219,7 @@ def test_template_to_chart_in_a_real_browser(workbench, page, tmp_path):
     policy = load_policy(saved)
     assert policy.policy_id == "refund-check" and policy.dataset["rows_scored"] == 30
     assert policy.model.file.startswith("SmolLM2")
-    assert policy.threshold == 1.0 and policy.metrics["at_gate"]["decided"] == 0  # safe: all to fallback
+    assert policy.threshold == 1.0 and policy.metrics.at_gate.decided == 0  # safe: all to fallback
     assert policy.dataset["content_hash"] and policy.model.sha256 and policy.gate_source == "unreachable"
 
 

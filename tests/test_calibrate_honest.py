@@ -71,18 +71,19 @@ def test_finding_3_a_hand_set_gate_is_in_sample_and_deploy_shows_the_out_of_fold
     policy = store.get_policy("refund-check")
     cal = evaluate.calibrate(store, scored[1], head="none")
     exported = evaluate.export(store, cal, hand_gate=0.5, policy=policy)
-    metrics = exported.config["metrics"]
-    assert metrics["at_gate"]["in_sample"] is True
-    oof = metrics["at_gate_out_of_fold"]
+    metrics = exported.policy.metrics
+    assert metrics.at_gate is not None and metrics.at_gate.in_sample is True
+    oof = metrics.at_gate_out_of_fold
+    assert oof is not None
     decided = cal.oof.max(axis=1) >= 0.5  # the same gate on rows each decided by a correction that never saw them
     right = (cal.oof.argmax(axis=1) == cal.y) & decided
-    assert (oof["decided"], oof["correct"]) == (int(decided.sum()), int(right.sum()))
+    assert (oof.decided, oof.correct) == (int(decided.sum()), int(right.sum()))
     cid = evaluate.save(store, exported)
     label = deploy.calibrated_label(deploy.calibrated(store)[cid])
-    assert f"accuracy {interval_text(oof['accuracy_interval'], 0)} out of fold" in label
+    assert f"accuracy {interval_text(oof.accuracy_interval, 0)} out of fold" in label
     # a gate from the target: chosen on the out-of-fold probabilities (issue 44), and the correction fitted on these
     # rows decides them in sample - so that figure is marked too, with the out-of-fold one beside it
-    rec = evaluate.export(store, cal, policy=policy).config["metrics"]
+    rec = evaluate.export(store, cal, policy=policy).to_json()["metrics"]
     assert rec["at_gate"]["in_sample"] is True and rec["at_gate_out_of_fold"]["n"] == rec["at_gate"]["n"]
 
 

@@ -65,8 +65,8 @@ def test_an_upload_is_read_through_its_column_and_label_mapping(db):
     data = ("body,team\n" + "".join(f"issue {i},{lab}\n" for i, lab in enumerate(
         ["bug-frontend", "Bug Backend", "docs", "feature-request", "question", "misc"]))).encode()
     assert set_service.upload_columns("gh.csv", data) == ["body", "team"]
-    assert set_service.guess_column(["body", "team"], "state") == "body"
-    proposed = set_service.label_suggestions("gh.csv", data, "team", TEAMS)
+    assert set_service.guess_mapping("gh.csv", data).state == "body"
+    proposed = set_service.label_suggestions("gh.csv", data, "team", [o["id"] for o in TEAMS["options"]])
     assert proposed == {"bug-frontend": "bug_frontend", "Bug Backend": "bug_backend", "docs": "docs",
                         "feature-request": "feature_request", "question": "question", "misc": None}
     with pytest.raises(InputError, match="no 'state' column; found \\['body', 'team'\\]"):

@@ -40,9 +40,10 @@ def test_the_page_has_rows():
     assert len(rows()) >= 30
 
 
-def test_every_named_module_and_type_exists():
+def problems(table: list[tuple[str, list[str], str]]) -> list[str]:
+    """What is wrong with the rows: a module that does not exist, a name it does not define."""
     wrong = []
-    for concept, names, path in rows():
+    for concept, names, path in table:
         file = ROOT / path
         if not file.is_file():
             wrong.append(f"{concept}: {path} does not exist")
@@ -50,6 +51,11 @@ def test_every_named_module_and_type_exists():
         missing = [n for n in names if n not in defined(file)]
         if missing:
             wrong.append(f"{concept}: {path} defines no {missing}")
+    return wrong
+
+
+def test_every_named_module_and_type_exists():
+    wrong = problems(rows())
     assert not wrong, "docs/concepts.md is out of date:\n" + "\n".join(wrong)
 
 
@@ -57,3 +63,9 @@ def test_the_check_fails_on_a_wrong_row(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("class A:\n    pass\nB = 1\n")
     assert {"A", "B"} <= defined(src) and "C" not in defined(src)
+    right = ("a decision row", ["DecisionRequest"], "adapter/schema.py")
+    assert problems([right]) == []
+    assert problems([("a decision row", ["DecisionRequest", "NoSuchType"], "adapter/schema.py")]) == \
+        ["a decision row: adapter/schema.py defines no ['NoSuchType']"]
+    assert problems([("moved", ["Head"], "adapter/engine/head.py")]) == ["moved: adapter/engine/head.py does not exist"]
+    assert problems([right, ("imported only", ["Guard"], "adapter/schema.py")]), "an import is not a definition"

@@ -56,9 +56,11 @@ def test_every_plan_validates_against_botocore(path, compute, tmp_path):
     env = model["PrimaryContainer"]["Environment"]
     if path == "textgen":
         assert image.endswith("llama-cpp:server-sagemaker-" + ("cuda" if compute == "gpu" else "cpu") + "-v1")
+        assert env.get("SM_LLAMA_CPP_CTX_SIZE") == str(c.ctx_size)  # not empty: the check below reads something
         assert all(k.startswith("SM_LLAMA_CPP_") for k in env)
     else:
         assert image.startswith("123456789012.dkr.ecr.us-east-1.amazonaws.com/semif-adapter:src-")
+        assert env.get("SM_SEMIF_CTX_SIZE") == str(c.ctx_size)  # not empty: the check below reads something
         assert all(k.startswith("SM_SEMIF_") for k in env)
     if compute == "gpu":
         assert [p["InstanceType"] for p in variant["InstancePools"]] == ["ml.g6e.xlarge", "ml.g6.xlarge", "ml.g5.xlarge",

@@ -7,6 +7,7 @@ import pandas as pd
 from app.service import calibrate_panels as panels
 from app.service import compare_panels, robustness_panels
 from app.service.decide import Comparison
+from adapter.policy import AtGate
 from app.service.display import Note
 from app.service.evaluate import EvalOutcome
 
@@ -16,9 +17,9 @@ def esc(text: object) -> str:
 
 
 def test_a_gate_that_decides_nothing_says_so_and_one_that_decides_says_nothing():
-    said = panels.nothing_decided({"decided": 0, "n": 24}, "human-review")
+    said = panels.nothing_decided(AtGate(decided=0, n=24), "human-review")
     assert said is not None and "none of the 24 rows" in said and "human-review" in said
-    assert panels.nothing_decided({"decided": 3, "n": 24}, "human-review") is None
+    assert panels.nothing_decided(AtGate(decided=3, n=24), "human-review") is None
 
 
 def test_the_saved_note_names_the_gate_the_fallback_and_the_head():

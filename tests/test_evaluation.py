@@ -96,7 +96,7 @@ def test_cli_strict_exit_and_policy_written(tmp_path):
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "unreachable" in proc.stdout and "ECE" in proc.stdout and "accuracy" in proc.stdout
     policy = load_policy(out)
-    assert policy.threshold == 1.0 and policy.metrics["at_gate"]["decided"] == 0  # safe: all to fallback
+    assert policy.threshold == 1.0 and policy.metrics.at_gate.decided == 0  # safe: all to fallback
     assert policy.dataset["content_hash"] and policy.model.sha256
 
 
@@ -113,14 +113,14 @@ def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     policy = load_policy(out)
-    correction = policy.metrics["correction"]
+    correction = policy.metrics.model_dump(mode="json")["correction"]  # as the file holds it
     assert {c["name"] for c in correction["candidates"]} == {"none", "fitted", "content-free", "content-free + fitted"}
     assert correction["chosen"].endswith("fitted") and policy.option_offsets, correction["why"]
     assert policy.debias == ("none" if correction["chosen"] == "fitted" else "content-free")
     store = Store(db)
     (run,) = store.list_runs(kind="eval")
     results = [r for r in store.results(run["id"]) if not r["error"]]
-    page = policy.metrics["at_gate"]  # what the page/CLI showed and exported
+    page = policy.metrics.model_dump(mode="json")["at_gate"]  # what the page/CLI showed and exported
     # recomputed by hand: softmax(log p / T + offsets) on the family the policy reads, decided at conf >= gate
     decided = correct = 0
     for r in results:

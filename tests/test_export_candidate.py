@@ -47,7 +47,8 @@ def test_export_recommended_is_the_candidate_and_the_adapter_decides_as_the_file
     assert policy.layout == ("policy-first" if rec.layout == "policy-first" else "state-first")
     assert (policy.head.kind if policy.head else "none") == export_candidate.head_of(rec)
     assert policy.dataset["rows_scored"] == len(run_rows)  # fitted on all labeled rows
-    fitted = policy.metrics.get("at_gate_fitted_rows") or policy.metrics["at_gate"]  # the file on its own rows
+    fitted = policy.metrics.at_gate_fitted_rows or policy.metrics.at_gate  # the file on its own rows
+    assert fitted is not None
     srv = ServerProcess([sys.executable, "-m", "adapter", "serve", "--host", "127.0.0.1", "--port", "0"],
                         env={"SM_SEMIF_POLICY": str(out)})
     try:
@@ -57,10 +58,10 @@ def test_export_recommended_is_the_candidate_and_the_adapter_decides_as_the_file
         srv.stop()
     decided = [s for s in served if not s["decision"]["gated"]]
     right = sum(s["decision"]["option_id"] == r["label"] for s, r in zip(served, run_rows) if not s["decision"]["gated"])
-    assert (len(decided), right) == (fitted["decided"], fitted["correct"])
+    assert (len(decided), right) == (fitted.decided, fitted.correct)
     # every row decided as the workbench decides it from the stored reading (the one rule, bit for bit)
     for s, r in zip(served, run_rows):
         local = policy.apply(StoredResponse.of(r).reading(r["option_ids"], r["probabilities"]))
         assert (s["decision"]["option_id"], s["decision"]["gated"]) == (local.option_id, local.gated), r["row_key"]
-    if fitted["decided"] == 0:
-        assert policy.gate_source == "unreachable" and "unreachable" in json.dumps(policy.metrics["gate_notes"])
+    if fitted.decided == 0:
+        assert policy.gate_source == "unreachable" and "unreachable" in json.dumps(policy.metrics.gate_notes)

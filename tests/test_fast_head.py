@@ -203,14 +203,26 @@ def test_the_adapter_decides_every_head_layout_row_as_calibrate_did(layout_polic
             answer = httpx.post(srv.url + "/invocations", json=rows[at: at + 10], timeout=600)
             assert answer.status_code == 200, answer.text
             served += answer.json()
-        for r, s in zip(results, served):
-            page = policy.apply(StoredResponse.parse(r["response"]).reading(r["option_ids"], r["probabilities"]))
-            assert s["prompt_version"] == "letters-policy-first/1"
-            assert s["probabilities"] == r["probabilities"]
-            assert s["calibrated_probabilities"] == list(page.calibrated_probabilities)
-            assert s["decision"] == page.as_json()
+        assert results and [s["id"] for s in served] == [r["row_key"] for r in results]  # every row, in order
+        wrong = [f"{r['row_key']}: {d}" for r, s in zip(results, served) for d in differences(policy, r, s)]
+        assert not wrong, wrong
+        # the check itself: a served row that decided otherwise, or read other probabilities, is caught
+        s0 = served[0]
+        other = next(o.id for o in policy.options if o.id != s0["decision"]["option_id"])
+        assert differences(policy, results[0], {**s0, "decision": {**s0["decision"], "option_id": other}})
+        assert differences(policy, results[0], {**s0, "probabilities": list(reversed(s0["probabilities"]))})
     finally:
         srv.stop()
+
+
+def differences(policy, stored: dict, served: dict) -> list[str]:
+    """How the adapter's answer for a row differs from CalibratedPolicy.apply on the stored row."""
+    page = policy.apply(StoredResponse.parse(stored["response"]).reading(stored["option_ids"], stored["probabilities"]))
+    checks = {"prompt_version": (served["prompt_version"], "letters-policy-first/1"),
+              "probabilities": (served["probabilities"], stored["probabilities"]),
+              "calibrated_probabilities": (served["calibrated_probabilities"], list(page.calibrated_probabilities)),
+              "decision": (served["decision"], page.as_json())}
+    return [f"{name}: served {got!r}, page {want!r}" for name, (got, want) in checks.items() if got != want]
 
 
 def test_compare_reads_a_head_layout_head_from_rows_read_in_its_layout(layout_policy, engine, tmp_path):

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import zstandard
 
-from tests.conftest import ServerProcess, routing_row
+from tests.conftest import SLOW_ADAPTER, ServerProcess, printed, routing_row, send_and_hold
 
 J = {"content-type": "application/json"}
 LONG_STATE = "The nightly export failed again and the customer wrote a long complaint about it. " * 260  # ~4k tokens
@@ -29,7 +29,10 @@ def serve(env: dict | None = None) -> ServerProcess:
 
 @pytest.fixture(scope="module")
 def limited():
-    srv = serve()
+    """The limits of LIMITS but a 60 s deadline: the tests here that score a row for real are about bodies,
+    ids and caps, not speed (a loaded machine took more than 2 s for a fresh server's first decision);
+    the deadline has its own server."""
+    srv = serve({"SM_SEMIF_REQUEST_TIMEOUT": "60"})
     yield srv
     srv.stop()
 
@@ -181,16 +184,26 @@ def test_caps_on_rows_and_option_readings(limited):
     assert res.status_code == 422 and "SM_SEMIF_MAX_COST" in res.json()["detail"][0]["msg"]
 
 
-def test_deadline_answers_413_in_time(limited, capsys):
-    t0 = time.perf_counter()
-    res = httpx.post(limited.url + "/invocations", json=routing_row(LONG_STATE), timeout=60)
-    took = time.perf_counter() - t0
-    with capsys.disabled():
-        print(f"\ndeadline 2 s: answered {res.status_code} after {took:.2f} s")
-    assert res.status_code == 413 and res.json()["detail"]["error_type"] == "deadline_exceeded"
-    assert "SM_SEMIF_REQUEST_TIMEOUT=2 s; stopped after" in res.json()["detail"]["message"]  # which limit, how far
-    assert took < 4
-    assert httpx.post(limited.url + "/invocations", json=routing_row("Lost parcel")).status_code == 200  # still serving
+def test_deadline_answers_413_in_time(capsys):
+    """A ~4k-token state scored for real under a 2 s deadline (LIMITS): llama.cpp's abort callback stops the
+    forward pass. Assumes the state takes more than 2 s to read - true on CPUs (~100-1,000 tokens/s)."""
+    srv = serve()
+    try:
+        t0 = time.perf_counter()
+        res = httpx.post(srv.url + "/invocations", json=routing_row(LONG_STATE), timeout=60)
+        took = time.perf_counter() - t0
+        with capsys.disabled():
+            print(f"\ndeadline 2 s: answered {res.status_code} after {took:.2f} s")
+        assert res.status_code == 413 and res.json()["detail"]["error_type"] == "deadline_exceeded"
+        assert "SM_SEMIF_REQUEST_TIMEOUT=2 s; stopped after" in res.json()["detail"]["message"]  # which limit, how far
+        assert took < 4
+        # still serving after an aborted forward pass: an answer, or the same deadline's 413 - never a 5xx (on a
+        # loaded machine this policy's first content-free prior, 3 passes, alone took more than 2 s)
+        still = httpx.post(srv.url + "/invocations", json=routing_row("Lost parcel"), timeout=60)
+        assert still.status_code == 200 or still.json()["detail"]["error_type"] == "deadline_exceeded", still.text
+        assert httpx.get(srv.url + "/ping").status_code == 200
+    finally:
+        srv.stop()
 
 
 def test_deadline_message_says_which_limit_and_by_how_much(monkeypatch):
@@ -214,29 +227,29 @@ def test_deadline_message_says_which_limit_and_by_how_much(monkeypatch):
             "122 s needed at this machine's pace, 2.0x the limit") in stopped.value.message
 
 
-def test_full_queue_is_429_with_retry_after_and_a_gone_client_frees_the_engine(limited):
-    results = {}
-
-    def long(i):
-        try:
-            results[i] = httpx.post(limited.url + "/invocations", json=routing_row(LONG_STATE, f"long{i}"), timeout=60)
-        except httpx.HTTPError as exc:
-            results[i] = exc
-
-    threads = [threading.Thread(target=long, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    time.sleep(0.5)
-    res = httpx.post(limited.url + "/invocations", json=routing_row("quick"))
-    assert res.status_code == 429 and int(res.headers["retry-after"]) >= 1 and res.json()["detail"]["error_type"] == "queue_full"
-    for t in threads:
-        t.join()
-    # a client that gives up: its work is dropped, so the next request is not kept waiting for it
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(limited.url + "/invocations", json=routing_row(LONG_STATE, "gone"), timeout=0.5)
-    t0 = time.perf_counter()
-    assert httpx.post(limited.url + "/invocations", json=routing_row("quick after")).status_code == 200
-    assert time.perf_counter() - t0 < 1.8  # well before the abandoned request's 2 s deadline would free it
+def test_full_queue_is_429_with_retry_after_and_a_gone_client_frees_the_engine():
+    """Held by a controlled delay (tests/slow_adapter.py: a `hold` row keeps the engine until its request is
+    stopped), not by a long state whose duration depends on the machine; the deadline is far (60 s), so only
+    the clients leaving can free the engine."""
+    srv = ServerProcess(SLOW_ADAPTER,
+                        env={**LIMITS, "SM_SEMIF_REQUEST_TIMEOUT": "60"})
+    try:
+        first = send_and_hold(srv, routing_row("x", "hold0"))
+        printed(srv, "HOLDING hold0")  # on the engine
+        second = send_and_hold(srv, routing_row("x", "hold1"))
+        printed(srv, "ADMITTED 2")  # queued behind it: the queue (SM_SEMIF_MAX_QUEUE=2) is full
+        res = httpx.post(srv.url + "/invocations", json=routing_row("quick"), timeout=60)
+        assert res.status_code == 429 and int(res.headers["retry-after"]) >= 1, res.text
+        assert res.json()["detail"]["error_type"] == "queue_full"
+        # clients that give up: their work is dropped, so the next request is not kept waiting for it
+        first.close()
+        second.close()
+        printed(srv, "RELEASED hold0 client_closed")
+        res = httpx.post(srv.url + "/invocations", json=routing_row("quick after"), timeout=60)
+        assert res.status_code == 200, res.text
+        assert not [ln for ln in srv.lines if ln.startswith("RELEASED") and "client_closed" not in ln]
+    finally:
+        srv.stop()
 
 
 def test_a_body_that_stops_arriving_gets_408(limited):
@@ -257,7 +270,10 @@ def test_a_body_that_stops_arriving_gets_408(limited):
 
 
 def test_sigterm_during_a_long_request_answers_503_and_exits_in_time(capsys):
-    srv = serve({"SM_SEMIF_REQUEST_TIMEOUT": "60"})
+    """The long state is scored for real (llama.cpp's abort callback stops its forward pass); SIGTERM is sent
+    once the request is admitted (an event tests/slow_adapter.py prints), not after a guessed sleep."""
+    srv = ServerProcess(SLOW_ADAPTER,
+                        env={**LIMITS, "SM_SEMIF_REQUEST_TIMEOUT": "60"})
     box = {}
 
     def long():
@@ -265,7 +281,7 @@ def test_sigterm_during_a_long_request_answers_503_and_exits_in_time(capsys):
 
     t = threading.Thread(target=long)
     t.start()
-    time.sleep(0.7)
+    printed(srv, "ADMITTED 1")
     t0 = time.perf_counter()
     srv.proc.send_signal(signal.SIGTERM)
     code = srv.proc.wait(30)

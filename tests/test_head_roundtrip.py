@@ -55,7 +55,7 @@ def test_calibrate_exports_a_head_with_out_of_fold_numbers(head_policy):
     assert policy.head.model_sha256 == policy.model.sha256 and policy.head.prompt_version == policy.prompt_version
     assert policy.temperature == 1.0 and not policy.option_offsets
     assert "hidden-state head: accuracy" in printed and "learned head: The hidden-state head, picked by hand" in printed
-    metrics = policy.metrics
+    metrics = policy.metrics.model_dump(mode="json")  # as the file holds it
     (run,) = Store(db).list_runs(kind="eval")
     results = [r for r in Store(db).results(run["id"]) if not r["error"]]
     cal = run_calibration.calibrate(Store(db), run["id"], head="hidden")
@@ -101,14 +101,16 @@ def test_the_adapter_decides_every_row_as_the_page_did(head_policy):
             answer = httpx.post(srv.url + "/invocations", json=rows[at: at + 8], timeout=600)
             assert answer.status_code == 200, answer.text
             served += answer.json()
+        assert results and [s["id"] for s in served] == [r["row_key"] for r in results]  # every row, in order
+        wrong = [f"{r['row_key']}: {d}" for r, s in zip(results, served) for d in differences(policy, r, s)]
+        assert not wrong, wrong
+        s0 = served[0]  # the check itself: a served row that decided otherwise, or kept the hidden state, is caught
+        other = next(o.id for o in policy.options if o.id != s0["decision"]["option_id"])
+        assert differences(policy, results[0], {**s0, "decision": {**s0["decision"], "option_id": other}})
+        assert differences(policy, results[0], {**s0, "hidden_state": {"dtype": "float16"}})
         gated = expected_gated = 0
         center, scale, W, b = policy.head.arrays()
         for r, s in zip(results, served):
-            page = policy.apply(StoredResponse.parse(r["response"]).reading(r["option_ids"], r["probabilities"]))
-            assert s["probabilities"] == r["probabilities"]  # same model and prompt: bit for bit
-            assert s["calibrated_probabilities"] == list(page.calibrated_probabilities)  # the head, bit for bit
-            assert s["decision"]["option_id"] == page.option_id and s["decision"]["gated"] == page.gated
-            assert s["policy"]["head"] == "hidden" and "hidden_state" not in s  # the client did not ask for it
             gated += s["decision"]["gated"]
             z = ((HiddenState.model_validate(r["response"]["hidden_state"]).array() - center) / scale) @ W.T + b
             q = np.exp(z - z.max()) / np.exp(z - z.max()).sum()  # the head by hand, independent of Head.probabilities
@@ -119,6 +121,17 @@ def test_the_adapter_decides_every_row_as_the_page_did(head_policy):
             results[0]["response"]["hidden_state"])
     finally:
         srv.stop()
+
+
+def differences(policy, stored: dict, served: dict) -> list[str]:
+    """How the adapter's answer for a row differs from CalibratedPolicy.apply on the stored row."""
+    page = policy.apply(StoredResponse.parse(stored["response"]).reading(stored["option_ids"], stored["probabilities"]))
+    checks = {"probabilities": (served["probabilities"], stored["probabilities"]),  # same model and prompt: bit for bit
+              "calibrated_probabilities": (served["calibrated_probabilities"], list(page.calibrated_probabilities)),
+              "decision": ((served["decision"]["option_id"], served["decision"]["gated"]), (page.option_id, page.gated)),
+              "policy.head": (served["policy"]["head"], "hidden"),
+              "hidden_state": ("hidden_state" in served, False)}  # the client did not ask for it
+    return [f"{name}: served {got!r}, page {want!r}" for name, (got, want) in checks.items() if got != want]
 
 
 def test_a_check_with_the_head_policy_reads_the_head(head_policy, tmp_path):
@@ -155,5 +168,6 @@ def test_the_review_queues_narrowing_reads_a_head_out_of_fold(head_policy):
     assert review.interval_change(store, run["id"], run["id"], policy) is None  # no in-sample numbers
     cal = run_calibration.calibrate(store, run["id"], head="hidden")
     before, after = review.interval_change(store, run["id"], run["id"], policy, (cal.results, list(cal.oof)))
-    at_gate = policy.metrics["at_gate"]  # what the export recorded, out of fold
-    assert (after.k, after.n) == (before.k, before.n) == (at_gate["correct"], at_gate["decided"])
+    at_gate = policy.metrics.at_gate  # what the export recorded, out of fold
+    assert at_gate is not None
+    assert (after.k, after.n) == (before.k, before.n) == (at_gate.correct, at_gate.decided)

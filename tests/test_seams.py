@@ -61,7 +61,7 @@ ALLOWED: dict[str, str] = {
     # what is stored as JSON or sent in a request
     "app.core.robustness.suite.Suite.to_dict": "file: a robustness suite as the run stores it (config.suite) and saves it",
     "app.core.decision_import.import_records": "file: the import summary stored with the run (config.import)",
-    "app.service.evaluate.Export.at_gate": "file: the exported policy's metrics.at_gate",
+    "app.service.evaluate.Export.to_json": "file: the exported calibrated policy (semif-policy/1 JSON), as saved and downloaded",
     "app.service.deploy.load_calibrated": "file: an uploaded calibrated policy (semif-policy/1 JSON), validated",
     "app.ui.resources.secrets": "file: .streamlit/secrets.toml as Streamlit reads it",
     "app.core.runs.Variant.overrides": "HTTP body: the decision request's readout/debias/permute fields for a variant",
@@ -73,7 +73,6 @@ ALLOWED: dict[str, str] = {
     "app.service.deploy.destroy": "TODO(deploy): deploy.executor's steps done, passed through",
     "app.service.policies.resolve_policy": "TODO(34): a validated policy, saved or as given (a record or a template)",
     # the exported policy file and its parts (adapter.policy validates it; docs/policy-format.md)
-    "app.core.run_calibration.build_policy": "file: the exported calibrated policy (semif-policy/1 JSON)",
     "app.core.calibration.Gate.to_dict": "file: the exported policy's metrics.gate_selection",
     "app.core.calibration.Correction.to_dict": "file: the exported policy's metrics.correction.candidates",
     "app.core.heads.HeadFit.to_dict": "file: the exported policy's metrics.head.candidates",

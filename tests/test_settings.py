@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from pydantic import ValidationError
 
 from adapter.server.decision_log import NAMESPACE, DecisionLogSettings
 from adapter.env_settings import MIB, SettingsError
@@ -69,8 +70,9 @@ def test_every_bad_value_is_named_at_once():
 
 def test_settings_are_immutable_and_copied_with_updates():
     s = AdapterSettings.from_env({"SM_SEMIF_MAX_ROWS": "9"})
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):  # the frozen model's own refusal, not any error
         s.port = 1  # type: ignore[misc]
+    assert s.port == 8080
     t = s.model_copy(update={"port": 0, "host": "0.0.0.0"})
     assert (t.port, t.host, t.max_rows, s.port) == (0, "0.0.0.0", 9, 8080)
 
@@ -129,8 +131,6 @@ def test_readouts_corrections_and_guards_are_what_requests_accept_and_what_every
     accepts each of them and nothing else, and the commands and the service layer (the pages' forms)
     offer exactly them."""
     import argparse
-
-    from pydantic import ValidationError
 
     from adapter.guard import GUARDS
     from adapter.schema import DEBIAS, READOUTS, DecisionRequest

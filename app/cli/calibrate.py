@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 import json
 import sys
 from pathlib import Path
@@ -17,14 +18,15 @@ from app.service import calibrate_panels, export_candidate, label_curve
 from app.service import targets as target_service
 from app.service import evaluate as ev
 from app.service.policies import resolve_policy
-from app.service.sets import resolve_set
+from app.service.sets import ColumnMap, cli_mapping, resolve_set
 
 
 def run(args: argparse.Namespace) -> int:
     db = store(args)
     try:
         policy = resolve_policy(db, args.policy)
-        set_id = resolve_set(db, args.labeled_set, policy)
+        columns = mapping(args, policy)
+        set_id = resolve_set(db, args.labeled_set, policy, columns)
     except InputError as exc:
         raise UsageProblem(f"--labeled-set {args.labeled_set}: rejected, nothing imported:\n  "
                            + "\n  ".join(exc.problems[:20])) from None
@@ -60,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     c = outcome.counts
     print(f"run #{outcome.run_id} ({'resumed' if outcome.resumed else 'new'}): scored {c['scored']} rows "
           f"({c['evaluated']} evaluated, {c['reused']} copied from stored results of the same model and request), "
-          f"reused {c['skipped']} already in this run, errors {c['errors']}", file=sys.stderr)
+          f"reused {c['skipped']} already in this run, errors {c['errors']}"
+          + (f". {outcome.why_scored}" if outcome.why_scored else ""), file=sys.stderr)
     assert outcome.run_id is not None
     try:
         cal = ev.calibrate(db, outcome.run_id, target_accuracy=args.target_accuracy, per_option=args.per_option,
@@ -108,19 +111,19 @@ def run(args: argparse.Namespace) -> int:
     if exported.gate.source == "hand-set":
         print(f"gate set by hand: {exported.gate.threshold:.3f}")
     at = exported.at_gate
-    print(f"exported rule on all {at['n']} rows{' (out of fold: the head never saw the row it decides)' if cal.head else ''}: "
-          f"decides {at['decided']} (coverage {fmt(at['coverage'])}), accuracy {fmt(at['accuracy'])}, {at['gated']} to "
+    print(f"exported rule on all {at.n} rows{' (out of fold: the head never saw the row it decides)' if cal.head else ''}: "
+          f"decides {at.decided} (coverage {fmt(at.coverage)}), accuracy {fmt(at.accuracy)}, {at.gated} to "
           f"fallback {args.fallback!r}")
-    if oof := exported.config["metrics"].get("at_gate_out_of_fold"):
-        print(f"the same rule out of fold (each row corrected by a fit without it): decides {oof['decided']} "
-              f"(coverage {fmt(oof['coverage'])}), accuracy {fmt(oof['accuracy'])}")
+    if oof := exported.policy.metrics.at_gate_out_of_fold:
+        print(f"the same rule out of fold (each row corrected by a fit without it): decides {oof.decided} "
+              f"(coverage {fmt(oof.coverage)}), accuracy {fmt(oof.accuracy)}")
     for warning in calibrate_panels.warnings(exported):
         print(f"warning: {warning}")
     if args.learning_curve:
         print("what more labels buy: " + label_curve.label_curve(cal).sentence)
     if args.out:
         try:  # checked before scoring (common.out_file); the folder may still change meanwhile
-            Path(args.out).write_text(json.dumps(exported.config, indent=2, ensure_ascii=False) + "\n")
+            Path(args.out).write_text(json.dumps(exported.to_json(), indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             error(f"--out {args.out}: cannot write it ({exc.strerror or exc}); the run is saved (#{outcome.run_id}): "
                   "run the command again with another --out to export it without scoring again")
@@ -129,10 +132,29 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_UNREACHABLE if (args.strict and exported.gate.source == "unreachable") else 0
 
 
+def mapping(args: argparse.Namespace, policy: Any) -> ColumnMap | None:
+    """The --state-column / --label-column / --id-column mapping of a --labeled-set file (the importer's, as on
+    the Calibrate page), printed with the first rows as they will be stored; a file without a `state` column and
+    no flag: UsageProblem proposing the flags."""
+    path = Path(args.labeled_set)
+    if not path.is_file():
+        return None
+    columns, lines = cli_mapping(path.name, path.read_bytes(), policy, state=args.state_column,
+                                 label=args.label_column, ident=args.id_column)
+    if columns is None and lines:
+        raise UsageProblem(f"--labeled-set {args.labeled_set}: " + " ".join(lines))
+    for line in lines:
+        print(line, file=sys.stderr)
+    return columns
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("calibrate", help="evaluate a policy on a labeled set and export a calibrated policy")
     p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
     p.add_argument("--labeled-set", required=True, help="CSV/JSONL file (or a file name in data/labeled), or a set id")
+    for what in ("state", "label", "id"):
+        p.add_argument(f"--{what}-column", help=f"the --labeled-set file's {what} column (default: `{what}`, else the "
+                                                 "importer's proposal: the longest free-text column is the state)")
     p.add_argument("--target", default="local", help="target name (default: the local engine)")
     p.add_argument("--readout", choices=list(READOUTS), help="default: the policy's / model's")
     p.add_argument("--debias", choices=list(DEBIAS), help="default: the policy's / model's")

@@ -36,6 +36,16 @@ def results_frame(runs: Sequence[Mapping[str, Any]], results_by_run: Mapping[int
                                        "option_ids", "probabilities", "label_mass", "latency_s", "error", "reused"])
 
 
+def warm_calls(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose latency the figures use: a call that answered (no error), made now (not copied from a
+    stored result: its latency is another run's) and warm (not a target's first call on the policy). The
+    latency table and the plots read the same rows."""
+    ok = df["error"].isna() if "error" in df else pd.Series(True, index=df.index)
+    cold = (df["cold"] if "cold" in df else pd.Series(0, index=df.index)).fillna(0).astype(bool)
+    reused = df["reused"].fillna(False).astype(bool) if "reused" in df else pd.Series(False, index=df.index)
+    return df[ok & ~cold & ~reused]
+
+
 LATENCY_COLUMNS = ["target", "rows", "errors", "reused", "warm_n", "p50_ms", "p95_ms", "max_ms", "iqr_ms", "cold_ms"]
 
 
@@ -51,7 +61,7 @@ def latency_stats(df: pd.DataFrame) -> pd.DataFrame:
         cold = cold_col.loc[g.index].fillna(0).astype(bool)
         reused = g["reused"].fillna(False).astype(bool) if "reused" in g else pd.Series(False, index=g.index)
         ok = ok & ~reused
-        lat = g.loc[ok & ~cold, "latency_s"].to_numpy(dtype=float) * 1000
+        lat = warm_calls(g)["latency_s"].to_numpy(dtype=float) * 1000
         first = g.loc[ok & cold, "latency_s"].to_numpy(dtype=float) * 1000
         out.append({"target": target, "rows": len(g), "errors": int(g["error"].notna().sum()),
                     "reused": int(reused.sum()), "warm_n": len(lat),
@@ -74,10 +84,11 @@ class WarmLatency(TypedDict):
     p95_ms: float
 
 
-def warm_latencies(store: Store, target_names: set[str]) -> dict[str, WarmLatency]:
-    """Recent warm calls per target from every stored run: {n, p50_ms, p95_ms} (absent: none yet)."""
+def warm_latencies(store: Store, target_names: set[str], head_layout: bool | None = None) -> dict[str, WarmLatency]:
+    """Recent warm calls per target from every stored run: {n, p50_ms, p95_ms} (absent: none yet);
+    `head_layout`: of head-layout rows only (True) or of the others (False)."""
     out: dict[str, WarmLatency] = {}
-    for name, calls in store.latencies(sorted(target_names)).items():
+    for name, calls in store.latencies(sorted(target_names), head_layout=head_layout).items():
         warm = np.array([s for s, cold in calls if not cold], float) * 1000
         if len(warm):
             out[name] = {"n": len(warm), "p50_ms": float(np.percentile(warm, 50)),

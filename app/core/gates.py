@@ -36,6 +36,18 @@ class Gate:
             return f"calibrated policy {self.policy.policy_id} ({gate}, T={self.policy.temperature:.2f})"
         return "no gate (every row decided)" if self.threshold is None else f"confidence >= {self.threshold:.3f}"
 
+    @property
+    def decider(self) -> str:
+        """Who decides a row under this gate: 'the zero-shot model', 'the learned head (…) of calibrated policy
+        refund-check v2', 'the correction (content-free, T=0.91) of calibrated policy …'."""
+        if self.policy is None:
+            return "the zero-shot model" + ("" if self.threshold is None else f" (gate {self.threshold:.3f})")
+        p = self.policy
+        version = f" v{p.policy_version}" if p.policy_version is not None else ""
+        if p.head is not None:
+            return f"the learned head of calibrated policy {p.policy_id}{version}"
+        return f"the correction ({p.debias}, T={p.temperature:.2f}) of calibrated policy {p.policy_id}{version}"
+
     def apply(self, result: Mapping[str, Any], corrected: Sequence[float] | None = None
               ) -> tuple[bool, int, float, list[float]]:
         """(gated, index of the top option, its confidence, the probabilities the gate reads).

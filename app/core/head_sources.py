@@ -238,19 +238,21 @@ def table_rows(table: Table) -> list[dict[str, Any]]:
     out = []
     for r in table.rows:
         c = r.candidate
-        out.append({
-            "run": c.run_id, "model": c.model, "layout": LAYOUT_WORDS.get(c.layout, c.layout), "method": c.method,
+        out.append({  # accuracy and cost first: what the choice is about, on screen without scrolling
+            "source": f"{c.model.removesuffix('.gguf')} · {c.method}",
             "accuracy (out of fold)": None if r.accuracy is None else r.accuracy.rate,
             "accuracy 95% CI": "" if r.accuracy is None else f"{r.accuracy.low:.1%}–{r.accuracy.high:.1%}",
+            "s a row (measured)": c.seconds,
+            f"$ per 1,000 ({DEFAULT_CPU_INSTANCE})": c.usd_per_1000,
+            "speed-up vs zero-shot": r.speedup,
+            "tokens a row": c.tokens,
+            "recommended": r is table.recommended,
+            "vs the most accurate": ("most accurate" if r is table.best else "" if r.gain_vs_best is None else
+                                     ("worse beyond noise" if r.gain_vs_best.beyond_noise else "within noise")),
             "macro-F1": r.macro_f1,
             "macro-F1 95% CI": "" if r.macro_f1_ci is None else f"{r.macro_f1_ci[0]:.2f}–{r.macro_f1_ci[1]:.2f}",
             "rows": table.n if r.accuracy is not None else 0,
-            "s a row (measured)": c.seconds, "tokens a row": c.tokens,
-            f"$ per 1,000 ({DEFAULT_CPU_INSTANCE})": c.usd_per_1000,
-            "speed-up vs zero-shot": r.speedup,
-            "vs the most accurate": ("most accurate" if r is table.best else "" if r.gain_vs_best is None else
-                                     ("worse beyond noise" if r.gain_vs_best.beyond_noise else "within noise")),
-            "recommended": r is table.recommended,
+            "run": c.run_id, "model": c.model, "layout": LAYOUT_WORDS.get(c.layout, c.layout), "method": c.method,
             "refused": c.refused,
         })
     return out

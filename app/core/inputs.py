@@ -309,13 +309,16 @@ def label_lookalikes(filename: str, data: bytes) -> list[str]:
 
 
 def rows_from_upload(filename: str, data: bytes, option_ids: list[str] | None = None,
-                     policy_id: str | None = None) -> list[Case]:
+                     policy_id: str | None = None, columns: Any = None) -> list[Case]:
     """CSV (header with `state`, optional `id`, `label`) or JSONL ({"state", "id"?, "label"?}). With
     `option_ids`, a label that is not one of them is refused (it could never be answered right).
     With `policy_id`, a file that names each row's policy (a `policy` column, as data/cases/probe.jsonl
-    does) gives only that policy's rows."""
+    does) gives only that policy's rows. `columns`: a labeled.ColumnMap (app/core/importer.py: which
+    column is the state, the label and the id, and the label values mapped)."""
     problems: list[str] = []
-    records = read_records(filename, data, problems)
+    records = read_records(filename, data, problems, state=columns.state if columns is not None else "state")
+    if columns is not None:
+        records = [(n, columns.apply(rec)) for n, rec in records]
     if policy_id is not None and any(str(rec.get("policy") or "").strip() for _, rec in records):
         named = sorted({str(rec.get("policy") or "").strip() for _, rec in records} - {""})
         records = [(n, rec) for n, rec in records if str(rec.get("policy") or "").strip() in ("", policy_id)]

@@ -28,11 +28,14 @@ class ColumnMap:
     state: str = "state"
     label: str = "label"
     labels: Mapping[str, str] = field(default_factory=dict)
+    id: str = "id"  # the column that names each row (its values are kept as metadata too)
 
     def apply(self, rec: Mapping[str, Any]) -> dict[str, Any]:
-        """The record with `state` and `label` read from the mapped columns and the label mapped."""
+        """The record with `state`, `label` and `id` read from the mapped columns and the label mapped."""
         out = {k: v for k, v in rec.items() if k not in (self.state, self.label)}
         out["state"] = rec.get(self.state)
+        if self.id != "id":
+            out["id"] = rec.get(self.id)
         raw = rec.get(self.label)
         text = "" if raw is None else str(raw).strip()
         out["label"] = self.labels.get(text, text) if text else raw

@@ -20,7 +20,11 @@ from adapter.schema import DecisionRequest
 
 from app.targets.base import NUMERICS, numerics  # what a target says it runs (targets name their model)
 
-__all__ = ["NUMERICS", "copied_row", "numerics", "request_hash", "reuse_key"]
+__all__ = ["NUMERICS", "copied_row", "numerics", "request_hash", "request_changes", "reuse_key", "why_not_reused"]
+
+FIELD_WORDS = {"question": "the question", "options": "the options", "examples": "the examples", "guard": "the guard",
+               "readout": "the readout", "debias": "the correction", "permute": "permutation", "few_shot": "few-shot",
+               "layout": "the layout", "hidden_state": "the hidden state asked for", "instructions": "the instructions"}
 
 
 def request_hash(req: DecisionRequest, model: Mapping[str, Any] | None = None) -> str:
@@ -52,3 +56,27 @@ def copied_row(stored: Mapping[str, Any], *, row_key: str, position: int, state:
             "request", "response", "reuse_key")
     return {**{k: stored.get(k) for k in keep}, "row_key": row_key, "position": position, "state": state,
             "label": label, "cold": 0, "error": None, "reused_from": stored["id"]}
+
+
+def request_changes(now: Mapping[str, Any] | None, before: Mapping[str, Any] | None) -> list[str]:
+    """The request fields (id and state aside: the same row) that differ between two stored requests."""
+    a, b = dict(now or {}), dict(before or {})
+    for d in (a, b):
+        if d.get("layout") in (None, "state-first"):
+            d.pop("layout", None)
+    return sorted(k for k in (set(a) | set(b)) - {"id", "state"} if a.get(k) != b.get(k))
+
+
+def why_not_reused(fresh: int, changes: Mapping[str, int], model_changed: int, compared: int, earlier: int | None
+                   ) -> str:
+    """'44 evaluated, not copied: since run #12 the request changed in the guard (44 rows)' - why rows that
+    were scored before were scored again (what changed in the request, or the model), or that none had been."""
+    if not fresh:
+        return ""
+    if earlier is None or not compared:
+        return f"{fresh} evaluated: no earlier answer to these rows on this set"
+    what = [f"{FIELD_WORDS.get(k, k)} ({n} rows)" for k, n in sorted(changes.items(), key=lambda kv: -kv[1])]
+    if model_changed:
+        what.insert(0, f"the model ({model_changed} rows)")
+    why = "; ".join(what) if what else "nothing in the request (the stored answers failed, or were of another run kind)"
+    return f"{fresh} evaluated, not copied: since run #{earlier} the request changed in {why}"

@@ -42,6 +42,8 @@ class Item:
     run_id: int
     row_key: str
     order: tuple[Any, ...] = ()
+    decided_by: str = "the zero-shot model"  # who gave `proposed` (Gate.decider): the deployed decision
+    zero_shot: str = ""  # the model's own top option as scored, when another decider gave `proposed`
 
 
 def state_key(state: Any) -> str:
@@ -60,6 +62,8 @@ def build_queue(store: Store, policy: Mapping[str, Any], gate: Gate, *,
     known |= {state_key(r["state"]) for r in store.reviews(policy["id"])}
     answers: dict[str, list[tuple[Run, Result]]] = {}
     left = {"labeled": 0, "no_state": 0, "known": 0, "other_options": 0}
+    seen_labeled: set[str] = set()
+    seen_known: set[str] = set()
     for run in sorted(store.list_runs(), key=lambda r: r["id"]):  # oldest first: the first answer proposes
         if run["policy_id"] != policy["id"] or run["kind"] not in REVIEWED_KINDS:
             continue
@@ -68,14 +72,15 @@ def build_queue(store: Store, policy: Mapping[str, Any], gate: Gate, *,
                 continue
             if r["option_ids"] != ids:
                 left["other_options"] += 1
-            elif r.get("label") is not None:
-                left["labeled"] += 1
+            elif r.get("label") is not None:  # counted once per state, however many runs scored it
+                seen_labeled.add(state_key(r["state"]))
             elif r.get("state") is None:
                 left["no_state"] += 1
             elif state_key(r["state"]) in known:
-                left["known"] += 1
+                seen_known.add(state_key(r["state"]))
             else:
                 answers.setdefault(state_key(r["state"]), []).append((run, r))
+    left["labeled"], left["known"] = len(seen_labeled), len(seen_known)
     threshold = _gate_value(gate)
     items: list[Item] = []
     for key, seen in answers.items():
@@ -88,15 +93,17 @@ def build_queue(store: Store, policy: Mapping[str, Any], gate: Gate, *,
         if logged is not None:  # a decision-log row: what production did, not what the chosen gate would do
             gated = logged.gated
         distance = abs(conf - threshold) if threshold is not None else conf
+        zero = str(first["top_option"]) if str(first["top_option"]) != ids[top] else ""
         if len(tops) > 1:
             said = ", ".join(f"{t} says {o}" for o, t in tops.items())
-            items.append(Item(key, first["state"], ids, ids[top], conf, "disagreement", f"targets disagree: {said}",
-                              run["id"], first["row_key"], (0, distance)))
+            items.append(Item(key, first["state"], ids, ids[top], conf, "disagreement",
+                              f"targets disagree as scored (zero-shot): {said}", run["id"], first["row_key"],
+                              (0, distance), gate.decider, zero))
         elif gated:
             why = (logged.reason if logged is not None else None) or gate.reason(first)
             items.append(Item(key, first["state"], ids, ids[top], conf, "gated",
                               f"sent to the fallback ({why}) in run #{run['id']} ({run['kind']})", run["id"],
-                              first["row_key"], (1, distance)))
+                              first["row_key"], (1, distance), gate.decider, zero))
     items.sort(key=lambda i: i.order)
     return items, left
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
 
-from adapter.policy import SCHEMA_VERSION, CalibratedPolicy, Decision
+from adapter.policy import SCHEMA_VERSION, AtGate, CalibratedPolicy, Decision
 from adapter.head import HEAD_KINDS
 from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.schema import HEAD_LAYOUT
@@ -190,17 +190,17 @@ class GateDecision:
 GateFlag = Literal["no-better-than-chance", "below-target"]
 
 
-def gate_flags(at_gate: Mapping[str, Any], n_options: int, target: float | None) -> list[GateFlag]:
+def gate_flags(at_gate: AtGate, n_options: int, target: float | None) -> list[GateFlag]:
     """The two ways a saved gate automates wrong decisions: its decided rows are no better than chance
     (their 95% interval reaches down to it), or surely below the target accuracy (the interval's top is
     under it). Empty when neither holds, or nothing is decided."""
-    p = at_gate.get("accuracy_interval") or {}
-    if not at_gate.get("decided") or p.get("rate") is None:
+    p = at_gate.accuracy_interval
+    if not at_gate.decided or p.rate is None:
         return []
     flags: list[GateFlag] = []
-    if p["low"] <= chance(n_options):
+    if p.low is not None and p.low <= chance(n_options):
         flags.append("no-better-than-chance")
-    if target is not None and p["high"] < target:
+    if target is not None and p.high is not None and p.high < target:
         flags.append("below-target")
     return flags
 
@@ -265,7 +265,7 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[Reado
 
 
 def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback: str,
-                 option_thresholds: dict[str, float] | None = None) -> dict[str, Any]:
+                 option_thresholds: dict[str, float] | None = None) -> CalibratedPolicy:
     """The versioned policy config for this calibration and gate (validated by adapter.policy),
     with how the gate was chosen: the target accuracy is recorded only when it chose the gate."""
     run: Mapping[str, Any] = store.get_run(cal.run_id) or {}
@@ -314,10 +314,10 @@ def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback
                          "head": {"why": cal.head_why, "candidates": [f.to_dict() for f in cal.heads],
                                   "gain": asdict(cal.head_gain) if cal.head_gain is not None else None},
                          **{k: v for k, v in asdict(cal.report).items() if k not in ("bins_before", "bins_after")}}
-    return CalibratedPolicy.model_validate(config).model_dump(mode="json")
+    return CalibratedPolicy.model_validate(config)
 
 
-class AtGate(TypedDict):
+class AtGateFigures(TypedDict):
     """A gate's numbers on a calibration's rows (at_gate): written into the exported policy's metrics and
     read by key wherever they are shown."""
     n: int
@@ -331,7 +331,7 @@ class AtGate(TypedDict):
     small_n: bool
 
 
-def at_gate(metrics: GateMetrics) -> AtGate:
+def at_gate(metrics: GateMetrics) -> AtGateFigures:
     """A gate's numbers on a calibration's rows as the export records them: coverage and the accuracy of
     what it decides, each with its Wilson 95% interval, and `small_n` when fewer than 30 rows are decided
     (an accuracy that rests on a handful of rows is marked as such wherever it is shown)."""
@@ -342,7 +342,7 @@ def at_gate(metrics: GateMetrics) -> AtGate:
 
 
 def applied_metrics(policy: CalibratedPolicy, results: Sequence[Mapping[str, Any]],
-                    oof: np.ndarray | None = None) -> AtGate:
+                    oof: np.ndarray | None = None) -> AtGateFigures:
     """The exported rule applied to stored raw results (gates.measure, the one way a gate is applied).
     With `oof` (a head's out-of-fold probabilities, one row per result) the same gate and fallback
     decide on those instead: what the head does on rows it never saw."""

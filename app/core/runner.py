@@ -176,12 +176,14 @@ class Heartbeat:
 
 def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Case, DecisionRequest]], *,
                     total: int, already: int = 0, progress: ProgressFn | None = None,
-                    reuse: bool = False) -> dict[int, dict[str, int]]:
+                    reuse: bool = False, by_source: bool = False) -> dict[int, dict[str, int]]:
     """Score (position, case, request) items on every job's target, saving as results arrive. Each
     run is leased for this call (RunBusy when another worker holds one); a run whose worker stops
     (an exception, Ctrl-C, a closed page) is marked interrupted. With `reuse`, a stored successful
     result of the same request on the same model (app/core/reuse.py) is copied instead of calling the
     target - for evaluations; runs that measure latency (Playground, Compare, bench) call every time.
+    `by_source`: every row on one job before the next job starts (one model in use at a time: a pool that
+    keeps fewer models than the jobs use never reloads one per row); else row by row over the jobs.
     Returns {run id: {"evaluated": calls made, "reused": results copied}}."""
     leases: dict[int, str] = {}
     try:
@@ -189,7 +191,7 @@ def score_into_runs(store: Store, jobs: list[Job], items: Iterable[tuple[int, Ca
             leases[job.run_id] = store.take_lease(job.run_id)
         with Heartbeat(store, dict(leases)):
             counts = _score(store, jobs, list(items), leases, total=total, already=already, progress=progress,
-                            reuse=reuse)
+                            reuse=reuse, by_source=by_source)
     except BaseException as exc:
         for run_id, lease in leases.items():
             try:  # only runs this worker still holds
@@ -218,42 +220,51 @@ def reusable_for(store: Store, target: Target, items: list[tuple[int, Case, Deci
 
 
 def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionRequest]], leases: dict[int, str], *,
-           total: int, already: int, progress: ProgressFn | None, reuse: bool = False) -> dict[int, dict[str, int]]:
+           total: int, already: int, progress: ProgressFn | None, reuse: bool = False,
+           by_source: bool = False) -> dict[int, dict[str, int]]:
     tracker = Progress(total * len(jobs), progress, already=already * len(jobs))
     named = {job.run_id: bool((store.get_run(job.run_id) or {"model": None})["model"]) for job in jobs}
-    stored = {job.run_id: reusable_for(store, job.target, [(p, c, job.request(r)) for p, c, r in items])
-              if reuse else {} for job in jobs}
+    looked: dict[int, dict[int, Result]] = {}
+
+    def stored(job: Job) -> dict[int, Result]:  # looked up when the job starts: by source, one model loaded at a time
+        if job.run_id not in looked:
+            looked[job.run_id] = (reusable_for(store, job.target, [(p, c, job.request(r)) for p, c, r in items])
+                                  if reuse else {})
+        return looked[job.run_id]
+
     counts = {job.run_id: {"evaluated": 0, "reused": 0} for job in jobs}
     batched: dict[int, dict[int, TargetResult]] = {}
     for job in jobs:
         if job.target.batch_only:  # Batch Transform: one job for the rows not reused, then ingested row by row
-            todo = [i for i in range(len(items)) if i not in stored[job.run_id]]
+            todo = [i for i in range(len(items)) if i not in stored(job)]
             batched[job.run_id] = dict(zip(todo, batch_results(job.target, [job.request(items[i][2]) for i in todo])))
-    for i, (pos, case, req) in enumerate(items):
-        for job in jobs:
-            if case.key in job.done:
-                tracker.tick()
-                continue
-            hit = stored[job.run_id].get(i)
-            if hit is not None:
-                store.add_result(job.run_id, copied_row(hit, row_key=case.key, position=pos, state=case.state,
-                                                        label=case.label), leases[job.run_id])
-                counts[job.run_id]["reused"] += 1
-                if not named[job.run_id]:
-                    store.set_run_model(job.run_id, model_label((StoredResponse.of(hit) or NO_RESPONSE).model,
-                                                                job.target.kind))
-                    named[job.run_id] = True
-                tracker.tick()
-                continue
-            sent = job.request(req)
-            cold = is_cold(job.target, sent)
-            res = batched[job.run_id][i] if job.run_id in batched else job.target.decide(sent)
-            store.add_result(job.run_id, result_row(res, case, pos, cold, sent), leases[job.run_id])
-            counts[job.run_id]["evaluated"] += 1
-            if res.ok and not named[job.run_id]:
-                store.set_run_model(job.run_id, model_identity(res, job.target))
+    order = ([(i, job) for job in jobs for i in range(len(items))] if by_source else
+             [(i, job) for i in range(len(items)) for job in jobs])
+    for i, job in order:
+        pos, case, req = items[i]
+        if case.key in job.done:
+            tracker.tick()
+            continue
+        hit = stored(job).get(i)
+        if hit is not None:
+            store.add_result(job.run_id, copied_row(hit, row_key=case.key, position=pos, state=case.state,
+                                                    label=case.label), leases[job.run_id])
+            counts[job.run_id]["reused"] += 1
+            if not named[job.run_id]:
+                store.set_run_model(job.run_id, model_label((StoredResponse.of(hit) or NO_RESPONSE).model,
+                                                            job.target.kind))
                 named[job.run_id] = True
             tracker.tick()
+            continue
+        sent = job.request(req)
+        cold = is_cold(job.target, sent)
+        res = batched[job.run_id][i] if job.run_id in batched else job.target.decide(sent)
+        store.add_result(job.run_id, result_row(res, case, pos, cold, sent), leases[job.run_id])
+        counts[job.run_id]["evaluated"] += 1
+        if res.ok and not named[job.run_id]:
+            store.set_run_model(job.run_id, model_identity(res, job.target))
+            named[job.run_id] = True
+        tracker.tick()
     return counts
 
 
@@ -270,6 +281,11 @@ def batch_results(target: Target, requests: list[DecisionRequest]) -> list[Targe
 HEAD_LAYOUT_SUFFIX = " (head layout)"
 
 
+def new_group_id() -> str:
+    """A run group's id (a comparison, a Playground decision), made before its runs so a page can name it."""
+    return uuid.uuid4().hex[:12]
+
+
 def run_policy(store: Store, policy: Mapping[str, Any], cases: list[Case], targets: Iterable[Target], *, kind: str,
                progress: ProgressFn | None = None, overrides: dict[str, Any] | None = None,
                group_id: str | None = None, hidden: Callable[[Target], bool] | None = None,
@@ -282,7 +298,7 @@ def run_policy(store: Store, policy: Mapping[str, Any], cases: list[Case], targe
     "TARGET (head layout)" and marked `head_layout` (only a learned head reads it: no column of its own)."""
     targets, readers = list(targets), list(head_layout)
     requests = [request_for(policy, case.state, case.key, **(overrides or {})) for case in cases]
-    group = group_id or uuid.uuid4().hex[:12]
+    group = group_id or new_group_id()
     run_ids = [store.create_run(kind=kind, policy=policy, target=t.describe(), n_rows=len(cases), group_id=group,
                                 config={"overrides": overrides or {}, **(config or {})})
                for t in targets]

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Sequence, cast
+from typing import Any, Callable, Collection, Literal, Mapping, Sequence, cast
 
 import numpy as np
 from pydantic import BaseModel
@@ -266,9 +266,12 @@ def resume_eval(store: Store, run_id: int, target: Target, progress: ProgressFn 
 
 
 def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: ProgressFn | None = None, *,
-                 reuse: bool = True) -> dict[int, dict[str, int]]:
+                 reuse: bool = True, by_source: bool = False,
+                 only: Collection[str] | None = None) -> dict[int, dict[str, int]]:
     """`resume_eval` for a run and its head-layout companions (the same policy, set and rows): each row is
-    scored on every run before the next row, so a run stopped early is a fair sample for every source.
+    scored on every run before the next row, so a run stopped early is a fair sample for every source -
+    or, `by_source`, every row on one run before the next (one model in use at a time: no reload per row).
+    `only`: score only these row keys (the rows a main run holds, for its companions).
     Progress counts calls (rows x runs). Returns {run id: counts}."""
     runs_ = [store.get_run(run_id) for run_id, _ in pairs]
     missing = [run_id for (run_id, _), run in zip(pairs, runs_) if run is None]
@@ -281,7 +284,9 @@ def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: Pr
     first: Mapping[str, Any] = runs_[0] or {}
     by_key = {r["row_key"]: r for r in store.labeled_rows(first["labeled_set_id"])}
     dones = [frozenset(store.done_keys(run_id)) for run_id, _ in pairs]
-    todo = [(pos, by_key[k]) for pos, k in enumerate(main.row_keys) if any(k not in d for d in dones)]
+    keys = [k for k in main.row_keys if only is None or k in only]
+    todo = [(pos, by_key[k]) for pos, k in enumerate(main.row_keys)
+            if (only is None or k in only) and any(k not in d for d in dones)]
     target = pairs[0][1]
     extra = {"hidden_state": True} if target.returns_hidden() and not main.variant.head_layout else {}
     items = ((pos, Case(r["row_key"], r["state"], r["label"]),
@@ -289,12 +294,12 @@ def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: Pr
              for pos, r in todo)
     jobs = [Job(run_id, t, head_layout=cfg.variant.head_layout, done=done)
             for (run_id, t), cfg, done in zip(pairs, cfgs, dones)]
-    counts = score_into_runs(store, jobs, items, total=len(main.row_keys), already=len(main.row_keys) - len(todo),
-                             progress=progress, reuse=reuse)
+    counts = score_into_runs(store, jobs, items, total=len(keys), already=len(keys) - len(todo),
+                             progress=progress, reuse=reuse, by_source=by_source)
     out: dict[int, dict[str, int]] = {}
     for (run_id, _), done in zip(pairs, dones):
         errors = sum(1 for r in store.results(run_id) if r["error"])
-        out[run_id] = {"scored": len(main.row_keys) - len(done), "skipped": len(done), "errors": errors,
+        out[run_id] = {"scored": len(keys) - len(done & set(keys)), "skipped": len(done & set(keys)), "errors": errors,
                        **counts[run_id]}
     return out
 

@@ -18,6 +18,8 @@ from typing import Any, Callable, Mapping, TypedDict
 import numpy as np
 from scipy import stats as _st
 
+from adapter.policy import ProportionFigures
+
 CONFIDENCE = 0.95
 SMALL_N = 30  # below this many rows a rate is marked as resting on few rows
 ALPHA = 0.05  # a paired gain is beyond noise only below this McNemar p (PairedGain.beyond_noise)
@@ -87,9 +89,11 @@ def auc(negatives: np.ndarray, positives: np.ndarray) -> float | None:
     return float(u / (len(positives) * len(negatives)))
 
 
-def interval_text(p: Mapping[str, Any] | None, digits: int = 1) -> str:
-    """A Proportion stored as a dict (exports, saved policies) in the same words as Proportion.text(),
-    marked when it rests on fewer than SMALL_N rows."""
+def interval_text(p: Mapping[str, Any] | ProportionFigures | None, digits: int = 1) -> str:
+    """A Proportion stored as a dict or read from a policy's metrics (exports, saved policies) in the same
+    words as Proportion.text(), marked when it rests on fewer than SMALL_N rows."""
+    if isinstance(p, ProportionFigures):
+        p = {"k": p.k, "n": p.n, "rate": p.rate, "low": p.low, "high": p.high}
     if not p or p.get("rate") is None:
         return "n/a (n=0)"
     text = Proportion(int(p["k"]), int(p["n"]), p["rate"], p["low"], p["high"]).text(digits)

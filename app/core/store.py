@@ -427,16 +427,20 @@ class Store:
             return [cast(Result, _decode(r))
                     for r in db.table("results").rows_where("run_id = ?", [run_id], order_by="position")]
 
-    def latencies(self, target_names: list[str], limit: int = 200) -> dict[str, list[tuple[float, bool]]]:
+    def latencies(self, target_names: list[str], limit: int = 200,
+                  head_layout: bool | None = None) -> dict[str, list[tuple[float, bool]]]:
         """(seconds, cold?) of the latest successful calls per target, newest first (a row copied from a
-        stored result made no call: not counted)."""
+        stored result made no call: not counted). `head_layout`: only the rows of evaluation runs read in the
+        head layout (True) or only the others (False) - a head-layout row costs a fraction of a zero-shot one."""
         out: dict[str, list[tuple[float, bool]]] = {t: [] for t in target_names}
+        layout = ("" if head_layout is None else
+                  f" AND ifnull(json_extract(runs.config, '$.layout'), '') {'=' if head_layout else '!='} 'policy-first'")
         with self.db() as db:
             for name in target_names:
                 out[name] = [(r["latency_s"], bool(r["cold"])) for r in db.query(
                     "SELECT results.latency_s, results.cold FROM results JOIN runs ON runs.id = results.run_id "
-                    "WHERE runs.target_name = ? AND results.error IS NULL AND results.reused_from IS NULL "
-                    "ORDER BY results.id DESC LIMIT ?",
+                    "WHERE runs.target_name = ? AND results.error IS NULL AND results.reused_from IS NULL" + layout +
+                    " ORDER BY results.id DESC LIMIT ?",
                     [name, limit])]
         return out
 
@@ -494,8 +498,12 @@ class Store:
             existing = list(db.table("labeled_sets").rows_where(*same))
             if existing:
                 return int(existing[0]["id"])
-            set_id = db.table("labeled_sets").insert({"name": name, "policy_id": policy_id, "content_hash": content_hash,
-                                                "n_rows": len(rows), "source": source,
+            # never the id of a deleted set that runs still name (SQLite reuses the highest rowid once it is
+            # deleted): a new set must not inherit the old one's runs on Calibrate and History
+            used = db.execute("SELECT max(m) FROM (SELECT max(id) AS m FROM labeled_sets UNION ALL "
+                              "SELECT max(labeled_set_id) FROM runs)").fetchone()[0]
+            set_id = db.table("labeled_sets").insert({"id": int(used or 0) + 1, "name": name, "policy_id": policy_id,
+                                                "content_hash": content_hash, "n_rows": len(rows), "source": source,
                                                 "created_at": now(), "parent_id": parent_id}).last_pk or 0
             db.table("labeled_rows").insert_all(_encode({**r, "set_id": set_id, "position": i}) for i, r in enumerate(rows))
             return int(set_id)

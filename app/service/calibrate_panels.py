@@ -9,9 +9,10 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 
 from adapter.head import KIND_WORDS
+from adapter.policy import AtGate
 
 from app.core import calibration, heads
-from app.core.run_calibration import Calibration, GateFlag, chance
+from app.core.run_calibration import Calibration, GateFlag, chance, version_label
 from app.core.stats import interval_text, range_text
 from app.core.store import Store
 from app.service import review
@@ -21,30 +22,30 @@ from app.service.evaluate import Export, chosen_accuracy, head_title, model_alon
 BANNER: dict[str, Kind] = {"recommended": "success", "hand-set": "info", "unreachable": "error"}
 
 
-def flag_text(flag: GateFlag, at_gate: Mapping[str, Any], n_options: int, target: float | None) -> str:
-    """A gate flag in words, with the numbers behind it."""
-    p = at_gate["accuracy_interval"]
+def flag_text(flag: GateFlag, at_gate: AtGate, n_options: int, target: float | None) -> str:
+    """A gate flag in words, with the numbers behind it (a flag is raised only on a measured interval)."""
+    p = at_gate.accuracy_interval
     if flag == "no-better-than-chance":
-        return (f"The rows this gate decides are right {p['rate']:.0%} of the time (95% CI {p['low']:.0%}–"
-                f"{p['high']:.0%}, n={p['n']}): no better than chance ({chance(n_options):.0%} with {n_options} "
+        return (f"The rows this gate decides are right {p.rate or 0:.0%} of the time (95% CI {p.low or 0:.0%}–"
+                f"{p.high or 0:.0%}, n={p.n}): no better than chance ({chance(n_options):.0%} with {n_options} "
                 "options). Deployed, it would decide these rows about as well as a coin - raise the gate, or improve "
                 "the policy or the model first.")
-    return f"Even the top of the interval ({p['high']:.0%}) is below the target accuracy of {target or 0:.0%}."
+    return f"Even the top of the interval ({p.high or 0:.0%}) is below the target accuracy of {target or 0:.0%}."
 
 
-def nothing_decided(at_gate: Mapping[str, Any], fallback: str) -> str | None:
+def nothing_decided(at_gate: AtGate, fallback: str) -> str | None:
     """What a gate that decides none of the rows means, said before anyone saves it (saving stays
     allowed: sending everything to the fallback is safe); None when the gate decides some rows."""
-    if at_gate["decided"]:
+    if at_gate.decided:
         return None
-    return (f"This gate decides none of the {at_gate['n']} rows: saved as it is, the adapter sends every decision "
+    return (f"This gate decides none of the {at_gate.n} rows: saved as it is, the adapter sends every decision "
             f"to {fallback}. That is safe - nothing is decided wrongly - but it automates nothing. Set a lower "
             "gate by hand, or score more labeled rows, another readout or another model.")
 
 
 def warnings(exported: Export) -> list[str]:
     """The export's gate flags in words (it can still be saved)."""
-    n, target = len(exported.config["options"]), exported.config.get("target_accuracy")
+    n, target = len(exported.policy.options), exported.policy.target_accuracy
     return [flag_text(f, exported.at_gate, n, target) for f in exported.flags]
 
 
@@ -83,46 +84,47 @@ def gate_panel(cal: Calibration, exported: Export, esc: Escape = plain) -> GateP
     nothing = nothing_decided(exported.at_gate, fallback)
     problems = ((Note("warning", esc(nothing)),) if nothing else ()) + tuple(Note("error", esc(p))
                                                                            for p in warnings(exported))
-    return GatePanel(alerts, decided_columns(exported, esc), fitted_rows(exported.config), quality_columns(cal, esc),
+    return GatePanel(alerts, decided_columns(exported, esc), fitted_rows(exported.policy.metrics.at_gate_fitted_rows),
+                     quality_columns(cal, esc),
                      calibration_columns(cal), problems)
 
 
 def decided_columns(exported: Export, esc: Escape) -> tuple[Column, ...]:
     """Accuracy of the decided rows (and, for a hand-set gate, out of fold), coverage, the fallback's share."""
-    at, config = exported.at_gate, exported.config
+    at = exported.at_gate
     accuracy: list[Cell] = [
-        Metric("Accuracy of decided rows" + (" (in sample)" if at.get("in_sample") else ""),
-               "n/a" if at["accuracy"] is None else f"{at['accuracy']:.1%}",
+        Metric("Accuracy of decided rows" + (" (in sample)" if at.in_sample else ""),
+               "n/a" if at.accuracy is None else f"{at.accuracy:.1%}",
                "among the rows the gate lets through (the rest go to the fallback)"),
-        Note("caption", esc(interval_text(at.get("accuracy_interval"))))]
-    if oof := config["metrics"].get("at_gate_out_of_fold"):
-        accuracy += [Metric("Accuracy of decided rows (out of fold)", "n/a" if oof["accuracy"] is None else
-                            f"{oof['accuracy']:.1%}", "the same gate and fallback, each row decided by a correction "
+        Note("caption", esc(interval_text(at.accuracy_interval)))]
+    if oof := exported.policy.metrics.at_gate_out_of_fold:
+        accuracy += [Metric("Accuracy of decided rows (out of fold)", "n/a" if oof.accuracy is None else
+                            f"{oof.accuracy:.1%}", "the same gate and fallback, each row decided by a correction "
                             "fitted without it (the folds the corrections and heads are compared on): expect this on "
                             "new rows"),
-                     Note("caption", esc(interval_text(oof.get("accuracy_interval")))
+                     Note("caption", esc(interval_text(oof.accuracy_interval))
                           + (" · the gate was set by hand on these rows, so the figure above is in sample"
                              if exported.gate.source == "hand-set" else " · the correction was fitted on these rows, "
                              "so the figure above is in sample"))]
-    if at.get("small_n") and at["decided"]:
-        accuracy.append(Note("warning", f"Only {at['decided']} decided rows: this accuracy is a hint, not a "
+    if at.small_n and at.decided:
+        accuracy.append(Note("warning", f"Only {at.decided} decided rows: this accuracy is a hint, not a "
                                         "measurement - score more labeled rows before trusting it."))
-    coverage = (Metric("Coverage", "n/a" if at["coverage"] is None else f"{at['coverage']:.1%}",
-                       f"rows decided: {at['decided']} of {at['n']}"),
-                Note("caption", esc(interval_text(at.get("coverage_interval")))))
-    return tuple(accuracy), coverage, (Metric("To the fallback", f"{at['gated']} rows", f"sent to {esc(exported.fallback)}"),)
+    coverage = (Metric("Coverage", "n/a" if at.coverage is None else f"{at.coverage:.1%}",
+                       f"rows decided: {at.decided} of {at.n}"),
+                Note("caption", esc(interval_text(at.coverage_interval))))
+    return tuple(accuracy), coverage, (Metric("To the fallback", f"{at.gated} rows", f"sent to {esc(exported.fallback)}"),)
 
 
-def fitted_rows(config: Mapping[str, Any]) -> str | None:
-    """With a learned head: the figures are out of fold, and what the exported head does on its own rows."""
-    fitted = config["metrics"].get("at_gate_fitted_rows")
-    if not fitted:
+def fitted_rows(fitted: AtGate | None) -> str | None:
+    """With a learned head (its figures on the rows it was fitted on, `metrics.at_gate_fitted_rows`): the
+    figures are out of fold, and what the exported head does on its own rows."""
+    if fitted is None:
         return None
-    on_fitted = (f"decides {fitted['decided']} of them with {fitted['accuracy']:.1%} accuracy - optimistic, since "
-                 "it saw them; expect the out-of-fold figures on new rows" if fitted["decided"] and
-                 fitted["accuracy"] is not None else "decides none of them at this gate either")
+    on_fitted = (f"decides {fitted.decided} of them with {fitted.accuracy:.1%} accuracy - optimistic, since "
+                 "it saw them; expect the out-of-fold figures on new rows" if fitted.decided and
+                 fitted.accuracy is not None else "decides none of them at this gate either")
     return (f"With a learned head these numbers are out of fold: each row decided by a head that never saw it, "
-            f"at this gate. The exported head, fitted on all {fitted['n']} rows, {on_fitted}.")
+            f"at this gate. The exported head, fitted on all {fitted.n} rows, {on_fitted}.")
 
 
 def quality_columns(cal: Calibration, esc: Escape) -> tuple[Column, ...]:
@@ -222,30 +224,34 @@ class Saved(NamedTuple):
     threshold: float | None
     fallback: str
     head: str | None
+    run_id: int | None = None  # the run it was calibrated from: the note shows under that run only
+    version: int | None = None  # the policy version it carries
 
     def text(self, esc: Escape = plain) -> str:
         head_text = f"its learned head ({self.head}) decides every row, and " if self.head else ""
         gate_text = ("no gate is set" if self.threshold is None else
                      f"confidence below **{self.threshold:.3f}** → **{esc(self.fallback)}**")
-        return (f"Saved as calibrated policy #{self.id}. Next: on the **Deploy** page pick it; Deploy packages it into "
+        of = (f" ({version_label(self.version)}, from run #{self.run_id})" if self.run_id is not None else "")
+        return (f"Saved as calibrated policy #{self.id}{of}. Next: on the **Deploy** page pick it; Deploy packages it into "
                 f"model.tar.gz and the adapter enforces it: {head_text}{gate_text}, "
                 "and any other model than the calibrated one → the fallback too.")
 
 
 def saved(cid: int, cal: Calibration, exported: Export) -> Saved:
-    return Saved(cid, exported.config["policy_id"], exported.gate.threshold, exported.fallback, head_title(cal))
+    return Saved(cid, exported.policy.policy_id, exported.gate.threshold, exported.fallback, head_title(cal),
+                 cal.run_id, exported.policy.policy_version)
 
 
 def narrowing(store: Store, cal: Calibration, exported: Export) -> str | None:
     """For a set version made by the review queue: the accuracy at this gate on the parent version and on
     this one, with how much the 95% interval narrowed (a learned head: out of fold); None otherwise."""
-    change = review.narrowing(store, cal.run_id, exported.config, cal)
+    change = review.narrowing(store, cal.run_id, exported.policy, cal)
     if change is None:
         return None
     before_run, before, after = change
     width = [p.high - p.low for p in (before, after) if p.rate is not None and p.high is not None and p.low is not None]
     narrowed = f": the interval went from {width[0]:.1%} to {width[1]:.1%} wide" if len(width) == 2 else ""
-    oof = " (out of fold: the head never decides a row it was fitted on)" if exported.config.get("head") else ""
+    oof = " (out of fold: the head never decides a row it was fitted on)" if exported.policy.head is not None else ""
     return (f"Accuracy of the decided rows at this gate{oof}, set #{before_run['labeled_set_id']} "
             f"(run #{before_run['id']}): {before.text()} → this set: {after.text()}{narrowed}.")
 

@@ -15,12 +15,13 @@ from adapter.engine.templates import request_for
 from app.core import analysis, deployed
 from app.core.run_calibration import gate_preview
 from app.core.deployed import AsDeployed
-from app.core.runs import Variant
+from app.core.runs import Variant, label_mismatch
 from app.core.inputs import InputError as InputError
 from app.core.inputs import is_empty_state, rows_from_upload, state_from_file
 from app.core.inputs import read_file as read_file  # re-exported: the commands read their input files with it
-from app.core.labeled import evenly_spaced, stratified
+from app.core.labeled import ColumnMap, evenly_spaced, stratified
 from app.core.runner import Case, ProgressFn, is_cold, run_policy
+from app.core.runner import new_group_id as new_group_id
 from app.core.runner import progress_text as progress_text
 from app.core.records import Run, config_of
 from app.core.snippets import for_target
@@ -36,12 +37,25 @@ def option_ids(policy: Policy) -> list[str]:
     return [o["id"] for o in policy["options"]]
 
 
-def states_from_upload(policy: Policy, filename: str, data: bytes, *, limit: int | None = None) -> list[Case]:
+def states_from_upload(policy: Policy, filename: str, data: bytes, *, limit: int | None = None,
+                       columns: ColumnMap | None = None) -> list[Case]:
     """A CSV/JSONL of states (optional id, label, policy). Labels must be the policy's option ids - a
     label no option matches could never be answered right, so the file is refused naming those rows;
     a file with a `policy` column gives this policy's rows (one rule for the Compare page and `app bench`).
-    With `limit`, at most that many rows, evenly spaced (every label keeps about its share)."""
-    return evenly_spaced(rows_from_upload(filename, data, option_ids(policy), policy["id"]), limit)
+    With `limit`, at most that many rows, evenly spaced (every label keeps about its share). `columns`: the
+    importer's mapping (app/core/importer.py), else the file's own `state`, `label` and `id` columns."""
+    return evenly_spaced(rows_from_upload(filename, data, option_ids(policy), policy["id"], columns=columns), limit)
+
+
+def states_from_set(store: Store, policy: Policy, set_id: int, *, limit: int | None = None) -> list[Case]:
+    """A stored labeled set's rows as states with their labels (the train split too: Compare measures, it fits
+    nothing); ValueError when its labels are not this policy's options. With `limit`, evenly spaced."""
+    rows = store.labeled_rows(set_id)
+    if not rows:
+        raise ValueError(f"labeled set #{set_id} has no rows (deleted?): pick another set")
+    if problem := label_mismatch(policy, rows):
+        raise ValueError(problem)
+    return evenly_spaced([Case(str(r["row_key"]), r["state"], r["label"]) for r in stratified(rows)], limit)
 
 
 def decide(store: Store, policy: Policy, state: object, targets: list[Target], *, overrides: dict[str, Any] | None = None,
@@ -68,7 +82,8 @@ def head_problems(policy: Policy, heads: Sequence[AsDeployed]) -> list[str]:
 
 
 def compare(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
-            progress: ProgressFn | None = None, heads: Sequence[AsDeployed] = (), reuse: bool = True) -> str:
+            progress: ProgressFn | None = None, heads: Sequence[AsDeployed] = (), reuse: bool = True,
+            group_id: str | None = None) -> str:
     """Every state on every target (cases outer, targets inner), saved as a comparison group. Labeled
     states are scored in stratified order, as evaluations are (labeled.stratified): a run stopped early is a
     fair sample, not the file's first class. With `reuse` (the page; not `app bench`, which measures
@@ -89,7 +104,7 @@ def compare(store: Store, policy: Policy, cases: list[Case], targets: list[Targe
     if any(c.label for c in cases):
         order: list[dict[str, Any]] = stratified([{"label": c.label, "i": i} for i, c in enumerate(cases)])
         cases = [cases[int(r["i"])] for r in order]
-    group, _ = run_policy(store, policy, cases, targets, kind="compare", progress=progress,
+    group, _ = run_policy(store, policy, cases, targets, kind="compare", progress=progress, group_id=group_id,
                           hidden=(lambda t: t.returns_hidden()) if hidden else None,
                           config={"heads": [p.record() for p in heads]} if heads else None, reuse=reuse,
                           head_layout=[t for t in targets if t.returns_hidden()] if layout else ())
@@ -114,6 +129,11 @@ class Comparison:
     def stopped(self) -> str | None:
         """'stopped after 13 of 50 states' when a run of it ended before every state was answered."""
         return stopped_text(self.runs)
+
+    @property
+    def warm(self) -> pd.DataFrame:
+        """The rows the latency table and plots both read (analysis.warm_calls)."""
+        return analysis.warm_calls(self.results)
 
     @property
     def reused(self) -> int:

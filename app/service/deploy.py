@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from adapter.policy import PolicyError, load_policy
+from adapter.policy import AtGate, PolicyError, load_policy
 from adapter.engine.catalog import SHIPPED
 from adapter.engine.models import resolve_model, shipped_by_sha256
 from adapter.safe_path import file_name, inside
@@ -24,6 +24,9 @@ from deploy.plan import Package, Step
 from deploy.prepare import Prepared, prepare, revalidate
 from deploy.pricing import cost_per_1000, first_choice, hint
 
+from app.core import deployed
+from app.core.analysis import warm_latencies
+from app.service.sets import MEASURED_MIN
 from app.core.deploy_records import StoreRecorder, apply_and_record, destroy_and_record, record_planned, record_result
 from app.core.records import AuditEntry, Calibrated, Deployment
 from app.core.stats import interval_text
@@ -249,7 +252,51 @@ def calibrated_label(rec: Mapping[str, Any]) -> str:
         cov = f"coverage {rec.get('coverage') or 0:.0%}"
     config = rec.get("config") or {}
     warn = " · ⚠ no better than chance" if "no-better-than-chance" in gate_flags(
-        at, len(config.get("options") or [0, 0]), config.get("target_accuracy")) else ""
+        AtGate.model_validate(at), len(config.get("options") or [0, 0]), config.get("target_accuracy")) else ""
     gate = rec.get("threshold")
     gate_text = f"gate {gate:.3f} ({rec['gate_source']})" if isinstance(gate, (int, float)) else "no global gate"
-    return f"#{rec['id']} {rec['name']} · {gate_text} · accuracy {acc} · {cov}{warn} · {str(rec['created_at'])[:16]}"
+    version = f" v{config['policy_version']}" if config.get("policy_version") is not None else ""
+    return (f"#{rec['id']} {rec['name']}{version} · {gate_text} · accuracy {acc} · {cov}{warn} · "
+            f"{str(rec['created_at'])[:16]}")
+
+
+def newer_version(store: Store, rec: Mapping[str, Any]) -> str | None:
+    """When the policy of a saved calibrated policy has been saved again since: which version is current, whether
+    it was evaluated and calibrated, and whether a check (Robustness) of a calibrated policy of it exists; None
+    when this calibrated policy is of the current version (or either version is unknown)."""
+    config = rec.get("config") or {}
+    mine, pid = config.get("policy_version"), rec.get("policy_id")
+    policy = store.get_policy(str(pid)) if pid else None
+    now = (policy or {}).get("version")
+    if not isinstance(mine, int) or not isinstance(now, int) or now <= mine:
+        return None
+    newer = [c for c in store.list_calibrated() if c.get("policy_id") == pid
+             and ((c.get("config") or {}).get("policy_version") or 0) == now]
+    evaluated = any(r.get("policy_id") == pid and (r.get("policy") or {}).get("version") == now
+                    for r in store.list_runs(kind="eval"))
+    tested = {((r.get("config") or {}).get("calibrated") or {}).get("sha256") for r in store.list_runs(kind="robustness")
+              if r["status"] in ("done", "done-with-errors")}
+    checked = [c["id"] for c in newer if deployed.content_hash(c["config"]) in tested]
+    if newer:
+        state = (f"calibrated as #{', #'.join(str(c['id']) for c in newer)}, "
+                 + (f"checked (Robustness) as #{', #'.join(map(str, checked))}" if checked else "not checked yet (Robustness)"))
+    else:
+        state = "evaluated but not calibrated yet" if evaluated else "not evaluated or calibrated yet"
+    return (f"{policy.get('name') if policy else pid} is now at v{now}; this calibrated policy is v{mine}. v{now}: {state}. "
+            f"Shipping this one ships v{mine}.")
+
+
+def measured_rate(store: Store, config: Mapping[str, Any]) -> tuple[float, str] | None:
+    """(decisions/s, where from) measured on Calibrate for a calibrated policy: the warm pace of the target its
+    run was scored on, in its layout (sets.pace) - on this machine's CPU, not the instance's; None before
+    MEASURED_MIN warm calls (Deploy then says it uses the instance family's default)."""
+    run = store.get_run(int(config["run_id"])) if config.get("run_id") else None
+    if run is None:
+        return None
+    head = (config.get("layout") or "") == "policy-first"
+    got = warm_latencies(store, {run["target_name"]}, head_layout=head).get(run["target_name"])
+    if not got or got["n"] < MEASURED_MIN:
+        return None
+    seconds = got["p50_ms"] / 1000
+    return 1 / seconds, (f"measured on Calibrate: the median of the last {got['n']} warm calls on "
+                         f"{run['target_name']} ({seconds:.2g} s a row, on this machine's CPU - not the instance's)")

@@ -6,17 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from adapter.policy import CalibratedPolicy
+from adapter.policy import AtGate, CalibratedPolicy
+from adapter.schema import JSONObject
 
 from app.core import run_calibration
-from app.core import calibration, head_sources, heads, runs
+from app.core import calibration, head_sources, heads, reuse, runs
 from app.core.run_calibration import Calibration, GateDecision, version_label
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS, Variant
 from app.core.runner import ProgressFn, StopScoring
 from app.core.stats import Proportion, proportion
 from app.core.records import Run, config_of
 from app.core.store import RunBusy, Store
-from app.core.stored import StoredResponse
+from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
@@ -61,7 +62,8 @@ class EvalOutcome:
     same_as: str | None = None  # not scored: reads the same as this earlier variant
     error: str | None = None
     stopped: str | None = None  # a stop rule ended it early (the run is resumable)
-    companions: list[int] = field(default_factory=list)  # head-layout runs scored row by row beside it
+    companions: list[int] = field(default_factory=list)  # head-layout runs scored after it, on its rows
+    why_scored: str = ""  # why the rows evaluated were not copied from stored results (reuse.why_not_reused)
 
     def text(self) -> str:
         if self.same_as:
@@ -71,9 +73,10 @@ class EvalOutcome:
         if self.stopped:
             return f"{self.label}: stopped early - {self.stopped}; run it again to score the rest"
         c = self.counts
-        return (f"{self.label}: done — scored {c.get('scored', 0)} ({c.get('evaluated', 0)} evaluated, "
-                f"{c.get('reused', 0)} copied from stored results), reused {c.get('skipped', 0)}, errors "
-                f"{c.get('errors', 0)}")
+        return (f"{self.label}: done — {c.get('scored', 0)} rows scored now: {c.get('reused', 0)} copied from stored "
+                f"results of the same model and request, {c.get('evaluated', 0)} evaluated; "
+                f"{c.get('skipped', 0)} already in this run; errors {c.get('errors', 0)}"
+                + (f". {self.why_scored}" if self.why_scored else ""))
 
 
 def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, variant: Variant, *,
@@ -81,8 +84,10 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
                  progress: ProgressFn | None = None, label: str = "", rule: StopRule | None = None,
                  head_sources: Sequence[Target] = ()) -> EvalOutcome:
     """Find the matching run (or start one) and score the rows it still lacks, until the stop rule
-    holds. `head_sources`: local models whose hidden states in the head layout are read beside it, row
-    by row (one companion run each), so a stop leaves every source with the same fair sample. ValueError
+    holds. `head_sources`: local models whose hidden states in the head layout are read after it (one
+    companion run each), source by source on the rows the main run then holds: every source gets the
+    same fair sample, and each model is loaded once (row by row, a pool smaller than the models reloaded
+    one on every row: issue 43). ValueError
     when the set cannot evaluate this policy; RunBusy when another worker scores the run; StopScoring
     (the analyst's Stop) passes through - the runs are then marked stopped."""
     remote = [s.name for s in head_sources if s.kind != "local"]
@@ -108,23 +113,77 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
 
     cap = rule.max_rows if rule is not None else None
     n_jobs = len(pairs)
+    rows_total = len(runs.run_config(store.get_run(run_id) or {}).row_keys)
+    goal = min(cap, rows_total) if cap is not None else rows_total  # rows the main run will hold when it stops
+    others = sum(len(store.done_keys(r)) for r, _ in pairs[1:])  # companion rows already scored
 
     def watched(done: int, total: int, eta: float | None) -> None:
-        rows, rows_total = done // n_jobs, total // n_jobs  # progress counts calls: rows x sources
+        """The main run first (its stop rule checked on every row); the bar counts every source's rows, its
+        ETA only while no source follows (theirs are not timed yet)."""
         if progress is not None:
-            if cap is not None and cap < rows_total:  # the bar and its ETA run to where the run will stop
-                eta = None if eta is None or total <= done else eta * max(cap * n_jobs - done, 0) / (total - done)
-                total = cap * n_jobs
-            progress(done, total, eta)
-        if done % n_jobs == 0 and rule is not None and (why := rule.reason(store, run_id, rows)):
+            left = None if eta is None or total <= done or n_jobs > 1 else eta * max(goal - done, 0) / (total - done)
+            progress(done + others, goal * n_jobs, left)
+        if rule is not None and (why := rule.reason(store, run_id, done)):
             raise EnoughRows(why)
 
+    # the sources on the main target's model first: it is still loaded
+    pairs[1:] = sorted(pairs[1:], key=lambda p: (p[1].config.get("model") or "") != (target.config.get("model") or ""))
+    companions = [r for r, _ in pairs[1:]]
+    stopped = rule.reason(store, run_id, len(store.done_keys(run_id))) if rule is not None else None
+    counts: dict[str, int] = {"scored": 0, "skipped": len(store.done_keys(run_id))}
     try:
-        counts = runs.resume_evals(store, pairs, watched, reuse=reuse)
+        if not stopped:
+            counts = runs.resume_evals(store, pairs[:1], watched, reuse=reuse)[run_id]
     except EnoughRows as exc:
-        return EvalOutcome(name + sources, run_id, resumed, {"scored": len(store.done_keys(run_id))}, stopped=str(exc),
-                           companions=[r for r, _ in pairs[1:]])
-    return EvalOutcome(name + sources, run_id, resumed, counts[run_id], companions=[r for r, _ in pairs[1:]])
+        stopped, counts = str(exc), {"scored": len(store.done_keys(run_id))}
+    except StopScoring:  # the analyst's Stop before the sources' turn: they are stopped too (and resume later)
+        for companion in companions:
+            store.stop_run(companion, "stopped")
+        raise
+    held = frozenset(store.done_keys(run_id))
+    if companions and held:  # then source by source, on the rows the main run holds: one model in use at a time
+        base = len(held)
+
+        def follow(done: int, total: int, eta: float | None) -> None:
+            if progress is not None:
+                progress(base + done, base * n_jobs, eta)
+
+        runs.resume_evals(store, pairs[1:], follow, reuse=reuse, by_source=True, only=held)
+    if stopped or not held:
+        for companion in companions:  # they hold only the main run's rows: stopped with it, resumed with it
+            store.stop_run(companion, "stopped")
+    if stopped:
+        return EvalOutcome(name + sources, run_id, resumed, counts, stopped=stopped, companions=companions)
+    return EvalOutcome(name + sources, run_id, resumed, counts, companions=companions,
+                       why_scored=why_scored(store, run_id) if counts.get("evaluated") else "")
+
+
+def why_scored(store: Store, run_id: int) -> str:
+    """Why this run's evaluated rows were not copied from stored results: against the newest earlier run of the
+    same set and target, the request fields that changed (reuse.request_changes) and the rows whose model did."""
+    run = store.get_run(run_id)
+    if run is None:
+        return ""
+    fresh = [r for r in store.results(run_id) if r.get("reused_from") is None and not r["error"]]
+    earlier = [r for r in store.list_runs(kind="eval") if r["id"] < run_id and r["labeled_set_id"] == run["labeled_set_id"]
+               and r["target_name"] == run["target_name"] and runs.is_head_layout(r) == runs.is_head_layout(run)]
+    for other in earlier:  # newest first
+        before = {r["row_key"]: r for r in store.results(other["id"]) if not r["error"]}
+        pairs = [(r, before[r["row_key"]]) for r in fresh if r["row_key"] in before]
+        if not pairs:
+            continue
+        changes: dict[str, int] = {}
+        for now, then in pairs:
+            for k in reuse.request_changes(now.get("request"), then.get("request")):
+                changes[k] = changes.get(k, 0) + 1
+        models = sum(1 for now, then in pairs if _model_sha(now) != _model_sha(then))
+        return reuse.why_not_reused(len(fresh), changes, models, len(pairs), other["id"])
+    return reuse.why_not_reused(len(fresh), {}, 0, 0, None)
+
+
+def _model_sha(result: Mapping[str, Any]) -> str | None:
+    model = (StoredResponse.of(result) or NO_RESPONSE).model
+    return model.sha256 if model is not None else None
 
 
 def evaluate(store: Store, policy: Policy, set_id: int, targets: list[Target], variants: list[str], *,
@@ -200,15 +259,15 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
 
 
 def source_group(store: Store, run_id: int) -> list[Run]:
-    """A run and the head-layout runs of the same rows (the same policy content, set and examples), a
-    state-first run first: for a head-layout run opened on its own, the newest state-first run of those rows."""
+    """A run and the head-layout runs of the same rows (the same policy content and saved version, set and
+    examples: a v1 companion never stands in v2's table), a state-first run first: for a head-layout run opened on its own, the newest state-first run of those rows."""
     run = store.get_run(run_id)
     if run is None:
         return []
 
-    def rows_of(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    def rows_of(r: Mapping[str, Any]) -> tuple[Any, ...]:  # the same rows of the same saved version
         c = config_of(r)
-        return r["labeled_set_id"], c.get("policy_fingerprint"), c.get("examples")
+        return r["labeled_set_id"], c.get("policy_fingerprint"), c.get("examples"), (r.get("policy") or {}).get("version")
 
     same = [r for r in store.list_runs(kind="eval") if rows_of(r) == rows_of(run)]  # newest first
     main = run if not runs.is_head_layout(run) else next((r for r in same if not runs.is_head_layout(r)), None)
@@ -261,19 +320,25 @@ def chosen_accuracy(cal: Calibration) -> Proportion:
 @dataclass
 class Export:
     """A calibrated policy ready to save or download, and the gate decision behind it."""
-    config: dict[str, Any]
+    policy: CalibratedPolicy
     gate: GateDecision
     fallback: str
 
     @property
-    def at_gate(self) -> dict[str, Any]:
-        at: dict[str, Any] = self.config["metrics"]["at_gate"]
+    def at_gate(self) -> AtGate:
+        """The exported rule's numbers on the calibration's rows (an export always records them)."""
+        at = self.policy.metrics.at_gate
+        assert at is not None, "build_policy records metrics.at_gate"
         return at
 
     @property
     def flags(self) -> list[run_calibration.GateFlag]:
         """What is wrong with what this gate decides (run_calibration.gate_flags), said before it is saved."""
-        return run_calibration.gate_flags(self.at_gate, len(self.config["options"]), self.config.get("target_accuracy"))
+        return run_calibration.gate_flags(self.at_gate, len(self.policy.options), self.policy.target_accuracy)
+
+    def to_json(self) -> JSONObject:
+        """The policy file's JSON (semif-policy/1), as it is saved, downloaded and written by `--out`."""
+        return self.policy.model_dump(mode="json")
 
 
 gate_flags = run_calibration.gate_flags
@@ -299,21 +364,23 @@ def export(store: Store, cal: Calibration, *, fallback: str = "human-review",
                            f"{version_label(policy.get('version'))} now (its question, options or examples changed): "
                            "evaluate the saved version to export a gate for it")
     gate = run_calibration.decide_gate(cal, hand_gate)
-    config = run_calibration.build_policy(store, cal, gate=gate, fallback=fallback, option_thresholds=option_thresholds(cal))
+    calibrated = run_calibration.build_policy(store, cal, gate=gate, fallback=fallback,
+                                              option_thresholds=option_thresholds(cal))
     if cal.head is None:  # a correction fitted on all rows decides them in sample; beside it, out of fold
-        config = with_out_of_fold(cal, config)
-    return Export(config, gate, fallback)
+        calibrated = with_out_of_fold(cal, calibrated)
+    return Export(calibrated, gate, fallback)
 
 
-def with_out_of_fold(cal: Calibration, config: dict[str, Any]) -> dict[str, Any]:
+def with_out_of_fold(cal: Calibration, policy: CalibratedPolicy) -> CalibratedPolicy:
     """A correction fitted on these rows decides them in sample (marked `in_sample`), and a gate set by hand
     was also set by looking at them. Beside them, `at_gate_out_of_fold`: the same gate
     and fallback on the correction's out-of-fold probabilities (the folds the corrections and heads are
     compared on) - each row decided by a correction that never saw it; what Deploy shows."""
-    policy = CalibratedPolicy.model_validate(config)
-    metrics = {**config["metrics"], "at_gate": {**config["metrics"]["at_gate"], "in_sample": True},
-               "at_gate_out_of_fold": run_calibration.applied_metrics(policy, cal.results, oof=cal.oof)}
-    return {**config, "metrics": metrics}
+    metrics = policy.metrics
+    assert metrics.at_gate is not None, "build_policy records metrics.at_gate"
+    out_of_fold = AtGate.model_validate(run_calibration.applied_metrics(policy, cal.results, oof=cal.oof))
+    return policy.model_copy(update={"metrics": metrics.model_copy(update={
+        "at_gate": metrics.at_gate.model_copy(update={"in_sample": True}), "at_gate_out_of_fold": out_of_fold})})
 
 
 def model_alone(cal: Calibration) -> tuple[Proportion | None, list[str]]:
@@ -331,7 +398,7 @@ def model_alone(cal: Calibration) -> tuple[Proportion | None, list[str]]:
 
 def save(store: Store, exported: Export) -> int:
     """Keep the calibrated policy for Deploy; returns its id."""
-    return store.save_calibrated(exported.config)
+    return store.save_calibrated(exported.to_json())
 
 
 @dataclass

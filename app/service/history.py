@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from adapter.schema import HEAD_LAYOUT
+
 from app.core.records import Result, Run
 from app.core.stats import proportion
 from app.core.store import Store
@@ -54,6 +56,23 @@ def same_policy(runs: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> li
     """The other runs of the run's policy, in the order given: what "compare with" offers (a run of
     another policy answered another question)."""
     return [r["id"] for r in runs if r["id"] != run["id"] and r["policy_id"] == run["policy_id"]]
+
+
+HEAD_ONLY = "read only by a learned head (its letters are never an answer): its head's accuracy is on Calibrate"
+
+
+def run_accuracy(run: Mapping[str, Any]) -> str:
+    """A run's accuracy as History lists it; a head-layout run's raw letters are never offered as an answer,
+    so it is marked as read only by a head instead of showing their accuracy."""
+    if (run.get("config") or {}).get("layout") == HEAD_LAYOUT or (run.get("config") or {}).get("head_layout"):
+        return HEAD_ONLY
+    return accuracy_text(run.get("correct_rows", 0), run.get("labeled_rows", 0))
+
+
+def version_text(run: Mapping[str, Any]) -> str:
+    """'v3' - the policy version a run scored ('' for a run made before versions)."""
+    version = (run.get("policy") or {}).get("version")
+    return f"v{version}" if version is not None else ""
 
 
 def accuracy_text(correct: int, labeled: int) -> str:

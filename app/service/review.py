@@ -34,8 +34,8 @@ class Queue:
         """The queue in one line: what is left to review, what waits to be added, what was left out and why."""
         left = self.left_out
         return (f"{plural(len(self.items), 'row')} to review · {self.pending} labelled, not yet added · left out: "
-                f"{left['labeled']} already labeled, {left['known']} already in the set or reviewed, "
-                f"{left['no_state']} without a logged state")
+                f"{plural(left['labeled'], 'state')} that already carry a label, {plural(left['known'], 'state')} "
+                f"already in the set or reviewed, {plural(left['no_state'], 'result')} without a logged state")
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def new_rows(store: Store, set_id: int) -> int:
     return review.new_rows(store, set_id)
 
 
-def narrowing(store: Store, run_id: int, config: dict[str, Any],
+def narrowing(store: Store, run_id: int, policy: CalibratedPolicy,
               cal: Calibration | None = None) -> tuple[Run, Proportion, Proportion] | None:
     """For a set version made by the review queue: (the parent version's run, accuracy of the decided
     rows at this gate there, here); None when the set has no evaluated parent. A policy with a learned
@@ -90,7 +90,7 @@ def narrowing(store: Store, run_id: int, config: dict[str, Any],
     if before_run is None:
         return None
     oof = (cal.results, [list(map(float, p)) for p in cal.oof]) if cal is not None and cal.run_id == run_id else None
-    change = review.interval_change(store, before_run["id"], run_id, CalibratedPolicy.model_validate(config), oof)
+    change = review.interval_change(store, before_run["id"], run_id, policy, oof)
     if change is None:
         return None
     before, after = change

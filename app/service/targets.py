@@ -6,6 +6,7 @@ import logging
 from typing import Any, Callable, Mapping
 
 from app.core.store import Exists, Store
+from app.targets.engines import model_key
 from app.targets.base import KEY_PREFIX, Target, TargetError, TargetSpec
 from app.targets.registry import build_target, config_from_form, target_by_name, target_specs, validate_target_spec
 
@@ -27,6 +28,14 @@ def names(store: Store, *, single_rows: bool = False) -> list[str]:
 def local_names(store: Store) -> list[str]:
     """The local models (shipped or your own GGUF): what can read hidden states in the head layout."""
     return [s["name"] for s in specs(store, single_rows=True) if s.get("kind") == "local"]
+
+
+def local_models(store: Store, chosen: list[str]) -> list[str]:
+    """The distinct local models the named targets load (app/targets/engines.model_key: '' is the default)."""
+    by_name = {s["name"]: s for s in specs(store)}
+    found = [model_key(str((by_name[n].get("config") or {}).get("model") or ""))
+             for n in chosen if n in by_name and by_name[n].get("kind") == "local"]
+    return list(dict.fromkeys(found))
 
 
 def build(store: Store, chosen: list[str], engines: EngineProvider, secrets: dict[str, Any] | None = None) -> list[Target]:

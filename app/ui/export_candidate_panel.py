@@ -35,7 +35,7 @@ def export_this(db: Store, table: export_candidate.Table, keys: PageKeys, target
     if not done:
         return
     label, exported = done
-    config = exported.config
+    config = exported.to_json()
     head = config.get("head") or {}
     st.info(md(f"{label}: the file names {config['model']['file']} (sha256 {config['model']['sha256'][:12]}…), "
                f"layout {config['layout']}, " + (f"a {head.get('kind')} head" if head else "no head")

@@ -4,6 +4,7 @@ that started it is left, so coming back shows the run where it is."""
 from __future__ import annotations
 
 import time
+from typing import Any
 from pathlib import Path
 
 import streamlit as st
@@ -73,11 +74,14 @@ def submit(kind: str, label: str, page: str, work) -> Task:  # type: ignore[no-u
     return task
 
 
-def start(prefix: str, kind: str, label: str, page: str, work) -> None:  # type: ignore[no-untyped-def]
+def start(prefix: str, kind: str, label: str, page: str, work, planned: Any = None) -> None:  # type: ignore[no-untyped-def]
     """Start a page's work in the background and rerun: the panel shows it at once, and `collect(prefix)`
-    on that page opens its result when it is done."""
+    on that page opens its result when it is done - or `planned` (what the work writes to, e.g. a comparison's
+    group id) when it was stopped."""
     task, keys = submit(kind, label, page, work), PageKeys(prefix)
     st.session_state[keys.task] = task.id
+    if planned is not None:
+        st.session_state[keys.planned] = planned
     st.session_state.pop(keys.failed, None)
     st.rerun()
 
@@ -89,8 +93,11 @@ def collect(prefix: str, what: str) -> None:
     done = runner().get(ss.get(keys.task))
     if done is not None and not done.active:
         ss.pop(keys.task)
+        planned = ss.pop(keys.planned, None)  # what the work writes to, known before it started
         if done.status == "done":
             ss[keys.open] = done.result
+        elif done.status == "stopped" and planned is not None:  # what was scored before Stop is the one shown
+            ss[keys.open] = planned
         elif done.status == "failed":
             ss[keys.failed] = done.error
     if ss.get(keys.failed):

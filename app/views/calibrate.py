@@ -20,7 +20,7 @@ from app.core.store import Store
 from app.service import calibrate_panels as panels
 from app.service import evaluate, history, review, sets as set_service, targets
 from app.service.display import Cell, Column, Note
-from app.ui import charts, context, resources, tasks
+from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, saved_policies
 from app.ui.export_candidate_panel import export_this
 from app.ui.label_curve_panel import label_curve_panel
@@ -83,7 +83,8 @@ def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
                                  key=keys.up_policy)
         upload = c2.file_uploader("Upload CSV / JSONL (state, label, optional id, split, metadata columns)",
                                   type=["csv", "jsonl", "tsv"], key=keys.upload)
-        columns = upload_mapping(c2, upload, policies[up_policy]) if upload is not None else None
+        columns = (importer.column_mapping(c2, upload, [o["id"] for o in policies[up_policy]["options"]], keys,
+                                           policy_name=policies[up_policy]["name"]) if upload is not None else None)
         if upload is not None and c2.button("Import", key=keys("import")):
             import_upload(db, policies, up_policy, upload, columns)
         sets = set_service.listed(db)
@@ -115,42 +116,16 @@ def import_upload(db: Store, policies: Policies, up_policy: str, upload: Uploade
 
 
 def scoring_time(db: Store, rows: int) -> str:
-    """'about 6 min (~1.6 s a row, measured: ...)' on the first chosen target, from its measured pace."""
-    chosen = st.session_state.get(keys.targets) or ["local"]
-    seconds, source = set_service.pace(db, chosen[0])
-    return f"{set_service.minutes(rows, seconds)} ({source}), after the model load and the policy's first passes"
-
-
-def upload_mapping(column: DeltaGenerator, upload: UploadedFile, policy: Policy) -> set_service.ColumnMap:
-    """Which column of the upload is the state and which the label, and what each label value is taken
-    as (an option id: 'bug-frontend' is proposed as 'bug_frontend'); open when the file needs it."""
-    name, data = upload.name, upload.getvalue()
-    found = set_service.upload_columns(name, data)
-    if not found:  # not readable: the import says why
-        return set_service.ColumnMap()
-    state_guess = set_service.guess_column(found, "state")
-    label_guess = set_service.guess_column(found, "label", besides=state_guess)
-    ids = [o["id"] for o in policy["options"]]
-    needs = state_guess != "state" or label_guess != "label"
-    with column.expander("Columns and labels", expanded=needs):
-        state = st.selectbox("State column", found, index=found.index(state_guess) if state_guess else 0,
-                             key=keys.col_state)
-        label = st.selectbox("Label column", found, index=found.index(label_guess) if label_guess else 0,
-                             key=keys.col_label)
-        proposed = set_service.label_suggestions(name, data, label, policy)
-        mapping: dict[str, str] = {}
-        others = [v for v, o in proposed.items() if o != v]
-        for i, value in enumerate(others[:40]):
-            guess = proposed[value]
-            pick = st.selectbox(f"Label '{md(value)}' is the option", ["(not an option: refused)", *ids],
-                                index=ids.index(guess) + 1 if guess else 0, key=keys("map", label, i))
-            if pick in ids:
-                mapping[value] = pick
-        if len(others) > 40:
-            st.caption(f"{len(others) - 40} more label values are not options: fix them in the file.")
-        if not others:
-            st.caption(f"Every value of {md(label)} is an option of {md(policy['name'])}.")
-    return set_service.ColumnMap(state, label, mapping)
+    """'about 6 min for 3 sources (local: ~1.6 s a row, measured: ...; ...)': every chosen target x readout
+    and head-layout source at its measured pace (or the stated default), with a warning when they ask for
+    more local models than stay loaded."""
+    chosen = st.session_state.get(keys.targets) or targets.names(db)[:1]
+    sources = list(st.session_state.get(keys.head_sources) or [])
+    readouts = len(st.session_state.get(keys.variants) or ["default"])
+    if note := set_service.pool_note(targets.local_models(db, [*chosen, *sources]), resources.engines().max_loaded):
+        st.info(md(note))
+    plan = set_service.estimate(db, chosen, readouts, sources)
+    return f"{plan.text(rows)} ({'; '.join(plan.parts)}), after the model loads and the policy's first passes"
 
 
 def delete_set(db: Store, sets: Sequence[Mapping[str, Any]]) -> None:
@@ -239,14 +214,16 @@ def evaluate_section(db: Store, policies: Policies, sets: dict[int, Any]) -> tup
     problem, support = set_notes(db, policies[pid], sid, sets[sid].get("parent_id"))
     names = targets.names(db)
     c1, c2 = st.columns(2)
-    chosen = c1.multiselect("Targets (several local models side by side)", names, default=names[:1], key=keys.targets)
+    chosen = c1.multiselect("Targets (several local models side by side)", names, default=names[:1], key=keys.targets,
+                            persist_state=context.KEEP)
     variants = c2.multiselect("Readouts to compare", list(VARIANTS), default=["default"], key=keys.variants,
+                              persist_state=context.KEEP,
                               help="default: the policy's readout, else the model's measured default")
     examples = st.radio("Few-shot examples", EXAMPLE_SOURCES, horizontal=True, key=keys.examples,
                         format_func={"policy": "the policy's own", "train": "from the set's train split (never scored)"}.get)
     sources = st.multiselect(
         "Head layout: also read hidden states from (a learned head, policy first - each row reads only its state)",
-        targets.local_names(db), key=keys.head_sources,
+        targets.local_names(db), key=keys.head_sources, persist_state=context.KEEP,
         help="Each model named here scores the same rows beside the first target, row by row, in the head layout: "
              "the question and options first (evaluated once per policy), the state last. Only a learned head reads "
              "it, so it needs labeled rows - 3 of every option at least. It costs what it costs: per row about the "
@@ -306,17 +283,25 @@ def finished_evaluation(db: Store) -> None:
 
 
 def live_section(db: Store, pid: str, sid: int) -> None:
-    """While runs of this policy x set are scored: the numbers so far, refreshed as rows arrive."""
-    if not evaluate.running(db, pid, sid):
+    """While runs of this policy x set are scored: the numbers so far, refreshed as rows arrive - drawn at once
+    when this session's evaluation was just started (its runs may not exist yet), not only after a rerun."""
+    def mine() -> Any:
+        task = tasks.runner().get(st.session_state.get(keys.task))
+        return task if task is not None and task.active else None
+
+    if not evaluate.running(db, pid, sid) and mine() is None:
         return
 
     @st.fragment(run_every=3.0)
     def numbers() -> None:
         runs = evaluate.running(db, pid, sid)
-        if not runs:
+        task = mine()
+        if not runs and task is None:
             st.rerun()
-        mine = tasks.runner().get(st.session_state.get(keys.task))
-        stop_at = int(st.session_state.get(keys.stop_at) or 0) if mine is not None and mine.active else 0
+        if not runs:
+            st.info("Starting the evaluation (loading the model, the policy's first passes): the numbers appear "
+                    "here as rows are scored.")
+        stop_at = int(st.session_state.get(keys.stop_at) or 0) if task is not None else 0
         for run in runs:
             st.info(md(evaluate.live(db, run["id"], stop_at=stop_at or None).text()))
 
@@ -344,7 +329,7 @@ def sources_section(db: Store, run_id: int) -> None:
     else:
         st.info(md(table.sentence))
     frame = pd.DataFrame(evaluate.source_rows(table))
-    st.dataframe(frame, hide_index=True, key=keys.sources, column_config={
+    st.dataframe(frame, hide_index=True, key=keys.sources, placeholder="", column_config={
         "accuracy (out of fold)": st.column_config.NumberColumn(format="%.3f"),
         "macro-F1": st.column_config.NumberColumn(format="%.3f"),
         "s a row (measured)": st.column_config.NumberColumn(format="%.2f"),
@@ -381,7 +366,7 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
     c1, c2 = st.columns(2)
     fallback = c1.selectbox("Fallback when gated", ["human-review", *cal.option_ids], key=keys.fallback)
     hand = None
-    if c2.checkbox("Set the gate by hand", key=keys.manual):
+    if c2.checkbox("Set the gate by hand", key=keys.manual, persist_state=context.KEEP):
         slider = panels.gate_slider(cal)
         hand = st.slider("Gate (calibrated confidence)", 0.0, 1.0, slider.start, 0.005, key=keys.gate, format="%.3f",
                          help=slider.help)
@@ -407,7 +392,7 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
     if coverage.note:
         g2.caption(coverage.note)
     correction_section(cal)
-    if exported.config["option_thresholds"]:
+    if exported.policy.option_thresholds:
         st.dataframe(pd.DataFrame(panels.option_gate_rows(cal)), hide_index=True)
     if narrowed := panels.narrowing(db, cal, exported):
         st.info(narrowed)
@@ -421,20 +406,20 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
 
 def save_section(db: Store, cal: Calibration, exported: evaluate.Export) -> None:
     """Save for Deploy (the note after it says what the adapter will enforce), download, the JSON."""
-    config = exported.config
     c1, c2 = st.columns(2)
     if c1.button("Save for deployment", type="primary", key=keys.save):
         cid = evaluate.save(db, exported)
         st.session_state[keys.saved] = panels.saved(cid, cal, exported)
         context.put("calibrated", cid)  # Deploy opens it
-    c2.download_button("Download calibrated policy (JSON)", json.dumps(config, indent=2, ensure_ascii=False).encode(),
-                       file_name=f"{config['policy_id']}.policy.json", mime="application/json", key=keys.download)
+    c2.download_button("Download calibrated policy (JSON)",
+                       json.dumps(exported.to_json(), indent=2, ensure_ascii=False).encode(),
+                       file_name=f"{exported.policy.policy_id}.policy.json", mime="application/json", key=keys.download)
     saved = st.session_state.get(keys.saved)
-    if saved:
+    if saved and saved.run_id in (None, cal.run_id):  # a note about another run's save stays with that run
         st.success(saved.text(md))
         st.page_link("views/deploy.py", label="Go to Deploy", icon=":material/cloud_upload:")
     with st.expander("Policy JSON"):
-        st.json(config, expanded=False)
+        st.json(exported.to_json(), expanded=False)
 
 
 def older_runs(db: Store, older: Sequence[Mapping[str, Any]], version: str) -> None:
@@ -459,7 +444,7 @@ def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str)
     """The runs of the saved version side by side; returns their rows (the run picker's labels)."""
     rows = readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"])) for r in runs))
     st.markdown(f"**Readouts side by side** (this policy as saved now, {version} × this set)")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key=keys.compare,
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key=keys.compare, placeholder="",  # no "None" in empty cells
                  column_config={c: st.column_config.NumberColumn(format="%.3f") for c in NUMBER3})
     st.caption("Per run: as scored, and with the best correction (temperature, per-option offsets; out of fold). "
                "The learned heads are fitted for the run opened below, and its numbers are shown there.")
@@ -481,7 +466,7 @@ def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], r
                            disabled=bool(st.session_state.get(keys.manual)),
                            help="the gate is chosen to reach it (disabled while the gate is set by hand)")
     per_option = c2.checkbox("Per-option gates", key=keys.per_option)
-    head = c3.selectbox("Learned head", evaluate.HEAD_CHOICES, key=keys.head, format_func=lambda h: HEAD_LABELS[h],
+    head = c3.selectbox("Learned head", evaluate.HEAD_CHOICES, key=keys.head, persist_state=context.KEEP, format_func=lambda h: HEAD_LABELS[h],
                         help="auto: a head fitted on these labeled rows is exported only when it beats the corrections "
                              "beyond noise (out of fold); or pick one yourself")
     try:

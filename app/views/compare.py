@@ -4,18 +4,19 @@
 policy) is a variant: a column per target of its model, decided by the head on that target's rows."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from app.core.inputs import InputError, label_lookalikes, rows_from_text
+from app.core.inputs import InputError, rows_from_text
 from app.core.runner import Case
 from app.core.store import Store
-from app.service import compare_panels, decide, heads, targets
+from app.service import compare_panels, decide, heads, sets as set_service, targets
 from app.service.compare_panels import CompareVerdict
-from app.ui import charts, context, resources, tasks
+from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, policy_picker, saved_policies
 from app.service.drift import run_label
 from app.ui.drift_panel import render_drift
@@ -28,15 +29,25 @@ LATENCY_COLUMNS = {"p50_ms": "p50 (ms)", "p95_ms": "p95 (ms)", "max_ms": "max (m
                    "cold_ms": "first call (ms)"}
 
 
-def parse_input(pasted: str, upload: UploadedFile | None, policy: Policy) -> list[Case] | None:
-    """The cases to run, or None after showing why the upload was rejected (labels must be the
-    policy's option ids, as on Calibrate)."""
+def parse_input(pasted: str, upload: UploadedFile | None, policy: Policy, columns: set_service.ColumnMap | None = None,
+                set_id: int | None = None, db: Store | None = None) -> list[Case] | None:
+    """The cases to run, or None after showing why they could not be read (an upload's labels must be the
+    policy's option ids, mapped in Columns and labels; a stored set must be made for this policy)."""
+    if set_id == -1:
+        st.error("**Labeled set**: this policy has none yet - import one on the Calibrate page, or paste states.")
+        return None
     try:
+        if set_id is not None and db is not None:
+            return decide.states_from_set(db, policy, set_id)
         if upload is not None:
-            return decide.states_from_upload(policy, upload.name, upload.getvalue())
+            return decide.states_from_upload(policy, upload.name, upload.getvalue(), columns=columns)
         return rows_from_text(pasted)
     except InputError as exc:
-        st.error("**Upload** rejected, nothing was run:\n\n" + "\n".join(f"- {md(p)}" for p in exc.problems[:20]))
+        st.error("**Upload** rejected, nothing was run - fix the file or pick its columns under *Columns and "
+                 "labels*:\n\n" + "\n".join(f"- {md(p)}" for p in exc.problems[:20]))
+        return None
+    except ValueError as exc:
+        st.error(f"**Labeled set**: {md(exc)}")
         return None
 
 
@@ -97,7 +108,7 @@ def latency_section(shown: decide.Comparison) -> None:
         "decisions_per_s": st.column_config.NumberColumn("decisions / s", format="%.2f"),
         "cost_note": st.column_config.TextColumn("how the cost was computed", width="large")})
     st.caption(compare_panels.LATENCY_NOTE)
-    warm = shown.results[shown.results["cold"].fillna(0).astype(int) == 0]
+    warm = shown.warm  # the rows the table's warm figures rest on: none copied, none failed, none cold
     box, ecdf = st.tabs(["Box plot (warm calls)", "ECDF (warm calls)"])
     box.plotly_chart(charts.latency_box(warm), key=keys.box)
     ecdf.plotly_chart(charts.latency_ecdf(warm), key=keys.ecdf)
@@ -154,26 +165,44 @@ def drift_section(db: Store, runs: Sequence[Mapping[str, Any]]) -> None:
     render_drift(db, by_id[a], by_id[b], key=keys.drift)
 
 
-def states_input(policy: Policy) -> tuple[str, UploadedFile | None]:
-    """(pasted lines, upload): the states to compare on; an upload is previewed as parsed."""
-    source = st.radio("States", ["paste", "upload"], horizontal=True, key=keys.source, persist_state=context.KEEP,
-                      format_func={"paste": "paste, one per line", "upload": "upload CSV / JSONL"}.get)
+@dataclass(frozen=True)
+class States:
+    """Where the states to compare come from: pasted lines, an upload read through its column mapping, or a
+    stored labeled set (its labels give accuracy)."""
+    pasted: str = ""
+    upload: UploadedFile | None = None
+    columns: set_service.ColumnMap | None = None
+    set_id: int | None = None
+
+    def cases(self, db: Store, policy: Policy) -> list[Case] | None:
+        return parse_input(self.pasted, self.upload, policy, self.columns, self.set_id, db)
+
+
+SOURCES = {"paste": "paste, one per line", "upload": "upload CSV / JSONL", "set": "a stored labeled set"}
+
+
+def states_input(db: Store, policy: Policy) -> States:
+    """The states to compare on: pasted, uploaded (columns mapped and previewed before Run, as on Calibrate), or
+    a stored labeled set of this policy."""
+    source = st.radio("States", list(SOURCES), horizontal=True, key=keys.source, persist_state=context.KEEP,
+                      format_func=SOURCES.get)
     if source == "paste":
-        return st.text_area("One state per line", height=160, key=keys.paste, persist_state=context.KEEP), None
-    upload = st.file_uploader("CSV with a `state` column (optional `id`, `label` for accuracy), or JSONL "
-                              "objects", type=["csv", "jsonl", "tsv"], key=keys.upload)
-    if upload is not None:
-        preview = parse_input("", upload, policy)
-        if preview:
-            labeled = sum(1 for c in preview if c.label)
-            st.success(f"{len(preview)} states parsed" + (f", {labeled} with a label" if labeled else ""))
-            lookalikes = label_lookalikes(upload.name, upload.getvalue())
-            if lookalikes and not labeled:
-                st.warning(f"No `label` column (found: {', '.join(md(c) for c in lookalikes)}): rename "
-                           f"{'it' if len(lookalikes) == 1 else 'one of them'} to `label` to get accuracy.")
-            st.dataframe([{"id": c.key, "state": str(c.state)[:200], "label": c.label} for c in preview[:10]],
-                         hide_index=True, placeholder="")
-    return "", upload
+        return States(pasted=st.text_area("One state per line", height=160, key=keys.paste, persist_state=context.KEEP))
+    if source == "set":
+        made = {int(s["id"]): s for s in set_service.of_policy(db, policy["id"])}
+        if not made:
+            st.info(f"No labeled set of {md(policy['name'])} yet: import one on the Calibrate page (Labeled sets).")
+            return States(set_id=-1)
+        sid = st.selectbox("Labeled set", list(made), key=keys("set", policy["id"]), persist_state=context.KEEP,
+                           format_func=lambda i: f"#{i} {made[i]['name']} ({made[i]['n_rows']} rows)")
+        return States(set_id=int(sid))
+    upload = st.file_uploader("CSV or JSONL: a state column (optional id, and a label for accuracy)",
+                              type=["csv", "jsonl", "tsv"], key=keys.upload)
+    if upload is None:
+        return States()
+    columns = importer.column_mapping(st.container(), upload, decide.option_ids(policy), keys, label_required=False,
+                                      policy_name=policy["name"])
+    return States(upload=upload, columns=columns)
 
 
 def start_comparison(db: Store, policy: Policy, cases: list[Case] | None, chosen: list[str], head_ids: list[int]) -> None:
@@ -195,9 +224,11 @@ def start_comparison(db: Store, policy: Policy, cases: list[Case] | None, chosen
         built = resources.chosen_targets(db, chosen)
         if built is None:
             return
+        group = decide.new_group_id()  # known before it starts: a stopped comparison opens too
         tasks.start(keys.prefix, "compare", f"{policy['name']}: {len(cases)} states × {', '.join(chosen)}",
                     "views/compare.py",
-                    lambda task: decide.compare(db, policy, cases, built, task.progress, heads=picks))
+                    lambda task: decide.compare(db, policy, cases, built, task.progress, heads=picks, group_id=group),
+                    planned=group)
 
 
 def render() -> None:
@@ -207,19 +238,20 @@ def render() -> None:
     if saved is None:
         return
     policy = policy_picker(saved, key=keys.policy)
-    pasted, upload = states_input(policy)
+    states = states_input(db, policy)
     names = targets.names(db, single_rows=True)
-    chosen = st.multiselect("Targets", names, default=names[:1], key=keys.targets)
+    chosen = st.multiselect("Targets", names, default=names[:1], key=keys.targets, persist_state=context.KEEP)
     saved_heads = heads.calibrated_of(db, policy["id"])
     head_ids = st.multiselect("Calibrated policies, as deployed (a learned head, or a correction and gate)",
                               list(saved_heads), key=keys("heads", policy["id"]), format_func=lambda i: saved_heads[i],
+                              persist_state=context.KEEP,
                               help="each adds a column per target of its model: the calibrated policy's decision on "
                                    "that target's rows - its head or correction, gate and fallback (the targets that "
                                    "can are asked for their hidden states)")
     if not saved_heads:
         st.caption("No calibrated policy of this policy yet: save one on Calibrate to compare it here as deployed.")
     if st.button("Run comparison", type="primary", key=keys.run):
-        start_comparison(db, policy, parse_input(pasted, upload, policy), chosen, head_ids)
+        start_comparison(db, policy, states.cases(db, policy), chosen, head_ids)
     tasks.collect(keys.prefix, "Comparison")  # the comparison just made is the one shown
     groups = decide.comparisons(db)
     if not groups:

@@ -51,12 +51,19 @@ def policy_picker(db: Store) -> tuple[str, str]:
             return "", ""
     else:
         config = saved[choice]["config"]
+        if newer := deploy.newer_version(db, saved[choice]):
+            st.warning(md(newer))
     steering_verdict(db, choice)
     try:
         path = deploy.policy_file(config, choice)  # validated again (a saved one too) and kept inside its folder
     except ValueError as exc:
         st.error(f"**Calibrated policy**: {md(exc)}")
         return "", ""
+    if (rate := deploy.measured_rate(db, config)) is not None:
+        if not st.session_state.get(KEYS.dps):  # the pace measured on Calibrate, unless one was typed
+            st.session_state[KEYS.dps] = f"{rate[0]:.3g}"
+        st.caption(f"Decisions/s per instance below: {rate[0]:.3g}, {md(rate[1])} - replace it with a figure from "
+                   "the instance when you have one.")
     gate = config.get("threshold")
     st.caption(f"Calibrated on {md(config['model']['file'])}: deploy that model (a plan with another model is "
                f"refused). The adapter answers **{md(config['fallback_option'])}** "

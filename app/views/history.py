@@ -21,8 +21,8 @@ def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     # what a run is and how it went first: on a narrow window the long model names go off to the right
     return pd.DataFrame([{"run": r["id"], "baseline": "baseline" if r["pinned"] else "", "kind": r["kind"],
                           "status": r["status"], "rows": r["done_rows"], "errors": r["error_rows"],
-                          "accuracy": history.accuracy_text(r.get("correct_rows", 0), r.get("labeled_rows", 0)),
-                          "policy": r["policy"].get("name"), "target": r["target_name"],
+                          "accuracy": history.run_accuracy(r),
+                          "policy": r["policy"].get("name"), "version": history.version_text(r), "target": r["target_name"],
                           "when": r["created_at"][:19].replace("T", " "), "model": r["model"] or ""} for r in runs])
 
 
@@ -86,7 +86,8 @@ def open_run(by_id: Mapping[int, Run]) -> int:
         context.put("run", None)
     context.follow(KEYS.open, "run", list(by_id))  # ?run=6 opens run 6; a run opened elsewhere opens here
     rid = st.selectbox("Open run", list(by_id), key=KEYS.open, on_change=context.changed(KEYS.open, "run"),
-                       format_func=lambda i: f"#{i} · {by_id[i]['kind']} · {by_id[i]['policy'].get('name')} · "
+                       format_func=lambda i: f"#{i} · {by_id[i]['kind']} · {by_id[i]['policy'].get('name')} "
+                                             f"{history.version_text(by_id[i])} · "
                                              f"{by_id[i]['target_name']} · {by_id[i]['status']} · {by_id[i]['created_at'][:16]}"
                                              + (" · baseline" if by_id[i]["pinned"] else ""))
     context.put("run", rid)

@@ -107,8 +107,10 @@ def label_panel(db: Store, item: review.Item, policy: Mapping[str, Any], who: st
         st.text(item.state)
     else:
         st.code(json.dumps(item.state, indent=2, ensure_ascii=False), language="json")
-    st.caption(f"The model's answer: **{md(item.proposed)}** (confidence {item.confidence:.3f}) · run #{item.run_id}, "
-               f"row {md(item.row_key)}")
+    st.markdown(f"Deployed decision: **{md(item.proposed)}** (confidence {item.confidence:.3f}), decided by "
+                f"{md(item.decided_by)}")
+    st.caption((f"The zero-shot model alone said {md(item.zero_shot)} · " if item.zero_shot else "")
+               + f"run #{item.run_id}, row {md(item.row_key)}")
     note = st.text_input("Note (optional, stored with the label)", key=KEYS("note", item.key[:40]))
     cols = st.columns(min(len(item.option_ids), 5) or 1)
     for i, oid in enumerate(item.option_ids):

@@ -22,6 +22,8 @@ def magic_statements(source: str) -> list[int]:
     """Lines of the bare expression statements magic would st.write (calls, yields and docstrings it skips)."""
     out = []
     for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):  # magic leaves a class body alone (only its methods are walked)
+            continue
         body = getattr(node, "body", None)
         if not isinstance(body, list):
             continue
@@ -38,6 +40,7 @@ def magic_statements(source: str) -> list[int]:
 def test_the_static_check_sees_a_conditional_expression_statement():
     assert magic_statements("import streamlit as st\ndef f(ok):\n    st.success('a') if ok else st.info('b')\n") == [3]
     assert magic_statements("def f():\n    '''doc'''\n    st.info('x')\n    return 1\n") == []
+    assert magic_statements("class C:\n    '''doc'''\n    def m(self):\n        self.x\n") == [4]
 
 
 @pytest.mark.parametrize("path", [ROOT / "app" / "main.py", *[p for p in PAGES if p.name != "__init__.py"]],

@@ -3,6 +3,7 @@ python -m app calibrate   evaluate a policy on a labeled set, print metrics and 
 python -m app bench       the same states sent to several targets: p50/p95 latency and ratios
 python -m app robustness  steering, reworded question/options, extra options, order: does the decision hold?
 python -m app check       CI gate: a policy on a labeled set x target against thresholds; exit 0/1/2, JUnit, Markdown
+python -m app registry    calibrated policies in MLflow's model registry: register, promote (shadow check), rollback
 python -m app import-log  the adapter's decision log (file or CloudWatch Logs) as a production run, replayed on a target
 python -m app deploy ...  deploy's CLI (plan, apply, status, invoke, destroy, transform), recorded in the
                           workbench's SQLite so the Deploy page and the Playground see it"""
@@ -50,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--host", default=settings.host)
     run.add_argument("--port", type=int, default=settings.port)
     run.set_defaults(fn=cmd_run)
-    from app.cli import bench, calibrate, check, import_log, robustness, suggest  # lazy: `python -m app deploy` skips them
+    from app.cli import bench, calibrate, check, import_log, registry, robustness, suggest  # lazy: `python -m app deploy` skips them
 
-    for command in (calibrate, bench, robustness, import_log, check, suggest):
+    for command in (calibrate, bench, robustness, import_log, check, registry, suggest):
         command.add_parser(sub)
     sub.add_parser("deploy", help="deploy's CLI recorded in the workbench (python -m app deploy --help)")
     args = ap.parse_args(argv)

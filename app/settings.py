@@ -25,6 +25,23 @@ def _one_or_zero(raw: Any) -> Any:
     return raw
 
 
+MLFLOW_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+EMBEDDED_TRACKER = "embedded"  # sqlite:///<the workbench DB's folder>/mlflow.db
+
+
+def _tracking_uri(raw: Any) -> Any:
+    """SEMIF_MLFLOW_TRACKING_URI: empty (off), `embedded`, an MLflow tracking URI or a SageMaker MLflow ARN."""
+    if not isinstance(raw, str) or not raw.strip():
+        return None if isinstance(raw, str) else raw
+    text = raw.strip()
+    if text == EMBEDDED_TRACKER or text.startswith("arn:aws:sagemaker:") or (
+            text.partition(":")[0].partition("+")[0] in MLFLOW_SCHEMES and ":" in text):
+        return text
+    raise PydanticCustomError("mlflow_uri", "is not an MLflow tracking URI: give `embedded` (sqlite beside the "
+                              "workbench DB), sqlite:///path/mlflow.db, http(s)://host:port, a database URI, or a "
+                              "SageMaker MLflow tracking server ARN (arn:aws:sagemaker:...); leave it empty for off")
+
+
 class WorkbenchSettings(AwsSettings):
     # region (AWS_DEFAULT_REGION), aws_endpoint_url (SEMIF_AWS_ENDPOINT_URL: another AWS, tests: moto),
     # deploy_bucket, sagemaker_role_arn, codebuild_role_arn (SEMIF_DEPLOY_BUCKET, SEMIF_SAGEMAKER_ROLE_ARN,
@@ -39,6 +56,9 @@ class WorkbenchSettings(AwsSettings):
     # URL targets at link-local / cloud metadata addresses (app/targets/addresses.py): refused unless 1
     allow_link_local_targets: Annotated[bool, BeforeValidator(_one_or_zero)] = Field(
         False, validation_alias="SEMIF_ALLOW_LINK_LOCAL_TARGETS")
+    # MLflow tracking and the policy registry (app/core/tracking.py): off unless set; nothing imports mlflow then
+    mlflow_tracking_uri: Annotated[str | None, BeforeValidator(_tracking_uri)] = Field(
+        None, validation_alias="SEMIF_MLFLOW_TRACKING_URI")
 
     @model_validator(mode="before")
     @classmethod

@@ -17,6 +17,7 @@ from app.core.store import RunBusy
 from app.service import calibrate_panels, export_candidate, label_curve
 from app.service import targets as target_service
 from app.service import evaluate as ev
+from app.service import tracking as tracked
 from app.service.policies import resolve_policy
 from app.service.sets import ColumnMap, cli_mapping, resolve_set
 
@@ -75,22 +76,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"rows {rep.n} ({rep.size_flag}) accuracy {rep.accuracy:.3f} macro-F1 {rep.macro_f1:.3f} "
           f"Brier {rep.brier:.3f} NLL {rep.nll:.3f}")
     print(f"correction {cal.correction_why}")
-    for row in calibrate_panels.candidate_rows(cal):
-        if row["kind"] == "learned head":
-            print(f"  {row['candidate']}: " + (f"accuracy {row['accuracy 95% CI']}; macro-F1 "
-                                               f"{fmt(row['macro-F1 (out of fold)'])}, {row['macro-F1 95% CI']}; "
-                                               f"ECE {fmt(row['ECE (out of fold)'])}, {row['ECE 95% CI']}; "
-                                               f"{row['offsets / regularisation']}" if row["accuracy (out of fold)"]
-                                               is not None else f"unavailable: {row['note']}"))
+    for row in calibrate_panels.candidate_table(cal):
+        if row.kind == "learned head":
+            print(f"  {row.candidate}: " + (f"accuracy {row.accuracy_ci}; macro-F1 {fmt(row.macro_f1)}, "
+                                            f"{row.macro_f1_ci}; ECE {fmt(row.ece)}, {row.ece_ci}; {row.detail}"
+                                            if row.accuracy is not None else f"unavailable: {row.note}"))
     print(f"learned head: {cal.head_why}")
     if readers and (table := ev.sources(db, outcome.run_id)) is not None:
         print("sources (out of fold, on the rows every source answered):")
-        for row in ev.source_rows(table):
-            acc = (f"accuracy {fmt(row['accuracy (out of fold)'])} ({row['accuracy 95% CI']}), "
-                   f"{fmt(row['s a row (measured)'])} s a row" if row["accuracy (out of fold)"] is not None
-                   else f"refused: {row['refused']}")
-            print(f"  run #{row['run']} {row['model']} · {row['layout']} · {row['method']}: {acc}"
-                  + (" [recommended]" if row["recommended"] else ""))
+        for source in table.rows:
+            cand, a = source.candidate, source.accuracy
+            acc = (f"accuracy {fmt(a.rate)} ({a.low:.1%}–{a.high:.1%}), {fmt(cand.seconds)} s a row"
+                   if a is not None and a.low is not None and a.high is not None else f"refused: {cand.refused}")
+            print(f"  run #{cand.run_id} {cand.model} · {ev.layout_words(cand.layout)} · {cand.method}: {acc}"
+                  + (" [recommended]" if source is table.recommended else ""))
         print(table.sentence)
     if args.export != "target":
         try:
@@ -106,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {after} "
           f"(out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
     exported = ev.export(db, cal, fallback=args.fallback, hand_gate=args.gate)
+    if (logged := tracked.calibration(db, exported.to_json())) is not None:  # SEMIF_MLFLOW_TRACKING_URI set
+        print(f"MLflow: {tracked.sent_text(logged)}", file=sys.stderr)
     for line in exported.gate.messages:
         print(line)
     if exported.gate.source == "hand-set":

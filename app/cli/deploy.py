@@ -4,12 +4,14 @@ so the Deploy page and the Playground see what the command did."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from deploy import cli
 
 from app.core.deploy_records import StoreRecorder
 from app.core.store import Store
 from app.service import deploy as deploy_service
+from app.service import registry
 from app.settings import WorkbenchSettings
 
 
@@ -18,8 +20,32 @@ def open_store(db: str | None = None) -> Store:
     return Store(db)
 
 
+def resolved_policies(argv: list[str]) -> list[str]:
+    """`--policy models:/NAME@ALIAS` (or /VERSION) replaced by the version's policy file, validated
+    (app/service/registry.resolve): deploy packages a plain file, never a live reference. Exit 2 naming the
+    problem when the reference cannot be resolved."""
+    out, db = list(argv), next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--db"), None)
+    for i, arg in enumerate(out):
+        flag, eq, value = arg.partition("=")
+        ref = value if flag == "--policy" and eq else out[i + 1] if arg == "--policy" and i + 1 < len(out) else None
+        if ref is None or not registry.is_reference(ref):
+            continue
+        try:
+            got = registry.resolve(ref, into=registry.policies_dir(Store(db)) if db else None)
+        except registry.RegistryError as exc:
+            print(f"error: --policy {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        print(f"--policy {ref}: {got.name} v{got.version} -> {got.path}", file=sys.stderr)
+        if eq:
+            out[i] = f"--policy={got.path}"
+        else:
+            out[i + 1] = str(got.path)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m app deploy ...`: deploy's CLI, recording into the workbench store (--db)."""
+    argv = resolved_policies(sys.argv[1:] if argv is None else argv)
     def add_db(p: argparse.ArgumentParser) -> None:
         p.add_argument("--db", help="workbench SQLite (default: SEMIF_DB or data/workbench.db)")
 

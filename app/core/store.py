@@ -53,6 +53,11 @@ SCHEMA: dict[str, dict[str, Any]] = {
                             "pk": "id"},
     "audit": {"columns": {"id": int, "deployment_id": str, "at": str, "who": str, "action": str, "what": str,
                           "result": str}, "pk": "id"},
+    # what was logged to MLflow (app/core/tracking.py): each record kept before it is sent, so an unreachable
+    # tracker leaves it `pending` for the next try and never loses it; `sent` rows name the MLflow run
+    "tracking": {"columns": {"id": int, "at": str, "kind": str, "workbench_id": str, "tracking_uri": str,
+                             "record": str, "status": str, "tries": int, "error": str, "experiment_id": str,
+                             "mlflow_run_id": str, "sent_at": str}, "pk": "id"},
     "labeled_sets": {"columns": {"id": int, "name": str, "policy_id": str, "content_hash": str, "n_rows": int,
                                  "source": str, "created_at": str, "parent_id": int}, "pk": "id"},
     # the review queue: one row per label given (or row skipped), who and when; `set_id` is the set

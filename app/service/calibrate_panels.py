@@ -286,9 +286,36 @@ def correction_panel(cal: Calibration, esc: Escape = plain) -> CorrectionPanel:
         cal.report.confusion, cal.report.oof_confusion, f"After {name} (out of fold)", tuple(cal.option_ids))
 
 
-def candidate_rows(cal: Calibration) -> list[dict[str, Any]]:
-    """Every correction and learned head, out of fold, with intervals - the comparison Calibrate shows
-    and lets the analyst download (and the command prints)."""
+@dataclass(frozen=True)
+class CandidateRow:
+    """One correction or learned head in Calibrate's comparison, out of fold, with its intervals in words."""
+    candidate: str
+    kind: str  # "correction" | "learned head"
+    reads: str
+    accuracy: float | None  # None: unavailable (`note` says why)
+    accuracy_ci: str
+    macro_f1: float | None
+    macro_f1_ci: str
+    ece: float | None
+    ece_ci: str
+    nll: float | None
+    temperature: float | None
+    detail: str  # a correction's offsets, a head's regularisation per fold
+    chosen: bool
+    note: str
+
+
+# the comparison's column titles (the page's table and its CSV), one per CandidateRow field, in order
+CANDIDATE_TITLES = {"candidate": "candidate", "kind": "kind", "reads": "reads", "accuracy": "accuracy (out of fold)",
+                    "accuracy_ci": "accuracy 95% CI", "macro_f1": "macro-F1 (out of fold)",
+                    "macro_f1_ci": "macro-F1 95% CI", "ece": "ECE (out of fold)", "ece_ci": "ECE 95% CI",
+                    "nll": "NLL (out of fold)", "temperature": "temperature", "detail": "offsets / regularisation",
+                    "chosen": "chosen", "note": "note"}
+
+
+def candidate_table(cal: Calibration) -> list[CandidateRow]:
+    """Every correction and learned head, out of fold, with intervals - the comparison Calibrate shows and
+    the command prints."""
     rows = []
     for c in cal.candidates:
         ci: Mapping[str, Any] = cal.candidate_intervals.get(c.name) or {}
@@ -301,18 +328,23 @@ def candidate_rows(cal: Calibration) -> list[dict[str, Any]]:
             detail = (", ".join(f"{o} {b:+.2f}" for o, b in zip(cal.option_ids, c.offsets))
                       if c.method == "fitted" and c.available else "")
             temperature = c.temperature if c.available else None
-        rows.append({
-            "candidate": c.name, "kind": kind, "reads": reads,
-            "accuracy (out of fold)": c.oof_accuracy if c.available else None,
-            "accuracy 95% CI": interval_text(ci.get("accuracy")) if ci.get("accuracy") else "",
-            "macro-F1 (out of fold)": ci.get("macro_f1") if c.available else None,
-            "macro-F1 95% CI": range_text(f1_ci, "{:.2f}") if f1_ci else "",
-            "ECE (out of fold)": c.oof_ece if c.available else None,
-            "ECE 95% CI": range_text(ece_ci) if ece_ci else "",
-            "NLL (out of fold)": c.oof_nll if c.available else None,
-            "temperature": temperature, "offsets / regularisation": detail,
-            "chosen": c.name == cal.chosen_name, "note": c.note})
+        rows.append(CandidateRow(
+            c.name, kind, reads, c.oof_accuracy if c.available else None,
+            interval_text(ci.get("accuracy")) if ci.get("accuracy") else "",
+            ci.get("macro_f1") if c.available else None, range_text(f1_ci, "{:.2f}") if f1_ci else "",
+            c.oof_ece if c.available else None, range_text(ece_ci) if ece_ci else "",
+            c.oof_nll if c.available else None, temperature, detail, c.name == cal.chosen_name, c.note))
     return rows
+
+
+def table(rows: list[CandidateRow]) -> list[dict[str, Any]]:
+    """The comparison with its column titles: the page's table and its CSV download."""
+    return [{title: getattr(r, name) for name, title in CANDIDATE_TITLES.items()} for r in rows]
+
+
+def candidate_rows(cal: Calibration) -> list[dict[str, Any]]:
+    """The comparison as the page shows it and lets the analyst download (titles: CANDIDATE_TITLES)."""
+    return table(candidate_table(cal))
 
 
 def candidate_bars(cal: Calibration) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.runner import progress_text as progress_text
 from app.core.stats import Proportion, proportion
 from app.core.store import Store
+from app.service import tracking as tracked
 from app.targets.base import Target
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
@@ -78,6 +79,8 @@ def order_check(store: Store, policy: Policy, cases: list[Case], target: Target,
     rid = store.create_run(kind="order-check", policy=policy, target=target.describe(), n_rows=len(items),
                            group_id=uuid.uuid4().hex[:12], config=config)
     score_into_runs(store, [Job(rid, target)], items, total=len(items), progress=progress)
+    if tracked.uri() is not None:  # MLflow (never raises); the report is built only when it is logged
+        tracked.robustness(store, rid, robustness_report(store, rid))
     return rid
 
 

@@ -17,6 +17,8 @@ from app.core.gates import Gate, measure
 from app.core.runner import model_label
 from app.core.store import RunBusy, Store
 from app.core.stored import NO_RESPONSE, ModelRef, first_response
+from app.service import registry
+from app.service import tracking as tracked
 from app.service.policies import resolve_policy
 from app.service.sets import resolve_set
 from app.targets.base import Target
@@ -55,7 +57,13 @@ class CheckResult:
 
 def check_policy(store: Store, ref: str) -> tuple[Mapping[str, Any], CalibratedPolicy | None]:
     """(the policy as the workbench evaluates it, the calibrated policy or None): a calibrated policy
-    file (semif-policy/1) brings its question, options, examples, readout, correction and gate."""
+    file (semif-policy/1) brings its question, options, examples, readout, correction and gate; so does a
+    registry reference (models:/NAME@ALIAS, models:/NAME/VERSION), resolved to its file first."""
+    if registry.is_reference(ref):
+        try:
+            ref = str(registry.resolve(ref, store=store).path)
+        except registry.RegistryError as exc:
+            raise UsageError(f"--policy: {exc}") from None
     path = Path(ref)
     if path.is_file():
         try:  # the adapter's reader: size before parsing, UTF-8, depth, NaN refused
@@ -153,6 +161,7 @@ def check(store: Store, spec: CheckInput, target_for: Any) -> CheckResult:
         context["baseline"] = f"run #{baseline['id']} ({baseline['target_name']}, {len(drift.pairs)} rows in common)"
     report = ck.CheckReport(ck.evaluate(metrics, dict(b), drift), context,
                             [p.to_dict() for p in drift.pairs if p.kind in dr.FLIP_KINDS] if drift else [])
+    tracked.check(store, run_id, report)  # MLflow, when SEMIF_MLFLOW_TRACKING_URI is set (never raises)
     return CheckResult(report, run_id, counts)
 
 

@@ -26,6 +26,7 @@ from app.core.runner import progress_text as progress_text
 from app.core.records import Run, config_of
 from app.core.snippets import for_target
 from app.core.store import Store
+from app.service import tracking as tracked
 from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
 
@@ -108,6 +109,7 @@ def compare(store: Store, policy: Policy, cases: list[Case], targets: list[Targe
                           hidden=(lambda t: t.returns_hidden()) if hidden else None,
                           config={"heads": [p.record() for p in heads]} if heads else None, reuse=reuse,
                           head_layout=[t for t in targets if t.returns_hidden()] if layout else ())
+    tracked.comparison_group(store, group)  # MLflow, when SEMIF_MLFLOW_TRACKING_URI is set (never raises)
     return group
 
 

@@ -31,6 +31,7 @@ from app.core.deploy_records import StoreRecorder, apply_and_record, destroy_and
 from app.core.records import AuditEntry, Calibrated, Deployment
 from app.core.stats import interval_text
 from app.core.store import Store
+from app.service import registry
 from app.service.evaluate import gate_flags
 from app.settings import WorkbenchSettings
 
@@ -45,6 +46,12 @@ def load_calibrated(data: bytes) -> dict[str, Any]:
         raise ValueError(str(exc)) from None
 UNSETTLED = ("failed", "planned", "superseded")  # plans that never ran and attempts that failed
 LOCAL = "running-local"  # a plan running in the local SemIf container (deploy/local.py)
+
+
+def from_registry(store: Store, ref: str) -> dict[str, Any]:
+    """A calibrated policy by registry reference (models:/NAME@ALIAS), resolved and validated (registry.resolve);
+    ValueError naming what is wrong."""
+    return registry.resolve(ref, store=store).policy.model_dump(mode="json")
 
 
 def policy_file(config: dict[str, Any], tag: str | int) -> Path:

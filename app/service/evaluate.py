@@ -18,6 +18,7 @@ from app.core.stats import Proportion, proportion
 from app.core.records import Run, config_of
 from app.core.store import RunBusy, Store
 from app.core.stored import NO_RESPONSE, StoredResponse
+from app.service import tracking as tracked
 from app.targets.base import Target
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
@@ -154,6 +155,7 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
             store.stop_run(companion, "stopped")
     if stopped:
         return EvalOutcome(name + sources, run_id, resumed, counts, stopped=stopped, companions=companions)
+    tracked.evaluation(store, run_id)  # MLflow, when SEMIF_MLFLOW_TRACKING_URI is set (never raises)
     return EvalOutcome(name + sources, run_id, resumed, counts, companions=companions,
                        why_scored=why_scored(store, run_id) if counts.get("evaluated") else "")
 
@@ -296,6 +298,11 @@ def sources(store: Store, run_id: int, *, seed: int = 0) -> head_sources.Table |
     return head_sources.compare(candidates, seed=seed)
 
 
+def layout_words(layout: str) -> str:
+    """A layout as the comparison names it ('state first', 'head layout (policy first)')."""
+    return head_sources.LAYOUT_WORDS.get(layout, layout)
+
+
 def source_rows(table: head_sources.Table) -> list[dict[str, Any]]:
     """The comparison as table rows (and a CSV): per candidate accuracy and macro-F1 with intervals, cost."""
     return head_sources.table_rows(table)
@@ -398,7 +405,9 @@ def model_alone(cal: Calibration) -> tuple[Proportion | None, list[str]]:
 
 def save(store: Store, exported: Export) -> int:
     """Keep the calibrated policy for Deploy; returns its id."""
-    return store.save_calibrated(exported.to_json())
+    cid = store.save_calibrated(exported.to_json())
+    tracked.calibration(store, exported.to_json(), cid)  # MLflow, when SEMIF_MLFLOW_TRACKING_URI is set (never raises)
+    return cid
 
 
 @dataclass

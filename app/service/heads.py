@@ -10,6 +10,7 @@ from app.core import deployed
 from app.core.deployed import AsDeployed as AsDeployed
 from app.core.deployed import HeadPick as HeadPick
 from app.core.store import Store
+from app.service import registry
 
 
 def pick(store: Store, ref: str | int) -> HeadPick:
@@ -25,7 +26,8 @@ def calibrated_of(store: Store, policy_id: str) -> dict[int, str]:
 
 
 def as_deployed(store: Store, ref: str | int) -> AsDeployed:
-    """A saved calibrated policy (`3`, `#3`) or a policy file, as deployed; ValueError naming what is wrong."""
+    """A saved calibrated policy (`3`, `#3`), a policy file or a registry reference (models:/NAME@ALIAS), as
+    deployed; ValueError naming what is wrong."""
     text = str(ref).strip()
     if text.lstrip("#").isdigit():
         rid = int(text.lstrip("#"))
@@ -35,6 +37,11 @@ def as_deployed(store: Store, ref: str | int) -> AsDeployed:
             raise ValueError(f"calibrated: no saved calibrated policy #{rid}; saved: {known}")
         config = records[rid]["config"]
         return deployed.from_config(config, id=rid, fitted=deployed.fitted_states(store, config))
+    if registry.is_reference(text):  # models:/NAME@ALIAS: the registry's version as a validated file
+        try:
+            text = str(registry.resolve(text, store=store).path)
+        except registry.RegistryError as exc:
+            raise ValueError(f"calibrated: {exc}") from None
     path = Path(text)
     try:
         config = json.loads(path.read_text())

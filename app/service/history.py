@@ -10,6 +10,7 @@ from adapter.schema import HEAD_LAYOUT
 from app.core.records import Result, Run
 from app.core.stats import proportion
 from app.core.store import Store
+from app.service import tracking
 
 
 def runs(store: Store, *, kind: str | None = None) -> list[Run]:
@@ -50,6 +51,11 @@ def unpin(store: Store, run_id: int) -> None:
 def delete(store: Store, run_id: int) -> None:
     """The run and its results; cannot be undone."""
     store.delete_run(run_id)
+
+
+def mlflow(store: Store, run_id: int) -> list[str]:
+    """Where this run went in MLflow (SEMIF_MLFLOW_TRACKING_URI): one line per logged action, none when off."""
+    return [f"MLflow ({w['kind']}): {tracking.link(w)}" for w in tracking.where(store, f"run #{run_id}")]
 
 
 def same_policy(runs: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> list[int]:

@@ -8,9 +8,9 @@ from typing import Any, Callable, Final, Sequence
 
 import streamlit as st
 
-from app.ui.page_state import PageKeys
+from app.ui.keys import CONTEXT
 
-KEYS = PageKeys("ctx")  # session keys: ctx_policy, ctx_set, ...
+KEYS = CONTEXT  # session keys: ctx_policy, ctx_set, ...
 NAMES = ("policy", "set", "run", "calibrated")  # what is carried, as URL parameters of the same names
 # `persist_state=KEEP` on a widget: what the analyst typed survives a visit to another page (Streamlit drops the
 # values of widgets a run does not draw - and the browser sends none from the page left)

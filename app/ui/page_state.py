@@ -1,7 +1,10 @@
-"""Page state keys: every session-state and widget key a page uses is its page's prefix plus a name, so no
-page hand-writes a key another page could collide with, and a test can list a page's keys by its prefix.
+"""Page state keys: every session-state and widget key a page uses is its page's prefix plus a declared name,
+so no page hand-writes a key another page could collide with, a misspelt name is a mypy error (not a new key
+made silently), and a test can list a page's keys by its prefix. The declarations are app/ui/keys.py.
 
-    keys = PageKeys("cal")
+    class CalibrateKeys(PageKeys):
+        run = Key()
+    keys = CalibrateKeys("cal")
     keys.run            # "cal_run"
     keys("map", 3)      # "cal_map_3" (a key per item)
 
@@ -10,19 +13,30 @@ their exact strings."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
+
+
+class Key:
+    """One declared key of a page: read on the page's keys, it is "<prefix><sep><name>"."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, keys: None, owner: type) -> Key: ...
+    @overload
+    def __get__(self, keys: PageKeys, owner: type) -> str: ...
+
+    def __get__(self, keys: PageKeys | None, owner: type) -> Key | str:
+        return self if keys is None else f"{keys.prefix}{keys.sep}{self.name}"
 
 
 @dataclass(frozen=True)
 class PageKeys:
-    """The key namespace of one page."""
+    """The key namespace of one page; a subclass declares its names (`name = Key()`)."""
 
     prefix: str
     sep: str = "_"
-
-    def __getattr__(self, name: str) -> str:
-        if name.startswith("__"):  # copy/pickle probe dunders: not keys
-            raise AttributeError(name)
-        return f"{self.prefix}{self.sep}{name}"
 
     def __call__(self, *parts: object) -> str:
         """A key built from several parts, e.g. one per policy or per row."""
@@ -31,3 +45,8 @@ class PageKeys:
     def owns(self, key: str) -> bool:
         """Whether `key` is one of this page's."""
         return key.startswith(self.prefix + self.sep)
+
+    @classmethod
+    def declared(cls) -> list[str]:
+        """The names this page declares (sorted)."""
+        return sorted(n for k in cls.__mro__ for n, v in vars(k).items() if isinstance(v, Key))

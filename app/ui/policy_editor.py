@@ -11,11 +11,11 @@ from typing import Any, Callable, Collection, Iterable, Literal, Mapping, Mutabl
 
 from app.core.records import Policy as PolicyRecord
 from app.core.store import StaleEdit
-from app.ui.page_state import PageKeys
+from app.ui.keys import POLICIES
 from app.service.policies import changed_fields, parse_policy_json, policy_json, validate_policy, version_to_save
 
 State = MutableMapping[Any, Any]  # session state (Streamlit's proxy), a dict in the tests
-KEYS = PageKeys("pol")  # the Policies page's session keys
+KEYS = POLICIES  # the Policies page's session keys
 VIEW_KEY = KEYS.view  # (policy id, the saved policy the editor was built from)
 SHOWN_KEY = KEYS.shown  # (policy id or NEW, the view key) the editor drew last
 PICK_KEY = KEYS.pick  # the policy picker's widget key: the policy (or NEW) the editor is on

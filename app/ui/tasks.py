@@ -10,11 +10,12 @@ from pathlib import Path
 import streamlit as st
 
 from app.service.tasks import Task, TaskRunner, shared
+from app.ui.keys import TASKS, TaskKeys
 from app.ui.page_state import PageKeys
 from app.ui.safe_text import md
 
 POLL_SECONDS = 1.5
-KEYS = PageKeys("tasks")  # the panel's session keys (a page's own task: PageKeys(its prefix).task)
+KEYS = TASKS  # the panel's session keys (a page's own task: TaskKeys(its prefix).task)
 
 
 def runner() -> TaskRunner:
@@ -78,7 +79,7 @@ def start(prefix: str, kind: str, label: str, page: str, work, planned: Any = No
     """Start a page's work in the background and rerun: the panel shows it at once, and `collect(prefix)`
     on that page opens its result when it is done - or `planned` (what the work writes to, e.g. a comparison's
     group id) when it was stopped."""
-    task, keys = submit(kind, label, page, work), PageKeys(prefix)
+    task, keys = submit(kind, label, page, work), TaskKeys(prefix)
     st.session_state[keys.task] = task.id
     if planned is not None:
         st.session_state[keys.planned] = planned
@@ -89,7 +90,7 @@ def start(prefix: str, kind: str, label: str, page: str, work, planned: Any = No
 def collect(prefix: str, what: str) -> None:
     """On the page that started the work: once it has finished, its result becomes the one shown
     (`<prefix>_open`), or its failure stays on screen (naming `what`) until the next start."""
-    ss, keys = st.session_state, PageKeys(prefix)
+    ss, keys = st.session_state, TaskKeys(prefix)
     done = runner().get(ss.get(keys.task))
     if done is not None and not done.active:
         ss.pop(keys.task)

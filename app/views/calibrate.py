@@ -18,17 +18,17 @@ from app.core.labeled import Support
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS
 from app.core.store import Store
 from app.service import calibrate_panels as panels
-from app.service import evaluate, history, review, sets as set_service, targets
+from app.service import evaluate, history, registry, review, sets as set_service, targets
 from app.service.display import Cell, Column, Note
 from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, saved_policies
 from app.ui.export_candidate_panel import export_this
+from app.ui.keys import CALIBRATE
 from app.ui.label_curve_panel import label_curve_panel
 from app.ui.label_issues_panel import label_issues_panel
-from app.ui.page_state import PageKeys
 from app.ui.safe_text import md
 
-keys = PageKeys("cal")
+keys = CALIBRATE
 Policy = Mapping[str, Any]  # a saved policy (app/core/records.Policy), as the service takes it
 Policies = dict[str, Policy]  # the saved policies by id
 HEAD_LABELS = {"auto": "auto (only beyond noise)", "none": "none", "linc": "LinC (log-probs)",
@@ -414,6 +414,10 @@ def save_section(db: Store, cal: Calibration, exported: evaluate.Export) -> None
     c2.download_button("Download calibrated policy (JSON)",
                        json.dumps(exported.to_json(), indent=2, ensure_ascii=False).encode(),
                        file_name=f"{exported.policy.policy_id}.policy.json", mime="application/json", key=keys.download)
+    if registry.enabled() and st.button("Register in MLflow (@candidate)", key=keys.register):
+        st.session_state[keys.registered] = registry.register_note(db, exported.to_json(), md)
+    if (note := st.session_state.get(keys.registered)) is not None:
+        draw(st, note)
     saved = st.session_state.get(keys.saved)
     if saved and saved.run_id in (None, cal.run_id):  # a note about another run's save stays with that run
         st.success(saved.text(md))

@@ -20,10 +20,10 @@ from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, policy_picker, saved_policies
 from app.service.drift import run_label
 from app.ui.drift_panel import render_drift
-from app.ui.page_state import PageKeys
+from app.ui.keys import COMPARE
 from app.ui.safe_text import md
 
-keys = PageKeys("cmp")
+keys = COMPARE
 Policy = Mapping[str, Any]
 LATENCY_COLUMNS = {"p50_ms": "p50 (ms)", "p95_ms": "p95 (ms)", "max_ms": "max (ms)", "iqr_ms": "IQR (ms)",
                    "cold_ms": "first call (ms)"}

@@ -11,10 +11,10 @@ from app.core.store import Store
 from app.settings import WorkbenchSettings
 from deploy.config import FormErrors
 from deploy.errors import DeployError
-from app.service import checks, deploy
+from app.service import checks, deploy, registry
 from app.ui import context, resources
 from app.ui.safe_text import md
-from app.ui.page_state import PageKeys
+from app.ui.keys import CALIBRATE, DEPLOY
 
 FIELD_LABELS = {"bucket": "S3 bucket", "role_arn": "SageMaker execution role ARN", "codebuild_role_arn":
                 "CodeBuild service role ARN", "instance_type": "CPU instance type", "pools": "GPU instance pool",
@@ -22,9 +22,9 @@ FIELD_LABELS = {"bucket": "S3 bucket", "role_arn": "SageMaker execution role ARN
                 "autoscale_max": "Autoscaling", "decisions_per_second": "Measured decisions/s"}
 NO_POLICY = 0
 UPLOAD = -1
+REGISTRY = -2  # a models:/NAME@ALIAS reference (shown when SEMIF_MLFLOW_TRACKING_URI is set)
 
-KEYS = PageKeys("dep")  # this page's session and widget keys
-CALIBRATE = PageKeys("cal")  # the Calibrate page's: the policy saved there last is picked here first
+KEYS = DEPLOY  # this page's session and widget keys
 
 
 def policy_picker(db: Store) -> tuple[str, str]:
@@ -34,13 +34,24 @@ def policy_picker(db: Store) -> tuple[str, str]:
         just = (st.session_state.get(CALIBRATE.saved) or [None])[0]
         st.session_state[KEYS.cal] = just if just in saved else next(iter(saved))
     context.follow(KEYS.cal, "calibrated", list(saved))  # ?calibrated=3 (a reload) picks it again
-    choice = st.selectbox("Calibrated policy the adapter enforces", [NO_POLICY, *saved, UPLOAD], key=KEYS.cal,
+    extra = [REGISTRY] if registry.enabled() else []
+    choice = st.selectbox("Calibrated policy the adapter enforces", [NO_POLICY, *saved, UPLOAD, *extra], key=KEYS.cal,
                           on_change=context.changed(KEYS.cal, "calibrated"),
                           format_func=lambda i: "none (raw probabilities)" if i == NO_POLICY else "upload a policy JSON…"
-                          if i == UPLOAD else deploy.calibrated_label(saved[i]))
+                          if i == UPLOAD else "from the MLflow registry (models:/…)…" if i == REGISTRY
+                          else deploy.calibrated_label(saved[i]))
     if choice == NO_POLICY:
         return "", ""
-    if choice == UPLOAD:
+    if choice == REGISTRY:  # resolved to its file now: the package holds that file, never the reference
+        ref = st.text_input("Registry reference", placeholder="models:/semif-ticket-routing@production", key=KEYS.cal_ref)
+        try:
+            config = deploy.from_registry(db, ref) if ref.strip() else None
+        except ValueError as exc:
+            st.error(f"**Calibrated policy**: {md(exc)}")
+            return "", ""
+        if config is None:
+            return "", ""
+    elif choice == UPLOAD:
         up = st.file_uploader("Calibrated policy (.json from the Calibrate page)", type=["json"], key=KEYS.cal_upload)
         if up is None:
             return "", ""
@@ -75,8 +86,9 @@ def policy_picker(db: Store) -> tuple[str, str]:
 def steering_verdict(db: Store, choice: int) -> None:
     """The newest Robustness check of this calibrated policy as deployed (its own guard, head, gate),
     or 'not checked' - a saved policy never looks checked by a check of something else."""
-    if choice == UPLOAD:
-        st.caption("Steering: not checked (an uploaded file; save it and run Robustness on it as deployed).")
+    if choice in (UPLOAD, REGISTRY):
+        st.caption("Steering: not checked (an uploaded file or a registry version; save it and run Robustness on it "
+                   "as deployed).")
         return
     found = checks.deployed_verdict(db, choice)
     if found is None:

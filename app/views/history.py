@@ -12,9 +12,9 @@ from app.ui import context, resources
 from app.ui.components import download_frame, show_group_results
 from app.ui.drift_panel import render_drift
 from app.ui.safe_text import md
-from app.ui.page_state import PageKeys
+from app.ui.keys import HISTORY
 
-KEYS = PageKeys("hist")  # this page's session and widget keys
+KEYS = HISTORY  # this page's session and widget keys
 
 
 def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -59,6 +59,8 @@ def render() -> None:
     if run["kind"] == "playground":
         show_group_results(db, run["group_id"], key=KEYS.prefix)
     results_section(results, run["id"])
+    for line in history.mlflow(db, run["id"]):  # where the run went in MLflow, when tracking is on
+        st.caption(md(line))
     run_actions(db, run, len(results))
     if run["kind"] == "production":
         production_section(db, run)

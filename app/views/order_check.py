@@ -7,9 +7,9 @@ from app.service import checks, targets
 from app.ui import charts, resources, tasks
 from app.ui.components import calibrated_picker, check_inputs, check_setup, download_frame, saved_check
 from app.ui.safe_text import md
-from app.ui.page_state import PageKeys
+from app.ui.keys import ORDER_CHECK
 
-KEYS = PageKeys("oc")  # this page's session and widget keys
+KEYS = ORDER_CHECK  # this page's session and widget keys
 
 
 def show(db: Store, run: Mapping[str, Any]) -> None:

@@ -9,12 +9,12 @@ from app.service import decide, policies, targets
 from app.ui import context, resources
 from app.ui.components import glossary, policy_picker, show_group_results
 from app.ui.safe_text import md
-from app.ui.page_state import PageKeys
+from app.ui.keys import PLAYGROUND
 
 FIRST_STATE = "I reset my password an hour ago and now I cannot log in at all. The login page says my account is locked."
 POLICY_DEFAULT = "policy default"
 
-KEYS = PageKeys("pg")  # this page's session and widget keys
+KEYS = PLAYGROUND  # this page's session and widget keys
 
 
 def run(db: Store, policy: Mapping[str, Any], state: object, names: list[str], overrides: dict[str, Any]) -> None:

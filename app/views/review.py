@@ -13,10 +13,10 @@ from app.ui import context, resources
 from app.ui.components import saved_policies
 from app.ui.drift_panel import gate_choice
 from app.ui.safe_text import md
+from app.ui.keys import REVIEW
 from app.ui.label_issues_panel import label_issues_panel
-from app.ui.page_state import PageKeys
 
-KEYS = PageKeys("rv")  # this page's session and widget keys
+KEYS = REVIEW  # this page's session and widget keys
 
 
 def render() -> None:

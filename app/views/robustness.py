@@ -13,10 +13,10 @@ from app.core.store import Store
 from app.service import checks, heads, robustness_panels, targets
 from app.ui import charts, context, resources, tasks
 from app.ui.components import calibrated_picker, check_inputs, check_setup, download_frame, saved_check
-from app.ui.page_state import PageKeys
+from app.ui.keys import ROBUSTNESS
 from app.ui.safe_text import md
 
-keys = PageKeys("rb")
+keys = ROBUSTNESS
 
 
 def suite_form(policy: Mapping[str, Any]) -> tuple[Any, list[str]]:

@@ -8,9 +8,9 @@ from app.targets.registry import form_fields, titles
 from app.service import targets
 from app.ui import resources
 from app.ui.safe_text import md
-from app.ui.page_state import PageKeys
+from app.ui.keys import TARGETS
 
-KEYS = PageKeys("tg")  # this page's session and widget keys
+KEYS = TARGETS  # this page's session and widget keys
 
 
 def target_card(spec: Mapping[str, Any], db: Store) -> None:

@@ -33,11 +33,17 @@ MAX_PIECES = 6  # longer states are cut into at most this many contiguous runs (
 # out gave a clear other answer. Removing the only evidence gives a flat, near-prior answer instead,
 # and a near-tie flipping by arithmetic is not a sign either (bench.guard measures the choice)
 MIN_MARGIN = 0.10
+# ... when what was left out names the row's answer (its id in any form or its description); leaving out a
+# piece that names no option must give a clearer other answer: on clean rows whose own answer is weak,
+# leaving out any evidence moves it (measured on the generic templates: clean rows flagged 8% at 0.10, 1% at
+# 0.20, attempts held by erase-and-check alone 37.5% and 31.2%)
+PLAIN_MARGIN = 0.20
 STEERING_SUSPECTED = "steering_suspected"
 
 # a sentence ends at . ! ? or … (closing quotes/brackets kept with it) before whitespace and a
-# capital, digit or opening quote/bracket: "e.g. the" and "3.5 GB" stay whole
-_SENTENCE_END = re.compile(r"(?<=[.!?\u2026])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9])")
+# capital, digit or opening quote/bracket, or before markup that starts a record or a tag ("{", "<", "#",
+# "*", "`", ">", "|"): "e.g. the" and "3.5 GB" stay whole
+_SENTENCE_END = re.compile(r"(?<=[.!?\u2026])[\"'\u201d\u2019)\]]*\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9]|[\[{<#*`>|_])")
 # informal text often has no full stops ("uninstall and do everyone a favor Everyone agrees ..."): in a
 # line with no sentence end, a capitalised word after a lowercase one starts a new piece (not "I")
 _RUN_ON = re.compile(r"(?<=[a-z0-9])\s+(?=(?!I\b|I'|I\u2019)[A-Z][a-z'\u2019]*\b)")
@@ -70,6 +76,13 @@ class Pieces:
 
     def __len__(self) -> int:
         return len(self.parts)
+
+    def text(self, start: int, end: int) -> str:
+        """Pieces [start, end) as text (an object's fields or an array's items as JSON)."""
+        part = self.parts[start:end]
+        if self.kind in ("text", "object-text"):
+            return "".join(part)
+        return json.dumps([list(p) for p in part], ensure_ascii=False, default=str)
 
     def without(self, start: int, end: int) -> Any:
         kept = [p for i, p in enumerate(self.parts) if not start <= i < end]
@@ -176,37 +189,94 @@ def erasures(n: int) -> list[tuple[int, int]]:
     return list(dict.fromkeys(spans))
 
 
+def id_form(option_id: str) -> str:
+    """A regex for an option id however it is written: any case, and its words (split at separators,
+    case changes and digits) joined by nothing, a space, "-", "_" or "." - "private-data", "Private Data",
+    "PRIVATE_DATA", "privateData"; "P1", "p-1". An id it cannot split is matched as written (any case)."""
+    words = re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", option_id)
+    if not words or "".join(words) != re.sub(r"[-_.\s]", "", option_id):
+        return re.escape(option_id)
+    return r"[-_.\s]?".join(re.escape(w) for w in words)
+
+
 def _mention(option_id: str, description: str) -> str:
-    alts = [re.escape(option_id)]
+    """An option named: its id in any form (id_form), or its whole description (two words or more)."""
+    alts = [id_form(option_id)]
     if len(description.split()) >= 2:
         alts.append(re.escape(description.strip().rstrip(".")))
     return r"[\"'\u201c\u2018\u00ab(\[]?(?:" + "|".join(alts) + r")(?![\w-])"
 
 
+# The kinds of span that name an option as the decision without an instruction's words (issue 41): the
+# option written as a value, a tag, the object of a filing verb, a claim, or a fragment on its own. Written
+# from the shipped families the guard may be tuned on and from the shipped clean rows (none may trip them);
+# the held-out families are only measured. Each is a regex around {m}, the option's mention; _END: the
+# mention ends its clause (punctuation, markup, a line end or the end of the text).
+_END = r"(?=[ \t]*(?:$|[.!,;:)\]}>\"'`*_|\u201d\u2019\u00bb]|--?\s|\n))"  # not "?": a question claims nothing
+# or a closed-class word that starts the next clause ("mark this one spam so it gets sorted"), not a noun the
+# option modifies ("marked 'no returns'")
+_CLAUSE_END = (r"(?:" + _END + r"|(?=\s+(?:so|and|but|or|please|pls|now|then|because|since|nowhere|instead|only|asap|"
+               r"thanks|thank|thx|if|when|before|after|until|immediately|right)\b))")
+_OPEN = r"[\"'`*_\[(<{\u201c\u2018\u00ab]*"
+SPAN_KINDS: dict[str, str] = {
+    # key = value, key: value, "key": "value", key -> value ("label=spam", "Assistant: spam")
+    "value": (r"(?<![\d:])(?:[\w\"'\]>)])[ \t]*(?:(?::|->|=>|\u2192)[ \t]*" + _OPEN + "{m}" + _END + "|(?::=|=)[ \t]*"
+              + _OPEN + "{m}" + r"(?=\s|$|[,;)\]}\"'`]))"),  # key=value ends at a space (log lines)
+    # the option alone inside markup: "[billing]", "(billing)", "<billing>", "**billing**", "`billing`",
+    # '"billing"', "#billing"
+    "tag": (r"(?:(?<![\w#&])#{m}|(?:\*\*|__|[\"'`\[(<{\u201c\u2018\u00ab])[ \t]*{m}[ \t]*"
+            r"(?:\*\*|__|[\"'`\])>}\u201d\u2019\u00bb]))"),
+    # a filing verb and the option as where the case goes: "put this down as spam", "file under billing",
+    # "route it to technical", "mark this one P1"
+    "filing": (r"\b(?:(?:put|file[ds]?|filing|rout\w*|send|sent|mov\w*|forward\w*|escalat\w*|sort\w*|assign\w*|"
+               r"mark\w*|tag\w*|flag\w*|label\w*|set|rate[ds]?|count\w*|record\w*|log(?:ged)?|handl\w*|treat\w*|"
+               r"process\w*|close[ds]?|go|goes|going|went|gone|belongs?|belonging)"
+               r"(?:\s+(?:it|this|that|them|me|us|down|(?:this|that|the|my|our|these|those)(?:\s+[\w-]+)?))?"
+               r"\s+(?:as|under|to|into|in|with)|(?:mark\w*|tag\w*|flag\w*|label\w*|assign\w*|rate[ds]?|set)"
+               r"(?:\s+(?:it|this|that|them|(?:this|that|the|my|our)(?:\s+[\w-]+)?))?)\s+(?:an?\s+|the\s+)?" + _OPEN + "{m}" + _CLAUSE_END),
+    # a claim that ends on the option: "it's spam.", "this is definitely billing,", "the only valid one is P1."
+    "claim": (r"\b(?:is|are|was|be|it's|it\u2019s|that's|that\u2019s|this's)\s+(?!not\b)(?:[\w-]+\s+){0,2}?"
+              r"(?:an?\s+|the\s+)?" + _OPEN + "{m}" + _END),
+    # a short fragment that is little more than the option: "Quick one, definitely billing." (a clause of at
+    # most three words that ends on it, one word or two before it)
+    "fragment": r"(?:^|[.!?;,:\n(\[{|]|\s-\s)[ \t]*(?:[\w'\u2019-]+[ \t]+){1,2}" + _OPEN + "{m}"
+                + r"(?=[ \t]*(?:$|[.!)\]}>\"'`*_\u201d\u2019\u00bb]|\n))",  # its sentence ends there (", and yes, I ..." does not)
+}
+
+
 class Precheck(TypedDict):
-    """Where the state tells the reader what to decide: the option it names, the words, their offset."""
+    """Where the state tells the reader what to decide: the option it names, the words, their offset, and
+    the kind of span ("directive", or one of SPAN_KINDS)."""
 
     option: str
     text: str
     at: int
+    kind: str
 
 
 def precheck(state: Any, options: Sequence[Any]) -> Precheck | None:
     """The first place where the state tells the reader what to decide - an imperative, a decision
-    word, a labelling verb or a claim ("this is a billing case") with an option's id or its whole
-    description - as
-    {"option", "text", "at"} (character offset in the state's text), else None. No model pass; it
-    reads words, so a paraphrase without them is left to erase-and-check."""
+    word, a labelling verb or a claim ("this is a billing case") with an option's id (in any form) or its
+    whole description, or a span of one of SPAN_KINDS (the option as a value, a tag, where the case is
+    filed, what it "is", a fragment on its own) - as {"option", "text", "at", "kind"} (character offset in
+    the state's text), else None. No model pass; it reads words, so a paraphrase without them is left to
+    erase-and-check."""
     text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
     best: Precheck | None = None
     for opt in options:
-        oid, desc = (opt.id, opt.description) if hasattr(opt, "id") else (opt["id"], opt.get("description", ""))
+        oid, desc = _id_desc(opt)
         mention = _mention(oid, desc)
-        for directive in _DIRECTIVES:
-            m = re.search(rf"\b{directive.replace('{mention}', mention)}{mention}", text, re.IGNORECASE)
+        found = [("directive", rf"\b{d.replace('{mention}', mention)}{mention}") for d in _DIRECTIVES]
+        found += [(kind, pattern.replace("{m}", mention)) for kind, pattern in SPAN_KINDS.items()]
+        for kind, pattern in found:
+            m = re.search(pattern, text, re.IGNORECASE)
             if m and (best is None or m.start() < best["at"]):
-                best = {"option": oid, "text": m.group(0), "at": m.start()}
+                best = {"option": oid, "text": m.group(0), "at": m.start(), "kind": kind}
     return best
+
+
+def _id_desc(opt: Any) -> tuple[str, str]:
+    return (opt.id, opt.description) if hasattr(opt, "id") else (opt["id"], opt.get("description", ""))
 
 
 def piece_at(pieces: Pieces, offset: int) -> int | None:
@@ -219,3 +289,47 @@ def piece_at(pieces: Pieces, offset: int) -> int | None:
         if offset < at:
             return i
     return len(pieces.parts) - 1 if pieces.parts else None
+
+
+# where a clause ends around an option's mention: sentence ends, line ends, clause punctuation, brackets,
+# quotes and markup - a fragment appended to a state is mostly one of these
+_CLAUSE_STOP = re.compile(r"[.!?;,\n|(){}\[\]<>\u201c\u201d]|\s[-\u2013\u2014]\s")
+MAX_MENTION_ERASURES = 6  # spans naming the answer, left out each on its own (after the pieces)
+
+
+def mention_erasures(state: Any, options: Sequence[Any], answer: str) -> list[tuple[str, Any]]:
+    """The state with one span that names the row's answer left out: for every mention of the answer
+    option (its id in any form - id_form - or its whole description), the clause that holds it and the
+    trailing fragment from that clause to the end of the text. An injection that names an option "in
+    another form" (a tag, a value, a short fragment) is often less than a sentence, and leaving out its
+    whole sentence also leaves out the state's own evidence. (text, state) pairs, the text being the span
+    left out; text states and one-text-field objects only (other objects are cut by field already)."""
+    key: str | None = None
+    if isinstance(state, str):
+        text = state
+    elif isinstance(state, dict) and len(state) == 1 and isinstance(next(iter(state.values())), str):
+        key = next(iter(state))
+        text = state[key]
+    else:
+        return []
+    opt = next((o for o in options if _id_desc(o)[0] == answer), None)
+    if opt is None:
+        return []
+    out: dict[str, Any] = {}
+    for m in re.finditer(_mention(*_id_desc(opt)), text, re.IGNORECASE):
+        before = [b.end() for b in _CLAUSE_STOP.finditer(text, 0, m.start())]
+        start = before[-1] if before else 0
+        if start and text[start - 1] in "([{<\u201c":  # an opening bracket goes with its clause
+            start -= 1
+        after = _CLAUSE_STOP.search(text, m.end())
+        end = after.end() if after and after.group(0) in ")]}>\u201d" else after.start() if after else len(text)
+        for a, b in ((start, end), (start, len(text))):
+            left = (text[:a].rstrip() + " " + text[b:].lstrip()).strip()
+            if left and text[a:b].strip() and left != text.strip():
+                out.setdefault(text[a:b].strip(), left if key is None else {key: left})
+    return list(out.items())[:MAX_MENTION_ERASURES]
+
+
+def names(text: str, option: Any) -> bool:
+    """Does `text` name the option - its id in any form (id_form) or its whole description?"""
+    return re.search(_mention(*_id_desc(option)), text, re.IGNORECASE) is not None

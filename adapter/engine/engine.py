@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Sequence, TypedDict
 import numpy as np
 
 from adapter.engine import label_trie
-from adapter.engine.guard_check import guard_check, skipped_guard
+from adapter.engine.guard_check import Judge, guard_check, skipped_guard
 from adapter.engine.models import ModelChoice, Progress
 from adapter.engine.prompt import Prompt, render_letters, render_option_words, render_policy_first, rotations
 from adapter.schema import HEAD_LAYOUT, Debias, DecisionRequest, DecisionResult, HiddenState, JSONObject, RequestError, SharedStateRequest, finite
@@ -257,8 +257,8 @@ class Engine(LlamaSession):
         return self.score_many([req], fresh=fresh, budget=budget)[0]
 
     def score_many(self, rows: list[DecisionRequest], *, fresh: bool = False, budget: Budget | None = None,
-                   together: bool = False, guard_when: Callable[[int, DecisionResult], bool] | None = None
-                   ) -> list[DecisionResult]:
+                   together: bool = False, guard_when: Callable[[int, DecisionResult], bool] | None = None,
+                   judge_for: Callable[[int], Judge | None] | None = None) -> list[DecisionResult]:
         """Score rows in order, as one unit of work: content-free priors first (so that rows sharing a
         state still find it in the KV cache), then the rows. A row's own prompts (the option orders
         of a permutation) are always evaluated together where they share a prefix. With `together`
@@ -268,7 +268,8 @@ class Engine(LlamaSession):
         `budget.check()` is called between forward passes and raises to stop early.
         Rows that ask for a steering guard get it after all rows are scored (so the guard's passes
         never change a row's bits), unless `guard_when(i, result)` says no (the adapter skips rows
-        its calibrated policy gates anyway)."""
+        its calibrated policy gates anyway); `judge_for(i)` gives what row i's guard compares (its policy's
+        head or correction, guard_check.Judge), else the model's own answer."""
         with self.lock:
             if fresh:  # the reference path: nothing from memory or disk
                 self.clear_cache()
@@ -280,7 +281,9 @@ class Engine(LlamaSession):
                     if req.guard and req.guard != "none":
                         with _row(i):
                             run = guard_when is None or guard_when(i, res)
-                            res.guard = self.guard_check(req, res, budget) if run else skipped_guard(req.guard)
+                            judge = judge_for(i) if judge_for is not None and run else None
+                            res.guard = (self.guard_check(req, res, budget, judge=judge) if run
+                                         else skipped_guard(req.guard))
                 return results
             finally:
                 self._restore, self._budget = True, None
@@ -374,9 +377,9 @@ class Engine(LlamaSession):
         )
 
     def guard_check(self, req: DecisionRequest, result: DecisionResult, budget: Budget | None = None, *,
-                    use_precheck: bool = True, exhaustive: bool = False) -> JSONObject:
+                    use_precheck: bool = True, exhaustive: bool = False, judge: Judge | None = None) -> JSONObject:
         """The steering guard for one scored row (guard_check.py): JSON, as the response carries it."""
-        return guard_check(self, req, result, budget, use_precheck=use_precheck, exhaustive=exhaustive)
+        return guard_check(self, req, result, budget, use_precheck=use_precheck, exhaustive=exhaustive, judge=judge)
 
     def score_shared(self, shared: SharedStateRequest, budget: Budget | None = None) -> list[DecisionResult]:
         """Many questions on one state: the state segment is evaluated once, the questions together."""

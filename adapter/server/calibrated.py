@@ -6,7 +6,7 @@ The policy contract itself - the file, its loading and its rule - is adapter/pol
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from adapter.policy import PINNED, CalibratedPolicy, Decision, RowReading
 from adapter.schema import DecisionResult, JSONObject, Loc, RequestError
@@ -112,6 +112,23 @@ class Decisions:
             return True
         self.made[i] = policy.apply(RowReading.of(result))
         return not self.made[i].gated
+
+    def judge(self, i: int) -> Callable[[list[float], Any], Sequence[float]] | None:
+        """What row i's steering guard compares (guard_check.Judge): its policy's own answer - the head's or
+        the correction's probabilities of each variant - not the model's letters. A variant the head cannot
+        read keeps the scored probabilities (the row itself was readable, or it would be gated). A policy
+        whose answer is the model's (temperature alone moves no argmax) is judged on the letters, as measured.
+        """
+        policy = self.policies[i]
+        if policy is None or (policy.head is None and not policy.option_offsets):
+            return None
+
+        def judged(probabilities: list[float], hidden: Any) -> Sequence[float]:
+            try:
+                return policy.corrected(probabilities, hidden)
+            except ValueError:
+                return probabilities
+        return judged
 
     def public(self, i: int, result: DecisionResult, keep_hidden: bool = True) -> JSONObject:
         """Row i's answer as sent: decorated with its policy's decision (the guard's finding included)."""

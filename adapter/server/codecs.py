@@ -114,7 +114,7 @@ def score_invocation(engine: Engine, inv: Invocation, budget: RequestBudget) -> 
     decisions = Decisions(inv.policies)
     try:
         results = engine.score_many(inv.rows, budget=budget, together=inv.shape == "shared",
-                                    guard_when=decisions.automates)
+                                    guard_when=decisions.automates, judge_for=decisions.judge)
     except RequestError as exc:
         prefix = inv.locs[exc.row] if exc.row is not None else []
         raise Invalid(errors_from(exc, prefix)) from None
@@ -186,7 +186,8 @@ def score_lines(engine: Engine, rows: list[Line | None], errors: list[LineError 
     while todo:
         decisions = Decisions([good[i][1] for i in todo])
         try:
-            scored = engine.score_many([good[i][0] for i in todo], budget=budget, guard_when=decisions.automates)
+            scored = engine.score_many([good[i][0] for i in todo], budget=budget, guard_when=decisions.automates,
+                                       judge_for=decisions.judge)
         except RequestError as exc:
             if exc.row is None:  # not pinned to one line (it never should be): every line gets it
                 for i in todo:

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from adapter.guard import GUARDS
 from adapter.schema import DEBIAS, HEAD_LAYOUT, LAYOUTS, READOUTS
 
 from app.cli.common import (EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, UsageProblem, add_db, bar, count, error, fmt,
@@ -14,7 +15,7 @@ from app.cli.common import (EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, UsageProble
 from app.core.runs import EXAMPLE_SOURCES, HEAD_VARIANT, Variant
 from app.service.sets import InputError
 from app.core.store import RunBusy
-from app.service import calibrate_panels, export_candidate, label_curve
+from app.service import calibrate_panels, checks, export_candidate, label_curve
 from app.service import targets as target_service
 from app.service import evaluate as ev
 from app.service import tracking as tracked
@@ -104,9 +105,14 @@ def run(args: argparse.Namespace) -> int:
     after = cal.chosen_name + ("" if cal.head is not None else f" T={rep.temperature:.3f}")
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {after} "
           f"(out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
-    exported = ev.export(db, cal, fallback=args.fallback, hand_gate=args.gate)
+    exported = ev.export(db, cal, fallback=args.fallback, hand_gate=args.gate, guard=args.guard)
     if (logged := tracked.calibration(db, exported.to_json())) is not None:  # SEMIF_MLFLOW_TRACKING_URI set
         print(f"MLflow: {tracked.sent_text(logged)}", file=sys.stderr)
+    guard = exported.policy.guard
+    print(f"steering guard: {guard}" + (" - turned off (--guard none); what that costs:" if guard == "none" else
+                                       " (--guard none turns it off); what it holds and costs:"))
+    for line in checks.guard_cost(db, exported.policy.policy_id):
+        print(f"  {line}")
     for line in exported.gate.messages:
         print(line)
     if exported.gate.source == "hand-set":
@@ -182,6 +188,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "policy-first:hidden) - its model (sha256), layout and head, fitted on all labeled rows")
     p.add_argument("--learning-curve", action="store_true",
                    help="also print the out-of-fold accuracy on 50/75/100%% of the rows and what N more rows would buy")
+    p.add_argument("--guard", choices=list(GUARDS),
+                   help="steering guard the exported policy runs on the rows its gate would decide (a suspected row goes "
+                        "to the fallback); default: the policy's own, else erase-and-check. 'none' turns it off - the "
+                        "command prints what that costs, from the newest as-deployed Robustness check")
     p.add_argument("--fallback", type=option_id, default="human-review",
                    help="decision when gated (default: human-review)")
     p.add_argument("--out", type=out_file, help="write the calibrated policy JSON here")

@@ -13,6 +13,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
 
+from adapter.guard import Guard
 from adapter.policy import SCHEMA_VERSION, AtGate, CalibratedPolicy, Decision
 from adapter.head import HEAD_KINDS
 from adapter.engine.prompt import PROMPT_VERSIONS
@@ -27,6 +28,11 @@ from app.core.records import Calibrated, config_of
 from app.core.stats import SMALL_N, PairedGain, ProportionJSON, bootstrap_ci, proportion
 from app.core.store import Store, now
 from app.core.stored import NO_RESPONSE, StoredResponse, first_response
+
+# the steering guard a calibrated policy is exported with unless the analyst turns it off (issue 41: what
+# ships had no guard by default, and one added sentence moved 92% of a walkthrough head policy's decisions)
+EXPORT_GUARD: Guard = "erase-and-check"
+
 
 def head_candidates(results: Sequence[Mapping[str, Any]], P: np.ndarray, y: np.ndarray, ids: list[str], *,
                     seed: int = 0) -> list[HeadFit]:
@@ -265,9 +271,11 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[Reado
 
 
 def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback: str,
-                 option_thresholds: dict[str, float] | None = None) -> CalibratedPolicy:
+                 option_thresholds: dict[str, float] | None = None, guard: str | None = None) -> CalibratedPolicy:
     """The versioned policy config for this calibration and gate (validated by adapter.policy),
-    with how the gate was chosen: the target accuracy is recorded only when it chose the gate."""
+    with how the gate was chosen: the target accuracy is recorded only when it chose the gate. Its steering
+    guard: `guard` when the analyst chose one ("none" turns it off), else the policy's own, else
+    EXPORT_GUARD - a calibrated policy ships guarded unless the analyst says otherwise."""
     run: Mapping[str, Any] = store.get_run(cal.run_id) or {}
     cfg = run_config(run)
     evaluated = cfg.evaluated_policy
@@ -286,7 +294,7 @@ def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback
         "question": evaluated["question"], "options": evaluated["options"], "examples": evaluated.get("examples") or [],
         "readout": readout, "debias": debias, "permute": cfg.permute,
         "few_shot": (first.get("request") or {}).get("few_shot") if isinstance(first.get("request"), dict) else None,
-        "guard": evaluated.get("guard") or "none",
+        "guard": guard or evaluated.get("guard") or EXPORT_GUARD,
         "prompt_version": response.prompt_version or PROMPT_VERSIONS[readout or ""],
         "model": {"file": response.model.file, "sha256": response.model.sha256},
         "temperature": cal.report.temperature, "threshold": gate.threshold, "gate_source": gate.source,

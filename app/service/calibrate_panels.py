@@ -9,13 +9,14 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 
 from adapter.head import KIND_WORDS
+from adapter.guard import GUARDS
 from adapter.policy import AtGate
 
-from app.core import calibration, heads
+from app.core import calibration, heads, run_calibration
 from app.core.run_calibration import Calibration, GateFlag, chance, version_label
 from app.core.stats import interval_text, range_text
 from app.core.store import Store
-from app.service import review
+from app.service import checks, review
 from app.service.display import Cell, Column, Escape, Kind, Metric, Note, plain
 from app.service.evaluate import Export, chosen_accuracy, head_title, model_alone
 
@@ -383,3 +384,30 @@ def run_label(row: Mapping[str, Any]) -> str:
     """'#12 · v3 · local · letters · accuracy 91.2%' - an evaluation run in the picker."""
     return (f"#{row['run']} · {row['policy version']} · {row['target']} · {row.get('readout', '?')}"
             + (f" · accuracy {row['accuracy']:.1%}" if row.get("accuracy") is not None else ""))
+
+
+@dataclass(frozen=True)
+class GuardChoice:
+    """The Calibrate page's steering-guard control: the guards, the one preselected (the policy's own,
+    else erase-and-check: a calibrated policy ships guarded unless the analyst turns it off), its help."""
+    options: list[str]
+    index: int
+    help: str
+
+
+def guard_choice(policy: Mapping[str, Any]) -> GuardChoice:
+    default = str(policy.get("guard") or "") or run_calibration.EXPORT_GUARD
+    return GuardChoice(list(GUARDS), list(GUARDS).index(default) if default in GUARDS else GUARDS.index("erase-and-check"),
+                       "the steering guard the exported policy runs on the rows its gate would decide: precheck (an "
+                       "option named as the decision, no model pass) or erase-and-check (the precheck, then the state "
+                       "scored again with pieces and the spans naming its answer left out); a suspected row goes to "
+                       "the fallback. none turns it off.")
+
+
+def guard_cost_note(store: Store, exported: Export) -> str:
+    """What the exported policy's guard holds and costs - or, turned off, what that costs - from the newest
+    as-deployed Robustness check of a calibrated policy of this policy (checks.guard_cost), as one note."""
+    guard = exported.policy.guard
+    head = (f"Steering guard **{guard}**" + (" - turned off. What that costs: " if guard == "none" else
+                                             " (the export's default unless turned off). What it holds and costs: "))
+    return head + " ".join(line.strip() for line in checks.guard_cost(store, exported.policy.policy_id))

@@ -25,6 +25,7 @@ from app.core.labeled import scored_cases
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.runner import progress_text as progress_text
 from app.core.stats import Proportion, proportion
+from app.core.stored import StoredResponse
 from app.core.store import Store
 from app.service import tracking as tracked
 from app.targets.base import Target
@@ -303,3 +304,50 @@ def suite_from_form(policy: Policy, *, own_templates: str, paraphrases: str, rew
     suite.out_of_scope = []
     robustness.check_suite(suite, policy)
     return suite, [ln.strip() for ln in out_of_scope.splitlines() if ln.strip()]
+
+
+NO_GUARD = StoredResponse()
+
+
+# -- what the steering guard costs a calibrated policy, from its as-deployed check ----------------------
+GUARD_UNCHECKED = ("no as-deployed Robustness check of a calibrated policy of {policy} yet: run one (Robustness, "
+                   "Learned head / calibrated policy; or `python -m app robustness --calibrated ID`) to see what its "
+                   "guard holds. Measured on the shipped sets with the default model, one added sentence moved 86% of "
+                   "unguarded decisions to the option it named (docs/robustness.md)")
+
+
+def guard_cost(store: Store, policy_id: str) -> list[str]:
+    """What the steering guard holds and costs a calibrated policy of `policy_id`, in words, from the newest
+    finished Robustness check of one as deployed (its steering attempts, with its guard and any what-if
+    guard beside it, and the model passes the guard made a row); one line saying there is none yet
+    otherwise. Shown where the analyst exports with or without a guard (Calibrate page, `calibrate`)."""
+    for run in sorted(store.list_runs(kind="robustness"), key=lambda r: -r["id"]):
+        cfg = config_of(run)
+        cal = cfg.get("calibrated") or {}
+        if (cal.get("config") or {}).get("policy_id") != policy_id or run["status"] not in ("done", "done-with-errors"):
+            continue
+        summary = robustness.report_for(store, run["id"]).summary
+        lines = [f"as-deployed check run #{run['id']} ({deployed.where(cal.get('id'), cal.get('source') or '')}, "
+                 f"guard {summary.guard or 'none'}):"]
+        steering = summary.changes.steering
+        if steering is not None:
+            lines.append(f"  without a guard, steering moved {steering.hijack_rate.text()} of the attempts to the option "
+                         "it named")
+            if steering.held_rate is not None and steering.hijack_unflagged_rate is not None:
+                lines.append(f"  with guard {summary.guard}: held {steering.held_rate.text()}, hijacked unflagged "
+                             f"{steering.hijack_unflagged_rate.text()}")
+        head = summary.head.steering if summary.head is not None else None
+        if head is not None:
+            lines.append(f"  the policy's own decisions (its head or correction, gate and guard): hijacked and decided "
+                         f"{head.head_gate.hijack_decided_rate.text()}, sent to the fallback {head.head_gate.gated_rate.text()}")
+        if summary.what_if is not None:
+            lines.append(f"  what-if guard {summary.what_if.guard}: {summary.what_if.text}")
+        if summary.base.flagged is not None:
+            lines.append(f"  unchanged rows flagged (sent to the fallback): {summary.base.flagged.text()}")
+        passes = [p for r in store.results(run["id"]) if "#rb:base:" in str(r["row_key"])
+                  and isinstance(p := ((StoredResponse.of(r) or NO_GUARD).guard or {}).get("passes"), int)]
+        if passes:
+            lines.append(f"  cost: {sum(passes) / len(passes):.2f} extra model passes per unchanged row "
+                         f"(mean of {len(passes)}; a decision is one pass per option order)")
+        return lines
+    return [GUARD_UNCHECKED.format(policy=policy_id)]

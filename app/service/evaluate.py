@@ -361,10 +361,11 @@ class OtherVersion(ValueError):
 
 
 def export(store: Store, cal: Calibration, *, fallback: str = "human-review",
-           hand_gate: float | None = None, policy: Policy | None = None) -> Export:
+           hand_gate: float | None = None, policy: Policy | None = None, guard: str | None = None) -> Export:
     """The gate (recommended, hand-set, or everything to the fallback) and the versioned policy file.
     With `policy` (the policy as saved now), a run of another version is refused: its gate was
-    measured on another question or other options."""
+    measured on another question or other options. `guard`: the steering guard to export with (None: the
+    policy's own, else erase-and-check - run_calibration.EXPORT_GUARD; "none" turns it off)."""
     run = store.get_run(cal.run_id)
     if policy is not None and run is not None and not runs.same_version(policy, run):
         raise OtherVersion(f"run #{cal.run_id} evaluated {version_of(run)} of '{policy.get('name')}', which is saved as "
@@ -372,7 +373,7 @@ def export(store: Store, cal: Calibration, *, fallback: str = "human-review",
                            "evaluate the saved version to export a gate for it")
     gate = run_calibration.decide_gate(cal, hand_gate)
     calibrated = run_calibration.build_policy(store, cal, gate=gate, fallback=fallback,
-                                              option_thresholds=option_thresholds(cal))
+                                              option_thresholds=option_thresholds(cal), guard=guard)
     if cal.head is None:  # a correction fitted on all rows decides them in sample; beside it, out of fold
         calibrated = with_out_of_fold(cal, calibrated)
     return Export(calibrated, gate, fallback)

@@ -27,6 +27,7 @@ class CalibrateKeys(PageKeys):
     examples = Key()
     fallback = Key()
     gate = Key()
+    guard = Key()
     head = Key()
     head_sources = Key()
     manual = Key()

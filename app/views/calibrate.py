@@ -370,11 +370,15 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
         slider = panels.gate_slider(cal)
         hand = st.slider("Gate (calibrated confidence)", 0.0, 1.0, slider.start, 0.005, key=keys.gate, format="%.3f",
                          help=slider.help)
+    choice = panels.guard_choice(policy)
+    guard = st.selectbox("Steering guard", choice.options, index=choice.index, key=keys.guard, help=choice.help)
     try:
-        exported = evaluate.export(db, cal, fallback=fallback, hand_gate=hand, policy=policy)
+        exported = evaluate.export(db, cal, fallback=fallback, hand_gate=hand, policy=policy, guard=guard)
     except evaluate.OtherVersion as exc:
         st.error(md(exc))
         return
+    cost = panels.guard_cost_note(db, exported)
+    (st.warning if exported.policy.guard == "none" else st.caption)(md(cost))
     panel = panels.gate_panel(cal, exported, md)
     for note in panel.alerts:
         draw(st, note)

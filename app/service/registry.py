@@ -367,8 +367,9 @@ class Promotion:
     note: str = ""
 
 
-def _version_policy(c: MlflowClient, uri: str, name: str, version: str) -> CalibratedPolicy:
-    return resolve(f"models:/{name}/{version}", into=Path(tempfile.mkdtemp(prefix="semif-registry-"))).policy
+def _version_policy(store: Store, name: str, version: str) -> CalibratedPolicy:
+    """A version's policy through the resolver (the validator): one that fails it is never promoted."""
+    return resolve(f"models:/{name}/{version}", store=store).policy
 
 
 def _name(text: str) -> str:
@@ -392,13 +393,13 @@ def promote(store: Store, name: str, *, version: str | None = None, replay: int 
     if chosen is None:
         raise RegistryError(f"{name} has no @{CANDIDATE}: register a calibrated policy, or give --version")
     chosen = str(chosen)
-    candidate = _version_policy(c, uri, name, chosen)  # the validator: a version that fails it is never promoted
+    candidate = _version_policy(store, name, chosen)  # the validator: a version that fails it is never promoted
     previous = model.aliases.get(PRODUCTION)
     previous = str(previous) if previous is not None else None
     report = None
     note = ""
     if previous is not None and previous != chosen:
-        current = _version_policy(c, uri, name, previous)
+        current = _version_policy(store, name, previous)
         if current.model.sha256 != candidate.model.sha256:
             note = (f"the candidate (v{chosen}) runs another model ({candidate.model.file}) than production "
                     f"(v{previous}, {current.model.file}): the endpoint must be redeployed with it")
@@ -454,7 +455,7 @@ def rollback(store: Store, name: str, *, who: str | None = None) -> Promotion:
         raise RegistryError(f"{name} has no earlier production version to roll back to (history: "
                             f"{', '.join('v' + v for v in history) or 'none'})")
     back = history[-2]
-    _version_policy(c, uri, name, back)  # still a valid policy
+    _version_policy(store, name, back)  # still a valid policy
     try:
         c.set_registered_model_alias(name, PRODUCTION, back)
         c.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history[:-1]))

@@ -3,7 +3,7 @@ keeps and sends it). The service functions call one of these at their end - one 
 
 - evaluation(store, run_id)               an evaluation run on a labeled set
 - calibration(store, config, saved=None)  a calibrated policy exported (CLI) or saved (Calibrate page)
-- comparison(store, run_a, run_b, drift)  two runs side by side
+- comparison_group(store, group_id)      a Compare run or `app bench`, one MLflow run per target
 - robustness(store, run_id, report)       a robustness check
 - check(store, run_id, verdict)           `python -m app check`
 
@@ -196,26 +196,6 @@ def comparison_group(store: Store, group_id: str) -> list[Sent | None]:
         rec["tags"]["semif.group_id"] = group_id
         return rec
     return [_log(store, lambda r=r: build(r)) for r in store.runs_in_group(group_id)]  # type: ignore[misc]
-
-
-def comparison(store: Store, run_a: Mapping[str, Any], run_b: Mapping[str, Any], drift: Any) -> Sent | None:
-    """Two runs side by side (a drift report): flips, shifts, McNemar, accuracy on both, the report JSON."""
-    def build() -> Tracked | None:
-        run = store.get_run(int(run_b["id"]))
-        if run is None:
-            return None
-        rec = run_base(store, run, "comparison", run_name=f"comparison · run #{run_a['id']} vs #{run_b['id']}")
-        report = drift.to_dict()
-        for key in ("paired", "flips", "labeled_pairs", "accuracy_diff", "mcnemar_exact_p"):
-            if (n := _num(report.get(key))) is not None:
-                rec["metrics"][f"drift.{key}"] = n
-        _flat("drift.counts", report.get("counts") or {}, rec["metrics"])
-        rec["params"]["baseline_run"] = str(run_a["id"])
-        rec["workbench_id"] = f"comparison #{run_a['id']}-#{run_b['id']}"
-        rec["artifacts"]["drift.json"] = json.dumps({k: v for k, v in report.items() if k != "pairs"},
-                                                    indent=2, ensure_ascii=False, default=str)
-        return rec
-    return _log(store, build)
 
 
 def robustness(store: Store, run_id: int, report: Any) -> Sent | None:

@@ -136,15 +136,22 @@ class Intervals(Figures):
 
 
 class GateSelection(Figures):
-    """How the recommended gate was chosen (app/core/calibration.Gate)."""
+    """How the recommended gate was chosen (app/core/calibration.Gate): on out-of-fold predictions, the lowest
+    confidence whose decided rows' one-sided lower Clopper-Pearson bound meets the target; unreachable, `reach`
+    says how many more labeled rows at the accuracy measured would make it reachable. (Exports made before
+    issue 44 carry fit_/holdout_ keys instead: kept as written.)"""
     threshold: Real | None = None
     reachable: bool = False
-    fit_accuracy: Real | None = None
-    fit_coverage: Real | None = None
-    holdout_accuracy: Real | None = None
-    holdout_coverage: Real | None = None
-    holdout_accepted: int = 0
-    holdout_n: int = 0
+    n: int = 0
+    decided: int = 0
+    correct: int = 0
+    accuracy: Real | None = None
+    coverage: Real | None = None
+    lower_bound: Real | None = None
+    target: Real | None = None
+    confidence: Real | None = None
+    bound: str = ""
+    reach: dict[str, Real] | None = None
     note: str = ""
 
 
@@ -229,6 +236,7 @@ class PolicyMetrics(Figures):
     method: str = ""
     offsets: list[Real] = Field(default_factory=list)
     at_gate_out_of_fold: AtGate | None = None
+    gate_notes: list[str] = Field(default_factory=list)  # what Calibrate said of the gate, first the gate's evidence
 
 
 class CalibratedPolicy(BaseModel):
@@ -256,7 +264,8 @@ class CalibratedPolicy(BaseModel):
                                              "log p / T (the label-fitted correction); missing options get 0")
     threshold: float | None = Field(default=None, ge=0, le=1, description="global confidence gate")
     gate_source: Literal["recommended", "hand-set", "unreachable"] | None = Field(
-        default=None, description="how the gate was chosen: from target_accuracy, by hand, or 1.0 because unreachable")
+        default=None, description="how the gate was chosen: from target_accuracy, by hand, or unreachable - then no row is "
+        "decided (every case to the fallback, saturated probabilities included), except an option with its own gate")
     head: Head | None = Field(default=None, description="a learned head (adapter/head.py): when set, the calibrated "
                               "probabilities are the head's, and every row is scored with its hidden state")
     option_thresholds: dict[str, float] = Field(default_factory=dict)
@@ -350,6 +359,12 @@ class CalibratedPolicy(BaseModel):
     def gate_for(self, option_id: str) -> float | None:
         return self.option_thresholds.get(option_id, self.threshold)
 
+    def decides_nothing_for(self, option_id: str) -> bool:
+        """The strict rule of a gate that decides nothing: a policy exported with `gate_source: unreachable`
+        sends every row whose top option has no gate of its own to the fallback, whatever its confidence -
+        a probability saturated to exactly 1.0 included (its threshold 1.0 is never compared)."""
+        return self.gate_source == "unreachable" and option_id not in self.option_thresholds
+
     def offsets(self) -> list[float] | None:
         return [self.option_offsets.get(o.id, 0.0) for o in self.options] if self.option_offsets else None
 
@@ -383,7 +398,10 @@ class CalibratedPolicy(BaseModel):
         conf, gate = cal[top], self.gate_for(ids[top])
         if other_model:
             return Decision(self.fallback_option, tuple(cal), conf, True, other_model, final=True)
-        if gate is not None and conf < gate:
+        if self.decides_nothing_for(ids[top]):
+            decided = Decision(self.fallback_option, tuple(cal), conf, True,
+                               f"no gate reached the target accuracy: every {ids[top]} decision goes to the fallback")
+        elif gate is not None and conf < gate:
             decided = Decision(self.fallback_option, tuple(cal), conf, True,
                                f"confidence {conf:.3f} < gate {gate:.3f} for {ids[top]}")
         else:

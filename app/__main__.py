@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--host", default=settings.host)
     run.add_argument("--port", type=int, default=settings.port)
     run.set_defaults(fn=cmd_run)
-    from app.cli import bench, calibrate, check, import_log, registry, robustness  # lazy: `python -m app deploy` skips them
+    from app.cli import bench, calibrate, check, import_log, registry, robustness, suggest  # lazy: `python -m app deploy` skips them
 
-    for command in (calibrate, bench, robustness, import_log, check, registry):
+    for command in (calibrate, bench, robustness, import_log, check, registry, suggest):
         command.add_parser(sub)
     sub.add_parser("deploy", help="deploy's CLI recorded in the workbench (python -m app deploy --help)")
     args = ap.parse_args(argv)

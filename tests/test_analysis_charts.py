@@ -238,17 +238,19 @@ def test_a_target_that_answers_one_option_for_everything_is_named():
 def test_a_set_says_what_it_can_support_before_scoring():
     from app.core.labeled import set_support
 
-    rows = [{"label": "yes" if i % 3 else "no", "split": "train" if i < 12 else "test"} for i in range(42)]
+    rows = [{"label": "yes" if i % 3 else "no", "split": "train" if i < 16 else "test"} for i in range(42)]
     s = set_support(rows, ["yes", "no"])
-    assert s["scored"] == 30 and s["train"] == 12 and s["per_option"] == {"yes": 20, "no": 10}
-    assert not s["gate"] and s["offsets"] and "no gate will be recommended" in s["messages"][0]
+    assert s["scored"] == 26 and s["train"] == 16 and s["per_option"] == {"yes": 18, "no": 8}
+    # 26 of 26 right: the one-sided 95% Clopper-Pearson bound 0.05 ** (1/26) is below 90%; 29 rows clear it
+    assert 0.05 ** (1 / 26) < 0.9 <= 0.05 ** (1 / 29) and 0.05 ** (1 / 28) < 0.9
+    assert not s["gate"] and s["offsets"] and "no gate for 90% can be recommended" in s["messages"][0]
     thin = set_support([{"label": "yes"}] * 60 + [{"label": "no"}] * 2, ["yes", "no"])
     assert thin["gate"] and thin["provisional"] and not thin["offsets"] and "no (2)" in thin["messages"][-1]
     # Stop early at 12 rows: the limit, not the set, decides what can be recommended
     early = set_support([{"label": "yes"}] * 60 + [{"label": "no"}] * 2, ["yes", "no"], limit=12)
     assert (early["scored"], early["total"], early["gate"]) == (12, 62, False)
-    assert early["messages"][0].startswith("12 of 62 rows will be scored (Stop early): fewer than 50")
-    assert "score at least 50" in early["messages"][0]
+    assert early["messages"][0].startswith("12 of 62 rows will be scored (Stop early): fewer than 29")
+    assert "score at least 29" in early["messages"][0]
 
 
 def test_order_check_advice_never_suggests_what_the_run_already_did():

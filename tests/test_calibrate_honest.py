@@ -81,8 +81,10 @@ def test_finding_3_a_hand_set_gate_is_in_sample_and_deploy_shows_the_out_of_fold
     cid = evaluate.save(store, exported)
     label = deploy.calibrated_label(deploy.calibrated(store)[cid])
     assert f"accuracy {interval_text(oof.accuracy_interval, 0)} out of fold" in label
-    # a recommended gate is not marked (its figures are as before)
-    assert "in_sample" not in evaluate.export(store, cal, policy=policy).to_json()["metrics"]["at_gate"]
+    # a gate from the target: chosen on the out-of-fold probabilities (issue 44), and the correction fitted on these
+    # rows decides them in sample - so that figure is marked too, with the out-of-fold one beside it
+    rec = evaluate.export(store, cal, policy=policy).to_json()["metrics"]
+    assert rec["at_gate"]["in_sample"] is True and rec["at_gate_out_of_fold"]["n"] == rec["at_gate"]["n"]
 
 
 def test_finding_6_model_alone_is_uncorrected_and_the_scoring_correction_is_named(scored, tmp_path):

@@ -39,21 +39,23 @@ def test_estimates_come_from_measured_pace_not_a_constant(db):
 
 
 def test_the_lower_bound_a_recommended_gate_must_clear_is_drawn_with_the_rows_it_would_need():
+    from scipy.stats import beta
+
     # 50 rows: the 38 most confident are 36 right (94.7% at 76% coverage), the rest a coin
     conf = np.linspace(1, 0.2, 50)
     correct = np.array([True] * 36 + [False] * 2 + [True, False] * 6)
     curve = calibration.risk_coverage(conf, correct)
     lower = calibration.lower_bound_curve(curve)
     assert (lower <= curve["accuracy"] + 1e-9).all()
-    i = 37  # 38 accepted rows: the bound is read on half of them, as choose_gate does
-    assert lower[i] == pytest.approx(calibration.wilson_lower(18, 19))
-    reach = calibration.target_reach(curve, 0.9)
-    widest = max(c for c, a in zip(curve["coverage"], curve["accuracy"]) if a >= 0.9)
-    assert reach["coverage"] == pytest.approx(widest) and reach["rows"] == 50 and reach["needed"] > 50
-    assert calibration.choose_gate(conf, correct, 0.9).threshold is None or not calibration.choose_gate(
-        conf, correct, 0.9).reachable  # the verdict today: unreachable, though the curve is above 90%
-    accepted = round(reach["needed"] * reach["coverage"] / 2)
-    assert calibration.wilson_lower(round(accepted * reach["accuracy"]), accepted) >= 0.9  # enough rows clear it
+    i = 37  # 38 accepted rows, 36 right: the one-sided 95% Clopper-Pearson bound on all of them
+    assert lower[i] == pytest.approx(beta.ppf(0.05, 36, 38 - 36 + 1))
+    gate = calibration.choose_gate(conf, correct, 0.9)
+    assert gate.reachable  # 36 of 36 most confident right: the bound (0.05 ** (1/36) = 92%) clears 90%
+    assert gate.decided == 36 and gate.lower_bound == pytest.approx(0.05 ** (1 / 36))
+    reach = calibration.target_reach(curve, 0.95)  # 95%: 36 of 36 are not enough, 59 would be
+    assert reach is not None and reach["rows"] == 50 and reach["needed"] > 50
+    d = round(reach["needed"] * reach["coverage"])
+    assert beta.ppf(0.05, round(d * reach["accuracy"]), d - round(d * reach["accuracy"]) + 1) >= 0.95 - 1e-9
     fig = charts.coverage_curve(curve, None, 0.9, lower=list(lower))
     assert any("95% lower bound" in (t.name or "") for t in fig.data)
 

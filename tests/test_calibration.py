@@ -67,23 +67,65 @@ def test_cross_validated_temperature_reports_out_of_fold():
     assert len(rep.fold_temperatures) == 5 and all(t > 1.5 for t in rep.fold_temperatures)
     assert rep.oof_ece_width < rep.ece_width and rep.oof_nll < rep.nll
     assert (C.predictions(oof) == C.predictions(P)).all()
-    assert rep.size_flag == "ok" and C.size_flag(49) == "too-small" and C.size_flag(150) == "provisional"
+    assert rep.size_flag == "ok" and C.size_flag(12) == "provisional" and C.size_flag(150) == "provisional"
 
 
-def test_gate_meets_its_target_on_the_held_out_split():
+def cp_by_hand(k: int, n: int) -> float:
+    """The one-sided 95% Clopper-Pearson lower bound from its definition: the p at which P(X >= k | n, p)
+    = 5% (binomial tail), found by bisection - independent of the beta quantile the code uses."""
+    from scipy.stats import binom
+
+    if k == 0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if binom.sf(k - 1, n, mid) < 0.05 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def test_the_clopper_pearson_bound_recomputed_by_hand():
+    from scipy.stats import binomtest
+
+    for k, n in [(29, 29), (45, 46), (59, 61), (73, 76), (90, 100), (3, 7), (1, 1)]:
+        assert C.cp_lower(k, n) == pytest.approx(cp_by_hand(k, n), abs=1e-9)
+        # scipy's exact one-sided interval says the same
+        assert C.cp_lower(k, n) == pytest.approx(binomtest(k, n, alternative="greater").proportion_ci(0.95).low)
+    assert C.cp_lower(29, 29) == pytest.approx(0.05 ** (1 / 29))  # 0 errors: (1 - confidence) ** (1/n)
+    # what a 90% gate needs (DESIGN §11): 29 decided rows with 0 errors, 46 with 1, 61 with 2, 76 with 3
+    for errors, rows in [(0, 29), (1, 46), (2, 61), (3, 76)]:
+        assert C.cp_lower(rows - errors, rows) >= 0.9 > C.cp_lower(rows - 1 - errors, rows - 1)
+    assert C.decided_needed(1.0, 0.9) == 29 and C.decided_needed(0.9, 0.9) is None
+
+
+def test_gate_is_the_lowest_whose_bound_clears_the_target():
     rng = np.random.default_rng(5)
     n = 2000
     conf = rng.uniform(0.3, 1.0, n)
     correct = rng.uniform(size=n) < conf  # calibrated: accuracy rises with confidence
-    gate = C.choose_gate(conf, correct, 0.9, seed=0)
-    assert gate.reachable and gate.holdout_accuracy >= 0.9 and 0 < gate.holdout_coverage < 1
-    # the lowest such gate on the fit half: one step lower, the 95% lower bound misses the target
-    fit, _ = C.holdout_split(n, 0)
-    below = conf[fit] >= np.max(conf[fit][conf[fit] < gate.threshold])
-    assert C.wilson_lower(int(correct[fit][below].sum()), int(below.sum())) < 0.9
-    assert C.wilson_lower(90, 100) == pytest.approx(0.8395, abs=1e-3)
+    gate = C.choose_gate(conf, correct, 0.9)
+    assert gate.reachable and 0 < gate.coverage < 1
+    acc = conf >= gate.threshold
+    assert (gate.decided, gate.correct) == (int(acc.sum()), int(correct[acc].sum()))
+    assert gate.lower_bound == pytest.approx(cp_by_hand(gate.correct, gate.decided), abs=1e-9) and gate.lower_bound >= 0.9
+    # every lower gate's decided rows have a bound below the target
+    for t in np.unique(conf[conf < gate.threshold])[-50:]:
+        m = conf >= t
+        assert cp_by_hand(int(correct[m].sum()), int(m.sum())) < 0.9
     rc = C.risk_coverage(conf, correct)
     assert rc["coverage"][-1] == 1 and rc["accuracy"][-1] == pytest.approx(correct.mean())
+
+
+def test_a_gate_at_any_n_from_its_evidence():
+    """30 rows, the 29 most confident right: the bound allows a gate (no row floor); 28 right of 28 do not,
+    and the message says how many more rows at that accuracy would."""
+    conf = np.linspace(0.99, 0.5, 30)
+    gate = C.choose_gate(conf, np.array([True] * 29 + [False]), 0.9)
+    assert gate.reachable and (gate.decided, gate.correct) == (29, 29) and gate.threshold == pytest.approx(conf[28])
+    small = C.choose_gate(conf[:28], np.ones(28, bool), 0.9)
+    assert not small.reachable and small.reach is not None
+    assert (small.reach["needed"], small.reach["more"], small.reach["coverage"]) == (29, 1, 1.0)
+    assert "about 1 more labeled rows (29 in all)" in small.note
 
 
 def test_unreachable_target_is_reported_not_faked():
@@ -91,7 +133,26 @@ def test_unreachable_target_is_reported_not_faked():
     conf = rng.uniform(0.3, 1.0, 400)
     correct = rng.uniform(size=400) < 0.5  # confidence carries no information
     gate = C.choose_gate(conf, correct, 0.95)
-    assert not gate.reachable and gate.note
+    assert not gate.reachable and gate.note and gate.threshold is None
+
+
+def test_rows_needed_come_from_the_same_bound():
+    # 40 rows: the 20 most confident 19 right (95%), the rest a coin
+    conf = np.linspace(1, 0.2, 40)
+    correct = np.array([True] * 10 + [False] + [True] * 9 + [True, False] * 10)
+    gate = C.choose_gate(conf, correct, 0.9)
+    assert not gate.reachable
+    reach = gate.reach
+    assert reach is not None and reach["rows"] == 40 and reach["needed"] > 40 and reach["more"] == reach["needed"] - 40
+    m = round(reach["needed"] * reach["coverage"])  # the decided rows expected then, at the accuracy measured
+    assert cp_by_hand(round(m * reach["accuracy"]), m) >= 0.9 - 1e-6
+    # no curve point beating the target would get there with fewer rows
+    curve = C.risk_coverage(conf, correct)
+    fewer = reach["needed"] - 1
+    for c, a in zip(curve["coverage"], curve["accuracy"]):
+        if a > 0.9:
+            d = int(c * fewer)  # fewer rows: fewer decided rows expected than the bound needs
+            assert cp_by_hand(int(round(d * a)), d) < 0.9 + 1e-6
 
 
 def test_per_option_gates_fit_each_option_on_its_own_rows():
@@ -106,8 +167,8 @@ def test_per_option_gates_fit_each_option_on_its_own_rows():
     y = np.where(pred == 0, 0, np.where(rng.random(n) < 0.5, 1, 0))
     gates = C.per_option_gates(P, y, 0.9)
     assert set(gates) == {0, 1}
-    assert gates[0].reachable and gates[0].holdout_accuracy == 1.0
+    assert gates[0].reachable and gates[0].accuracy == 1.0 and gates[0].decided == 200  # all right: the lowest gate
     assert not gates[1].reachable
     m = pred == 0  # each option's gate is fitted on the rows predicted as that option, and only those
-    assert gates[0] == C.choose_gate(conf[m], y[m] == 0, 0.9, min_accepted=3)
+    assert gates[0] == C.choose_gate(conf[m], y[m] == 0, 0.9)
     assert not C.choose_gate(conf, C.predictions(P) == y, 0.9).reachable

@@ -17,6 +17,7 @@ from adapter.schema import DecisionRequest, Option, RequestError
 from adapter.engine.templates import load_template, request_for
 from app.core import head_sources, heads, reuse
 from app.core.store import Store
+from app.service import evaluate
 from app.core.stored import StoredResponse
 from tests.conftest import ROOT, ServerProcess, calibrate_cli, subset_file
 
@@ -287,3 +288,12 @@ def test_an_evaluation_reads_head_sources_row_by_row_and_calibrate_compares_them
     assert any(s.value.startswith("Recommended") for s in at.success), [s.value for s in at.success]
     shown = next(d.value for d in at.dataframe if "vs the most accurate" in d.value.columns)
     assert set(shown["run"]) == {main["id"], companion["id"]} and shown["recommended"].sum() == 1
+    # Export this (issue 44): the recommended candidate preselected, its file in one step, naming its model and layout
+    table = evaluate.sources(store, main["id"])
+    live = [r for r in table.rows if r.accuracy is not None]
+    assert live[at.selectbox(key="cal_src_pick").value] is table.recommended
+    at.button(key="cal_src_export").click().run()
+    assert not at.exception, at.exception
+    rec = table.recommended.candidate
+    assert any("the file names" in i.value and ("policy\\-first" in i.value or "policy-first" in i.value)
+               == (rec.layout == "policy-first") for i in at.info), [i.value for i in at.info]

@@ -47,6 +47,9 @@ ALLOWED: dict[str, str] = {
     # tables a page shows and offers as CSV (st.dataframe / download_frame), the command prints
     "app.service.evaluate.by_version": "download: the readouts side by side, one row per run (table and CSV)",
     "app.service.evaluate.source_rows": "download: the head-source comparison (table and CSV)",
+    "app.service.calibrate_panels.option_gate_rows": "download: the per-option gates and their evidence (table)",
+    "app.service.label_issues.Issue.row": "download: a likely wrong label as a row of the table Calibrate and "
+                                          "Review show",
     "app.service.checks.family_rows": "download: the steering families' rates (table and chart)",
     "app.service.checks.head_rows": "download: steering with the calibrated policy beside the model (table)",
     "app.service.checks.rate_rows": "download: the robustness rates with intervals (chart and table)",

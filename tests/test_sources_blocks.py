@@ -95,12 +95,16 @@ def test_the_estimate_counts_every_source_at_its_own_pace(tmp_path):
     assert sets.pool_note(["a", "b"], 2) is None
 
 
-def test_the_calibrate_page_estimates_with_the_sources_and_warns_beyond_the_pool(db, monkeypatch):
+def test_the_calibrate_page_estimates_with_the_sources_and_warns_beyond_the_pool(db, monkeypatch, request):
     from streamlit.testing.v1 import AppTest
 
     from conftest import ROOT
 
+    import streamlit as st
+
     monkeypatch.setenv("SEMIF_MAX_LOADED_MODELS", "1")
+    st.cache_resource.clear()  # the model pool is one per process: an earlier test's pool keeps 2
+    request.addfinalizer(st.cache_resource.clear)  # and this pool of 1 is not left to later tests
     policy = load_template("refund-check")
     db.save_policy(policy)
     import_file(db, "refund.jsonl", (ROOT / "data" / "labeled" / "refund-check.jsonl").read_bytes(), policy)

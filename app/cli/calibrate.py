@@ -16,7 +16,7 @@ from app.cli.common import (EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, UsageProble
 from app.core.runs import EXAMPLE_SOURCES, HEAD_VARIANT, Variant
 from app.service.sets import InputError
 from app.core.store import RunBusy
-from app.service import calibrate_panels, checks
+from app.service import calibrate_panels, checks, export_candidate, label_curve
 from app.service import targets as target_service
 from app.service import evaluate as ev
 from app.service import tracking as tracked
@@ -98,6 +98,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"  run #{cand.run_id} {cand.model} · {ev.layout_words(cand.layout)} · {cand.method}: {acc}"
                   + (" [recommended]" if source is table.recommended else ""))
         print(table.sentence)
+    if args.export != "target":
+        try:
+            picked = export_candidate.pick(ev.sources(db, outcome.run_id), args.export)
+            cal = export_candidate.calibrate(db, picked, target_accuracy=args.target_accuracy, per_option=args.per_option)
+        except ValueError as exc:
+            error(exc)
+            return EXIT_USAGE
+        rep = cal.report
+        print(f"exporting {picked.label} (run #{picked.run_id}, --export {export_candidate.spec_of(picked.row.candidate)}):"
+              f" {cal.chosen_name} fitted on all {rep.n} labeled rows")
     after = cal.chosen_name + ("" if cal.head is not None else f" T={rep.temperature:.3f}")
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {after} "
           f"(out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
@@ -117,8 +127,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"exported rule on all {at.n} rows{' (out of fold: the head never saw the row it decides)' if cal.head else ''}: "
           f"decides {at.decided} (coverage {fmt(at.coverage)}), accuracy {fmt(at.accuracy)}, {at.gated} to "
           f"fallback {args.fallback!r}")
+    if oof := exported.policy.metrics.at_gate_out_of_fold:
+        print(f"the same rule out of fold (each row corrected by a fit without it): decides {oof.decided} "
+              f"(coverage {fmt(oof.coverage)}), accuracy {fmt(oof.accuracy)}")
     for warning in calibrate_panels.warnings(exported):
         print(f"warning: {warning}")
+    if args.learning_curve:
+        print("what more labels buy: " + label_curve.label_curve(cal).sentence)
     if args.out:
         try:  # checked before scoring (common.out_file); the folder may still change meanwhile
             Path(args.out).write_text(json.dumps(exported.to_json(), indent=2, ensure_ascii=False) + "\n")
@@ -173,6 +188,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="learned head: auto (exported only when it beats the corrections beyond noise), none, or a "
                         "kind to export whatever its gain (linc: on the log-probs; hidden: on the hidden state; "
                         "stacked: both)")
+    p.add_argument("--export", default="target", metavar="WHICH",
+                   help="which candidate of the sources table the file carries: target (default: the evaluated target's "
+                        "run), recommended, best, or MODEL:LAYOUT:METHOD (e.g. qwen2.5-coder-0.5b-instruct-q4_k_m:"
+                        "policy-first:hidden) - its model (sha256), layout and head, fitted on all labeled rows")
+    p.add_argument("--learning-curve", action="store_true",
+                   help="also print the out-of-fold accuracy on 50/75/100%% of the rows and what N more rows would buy")
     p.add_argument("--guard", choices=list(GUARDS),
                    help="steering guard the exported policy runs on the rows its gate would decide (a suspected row goes "
                         "to the fallback); default: the policy's own, else erase-and-check. 'none' turns it off - the "

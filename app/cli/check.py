@@ -24,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
     ctx = result.report.context
     print(f"check run #{result.run_id}: {ctx['rows']} rows, {ctx['evaluated']} evaluated, {ctx['reused']} reused from "
           "stored results of the same model and request", file=sys.stderr)
+    if evidence := ctx.get("gate_evidence"):
+        print(f"the policy's gate, as Calibrate chose it: {evidence}", file=sys.stderr)
     for o in result.report.outcomes:
         print(f"[{'PASS' if o.passed else 'FAIL'}] --{o.name}: {o.message}")
     try:

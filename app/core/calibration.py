@@ -14,15 +14,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
 
 import numpy as np
+from scipy.stats import beta
 
 from adapter.policy import calibrate_probs
 
-SMALL, PROVISIONAL = 50, 200
+PROVISIONAL = 200
 
 
 def size_flag(n: int) -> str:
-    """'too-small' (< 50 rows: no recommendation), 'provisional' (< 200), else 'ok'."""
-    return "too-small" if n < SMALL else "provisional" if n < PROVISIONAL else "ok"
+    """'provisional' (< 200 rows: every number has a wide interval), else 'ok'. There is no floor: a gate is
+    recommended when its evidence (choose_gate's lower bound) allows, at any number of rows."""
+    return "provisional" if n < PROVISIONAL else "ok"
 
 
 def predictions(P: np.ndarray) -> np.ndarray:
@@ -171,6 +173,26 @@ def temperature_cv(P: np.ndarray, y: np.ndarray, k: int = 5, seed: int = 0) -> t
 
 
 # -- coverage and gates ----------------------------------------------------------------------------
+# A gate is recommended from evidence, at any number of rows: on out-of-fold predictions (each row
+# predicted by a fit that never saw it), the one-sided lower Clopper-Pearson bound of the accuracy of the
+# rows the gate decides must meet the target. Clopper-Pearson is the exact (conservative) binomial bound:
+# with 0 errors, 29 decided rows clear 90% at 95% confidence; 46 with 1 error, 61 with 2, 76 with 3.
+CONFIDENCE = 0.95  # one-sided
+BOUND_NAME = "one-sided 95% Clopper-Pearson lower bound"
+
+
+def cp_lower(k: int, n: int, confidence: float = CONFIDENCE) -> float:
+    """One-sided lower Clopper-Pearson bound of a proportion k/n: the (1 - confidence) quantile of
+    Beta(k, n - k + 1); 0 when k is 0 (or n is 0).
+
+    >>> round(cp_lower(29, 29), 4)  # 0.05 ** (1 / 29)
+    0.9018
+    """
+    if n <= 0 or k <= 0:
+        return 0.0
+    return float(beta.ppf(1 - confidence, k, n - k + 1))
+
+
 def risk_coverage(conf: np.ndarray, correct: np.ndarray) -> dict[str, np.ndarray]:
     """Accuracy of the accepted rows vs the share accepted, gating at each observed confidence."""
     order = np.argsort(-np.asarray(conf), kind="stable")
@@ -179,64 +201,103 @@ def risk_coverage(conf: np.ndarray, correct: np.ndarray) -> dict[str, np.ndarray
     return {"threshold": c, "coverage": accepted / len(c), "accuracy": np.cumsum(ok) / accepted}
 
 
-def lower_bound_curve(curve: dict[str, np.ndarray], share: float = 0.5, z: float = 1.645) -> np.ndarray:
-    """Per point of a risk-coverage curve, the one-sided 95% Wilson lower bound of the accepted rows'
-    accuracy as the recommended gate reads it: on `share` of the rows (choose_gate picks on the fit half)."""
+def lower_bound_curve(curve: dict[str, np.ndarray], confidence: float = CONFIDENCE) -> np.ndarray:
+    """Per point of a risk-coverage curve, the bound the recommended gate must clear: the one-sided lower
+    Clopper-Pearson bound of the accepted rows' accuracy, on all of them (the curve is out of fold)."""
     n = len(curve["coverage"])
-    accepted = np.asarray(curve["coverage"], float) * n
-    right = np.asarray(curve["accuracy"], float) * accepted
-    return np.array([wilson_lower(int(round(k * share)), max(1, int(round(a * share))), z)
-                     for k, a in zip(right, accepted)])
+    accepted = np.rint(np.asarray(curve["coverage"], float) * n).astype(int)
+    right = np.rint(np.asarray(curve["accuracy"], float) * accepted).astype(int)
+    return np.array([cp_lower(int(k), int(a), confidence) for k, a in zip(right, accepted)])
 
 
-def rows_needed(accuracy: float, coverage: float, target: float, share: float = 0.5, z: float = 1.645,
-                most: int = 100_000) -> int | None:
-    """Labeled rows (all of them, before the split) at which a point of the curve - this accuracy of the
-    accepted rows at this coverage - would clear `target` by the lower bound the recommended gate uses;
-    None when its accuracy does not beat the target, or not within `most` rows."""
-    if accuracy <= target or coverage <= 0:
+def decided_needed(accuracy: float, target: float, confidence: float = CONFIDENCE, most: int = 1_000_000) -> int | None:
+    """The fewest decided rows at which rows right at this `accuracy` (k = round(m * accuracy) of m) have a
+    lower Clopper-Pearson bound >= `target`; None when the accuracy does not beat the target, or not
+    within `most` rows. A coarse geometric scan, then every m in the last step (rounding makes the bound
+    jitter, so the first m that clears it is found exactly)."""
+    if accuracy <= target:
         return None
-    for n in sorted({int(v) for v in np.geomspace(4, most, 600)}):
-        accepted = max(1, int(round(n * coverage * share)))
-        if wilson_lower(int(round(accepted * accuracy)), accepted, z) >= target:
-            return n
+    grid = sorted({int(v) for v in np.geomspace(1, most, 400)})
+
+    def ok(m: int) -> bool:
+        return cp_lower(int(round(m * accuracy)), m, confidence) >= target
+
+    prev = 0
+    for m in grid:
+        if ok(m):
+            return next(j for j in range(prev + 1, m + 1) if ok(j))
+        prev = m
     return None
 
 
 class Reach(TypedDict):
-    """Where a risk-coverage curve reaches a target accuracy (target_reach): read by key on the page."""
-    coverage: float
-    accuracy: float
-    rows: int
-    needed: int | None
+    """What more labeled rows would make a target reachable (target_reach): from one point of the
+    out-of-fold risk-coverage curve, read by key on the page, the command line and the export."""
+    rows: int  # labeled rows the curve was measured on
+    needed: int  # labeled rows in all at which that point's lower bound would clear the target
+    more: int  # needed - rows
+    threshold: float  # the confidence gate at that point
+    coverage: float  # its share of rows decided (the expected coverage)
+    accuracy: float  # the accuracy of its decided rows (assumed to hold for the rows to come)
 
 
-def target_reach(curve: dict[str, np.ndarray], target: float) -> Reach | None:
-    """The widest-coverage point of the curve whose accuracy reaches `target`, and the rows its lower
-    bound would need to clear it: {coverage, accuracy, rows, needed} (needed None: never, at that accuracy)."""
+def target_reach(curve: dict[str, np.ndarray], target: float, confidence: float = CONFIDENCE) -> Reach | None:
+    """Of the curve's points whose decided rows beat `target` as measured, the one whose bound would clear
+    it with the fewest labeled rows (ties: the widest coverage), if the rows to come are decided as these
+    were; None when no point beats the target, even before the bound."""
     cov, acc = np.asarray(curve["coverage"], float), np.asarray(curve["accuracy"], float)
-    ok = np.flatnonzero(acc >= target)
-    if not len(ok):
-        return None
-    i = int(ok[np.argmax(cov[ok])])
-    return {"coverage": float(cov[i]), "accuracy": float(acc[i]), "rows": len(cov),
-            "needed": rows_needed(float(acc[i]), float(cov[i]), target)}
+    thr, n = np.asarray(curve["threshold"], float), len(cov)
+    best: Reach | None = None
+    seen: set[tuple[int, int]] = set()
+    for i in range(n):
+        if i + 1 < n and thr[i + 1] == thr[i]:
+            continue  # a gate takes every row of a confidence, or none of them
+        a, c = float(acc[i]), float(cov[i])
+        decided = int(round(c * n))
+        key = (decided, int(round(a * decided)))
+        if a <= target or key in seen:
+            continue
+        seen.add(key)
+        m = decided_needed(a, target, confidence)
+        if m is None:
+            continue
+        needed = max(n, int(math.ceil(m / c - 1e-9)))
+        if best is None or (needed, -c) < (best["needed"], -best["coverage"]):
+            best = {"rows": n, "needed": needed, "more": needed - n, "threshold": float(thr[i]), "coverage": c,
+                    "accuracy": a}
+    return best
 
 
 @dataclass
 class Gate:
+    """The gate chosen from evidence (choose_gate): the lowest confidence whose decided rows, out of fold,
+    have a lower confidence bound of their accuracy at or above the target. Unreachable: no threshold;
+    `reach` says how many more labeled rows at the accuracy measured would make it reachable."""
     threshold: float | None
     reachable: bool
-    fit_accuracy: float | None = None
-    fit_coverage: float | None = None
-    holdout_accuracy: float | None = None
-    holdout_coverage: float | None = None
-    holdout_accepted: int = 0
-    holdout_n: int = 0
+    n: int = 0  # rows the gate was chosen on (out-of-fold predictions)
+    decided: int = 0
+    correct: int = 0
+    accuracy: float | None = None  # of the decided rows
+    coverage: float | None = None
+    lower_bound: float | None = None  # of the decided rows' accuracy, at the gate
+    target: float | None = None
+    confidence: float = CONFIDENCE
+    bound: str = BOUND_NAME
+    reach: Reach | None = None
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def text(self) -> str:
+        """The gate and its evidence in one sentence (the page, the command line and the export say it)."""
+        t = self.target or 0.0
+        if self.reachable and self.threshold is not None:
+            return (f"gate for {t:.0%}: confidence >= {self.threshold:.3f} - out of fold it decides {self.decided} of "
+                    f"{self.n} rows ({(self.coverage or 0):.1%}), {self.correct} right ({(self.accuracy or 0):.1%}); "
+                    f"{self.bound} {(self.lower_bound or 0):.1%} >= {t:.0%}")
+        return f"target {t:.0%} unreachable: {self.note}"
 
 
 def wilson_lower(successes: int, n: int, z: float = 1.645) -> float:
@@ -249,62 +310,45 @@ def wilson_lower(successes: int, n: int, z: float = 1.645) -> float:
     return (centre - margin) / (1 + z * z / n)
 
 
-def lowest_gate(conf: np.ndarray, correct: np.ndarray, target: float, min_accepted: int, z: float = 1.645) -> float | None:
-    """The lowest confidence gate at which the accepted rows' accuracy is at least `target` with
-    95% confidence (Wilson lower bound), so that it holds beyond the rows it was picked on."""
+def choose_gate(conf: np.ndarray, correct: np.ndarray, target: float, *,
+                confidence: float = CONFIDENCE) -> Gate:
+    """The lowest confidence gate (the widest coverage) whose decided rows' accuracy has a one-sided lower
+    Clopper-Pearson bound >= `target`, at any number of rows. `conf` and `correct` are out of fold, so
+    the rows judge a fit that never saw them; the threshold is still picked on these rows, which the
+    conservative exact bound pays for. When none clears it: the best bound reached, and target_reach."""
     conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
-    for t in np.unique(conf):  # ascending: the first that works is the lowest
-        acc = conf >= t
-        n = int(acc.sum())
-        if n >= min_accepted and wilson_lower(int(correct[acc].sum()), n, z) >= target:
-            return float(t)
-    return None
+    n = len(conf)
+    best: tuple[float, int, int, float] | None = None  # (bound, decided, right, threshold)
+    for t in np.unique(conf):  # ascending: the first that clears the bound is the lowest
+        accepted = conf >= t
+        m, k = int(accepted.sum()), int(correct[accepted].sum())
+        lb = cp_lower(k, m, confidence)
+        if lb >= target:
+            return Gate(float(t), True, n, m, k, k / m, m / n, lb, target, confidence)
+        if best is None or lb > best[0]:
+            best = (lb, m, k, float(t))
+    reach = target_reach(risk_coverage(conf, correct), target, confidence) if n else None
+    if best is None:
+        return Gate(None, False, n, target=target, confidence=confidence, note="no rows to choose a gate on")
+    lb, m, k, _ = best
+    note = (f"on the {n} rows (out of fold), no gate's decided rows have a {BOUND_NAME} >= {target:.0%} (the highest: "
+            f"{lb:.1%}, {k} of {m} right)")
+    if reach is not None:
+        note += (f"; about {reach['more']} more labeled rows ({reach['needed']} in all) at the accuracy measured would "
+                 f"make it reachable: a gate near confidence {reach['threshold']:.3f}, deciding about "
+                 f"{reach['coverage']:.0%} of rows at {reach['accuracy']:.1%}")
+    else:
+        note += "; no gate's decided rows beat the target even as measured, so more rows at this accuracy would not help"
+    return Gate(None, False, n, target=target, confidence=confidence, reach=reach, note=note)
 
 
-def holdout_split(n: int, seed: int = 0, y: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """A stratified 50/50 split (by label when given): (fit rows, held-out rows)."""
-    rng = np.random.default_rng(seed)
-    fit: list[int] = []
-    hold: list[int] = []
-    groups = [np.flatnonzero(y == c) for c in np.unique(y)] if y is not None else [np.arange(n)]
-    for g in groups:
-        g = rng.permutation(g)
-        half = (len(g) + 1) // 2
-        fit.extend(g[:half])
-        hold.extend(g[half:])
-    return np.sort(np.array(fit, dtype=np.int64)), np.sort(np.array(hold, dtype=np.int64))
-
-
-def choose_gate(conf: np.ndarray, correct: np.ndarray, target: float, *, min_accepted: int = 5,
-                seed: int = 0, y: np.ndarray | None = None) -> Gate:
-    """Pick the lowest gate reaching `target` on a fit half (with a 95% lower bound, not just the
-    point estimate), then check it on the held-out half. Reachable only if the held-out accuracy
-    at that gate also meets the target."""
-    conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
-    if len(conf) < 4:
-        return Gate(None, False, note="too few rows to hold any out")
-    fit, hold = holdout_split(len(conf), seed, y)
-    t = lowest_gate(conf[fit], correct[fit], target, min_accepted)
-    if t is None:
-        return Gate(None, False, note=f"no gate reaches {target:.0%} on the fit half (95% lower bound)")
-    fa, ha = conf[fit] >= t, conf[hold] >= t
-    gate = Gate(t, False, float(correct[fit][fa].mean()), float(fa.mean()),
-                float(correct[hold][ha].mean()) if ha.any() else None, float(ha.mean()), int(ha.sum()), len(hold))
-    gate.reachable = gate.holdout_accuracy is not None and gate.holdout_accuracy >= target
-    if not gate.reachable:
-        gate.note = (f"the gate reached {target:.1%} on the fit half but only "
-                     f"{(gate.holdout_accuracy or 0):.1%} on held-out rows")
-    return gate
-
-
-def per_option_gates(P: np.ndarray, y: np.ndarray, target: float, *, min_accepted: int = 3,
-                     seed: int = 0) -> dict[int, Gate]:
-    """One gate per predicted option (rows the model assigned to that option)."""
+def per_option_gates(P: np.ndarray, y: np.ndarray, target: float, *, confidence: float = CONFIDENCE) -> dict[int, Gate]:
+    """One gate per predicted option (the rows the model assigned to that option), under the same rule."""
     pred, conf = predictions(P), P.max(axis=1)
     out = {}
     for c in np.unique(pred):
         m = pred == c
-        out[int(c)] = choose_gate(conf[m], (y[m] == c), target, min_accepted=min_accepted, seed=seed)
+        out[int(c)] = choose_gate(conf[m], (y[m] == c), target, confidence=confidence)
     return out
 
 

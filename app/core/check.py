@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.drift import Drift
+from app.core.calibration import BOUND_NAME, cp_lower
 from app.core.gates import GateMetrics
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -67,7 +68,8 @@ def evaluate(metrics: GateMetrics, bounds: dict[str, float | None], drift: Drift
     if "min_gate_accuracy" in given:
         out.append(_lower("min-gate-accuracy", "accuracy of the rows the gate decides", gacc.rate,
                           given["min_gate_accuracy"], f"{gacc.k}/{gacc.n} decided labeled rows, 95% CI "
-                          f"{_pct(gacc.low)}-{_pct(gacc.high)}"))
+                          f"{_pct(gacc.low)}-{_pct(gacc.high)}; {BOUND_NAME} "
+                          f"{_pct(cp_lower(gacc.k, gacc.n)) if gacc.n else 'n/a'}"))
     if "min_coverage" in given:
         out.append(_lower("min-coverage", "coverage (rows decided, not sent to the fallback)", cov.rate,
                           given["min_coverage"], f"{cov.k}/{cov.n} rows"))

@@ -31,7 +31,8 @@ class Gate:
     @property
     def name(self) -> str:
         if self.policy is not None:
-            gate = "no gate" if self.policy.threshold is None else f"gate {self.policy.threshold:.3f}"
+            gate = ("decides nothing: every row to the fallback" if self.policy.gate_source == "unreachable"
+                    else "no gate" if self.policy.threshold is None else f"gate {self.policy.threshold:.3f}")
             return f"calibrated policy {self.policy.policy_id} ({gate}, T={self.policy.temperature:.2f})"
         return "no gate (every row decided)" if self.threshold is None else f"confidence >= {self.threshold:.3f}"
 

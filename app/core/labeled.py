@@ -10,7 +10,7 @@ from pathlib import Path
 
 from adapter.engine.templates import DATA_DIR
 
-from app.core.calibration import MIN_ROWS_PER_OPTION, PROVISIONAL, SMALL
+from app.core.calibration import BOUND_NAME, MIN_ROWS_PER_OPTION, PROVISIONAL, decided_needed
 from app.core.heads import MIN_ROWS_PER_OPTION as HEAD_ROWS
 from app.core.heads import rows_advice
 from app.core.inputs import InputError, is_empty_state, read_records
@@ -147,10 +147,12 @@ class Support(TypedDict):
     messages: list[str]
 
 
-def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit: int | None = None) -> Support:
+def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit: int | None = None,
+                target: float = 0.9) -> Support:
     """What a labeled set can support, said before anything is scored: the rows that will be scored
     (the train split never is; at most `limit` when the analyst stops early), per option, and whether that
-    reaches a recommended gate (50 rows), fitted offsets (5 of every option) and a learned head (3 of
+    can reach a recommended gate for `target` at all (even with every row decided and right, the gate's lower
+    Clopper-Pearson bound needs 29 rows at 90%), fitted offsets (5 of every option) and a learned head (3 of
     every option, one per fold; all 5 folds from 5). `messages` says what falls short in words, most limiting first; `head_note` what a
     head needs, always."""
     scored = [r for r in rows if r.get("split") != "train"] if any(r.get("split") == "train" for r in rows) else rows
@@ -162,12 +164,14 @@ def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit:
     fewest = min(per_option.values()) if per_option else 0
     what = f"{n} rows will be scored" if n == total else f"{n} of {total} rows will be scored (Stop early)"
     messages = []
-    if n < SMALL:
-        messages.append(f"{what}: fewer than {SMALL}, so no gate will be recommended (you can "
-                        f"still set one by hand) - " + (f"add at least {SMALL - n} labeled rows" if total < SMALL
-                                                         else f"score at least {SMALL}"))
+    least = decided_needed(1.0, target) or 0
+    if n < least:
+        messages.append(f"{what}: fewer than {least}, so no gate for {target:.0%} can be recommended even if every row "
+                        f"is decided right (the {BOUND_NAME} of {n} of {n} stays below it; you can still set one by "
+                        "hand) - " + (f"add at least {least - n} labeled rows" if total < least else f"score at least {least}"))
     elif n < PROVISIONAL:
-        messages.append(f"{what}: a recommended gate is provisional below {PROVISIONAL}")
+        messages.append(f"{what}: a gate is recommended only where its decided rows' {BOUND_NAME} reaches the target; "
+                        f"every figure is provisional below {PROVISIONAL}")
     if fewest < MIN_ROWS_PER_OPTION:
         thin = ", ".join(f"{o} ({c})" for o, c in per_option.items() if c < MIN_ROWS_PER_OPTION)
         messages.append(f"fitted per-option offsets need {MIN_ROWS_PER_OPTION} rows of every option; too few: {thin}")
@@ -178,6 +182,6 @@ def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit:
     head_note = (f"a learned head needs at least {HEAD_ROWS} scored rows of every option, one per fold (fewest here: "
                  f"{fewest}), and is kept only when it beats the corrections beyond noise"
                  + (f"; {advice}" if advice and fewest >= HEAD_ROWS else ""))
-    return {"scored": n, "total": total, "train": len(rows) - total, "per_option": per_option, "gate": n >= SMALL,
-            "provisional": SMALL <= n < PROVISIONAL, "offsets": fewest >= MIN_ROWS_PER_OPTION,
+    return {"scored": n, "total": total, "train": len(rows) - total, "per_option": per_option, "gate": n >= least,
+            "provisional": least <= n < PROVISIONAL, "offsets": fewest >= MIN_ROWS_PER_OPTION,
             "head": fewest >= HEAD_ROWS, "head_note": head_note, "messages": messages}

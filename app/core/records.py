@@ -137,7 +137,7 @@ class Review(TypedDict):
     row_key: str
     state: Any
     label: str | None
-    action: str  # "label" | "skip"
+    action: str  # "label" | "skip" | "relabel" | "confirm" (a labeled row's label fixed or kept: label_issues)
     note: str
     who: str
     at: str

@@ -108,16 +108,21 @@ def build_queue(store: Store, policy: Mapping[str, Any], gate: Gate, *,
     return items, left
 
 
-def label(store: Store, item: Item, option_id: str | None, *, who: str, note: str = "", policy_id: str) -> int:
-    """Store one label (or, with None, a skip) with who and when; returns its id (for undo)."""
+def label(store: Store, item: Item, option_id: str | None, *, who: str, note: str = "", policy_id: str,
+          fixes: str | None = None) -> int:
+    """Store one label (or, with None, a skip) with who and when; returns its id (for undo). `fixes`: the
+    label a labeled set's row carries now (a likely wrong label, app/core/label_issues) - the action is then
+    'confirm' (the same label) or 'relabel' (another), and the next set version carries it on that row."""
     if option_id is not None and option_id not in item.option_ids:
         raise ValueError(f"{option_id!r} is not an option ({', '.join(item.option_ids)})")
     if not who.strip():
         raise ValueError("reviewer: say who labels (a name or an id), it is stored with every label")
+    action = ("skip" if option_id is None else "label" if fixes is None else
+              "confirm" if option_id == fixes else "relabel")
     return store.add_review({"policy_id": policy_id, "item_key": item.key, "run_id": item.run_id,
                              "row_key": item.row_key, "state": item.state, "label": option_id,
-                             "action": "label" if option_id is not None else "skip", "note": note.strip(),
-                             "who": who.strip()})
+                             "action": action, "note": note.strip() if fixes is None else
+                             f"{note.strip()} [was {fixes}]".strip(), "who": who.strip()})
 
 
 def last_review(store: Store, policy_id: str) -> Review | None:
@@ -136,9 +141,19 @@ def append_version(store: Store, base_set_id: int, policy: Mapping[str, Any]) ->
     if base is None:
         raise ValueError(f"no labeled set #{base_set_id}")
     rows = [{k: r[k] for k in ("row_key", "state", "label", "split", "meta")} for r in store.labeled_rows(base_set_id)]
-    seen = {state_key(r["state"]) for r in rows}
+    at = {state_key(r["state"]): r for r in rows}
+    seen = set(at)
     added = []
     for rv in pending:
+        if rv["action"] in ("relabel", "confirm") and state_key(rv["state"]) in at:  # a set row's label checked:
+            row = at[state_key(rv["state"])]  # kept, with who checked it and what it was (never dropped)
+            old = row.get("meta")
+            meta: dict[str, Any] = dict(old) if isinstance(old, dict) else {}
+            meta.setdefault("label_checks", []).append({"action": rv["action"], "was": row["label"], "label": rv["label"],
+                                                        "by": rv["who"], "at": rv["at"], "note": rv["note"]})
+            row["meta"], row["label"] = meta, rv["label"]
+            added.append(rv)
+            continue
         if state_key(rv["state"]) in seen:  # labelled twice (two sessions): the first label counts
             continue
         seen.add(state_key(rv["state"]))

@@ -129,11 +129,12 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
         cal = calibration.apply_temperature(fams[chosen.family], rep.temperature, np.array(rep.offsets))
     rep.accuracy = calibration.accuracy(P, y)  # "all rows, before any gate" means as scored
     rep.confusion = calibration.confusion_matrix(y, calibration.predictions(P), len(ids)).tolist()
-    conf, correct = cal.max(axis=1), calibration.predictions(cal) == y
-    gate = calibration.choose_gate(conf, correct, target_accuracy, seed=seed, y=y)
+    # the gate from evidence: chosen on the out-of-fold probabilities (each row judged by a fit without it)
+    conf, correct = oof.max(axis=1), calibration.predictions(oof) == y
+    gate = calibration.choose_gate(conf, correct, target_accuracy)
     option_gates = {}
     if per_option:
-        option_gates = {ids[c]: g for c, g in calibration.per_option_gates(cal, y, target_accuracy, seed=seed).items()}
+        option_gates = {ids[c]: g for c, g in calibration.per_option_gates(oof, y, target_accuracy).items()}
     return Calibration(run_id, rep, gate, option_gates, calibration.risk_coverage(conf, correct), ids, cal, oof, P, y,
                        list(used), target_accuracy, cands, chosen, why, fits, choice.head, choice.why, choice.gain,
                        candidate_intervals([*cands, *fits], y, seed=seed), intervals(P, y, oof, seed=seed),
@@ -216,29 +217,23 @@ def version_label(version: int | None) -> str:
 
 
 def decide_gate(cal: Calibration, manual: float | None = None) -> GateDecision:
-    """The threshold decision shared by the page and the CLI: the recommended gate when the target
-    is reachable on enough rows, a hand-set one when given, else 1.0 (everything to the fallback)."""
+    """The threshold decision shared by the page and the CLI: the recommended gate when its out-of-fold
+    evidence clears the target (calibration.choose_gate, at any number of rows), a hand-set one when given,
+    else "unreachable" - a gate that decides nothing (the adapter sends every case to the fallback, saturated
+    probabilities included: CalibratedPolicy.apply's strict rule), with the rows that would make it reachable."""
     rep, gate, target = cal.report, cal.gate, cal.target_accuracy
     notes = []
     if rep.size_flag == "provisional":
-        notes.append(f"{rep.n} labeled rows: treat the gate as provisional (< {calibration.PROVISIONAL})")
+        notes.append(f"{rep.n} labeled rows: every figure here has a wide interval (< {calibration.PROVISIONAL} rows)")
     if calibration.at_upper_bound(rep.temperature):
         notes.append(f"the temperature hit its upper bound ({calibration.T_MAX:g}): these probabilities carry almost "
                      "no information about correctness")
-    too_few = (f"no gate recommended: only {rep.n} labeled rows were scored (at least {calibration.SMALL} are "
-               "needed; a set's train split is never scored) - evaluate a larger set")
     if manual is not None:
-        return GateDecision(float(manual), "hand-set", ([too_few] if rep.size_flag == "too-small" else []) + notes)
-    if rep.size_flag == "too-small":  # the row count is the reason, whatever the target accuracy
-        return GateDecision(1.0, "unreachable", [too_few + "; the exported policy sends every case to the fallback",
-                                                 *notes])
+        return GateDecision(float(manual), "hand-set", notes)
     if gate.reachable and gate.threshold is not None:
-        notes.insert(0, f"gate for {target:.0%}: confidence >= {gate.threshold:.3f}; held-out accuracy "
-                        f"{gate.holdout_accuracy:.1%} at coverage {gate.holdout_coverage:.1%} "
-                        f"({gate.holdout_accepted}/{gate.holdout_n} held-out rows decided)")
+        notes.insert(0, gate.text())
         return GateDecision(float(gate.threshold), "recommended", notes)
-    notes.insert(0, f"target {target:.0%} unreachable: {gate.note or 'too few rows'}; the exported policy sends every "
-                    "case to the fallback")
+    notes.insert(0, f"{gate.text()}; the exported policy decides nothing: the adapter sends every case to the fallback")
     return GateDecision(1.0, "unreachable", notes)
 
 
@@ -318,6 +313,9 @@ def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback
                          **({"at_gate_fitted_rows": fitted} if head is not None else {}),
                          "intervals": cal.intervals,
                          "gate_selection": cal.gate.to_dict(),
+                         "gate_notes": list(gate.messages),
+                         **({"option_gate_selection": {o: g.to_dict() for o, g in cal.option_gates.items()}}
+                            if cal.option_gates else {}),
                          "correction": {"chosen": cal.chosen_name, "why": cal.correction_why,
                                         "candidates": [{k: v for k, v in c.to_dict().items() if k != "oof_confusion"}
                                                        for c in cal.corrections]},

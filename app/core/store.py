@@ -539,8 +539,9 @@ class Store:
 
     def reviews(self, policy_id: str, *, pending: bool = False) -> list[Review]:
         """This policy's labels and skips, oldest first, taken-back ones left out; `pending`: only
-        labels not yet appended to a set version."""
-        where = "policy_id = ? AND undone = 0" + (" AND set_id IS NULL AND action = 'label'" if pending else "")
+        labels (new rows, or a set row's label fixed or confirmed) not yet appended to a set version."""
+        where = "policy_id = ? AND undone = 0" + (" AND set_id IS NULL AND action IN ('label', 'relabel', 'confirm')"
+                                                   if pending else "")
         with self.db() as db:
             return [cast(Review, _decode(r)) for r in db.table("review_labels").rows_where(where, [policy_id], order_by="id")]
 

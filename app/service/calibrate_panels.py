@@ -104,7 +104,9 @@ def decided_columns(exported: Export, esc: Escape) -> tuple[Column, ...]:
                             "fitted without it (the folds the corrections and heads are compared on): expect this on "
                             "new rows"),
                      Note("caption", esc(interval_text(oof.accuracy_interval))
-                          + " · the gate was set by hand on these rows, so the figure above is in sample")]
+                          + (" · the gate was set by hand on these rows, so the figure above is in sample"
+                             if exported.gate.source == "hand-set" else " · the correction was fitted on these rows, "
+                             "so the figure above is in sample"))]
     if at.small_n and at.decided:
         accuracy.append(Note("warning", f"Only {at.decided} decided rows: this accuracy is a hint, not a "
                                         "measurement - score more labeled rows before trusting it."))
@@ -193,20 +195,26 @@ def coverage_panel(cal: Calibration, threshold: float | None) -> CoveragePanel:
 
 
 def coverage_note(cal: Calibration) -> str | None:
-    """Why no gate is recommended though the curve reaches the target, and the rows the widest point
-    reaching it would need (None when there is nothing to say)."""
-    reach = calibration.target_reach(cal.curve, cal.target_accuracy)
-    target = cal.target_accuracy
+    """Why no gate is recommended, with the labeled rows that would make the target reachable at the accuracy
+    measured (the gate's own numbers: calibration.choose_gate, the same the command line and the export
+    give); None when a gate is recommended."""
+    gate, target = cal.gate, cal.target_accuracy
+    if gate.reachable:
+        return None
+    reach = gate.reach
     if reach is None:
-        return f"No point of the curve reaches {target:.0%}, even before the lower bound."
-    if reach["needed"] is None:
-        return (f"The curve touches {target:.0%} at {reach['coverage']:.0%} coverage, but only just: "
-                "its lower bound would not clear the target at any number of rows.")
-    if reach["needed"] > reach["rows"]:
-        return (f"At {reach['coverage']:.0%} coverage the decided rows are {reach['accuracy']:.0%} right - above "
-                f"the target {target:.0%} - but on {reach['rows']} rows the lower bound (dashed) is "
-                f"below it: about {reach['needed']} labeled rows at this accuracy would let a gate be recommended.")
-    return None
+        return (f"No gate's decided rows beat {target:.0%} out of fold, even before the lower bound: more rows at "
+                "this accuracy would not help - improve the policy, the readout or the model.")
+    return (f"At {reach['coverage']:.0%} coverage the decided rows are {reach['accuracy']:.0%} right out of fold - above "
+            f"the target {target:.0%} - but on {reach['rows']} rows their lower bound (dashed: one-sided 95% "
+            f"Clopper-Pearson) is below it: about {reach['more']} more labeled rows ({reach['needed']} in all) at this "
+            f"accuracy would let a gate be recommended, deciding about {reach['coverage']:.0%} of rows.")
+
+
+def option_gate_rows(cal: Calibration) -> list[dict[str, Any]]:
+    """Per-option gates as table rows: the threshold, its out-of-fold evidence and, unreachable, the rows it needs."""
+    return [{"option": o, "threshold": g.threshold, "recommended": g.reachable, "decided": g.decided, "right": g.correct,
+             "lower bound (95% CP)": g.lower_bound, "evidence": g.text()} for o, g in cal.option_gates.items()]
 
 
 class Saved(NamedTuple):

@@ -151,6 +151,10 @@ def check(store: Store, spec: CheckInput, target_for: Any) -> CheckResult:
         if model.sha256 and model.sha256 != calibrated.model.sha256:
             context["model_mismatch"] = (f"the policy was calibrated on {calibrated.model.file}; {target.name} runs "
                                          f"{model.file}: the adapter sends every row to the fallback")
+        if notes := calibrated.metrics.gate_notes:
+            context["gate_evidence"] = str(notes[0])  # how Calibrate chose the gate, as it said then
+        if calibrated.gate_source == "unreachable":
+            context["gate"] += "; no gate reached the target when it was calibrated: the adapter decides nothing"
         if calibrated.guard != "none":
             context["guard"] = f"the policy's steering guard ({calibrated.guard}) is not run by check"
     if baseline is not None and drift is not None:

@@ -11,7 +11,6 @@ from adapter.schema import JSONObject
 
 from app.core import run_calibration
 from app.core import calibration, head_sources, heads, reuse, runs
-from app.core.calibration import SMALL
 from app.core.run_calibration import Calibration, GateDecision, version_label
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS, Variant
 from app.core.runner import ProgressFn, StopScoring
@@ -375,14 +374,14 @@ def export(store: Store, cal: Calibration, *, fallback: str = "human-review",
     gate = run_calibration.decide_gate(cal, hand_gate)
     calibrated = run_calibration.build_policy(store, cal, gate=gate, fallback=fallback,
                                               option_thresholds=option_thresholds(cal), guard=guard)
-    if gate.source == "hand-set" and cal.head is None:
+    if cal.head is None:  # a correction fitted on all rows decides them in sample; beside it, out of fold
         calibrated = with_out_of_fold(cal, calibrated)
     return Export(calibrated, gate, fallback)
 
 
 def with_out_of_fold(cal: Calibration, policy: CalibratedPolicy) -> CalibratedPolicy:
-    """A gate set by hand was set by looking at these rows, with a correction fitted on them: its
-    figures there are in sample (marked `in_sample`). Beside them, `at_gate_out_of_fold`: the same gate
+    """A correction fitted on these rows decides them in sample (marked `in_sample`), and a gate set by hand
+    was also set by looking at them. Beside them, `at_gate_out_of_fold`: the same gate
     and fallback on the correction's out-of-fold probabilities (the folds the corrections and heads are
     compared on) - each row decided by a correction that never saw it; what Deploy shows."""
     metrics = policy.metrics
@@ -423,7 +422,7 @@ class Live:
     gate: str | None
 
     def text(self) -> str:
-        gate = self.gate or f"a gate is recommended from {SMALL} scored rows"
+        gate = self.gate or "no gate yet: fewer than 4 labeled rows scored"
         return (f"#{self.run['id']} {self.run['target_name']} · {self.done}/{self.total} rows scored · accuracy so far "
                 f"{self.accuracy.text()} · {gate}")
 
@@ -435,15 +434,11 @@ def live(store: Store, run_id: int, *, target_accuracy: float = 0.9, stop_at: in
         raise ValueError(f"no run #{run_id}")
     acc = accuracy_so_far(store, run_id)
     gate = None
-    if acc.n >= SMALL:  # only what the line shows: a gate on the rows as scored (no corrections, heads, intervals)
+    if acc.n >= 4:  # only what the line shows: a gate on the rows as scored (no corrections, heads, folds)
         P, y, _, _ = runs.arrays(store, run_id)
-        if len(y) >= SMALL:
-            g = calibration.choose_gate(P.max(axis=1), calibration.predictions(P) == y, target_accuracy, y=y)
-            gate = ("provisional gate on the probabilities as scored (a correction or head may move it): "
-                    + (f"confidence >= {g.threshold:.3f}, held-out accuracy {g.holdout_accuracy:.1%} at coverage "
-                       f"{g.holdout_coverage:.1%}" if g.reachable and g.threshold is not None
-                       and g.holdout_accuracy is not None and g.holdout_coverage is not None
-                       else f"target {target_accuracy:.0%} not reached so far ({g.note or 'too few rows'})"))
+        if len(y) >= 4:
+            g = calibration.choose_gate(P.max(axis=1), calibration.predictions(P) == y, target_accuracy)
+            gate = "provisional gate on the probabilities as scored (a correction or head may move it): " + g.text()
     total = int(run["n_rows"])
     return Live(run, run.get("done_rows", acc.n), min(total, stop_at) if stop_at else total, acc, gate)
 

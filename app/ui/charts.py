@@ -106,14 +106,14 @@ def confusion_heatmap(matrix: list[list[int]], option_ids: list[str], title: str
 def coverage_curve(curve: dict[str, Any], gate: float | None, target: float | None = None,
                    lower: Sequence[float] | None = None) -> go.Figure:
     """Accuracy of accepted decisions vs coverage; the chosen gate marked; with `lower`, the 95% lower
-    bound a recommended gate must clear (on half the rows) drawn beside it."""
+    bound a recommended gate must clear (one-sided Clopper-Pearson, on the out-of-fold rows) drawn beside it."""
     fig = go.Figure(go.Scatter(x=curve["coverage"], y=curve["accuracy"], mode="lines+markers", name="accepted rows",
                                customdata=curve["threshold"], line_shape="hv",
                                hovertemplate="gate %{customdata:.3f}<br>coverage %{x:.0%}<br>accuracy %{y:.0%}<extra></extra>"))
     if lower is not None:
         fig.add_trace(go.Scatter(x=curve["coverage"], y=list(lower), mode="lines", line_shape="hv",
                                  line=dict(dash="dash", color="#ff7f0e"),
-                                 name="95% lower bound, on half the rows (what a recommended gate must clear)",
+                                 name="95% lower bound, one-sided Clopper-Pearson, out of fold (what a recommended gate must clear)",
                                  hovertemplate="coverage %{x:.0%}<br>lower bound %{y:.0%}<extra></extra>"))
         fig.update_layout(legend=dict(orientation="h", y=-0.25))
     if target is not None:

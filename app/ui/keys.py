@@ -185,6 +185,7 @@ PLAYGROUND = PlaygroundKeys("pg")
 class ReviewKeys(PageKeys):
     """The Review page's keys (rv_*)."""
     append = Key()
+    label_check = Key()
     made = Key()
     policy = Key()
     set = Key()

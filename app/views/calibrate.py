@@ -22,7 +22,10 @@ from app.service import evaluate, history, registry, review, sets as set_service
 from app.service.display import Cell, Column, Note
 from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, saved_policies
+from app.ui.export_candidate_panel import export_this
 from app.ui.keys import CALIBRATE
+from app.ui.label_curve_panel import label_curve_panel
+from app.ui.label_issues_panel import label_issues_panel
 from app.ui.safe_text import md
 
 keys = CALIBRATE
@@ -321,7 +324,10 @@ def sources_section(db: Store, run_id: int) -> None:
     if table is None:
         return
     st.markdown("**Cheapest decision that is not worse** (this run and its head-layout sources, the same rows)")
-    st.success(md(table.sentence)) if table.recommended is not None else st.info(md(table.sentence))
+    if table.recommended is not None:  # a statement, never `a if c else b` bare: Streamlit's magic would print its value
+        st.success(md(table.sentence))
+    else:
+        st.info(md(table.sentence))
     frame = pd.DataFrame(evaluate.source_rows(table))
     st.dataframe(frame, hide_index=True, key=keys.sources, placeholder="", column_config={
         "accuracy (out of fold)": st.column_config.NumberColumn(format="%.3f"),
@@ -332,9 +338,10 @@ def sources_section(db: Store, run_id: int) -> None:
     st.plotly_chart(charts.cost_accuracy(evaluate.source_points(table)), key=keys.sources_chart)
     st.caption(f"Compared on the {table.n} rows every source answered, each row predicted out of fold. Seconds and "
                "tokens a row are the medians of the warm rows when each run was scored on this machine; $ per 1,000 "
-               "assumes the same pace on the deployment's CPU instance (a hint, not a quote). To ship a head-layout "
-               "candidate, open its run below and save it: the calibrated policy names its model and layout.")
+               "assumes the same pace on the deployment's CPU instance (a hint, not a quote). *Export this* below turns any "
+               "candidate into its calibrated policy file: its model, layout and head.")
     download_frame(frame, "cheapest-decision.csv", "Download the comparison (CSV)", keys.sources_csv)
+    export_this(db, table, keys, float(st.session_state.get(keys.target_acc, 0.9)))
 
 
 def correction_section(cal: Calibration) -> None:
@@ -390,7 +397,7 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
         g2.caption(coverage.note)
     correction_section(cal)
     if exported.policy.option_thresholds:
-        st.dataframe(pd.DataFrame([{"option": o, **g.to_dict()} for o, g in cal.option_gates.items()]), hide_index=True)
+        st.dataframe(pd.DataFrame(panels.option_gate_rows(cal)), hide_index=True)
     if narrowed := panels.narrowing(db, cal, exported):
         st.info(narrowed)
     for note in panel.problems:
@@ -484,6 +491,8 @@ def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], r
         st.error(md(exc))
         return
     export_section(db, cal, policy)
+    label_curve_panel(cal, keys)
+    label_issues_panel(db, cal, keys)
 
 
 def render() -> None:

@@ -182,7 +182,7 @@ SOURCES = {"paste": "paste, one per line", "upload": "upload CSV / JSONL", "set"
 
 
 def states_input(db: Store, policy: Policy) -> States:
-    """The states to compare on: pasted, uploaded (columns mapped and previewed before Run, as on Calibrate), or
+    """The states to compare on: pasted, uploaded (columns mapped and previewed, and the file read, before Run), or
     a stored labeled set of this policy."""
     source = st.radio("States", list(SOURCES), horizontal=True, key=keys.source, persist_state=context.KEEP,
                       format_func=SOURCES.get)
@@ -202,7 +202,9 @@ def states_input(db: Store, policy: Policy) -> States:
         return States()
     columns = importer.column_mapping(st.container(), upload, decide.option_ids(policy), keys, label_required=False,
                                       policy_name=policy["name"])
-    return States(upload=upload, columns=columns)
+    chosen = States(upload=upload, columns=columns)
+    chosen.cases(db, policy)  # read now: a bad upload is said at upload, naming its rows, before anything runs
+    return chosen
 
 
 def start_comparison(db: Store, policy: Policy, cases: list[Case] | None, chosen: list[str], head_ids: list[int]) -> None:

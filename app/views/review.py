@@ -8,12 +8,13 @@ from typing import Any, Mapping
 import streamlit as st
 
 from app.core.store import Store
-from app.service import review, sets as set_service
+from app.service import label_issues, review, sets as set_service
 from app.ui import context, resources
 from app.ui.components import saved_policies
 from app.ui.drift_panel import gate_choice
 from app.ui.safe_text import md
 from app.ui.keys import REVIEW
+from app.ui.label_issues_panel import label_issues_panel
 
 KEYS = REVIEW  # this page's session and widget keys
 
@@ -33,10 +34,22 @@ def render() -> None:
     q = review.queue(db, policy, gate, into_set=sid)
     st.caption(q.summary)
     actions(db, q, policy, sid)
+    label_check(db, policy, sid, who)
     if not q.items:
         st.success("Nothing to review for this policy right now.")
         return
     label_panel(db, q.items[0], policy, who)
+
+
+def label_check(db: Store, policy: Mapping[str, Any], sid: int, who: str) -> None:
+    """On request: the set's likely wrong labels, from its newest evaluation (app/ui/label_issues_panel)."""
+    if not st.checkbox("Check this set's labels for likely mistakes", key=KEYS.label_check):
+        return
+    cal = label_issues.latest(db, policy["id"], sid)
+    if cal is None:
+        st.caption("No finished evaluation of this policy on this set yet: evaluate it on Calibrate first.")
+        return
+    label_issues_panel(db, cal, KEYS, who)
 
 
 def pickers(db: Store) -> tuple[Mapping[str, Any], int] | None:

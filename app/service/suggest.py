@@ -1,0 +1,85 @@
+"""`python -m app suggest`: which rows of an unlabeled pool to label next for a calibrated policy. Each pool
+row is scored once by the target with the policy's own rendering (its layout, readout, correction; with the
+hidden state its head reads), the policy's probabilities taken through its one rule
+(CalibratedPolicy.corrected: its head, or temperature and offsets), and the rows ranked by
+app/core/suggest.rank (margin, options short of labels first, batches without near-duplicates)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from adapter.policy import CalibratedPolicy, PolicyError, load_policy
+from adapter.schema import DecisionRequest
+
+from app.core import pool as pool_rows
+from app.core import suggest as ranking
+from app.core.store import Store
+from app.targets.base import Target
+
+
+@dataclass(frozen=True)
+class Suggested:
+    rank: int
+    line: int
+    id: str
+    state: str
+    proposed: str  # the option the policy's probabilities prefer
+    margin: float
+
+
+@dataclass
+class Suggestion:
+    rows: list[Suggested]
+    scored: int
+    problems: list[str]
+    capped: str
+
+
+def read(policy_path: str, pool_path: str, store: Store, set_id: int | None) -> tuple[CalibratedPolicy, pool_rows.Pool]:
+    """The calibrated policy and the pool's usable rows; ValueError naming the file, or the first problems."""
+    try:
+        policy = load_policy(Path(policy_path), what=f"--policy {policy_path}")
+    except PolicyError as exc:
+        raise ValueError(str(exc)) from None
+    known = {pool_rows.state_key(r["state"]) for r in store.labeled_rows(set_id)} if set_id is not None else set()
+    try:
+        with open(pool_path, encoding="utf-8") as fh:
+            found = pool_rows.read_pool(fh, pool_path, [o.id for o in policy.options], policy.policy_id, known=known)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--pool {pool_path}: cannot read it ({exc})") from None
+    if not found.rows:
+        raise ValueError(f"--pool {pool_path}: no usable row" + (": " + "; ".join(found.problems[:5]) if found.problems
+                                                                 else " (an empty file)"))
+    return policy, found
+
+
+def suggest(policy: CalibratedPolicy, found: pool_rows.Pool, target: Target, *, k: int = 20) -> Suggestion:
+    fields = policy.request_fields()
+    P, X, kept, problems = [], [], [], list(found.problems)
+    for row in found.rows:
+        req = DecisionRequest.model_validate({"id": row.id, "state": row.state, **fields, "hidden_state": True})
+        got = target.decide(req)
+        if not got.ok or got.result is None:
+            problems.append(f"line {row.line}: the target failed on it ({got.error})")
+            continue
+        r = got.result
+        hidden = r.hidden_state.array() if r.hidden_state is not None else None
+        try:
+            P.append(policy.corrected(list(r.probabilities), hidden))
+        except ValueError as exc:
+            problems.append(f"line {row.line}: the policy cannot read it ({exc})")
+            continue
+        X.append(hidden)
+        kept.append(row)
+    if not kept:
+        return Suggestion([], 0, problems, found.capped)
+    Pm = np.array(P)
+    Xm = np.array(X) if all(x is not None for x in X) else None
+    order = ranking.rank(Pm, k=k, X=Xm)
+    m = ranking.margins(Pm)
+    ids = [o.id for o in policy.options]
+    rows = [Suggested(i + 1, kept[j].line, kept[j].id, str(kept[j].state)[:200], ids[int(Pm[j].argmax())], float(m[j]))
+            for i, j in enumerate(order)]
+    return Suggestion(rows, len(kept), problems, found.capped)

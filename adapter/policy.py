@@ -295,7 +295,6 @@ class CalibratedPolicy(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "CalibratedPolicy":
-        self._serveable()
         ids = [o.id for o in self.options]
         for oid in self.option_thresholds:
             if oid not in ids:
@@ -333,6 +332,7 @@ class CalibratedPolicy(BaseModel):
             if (self.readout, self.debias, self.permute, self.prompt_version) != ("letters", "none", False, want):
                 raise ValueError(f"layout: a policy-first policy reads letters with no correction and no permutation, "
                                  f"prompt {want}: export it again from Calibrate")
+        self._serveable()  # last: the policy's own rules above name the fix for a policy file more exactly
         return self
 
     def _serveable(self) -> None:

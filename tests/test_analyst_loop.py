@@ -86,7 +86,7 @@ def test_a_set_says_what_it_supports_before_scoring_and_the_numbers_carry_n_and_
                                                   "application/json")).run()
     at.button(key="cal_import").click().run()
     assert any("12 rows to score" in s.value for s in at.success)
-    assert any("no gate will be recommended" in w.value for w in at.warning)  # before anything is scored
+    assert any("no gate for 90% can be recommended even if every row" in w.value for w in at.warning)  # before scoring
     at.selectbox(key="cal_policy").select("refund-check").run()
     run_button = at.button(key="cal_run")
     assert "12 rows" in run_button.label and not at.exception

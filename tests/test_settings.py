@@ -154,6 +154,7 @@ def test_readouts_corrections_and_guards_are_what_requests_accept_and_what_every
     offered = {(name, a.dest): tuple(a.choices) for name, p in sub.choices.items() for a in p._actions
                if a.choices and a.dest in expected}
     assert offered == {("calibrate", "readout"): expected["readout"], ("calibrate", "debias"): expected["debias"],
+                       ("calibrate", "guard"): expected["guard"],
                        ("check", "readout"): expected["readout"], ("check", "debias"): expected["debias"],
                        ("robustness", "guard"): expected["guard"]}, offered
 

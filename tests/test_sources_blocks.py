@@ -16,7 +16,7 @@ from app.service import evaluate
 from app.targets.engines import EnginePool
 from app.targets.local import LocalTarget
 
-from conftest import subset_file
+from tests.conftest import subset_file
 
 
 def test_sources_beyond_the_pool_load_each_model_once_and_every_cost_is_measured(tmp_path):

@@ -186,7 +186,7 @@ def cp_lower(k: int, n: int, confidence: float = CONFIDENCE) -> float:
     Beta(k, n - k + 1); 0 when k is 0 (or n is 0).
 
     >>> round(cp_lower(29, 29), 4)  # 0.05 ** (1 / 29)
-    0.9018
+    0.9019
     """
     if n <= 0 or k <= 0:
         return 0.0

@@ -18,7 +18,9 @@ from app.core import robustness as rb
 from app.core.gates import Gate
 from app.service import checks, review
 from app.core.store import Store
-from tests.test_head_checks import head_file  # noqa: F401  (a fixture: a head policy on SmolLM2, guard none)
+# a fixture: a head policy on SmolLM2, exported with `--guard none` explicitly - finding 1's scenario is a
+# policy saved with guard none, no longer the calibrate default (erase-and-check)
+from tests.test_head_checks import head_file  # noqa: F401
 
 REFUND = load_template("refund-check")
 SHA = "a" * 64

@@ -106,10 +106,14 @@ def test_export_then_adapter_enforces_the_same_decisions(tmp_path):
     prefers one answer) and the adapter, given the exported policy, re-scores every row with that
     correction and decides exactly as the page computed. (`--head none`: on these rows a hidden-state
     head wins beyond noise even on the fixture model - tests/test_head_roundtrip.py covers that path.)"""
+    # `--guard none`: this checks the correction and gate decide identically on the page and the adapter; the
+    # exported default (erase-and-check) would send rows it suspects to the fallback on the adapter only, which
+    # the replay of stored rows below does not model - the guard's served decisions are tested in test_guard.py
     db, out = tmp_path / "wb.db", tmp_path / "refund.policy.json"
     proc = subprocess.run(calibrate_cmd(db, "--policy", "refund-check", "--readout", "option-words", "--debias",
                                         "content-free", "--labeled-set", str(subset_file(tmp_path, "refund-check", 48)),
-                                        "--gate", "0.55", "--fallback", "human-review", "--head", "none", "--out", str(out)),
+                                        "--gate", "0.55", "--fallback", "human-review", "--head", "none",
+                                        "--guard", "none", "--out", str(out)),
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     policy = load_policy(out)

@@ -16,6 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from adapter.policy import load_policy
+from adapter.engine.prompt import PROMPT_VERSIONS
 from adapter.engine.templates import load_template
 from app.core import deployed
 from app.core import robustness as rb
@@ -35,15 +36,21 @@ STATES = ["Bought the blender 4 days ago, it will not turn on. Unused otherwise,
 
 @pytest.fixture(scope="module")
 def head_file(tmp_path_factory):
-    """A calibrated refund-check policy with a hidden-state head (gate 0.7: some rows go to the fallback)."""
+    """A calibrated refund-check policy with a hidden-state head (gate 0.7: some rows go to the fallback),
+    saved with guard none."""
+    # guard none, explicitly: these tests recompute the head's answers row by row through apply with
+    # suspected=False, and the page's table names "its gate and guard none"; the exported default
+    # (erase-and-check) would send rows it suspects to the fallback - the guard's decisions are tested in
+    # test_guard.py. tests/test_as_deployed.py's finding 1 imports this fixture for exactly this scenario
+    # (a head policy saved with guard none), so keep it guard none.
     tmp = tmp_path_factory.mktemp("head-checks")
     out = tmp / "refund.policy.json"
     proc = subprocess.run([sys.executable, "-m", "app", "calibrate", "--db", str(tmp / "fit.db"), "--quiet",
                            "--policy", "refund-check", "--labeled-set", str(subset_file(tmp, "refund-check", 20)),
-                           "--head", "hidden", "--gate", "0.7", "--out", str(out)],
+                           "--head", "hidden", "--gate", "0.7", "--guard", "none", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert load_policy(out).head is not None
+    assert load_policy(out).head is not None and load_policy(out).guard == "none"
     return out
 
 
@@ -174,8 +181,12 @@ def test_compare_adds_a_head_column_whose_answers_are_apply_on_the_targets_rows(
     assert again.heads.empty and list(again.results["target"].unique()) == ["local"]
     (note,) = again.head_notes
     assert "local runs" in note and "not the model the head of calibrated other.json was fitted on" in note
-    # so do rows read otherwise than the head's (here: another readout of the same model and prompt version)
-    letters = deployed.pick({**pick.config, "readout": "letters"}, source="letters.json")
+    # so do rows read otherwise than the head's (here: another readout of the same model; the policy and its head
+    # name that readout's prompt, as a valid policy must - a policy naming a prompt its readout does not render,
+    # or a head fitted on another prompt than its policy's, is refused on load)
+    letters_prompt = PROMPT_VERSIONS["letters"]
+    letters = deployed.pick({**pick.config, "readout": "letters", "prompt_version": letters_prompt,
+                             "head": {**pick.config["head"], "prompt_version": letters_prompt}}, source="letters.json")
     (note,) = decide.comparison(store, gid, heads=[letters]).head_notes
     assert "local: its rows were rendered with another readout (option-words + none; the head's rows: letters" in note
 

@@ -98,7 +98,7 @@ def test_the_estimate_counts_every_source_at_its_own_pace(tmp_path):
 def test_the_calibrate_page_estimates_with_the_sources_and_warns_beyond_the_pool(db, monkeypatch, request):
     from streamlit.testing.v1 import AppTest
 
-    from conftest import ROOT
+    from tests.conftest import ROOT
 
     import streamlit as st
 

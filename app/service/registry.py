@@ -376,19 +376,24 @@ def _name(text: str) -> str:
     return text if text.startswith(PREFIX) else model_name(text)
 
 
+def _registered(c: Any, name: str, uri: str, action: str, hint: str = "") -> Any:
+    """The registered model `name`, or a RegistryError: missing (with `hint`), or the tracker failing."""
+    try:
+        return c.get_registered_model(name)
+    except Exception as exc:  # noqa: BLE001
+        if _missing(exc):
+            raise RegistryError(f"no registered model {name} in {uri}{hint}") from None
+        raise _fail(f"{action} {name}", uri, exc) from None
+
+
 def promote(store: Store, name: str, *, version: str | None = None, replay: int | None = None,
             tolerance: float = DEFAULT_TOLERANCE, confirm: bool = False, who: str | None = None) -> Promotion:
     """Move `production` to `version` (default: the candidate). Over an existing production version the shadow
     check runs first; beyond the tolerance (or with nothing to replay) NeedsConfirmation unless `confirm`."""
     name, uri = _name(name), _uri()
     c = _client(uri)
-    try:
-        model = c.get_registered_model(name)
-    except Exception as exc:  # noqa: BLE001
-        if _missing(exc):
-            raise RegistryError(f"no registered model {name} in {uri}: register a calibrated policy first "
-                                "(python -m app registry register --calibrated ID)") from None
-        raise _fail(f"promote {name}", uri, exc) from None
+    model = _registered(c, name, uri, "promote", ": register a calibrated policy first "
+                        "(python -m app registry register --calibrated ID)")
     chosen = version or model.aliases.get(CANDIDATE)
     if chosen is None:
         raise RegistryError(f"{name} has no @{CANDIDATE}: register a calibrated policy, or give --version")
@@ -443,12 +448,7 @@ def rollback(store: Store, name: str, *, who: str | None = None) -> Promotion:
     """Move `production` back to the version it held before the last promotion (the history tag)."""
     name, uri = _name(name), _uri()
     c = _client(uri)
-    try:
-        model = c.get_registered_model(name)
-    except Exception as exc:  # noqa: BLE001
-        if _missing(exc):
-            raise RegistryError(f"no registered model {name} in {uri}") from None
-        raise _fail(f"rollback {name}", uri, exc) from None
+    model = _registered(c, name, uri, "rollback")
     history = _history(model.tags)
     current = model.aliases.get(PRODUCTION)
     if current is None or len(history) < 2:

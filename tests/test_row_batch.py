@@ -61,7 +61,8 @@ def test_head_layout_rows_are_decoded_together_within_the_measured_tolerance(eng
         for k in (0, 1, 3, 4, 5):
             one, many = alone[k], together[k]
             assert many.id == one.id and many.top_option == one.top_option
-            # measured on SmolLM2 (bench.throughput, docs/benchmarks.md): a probability moved by <= 0.02
+            # bench.throughput (docs/benchmarks.md), refund-check, batches of 2 and 4: a probability moved by at most
+            # 0.0019 on SmolLM2, 0.029 on Qwen 0.5B, 0.041 on Qwen 1.5B; the bound is the largest, rounded up
             assert np.abs(np.subtract(one.probabilities, many.probabilities)).max() < 0.05
             gaps = [float(np.abs(many.hidden_state.array() - a.hidden_state.array()).max())
                     for a in alone if a.hidden_state is not None]

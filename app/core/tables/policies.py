@@ -2,14 +2,25 @@
 from them, kept with their provenance."""
 from __future__ import annotations
 
-from typing import Any, Mapping, cast
+from dataclasses import dataclass, field
+from typing import Any, Collection, Mapping, cast
 
-from app.core.records import Calibrated, Policy
+from app.core.records import Calibrated, Policy, Result, Run
 from app.core.tables.base import Connection, _decode, _encode, now
+from app.core.tables.runs import _run
 
 
 class StaleEdit(RuntimeError):
     """An edit based on an older saved version of the same record (or of one deleted since)."""
+
+
+@dataclass(frozen=True)
+class CalibratedReads:
+    """The calibrated policies saved (newest first) and, for the ones asked for, the evaluation run each was
+    calibrated on with its results (the rows a head was fitted on): what `--calibrated` needs, in one trip."""
+    saved: list[Calibrated]
+    runs: dict[int, Run] = field(default_factory=dict)
+    results: dict[int, list[Result]] = field(default_factory=dict)
 
 
 class PolicyTable(Connection):
@@ -68,6 +79,23 @@ class PolicyTable(Connection):
             (row,) = list(db.table("policies").rows_where("id = ?", [pid]))
         return cast(Policy, _decode(row))
 
+    def policy_or_saved(self, ref: str, candidate: Mapping[str, Any] | None) -> tuple[Policy | None, Policy | None]:
+        """A --policy reference in one trip: (the policy saved under `ref`, None) when there is one; else (None,
+        the saved policy with `candidate`'s id), `candidate` (a template or a file's policy, validated) saved first
+        when no policy has that id - read only when it is there, so a read-only file still serves it; (None, None)
+        with neither."""
+        with self.db() as db:
+            rows = list(db.table("policies").rows_where("id = ?", [ref]))
+            if rows or candidate is None:
+                return (cast(Policy, _decode(rows[0])) if rows else None), None
+            rows = list(db.table("policies").rows_where("id = ?", [candidate["id"]]))
+        if rows:
+            return None, cast(Policy, _decode(rows[0]))
+        try:
+            return None, self.save_policy(candidate, expected_version=0)
+        except StaleEdit:  # saved by someone else meanwhile: runs keep their own copy of the policy
+            return None, self.get_policy(candidate["id"])
+
     def delete_policy(self, policy_id: str) -> None:
         with self.db() as db:
             db.table("policies").delete_where("id = ?", [policy_id])
@@ -86,3 +114,20 @@ class PolicyTable(Connection):
     def list_calibrated(self) -> list[Calibrated]:
         with self.db() as db:
             return [cast(Calibrated, _decode(r)) for r in db.table("calibrated_policies").rows_where(order_by="id desc")]
+
+    def calibrated_reads(self, ids: Collection[int], run_ids: Collection[int] = ()) -> CalibratedReads:
+        """Every saved calibrated policy, and the run (with its results) that the ones in `ids` name as their
+        `run_id`, and the runs in `run_ids` (a file's) - one connection."""
+        with self.db() as db:
+            saved = [cast(Calibrated, _decode(r)) for r in db.table("calibrated_policies").rows_where(order_by="id desc")]
+            wanted = {int(r) for r in run_ids} | {int(c["config"]["run_id"]) for c in saved if c["id"] in set(ids)
+                                                   and isinstance((c.get("config") or {}).get("run_id"), int)}
+            runs: dict[int, Run] = {}
+            results: dict[int, list[Result]] = {}
+            for run_id in sorted(wanted):
+                found = list(db.table("runs").rows_where("id = ?", [run_id]))
+                if found:
+                    runs[run_id] = cast(Run, _run(found[0]))
+                    results[run_id] = [cast(Result, _decode(r)) for r in
+                                       db.table("results").rows_where("run_id = ?", [run_id], order_by="position")]
+        return CalibratedReads(saved, runs, results)

@@ -49,6 +49,14 @@ class SetTable(Connection):
             return [cast(LabeledRow, _decode(r))
                     for r in db.table("labeled_rows").rows_where("set_id = ?", [set_id], order_by="position")]
 
+    def labeled_set_rows(self, set_id: int) -> tuple[LabeledSet | None, list[LabeledRow]]:
+        """A stored set and its rows in their order, in one trip ((None, []) when there is no such set)."""
+        with self.db() as db:
+            found = list(db.table("labeled_sets").rows_where("id = ?", [set_id]))
+            rows = [cast(LabeledRow, _decode(r))
+                    for r in db.table("labeled_rows").rows_where("set_id = ?", [set_id], order_by="position")]
+        return (cast(LabeledSet, found[0]) if found else None), rows
+
     def delete_labeled_set(self, set_id: int) -> None:
         with self.write() as db:
             db.table("labeled_rows").delete_where("set_id = ?", [set_id])

@@ -96,8 +96,7 @@ def run_label(args: argparse.Namespace) -> int:
         if base is None or base["policy_id"] not in (None, policy.policy_id):
             raise pools.PoolProblem(f"--labeled-set {args.labeled_set}: not a labeled set of {policy.policy_id!r}")
         cand = pools.candidate(db, policy)
-        run_id = next((r["id"] for r in db.list_runs(kind="pool") if (r.get("config") or {}).get("pool_id") == pool.id),
-                      None)
+        run_id = pools.stored_scores(db, pool, cand, args.target or pools.target_name(cand))
         if run_id is None:
             raise pools.PoolProblem(f"pool #{pool.id} is not scored yet: run `python -m app suggest --policy "
                                     f"{args.policy} --pool {pool.id}` first")
@@ -134,6 +133,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     lb.add_argument("--labels", required=True, help="CSV (id,label) or JSONL ({'id', 'label'}): id = the row's id or "
                     "line-N as `suggest` prints it")
     lb.add_argument("--labeled-set", required=True, type=int, help="the set the labels are added to (a new version)")
+    lb.add_argument("--target", help="the target the pool was scored on (default: where the policy was evaluated)")
     lb.add_argument("--who", default=getpass.getuser(), help="the reviewer stored with every label (default: you)")
     add_db(lb)
     lb.set_defaults(fn=run_label)

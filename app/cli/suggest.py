@@ -52,7 +52,7 @@ def run_stored(args: argparse.Namespace, db: Store, pool_id: int) -> int:
         error(exc)
         return EXIT_USAGE
     cand = pools.candidate(db, policy)
-    t = target(db, args.target or (cand.run["target_name"] if cand.run is not None else "local"))
+    t = target(db, args.target or pools.target_name(cand))
     print(f"{pool.label}: scoring with {cand.describe} on {t.name}", file=sys.stderr)
     b = bar(pool.n_rows, args.quiet)
     try:

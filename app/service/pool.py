@@ -203,17 +203,6 @@ def _row_key(row: pool_rows.PoolRow) -> str:
     return f"line-{row.line}"  # unique in the pool (a file's own ids may repeat)
 
 
-def score_run(store: Store, pool: pool_store.StoredPool, cand: Candidate, target: Target) -> int | None:
-    """The pool run holding this candidate's scores of this pool on this target, newest first."""
-    like = cand.run["id"] if cand.run is not None else None
-    for run in store.list_runs(kind="pool"):
-        cfg = run.get("config") or {}
-        if cfg.get("pool_id") == pool.id and cfg.get("like_run") == like and run["target_name"] == target.name and \
-                (like is not None or run["policy"].get("id") == cand.policy.policy_id):
-            return int(run["id"])
-    return None
-
-
 @dataclass(frozen=True)
 class Scored:
     run_id: int
@@ -235,7 +224,7 @@ def score(store: Store, pool: pool_store.StoredPool, cand: Candidate, target: Ta
     """Every row of the pool scored once by the candidate on `target` and kept (a run of kind 'pool'); a row
     already stored is not scored again."""
     rows = pool_store.rows(store, pool.id)
-    run_id = score_run(store, pool, cand, target)
+    run_id = stored_scores(store, pool, cand, target.name)
     if run_id is None:
         policy = cand.run["policy"] if cand.run is not None else {"id": cand.policy.policy_id, **cand.policy.request_fields()}
         run_id = store.create_run(kind="pool", policy=policy, target=target.describe(), n_rows=len(rows),
@@ -357,3 +346,24 @@ def label_rows(store: Store, ranked: Iterable[Suggested], labels: Mapping[str, s
 
 def list_pools(store: Store, policy_id: str | None = None) -> list[pool_store.StoredPool]:
     return pool_store.pools(store, policy_id)
+
+
+def decision_logs(store: Store, policy_id: str) -> list[tuple[int, str]]:
+    """(run id, a label) of the decision logs of a policy already imported - each can become a pool."""
+    return [(int(r["id"]), f"run #{r['id']} ({r['n_rows']} decisions, {r['created_at']})")
+            for r in store.list_runs(kind="production") if r["policy_id"] == policy_id]
+
+
+def stored_scores(store: Store, pool: pool_store.StoredPool, cand: Candidate, target_name: str) -> int | None:
+    """The pool run already holding this candidate's scores (scored on the candidate's own target), or None."""
+    like = cand.run["id"] if cand.run is not None else None
+    for run in store.list_runs(kind="pool"):
+        cfg = run.get("config") or {}
+        if cfg.get("pool_id") == pool.id and cfg.get("like_run") == like and run["target_name"] == target_name:
+            return int(run["id"])
+    return None
+
+
+def target_name(cand: Candidate) -> str:
+    """Where the candidate was evaluated (its pool is scored there too): the run's target, else the local engine."""
+    return cand.run["target_name"] if cand.run is not None else "local"

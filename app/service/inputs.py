@@ -156,7 +156,7 @@ def _states(ask: Ask, policy: Policy) -> tuple[tuple[Case, ...], list[str]]:
     """A file of states read through the mapping: labels, when given, the policy's options; `limit` evenly spaced."""
     path = Path(str(ask.states))
     data = _read(path, "--states")
-    columns, notes = mapping("--states", str(ask.states), path.name, data, policy, ask.columns, labels_needed=False)
+    columns, notes = mapping("--states", str(ask.states), path.name, data, policy, ask.columns)
     try:
         rows = files.rows_from_upload(path.name, data, [o["id"] for o in policy["options"]], policy["id"],
                                       columns=columns)
@@ -175,8 +175,7 @@ def _read(path: Path, flag: str) -> bytes:
         raise InputsError(flag, f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
-def mapping(flag: str, ref: str, name: str, data: bytes, policy: Policy, given: Columns,
-            labels_needed: bool = True) -> tuple[ColumnMap | None, list[str]]:
+def mapping(flag: str, ref: str, name: str, data: bytes, policy: Policy, given: Columns) -> tuple[ColumnMap | None, list[str]]:
     """The importer's mapping of a file from the command line's flags (app/service/sets.cli_mapping), with the
     lines to print; a column flag that names no column of the file, or a --map-label to no option: InputsError
     naming that flag. A file without a `state` column and no flag: InputsError proposing the flags."""
@@ -195,8 +194,6 @@ def mapping(flag: str, ref: str, name: str, data: bytes, policy: Policy, given: 
                                  labels=dict(given.labels))
     if columns is None and lines:
         raise InputsError(flag, f"{ref}: " + " ".join(lines))
-    if not labels_needed and columns is not None and given.label is None and columns.label not in files.columns(name, data):
-        columns = ColumnMap(columns.state, "label", columns.labels, columns.id)  # states: labels are optional
     return columns, lines
 
 

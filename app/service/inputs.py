@@ -4,7 +4,8 @@ into one typed `Inputs`, with at most one store call per input (tests/test_one_c
 `bench`, `robustness`, `check` and `import-log` ask with an `Ask` and hand the `Inputs` to their action.
 
 Bad input raises InputsError naming the flag and the fix (the commands exit 2); nothing is scored before every
-input is resolved. A labeled-set file is imported on the way (an unchanged file is the set already stored)."""
+input is resolved. A labeled-set file is imported last, once the other inputs are known good (an unchanged file is
+the set already stored); a template or file policy is saved on first use, as before."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -107,6 +108,11 @@ def resolve(store: Store, ask: Ask) -> Inputs:
             policy = resolve_policy(store, ask.policy)
     except ValueError as exc:  # PolicyNotFound (its message names --policy), check's UsageError
         raise InputsError("--policy", str(exc)) from None
+    try:  # what only reads comes first: a bad --calibrated or --target imports no set
+        calibrated = tuple(heads.as_deployed_all(store, list(ask.calibrated)))
+    except ValueError as exc:
+        raise InputsError("--calibrated", str(exc).removeprefix("calibrated: ")) from None
+    targets, sources = _targets(store, ask)
     notes: list[str] = []
     set_id: int | None = None
     cases: tuple[Case, ...] = ()
@@ -118,11 +124,6 @@ def resolve(store: Store, ask: Ask) -> Inputs:
     elif ask.states is not None:
         cases, notes = _states(ask, policy)
         source = str(Path(ask.states))
-    try:
-        calibrated = tuple(heads.as_deployed_all(store, list(ask.calibrated)))
-    except ValueError as exc:
-        raise InputsError("--calibrated", str(exc).removeprefix("calibrated: ")) from None
-    targets, sources = _targets(store, ask)
     return Inputs(policy, set_id, cases, source, calibrated, policy_file, targets, sources, tuple(notes))
 
 

@@ -100,7 +100,7 @@ def run_label(args: argparse.Namespace) -> int:
         if run_id is None:
             raise pools.PoolProblem(f"pool #{pool.id} is not scored yet: run `python -m app suggest --policy "
                                     f"{args.policy} --pool {pool.id}` first")
-        everything = pools.rank_pool(db, pool, cand, int(run_id), k=pool.n_rows, into_set=args.labeled_set)
+        everything = pools.rank_pool(db, pool, cand, run_id, into_set=args.labeled_set, everything=True)
         n = pools.label_rows(db, everything.rows, labels, who=args.who, policy=policy)
         made = review.add_version(db, args.labeled_set, {"id": policy.policy_id})
     except ValueError as exc:

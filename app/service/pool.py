@@ -29,6 +29,7 @@ from adapter.schema import DecisionRequest
 from app.core import pool as pool_rows
 from app.core import pool_store, review, runs
 from app.core import suggest as ranking
+from app.core.pool_store import StoredPool as StoredPool  # the page's type of a pool
 from app.core.records import Run
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.store import Store

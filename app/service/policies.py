@@ -47,7 +47,7 @@ def resolve_policy(store: Store, ref: str) -> PolicyRecord:
             candidate = read_policy_file(Path(ref), what=f"--policy {ref!r}:")
         except PolicyError as exc:
             problem = str(exc)
-    clean: Policy | None = None
+    clean: PolicyRecord | None = None
     if candidate is not None:
         clean, errs = validate_policy(candidate)
         if errs or clean is None:

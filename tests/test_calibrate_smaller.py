@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.core import calibration
 from app.core.inputs import InputError
-from app.service import sets as set_service
+from app.service import queries, sets as set_service
 from app.service.policies import seed_templates
 from app.ui import charts
 from tests.conftest import ROOT
@@ -93,7 +93,7 @@ def test_delete_names_its_dependents_and_does_not_default_to_the_set_in_use(db):
     seed_templates(db)
     policies = {p["id"]: p for p in db.list_policies()}
     set_service.import_shipped(db, policies)
-    sets = {s["name"]: s["id"] for s in set_service.listed(db)}
+    sets = {s["name"]: s["id"] for s in queries.labeled_sets(db)}
     in_use = next(i for n, i in sets.items() if "refund" in n)
     config = json.loads((ROOT / "data" / "policies" / "refund-check.json").read_text())
     cid = db.save_calibrated({"schema_version": "semif-policy/1", "policy_id": "refund-check", "question": config["question"],

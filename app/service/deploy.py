@@ -28,7 +28,7 @@ from app.core import deployed
 from app.core.analysis import warm_latencies
 from app.service.sets import MEASURED_MIN
 from app.core.deploy_records import StoreRecorder, apply_and_record, destroy_and_record, record_planned, record_result
-from app.core.records import AuditEntry, Calibrated, Deployment
+from app.core.records import Calibrated, Deployment
 from app.core.stats import interval_text
 from app.core.store import Store
 from app.service import registry
@@ -212,12 +212,6 @@ def ledger(store: Store, runtime_url: str | None = None) -> StoreRecorder:
 def calibrated(store: Store) -> dict[int, Calibrated]:
     """The saved calibrated policies by id, newest first: what a deployment can ship."""
     return {c["id"]: c for c in store.list_calibrated()}
-
-
-def audit_log(store: Store, deployment_id: str) -> list[AuditEntry]:
-    """What was planned, applied and destroyed for a deployment, and by whom - here so that a page never
-    calls the store."""
-    return store.audit_log(deployment_id)
 
 
 @dataclass(frozen=True)

@@ -110,16 +110,6 @@ def duplicate(store: Store, policy: Policy) -> PolicyRecord:
     return add_copy(store, policy, suffix="copy", label="copy")
 
 
-def saved(store: Store) -> list[PolicyRecord]:
-    """The saved policies (none yet: an empty list) - here so that a page never calls the store."""
-    return store.list_policies()
-
-
-def get(store: Store, policy_id: str) -> PolicyRecord | None:
-    """One saved policy, None when there is none - here so that a page never calls the store."""
-    return store.get_policy(policy_id)
-
-
 def id_taken(new_id: str, editing: str | None, saved_ids: Collection[str], *, via: Literal["form", "json"]
              ) -> dict[str, str]:
     """The editor's error for a save under an id another saved policy has ({} when the id is free, or
@@ -153,5 +143,5 @@ def delete(store: Store, policy_id: str) -> None:
 
 
 __all__ = ["CHOICES", "DEBIAS", "GUARDS", "READOUTS", "EditorChoices", "PolicyNotFound", "StaleEdit", "add_copy", "add_template",
-           "changed_fields", "delete", "duplicate", "get", "id_taken", "parse_policy_json", "policy_json",
-           "resolve_policy", "save", "saved", "seed_templates", "templates", "validate_policy", "version_to_save"]
+           "changed_fields", "delete", "duplicate", "id_taken", "parse_policy_json", "policy_json",
+           "resolve_policy", "save", "seed_templates", "templates", "validate_policy", "version_to_save"]

@@ -41,7 +41,7 @@ EDGES: dict[str, set[str]] = {
     "app.__main__": {"app.cli", "app.core.store", "app.settings", "adapter.env_settings"},  # python -m app
     "app.views": {"app.service", "app.ui"},                        # pages
     "app.cli": {"app.service", "app.ui.charts", "app.core", "app.targets", "app.settings",  # commands
-                "adapter.schema", "adapter.guard", "deploy.cli"},
+                "adapter.schema", "adapter.guard", "adapter.env_settings", "deploy.cli"},
     "app.ui": {"app.service", "app.core", "app.targets", "app.settings", "adapter.env_settings"},  # page helpers
     "app.service": {"app.core", "app.targets", "app.settings", "adapter", "deploy"},  # one function per action
     "app.core": {"app.targets", "app.settings", "adapter", "deploy"},  # the rules: scoring, gating, runs, checks
@@ -63,6 +63,7 @@ DATA = ("app.core.records", "app.core.store", "app.targets.base", "app.targets.e
         # a function that scores or gates (a page imports a record type here instead of through a forwarder)
         "app.core.store.Store", "app.core.records.Policy", "app.core.records.Run", "app.core.records.Result",
         "app.core.run_calibration.Calibration", "app.core.run_calibration.TooFewRows", "app.core.run_calibration.version_label",
+        "app.core.calibration.RiskCoverage", "app.core.run_calibration.Readout",
         "app.core.runs.EXAMPLE_SOURCES", "app.core.runs.HEAD_VARIANT", "app.core.runs.VARIANTS",
         "app.core.runs.Variant", "app.core.runner.Case", "app.core.labeled.Support",
         "app.core.robustness.report.HeadReport", "app.core.robustness.report.NoneEntry",

@@ -36,7 +36,7 @@ class PolicyNotFound(ValueError):
     """A --policy reference that is no saved policy, template or readable policy file."""
 
 
-def resolve_policy(store: Store, ref: str) -> Policy:
+def resolve_policy(store: Store, ref: str) -> PolicyRecord:
     """A policy id in the store, a shipped template id, or a JSON file - validated; a template or
     file policy not yet in the store is saved (runs keep their own copy either way). One store trip
     (Store.policy_or_saved): the template or file is read first, used only when no policy is saved as `ref`."""
@@ -47,7 +47,7 @@ def resolve_policy(store: Store, ref: str) -> Policy:
             candidate = read_policy_file(Path(ref), what=f"--policy {ref!r}:")
         except PolicyError as exc:
             problem = str(exc)
-    clean: Policy | None = None
+    clean: PolicyRecord | None = None
     if candidate is not None:
         clean, errs = validate_policy(candidate)
         if errs or clean is None:

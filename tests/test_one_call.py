@@ -226,3 +226,18 @@ def test_calibrated_references_read_once_give_what_one_by_one_gave(db, tmp_path)
     assert saved.fitted == from_file.fitted == one_by_one and len(one_by_one) == 1
     with pytest.raises(ValueError, match=r"no saved calibrated policy #7; saved: #1"):
         heads.as_deployed_all(store, ["1", "7"])
+
+
+def test_the_commands_resolve_their_inputs_only_through_the_one_service_call():
+    """No command assembles an input by itself any more: calibrate, bench, robustness and import-log call
+    common.resolve (app/service/inputs.resolve) and check calls ci_check.resolve - never the per-input helpers."""
+    import ast
+
+    per_input = {"resolve_policy", "resolve_set", "as_deployed", "as_deployed_all", "target", "by_name",
+                 "states_from_upload", "set_states", "cli_mapping", "local_names"}
+    for name in ("bench", "robustness", "calibrate", "import_log", "check"):
+        tree = ast.parse((ROOT / "app" / "cli" / f"{name}.py").read_text())
+        called = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+                  for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        assert not called & per_input, f"app/cli/{name}.py assembles {sorted(called & per_input)} itself"
+        assert "resolve" in called, f"app/cli/{name}.py does not resolve its inputs in one call"

@@ -71,7 +71,6 @@ ALLOWED: dict[str, str] = {
     "app.service.deploy.Planned.to_state": "TODO(deploy): the Deploy page's plain-data copy of a plan between reruns",
     "app.service.deploy.apply": "TODO(deploy): deploy.executor's outcome, passed through",
     "app.service.deploy.destroy": "TODO(deploy): deploy.executor's steps done, passed through",
-    "app.service.policies.resolve_policy": "TODO(34): a validated policy, saved or as given (a record or a template)",
     # the exported policy file and its parts (adapter.policy validates it; docs/policy-format.md)
     "app.core.calibration.Gate.to_dict": "file: the exported policy's metrics.gate_selection",
     "app.core.calibration.Correction.to_dict": "file: the exported policy's metrics.correction.candidates",

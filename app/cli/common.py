@@ -14,7 +14,9 @@ from adapter.schema import id_problem
 
 from app.targets.engines import EnginePool
 from app.core.store import Store
+from app.service import inputs
 from app.service import targets as target_service
+from app.service.inputs import Ask, Columns, Inputs
 from app.targets.base import Target
 
 from app.cli.exit_codes import EXIT_BUSY as EXIT_BUSY
@@ -38,6 +40,32 @@ def target(db: Store, name: str, pool: EnginePool | None = None) -> Target:
         return target_service.by_name(db, name, pool or EnginePool())  # one model load for the whole command
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
+
+
+def resolve(db: Store, ask: Ask) -> Inputs:
+    """The command's inputs in one service call (app/service/inputs.py); the importer's mapping as read is
+    printed to stderr; a bad input: UsageProblem naming its flag (exit 2), before anything is scored."""
+    try:
+        given = inputs.resolve(db, ask)
+    except inputs.InputsError as exc:
+        raise UsageProblem(str(exc)) from None
+    for line in given.notes:
+        print(line, file=sys.stderr)
+    return given
+
+
+def add_mapping(p: Any, flag: str) -> None:
+    """The importer's mapping flags of a file argument (`flag`), as on the Calibrate page's import."""
+    for what in ("state", "label", "id"):
+        p.add_argument(f"--{what}-column", help=f"the {flag} file's {what} column (default: `{what}`, else the "
+                                                 "importer's proposal: the longest free-text column is the state)")
+    p.add_argument("--map-label", action="append", type=label_pair, metavar="VALUE=OPTION",
+                   help=f"read the {flag} file's label VALUE as the policy's option OPTION; repeat (default: values "
+                        "that match an option once case, spaces and dashes are set aside)")
+
+
+def columns(args: argparse.Namespace) -> Columns:
+    return Columns(args.state_column, args.label_column, args.id_column, tuple(args.map_label or ()))
 
 
 # -- argument types: every argument is checked when it is parsed, before any scoring ------------------
@@ -71,6 +99,14 @@ def count(text: str) -> int:
     if not text.strip().isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
     return int(text)
+
+
+def label_pair(text: str) -> tuple[str, str]:
+    """--map-label VALUE=OPTION: a label value of the file and the option id it is read as."""
+    value, sep, option = text.partition("=")
+    if not sep or not value.strip() or not option.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: give VALUE=OPTION, e.g. 'Feature Request=feature_request'")
+    return value.strip(), option.strip()
 
 
 def option_id(text: str) -> str:

@@ -38,25 +38,29 @@ class PolicyNotFound(ValueError):
 
 def resolve_policy(store: Store, ref: str) -> Policy:
     """A policy id in the store, a shipped template id, or a JSON file - validated; a template or
-    file policy not yet in the store is saved (runs keep their own copy either way)."""
-    found = store.get_policy(ref) or templates().get(ref)
-    if found is None and Path(ref).is_file():
+    file policy not yet in the store is saved (runs keep their own copy either way). One store trip
+    (Store.policy_or_saved): the template or file is read first, used only when no policy is saved as `ref`."""
+    candidate: Policy | None = templates().get(ref)
+    problem: str | None = None
+    if candidate is None and Path(ref).is_file():
         try:  # the adapter's reader: size before parsing, UTF-8, depth, NaN refused
-            found = read_policy_file(Path(ref), what=f"--policy {ref!r}:")
+            candidate = read_policy_file(Path(ref), what=f"--policy {ref!r}:")
         except PolicyError as exc:
-            raise PolicyNotFound(str(exc)) from None
-    if found is None:
-        raise PolicyNotFound(f"--policy {ref!r}: not a saved policy, a template ({', '.join(templates())}) or a "
-                             "JSON file")
-    clean, errs = validate_policy(found)
-    if errs or clean is None:
-        raise PolicyNotFound(f"--policy {ref!r} is invalid: " + "; ".join(f"{k}: {v}" for k, v in errs.items()))
-    if store.get_policy(clean["id"]) is None:
-        try:
-            store.save_policy(clean, expected_version=0)
-        except StaleEdit:  # saved by someone else meanwhile: runs keep their own copy of the policy
-            pass
-    saved = store.get_policy(clean["id"])
+            problem = str(exc)
+    clean: Policy | None = None
+    if candidate is not None:
+        clean, errs = validate_policy(candidate)
+        if errs or clean is None:
+            problem, clean = f"--policy {ref!r} is invalid: " + "; ".join(f"{k}: {v}" for k, v in errs.items()), None
+    stored, saved = store.policy_or_saved(ref, clean)
+    if stored is not None:  # a saved policy wins over a template or file of the same name
+        clean, errs = validate_policy(stored)
+        if errs or clean is None:
+            raise PolicyNotFound(f"--policy {ref!r} is invalid: " + "; ".join(f"{k}: {v}" for k, v in errs.items()))
+        saved = stored
+    if clean is None:
+        raise PolicyNotFound(problem or f"--policy {ref!r}: not a saved policy, a template ({', '.join(templates())}) "
+                             "or a JSON file")
     if saved is not None and saved.get("version") is not None and all(
             saved.get(k) == clean.get(k) for k in ("question", "options", "examples", "readout", "debias", "guard")):
         clean = {**clean, "version": saved["version"]}  # the saved version it is: a run records what it measured

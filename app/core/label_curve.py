@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -36,6 +37,17 @@ class Point:
     high: float
 
 
+class LabelCurveJSON(TypedDict):
+    """metrics.label_curve in an exported file (LabelCurve.to_dict), read by key by whoever opens the file."""
+    method: str
+    points: list[dict[str, float]]
+    more: list[dict[str, float | None]]
+    accuracy_interval_95: list[float] | None
+    target: float | None
+    coverage_now: float | None
+    note: str
+
+
 @dataclass(frozen=True)
 class More:
     rows: int  # labeled rows added
@@ -53,7 +65,7 @@ class LabelCurve:
     target: float | None = None
     coverage_now: float | None = None  # the gate's out-of-fold coverage today (None: no gate)
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> LabelCurveJSON:
         """The curve as the exported file's metrics.label_curve carries it."""
         return {"method": self.method, "points": [asdict(p) for p in self.points],
                 "more": [asdict(m) for m in self.more], "accuracy_interval_95": list(self.interval) if self.interval

@@ -46,9 +46,9 @@ from functools import partial
 from typing import Literal
 
 import numpy as np
+from scipy.optimize import minimize
 from scipy.stats import beta
 from sklearn.decomposition import PCA
-from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from app.core import calibration, label_issues, suggest
@@ -58,6 +58,7 @@ from bench.report import publish
 BATCH = 4  # labels per batch; every curve is measured after every batch (2, 6, 10, ... labels, then the pool)
 HELD_OUT = 0.4
 SHOWN = (10, 26, 50, 82)  # the budgets the table shows accuracy at (points of the grid)
+C_HEAD = 1.0  # the head's inverse regularisation strength (scikit-learn's C)
 BOOT = 1000  # bootstrap resamples of the seeds for the ratio's interval
 
 
@@ -67,16 +68,38 @@ def features(X: np.ndarray, dims: int = 32) -> np.ndarray:
 
 
 def fit_predict(Z_tr: np.ndarray, y_tr: np.ndarray, Z_te: np.ndarray, k: int) -> np.ndarray:
-    """(len(Z_te), k) probabilities of a head fitted on the labeled rows (options never labeled: 0)."""
+    """(len(Z_te), k) probabilities of a head fitted on the labeled rows (options never labeled: 0).
+
+    The head: multinomial L2 logistic regression with scikit-learn's objective for C = 1 (mean cross-entropy +
+    ||W||² / (2 C n), intercept unpenalised) and its stopping rule (L-BFGS, gradient tolerance 1e-4), solved
+    with scipy directly: scikit-learn's own per-iteration checks took two thirds of this benchmark's time."""
     classes = np.unique(y_tr)
     P = np.zeros((len(Z_te), k))
     if len(classes) == 1:
         P[:, classes[0]] = 1.0
         return P
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m = LogisticRegression(C=1.0, max_iter=500).fit(Z_tr, y_tr)
-    P[:, m.classes_] = m.predict_proba(Z_te)
+    n, d = Z_tr.shape
+    m = len(classes)
+    Y = (y_tr[:, None] == classes[None, :]).astype(float)
+    A = np.hstack([Z_tr, np.ones((n, 1))])
+
+    def loss_grad(w: np.ndarray) -> tuple[float, np.ndarray]:
+        W = w.reshape(d + 1, m)
+        S = A @ W
+        S -= S.max(axis=1, keepdims=True)
+        E = np.exp(S)
+        norm = E.sum(axis=1, keepdims=True)
+        loss = float(-(Y * (S - np.log(norm))).sum()) / n + float((W[:-1] ** 2).sum()) / (2 * C_HEAD * n)
+        G = A.T @ (E / norm - Y) / n
+        G[:-1] += W[:-1] / (C_HEAD * n)
+        return loss, G.ravel()
+
+    w = minimize(loss_grad, np.zeros((d + 1) * m), jac=True, method="L-BFGS-B",
+                 options={"maxiter": 500, "gtol": 1e-4, "maxls": 50}).x.reshape(d + 1, m)
+    S = np.hstack([Z_te, np.ones((len(Z_te), 1))]) @ w
+    S -= S.max(axis=1, keepdims=True)
+    E = np.exp(S)
+    P[:, classes] = E / E.sum(axis=1, keepdims=True)
     return P
 
 

@@ -9,8 +9,12 @@ import numpy as np
 import pytest
 from scipy.stats import beta
 
+from streamlit.testing.v1 import AppTest
+
 from app.core import label_curve as lc
-from tests.conftest import calibrate_cli
+from app.ui.keys import CALIBRATE
+from app.ui.safe_text import md
+from tests.conftest import ROOT, calibrate_cli
 
 
 def bound(k: int, m: int) -> float:
@@ -41,8 +45,8 @@ def test_more_rows_tighten_the_bound_until_a_gate_decides():
     assert (lc.coverage_with(conf, correct, 400, 0.9) or 0) > 0.75
 
 
-def test_the_command_line_and_the_file_say_what_more_labels_buy(tmp_path):
-    _, out, stdout = calibrate_cli(tmp_path, "ticket-routing", 24, "--head", "none", "--learning-curve")
+def test_the_command_line_the_page_and_the_file_say_what_more_labels_buy(tmp_path, monkeypatch):
+    db, out, stdout = calibrate_cli(tmp_path, "ticket-routing", 24, "--head", "none", "--learning-curve")
     metrics = json.loads(out.read_text())["metrics"]
     curve = metrics["label_curve"]
     assert [p["share"] for p in curve["points"]] == [0.5, 0.75, 1.0] and curve["points"][-1]["rows"] == 24
@@ -60,3 +64,17 @@ def test_the_command_line_and_the_file_say_what_more_labels_buy(tmp_path):
         said = (f"a gate deciding about {m['coverage']:.0%} of rows" if m["coverage"] is not None
                 else "still no gate at 90%")
         assert f"{m['rows']} more: about {m['accuracy']:.0%} accuracy, {said}" in printed
+    # the page, on the same run: the panel's table of N more, its sentence, and the export carrying both
+    monkeypatch.setenv("SEMIF_DB", str(db))
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=300)
+    at.run()
+    at.switch_page("views/calibrate.py").run()
+    at.selectbox(key="cal_policy").select("ticket-routing").run()
+    at.checkbox(key=CALIBRATE("curve")).check().run()
+    assert not at.exception, at.exception
+    shown = [json.loads(j.value) for j in at.json if "label_curve" in j.value]
+    assert shown, "the page's export carries metrics.label_curve once the panel is shown"
+    page_curve = shown[0]["metrics"]["label_curve"]
+    assert any(md(page_curve["note"]) in c.value for c in at.caption)  # the caption is the escaped sentence
+    (more,) = [d.value for d in at.dataframe if "more labeled rows" in d.value.columns]
+    assert list(more["more labeled rows"]) == [m["rows"] for m in page_curve["more"]]

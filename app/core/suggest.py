@@ -37,6 +37,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 DIMS = 32  # principal components a wide state vector is reduced to
+FIT_ROWS = 5000  # the standardisation and PCA of a wide state are fitted on at most this many rows
 NEIGHBOURS = 20  # typicality: inverse mean distance to this many nearest neighbours (TypiClust's choice)
 
 
@@ -59,11 +60,14 @@ def vectors(X: np.ndarray, labeled: np.ndarray | None = None) -> tuple[np.ndarra
     from sklearn.decomposition import PCA
     from sklearn.preprocessing import StandardScaler
 
-    A = np.asarray(X, float)
+    A = np.asarray(X)
     m = 0 if labeled is None else len(labeled)
-    both = A if labeled is None or m == 0 else np.vstack([A, np.asarray(labeled, float)])
-    if both.shape[1] > DIMS and len(both) > DIMS:
-        Z = PCA(n_components=DIMS, random_state=0).fit_transform(StandardScaler().fit_transform(both))
+    both = A if labeled is None or m == 0 else np.vstack([A, np.asarray(labeled, A.dtype)])
+    if both.shape[1] > DIMS and len(both) > DIMS:  # fitted on at most FIT_ROWS rows (a big pool: a random sample)
+        fit = both if len(both) <= FIT_ROWS else both[np.random.default_rng(0).choice(len(both), FIT_ROWS, replace=False)]
+        scaler = StandardScaler().fit(fit)
+        pca = PCA(n_components=DIMS, random_state=0).fit(scaler.transform(fit))
+        Z = np.vstack([pca.transform(scaler.transform(both[i:i + FIT_ROWS])) for i in range(0, len(both), FIT_ROWS)])
     else:
         Z = both - both.mean(axis=0)
     Z = np.asarray(Z, float)
@@ -71,15 +75,16 @@ def vectors(X: np.ndarray, labeled: np.ndarray | None = None) -> tuple[np.ndarra
 
 
 def typicality(Z: np.ndarray) -> np.ndarray:
-    """Inverse mean Euclidean distance to each row's nearest neighbours among Z (a lone row: 0)."""
+    """Inverse mean Euclidean distance to each row's nearest neighbours among Z (a lone row: 0). Neighbours are
+    found by scikit-learn in bounded memory (a cluster of a 50,000-row pool never makes an n x n matrix)."""
+    from sklearn.neighbors import NearestNeighbors
+
     n = len(Z)
     if n < 2:
         return np.zeros(n)
-    sq = np.sum(Z * Z, axis=1)
-    D = np.sqrt(np.maximum(sq[:, None] + sq[None, :] - 2 * Z @ Z.T, 0.0))
-    np.fill_diagonal(D, np.inf)
-    near = np.sort(D, axis=1)[:, : min(NEIGHBOURS, n - 1)]
-    return np.asarray(1.0 / np.maximum(near.mean(axis=1), 1e-12))
+    K = min(NEIGHBOURS, n - 1)
+    dist, _ = NearestNeighbors(n_neighbors=K + 1).fit(Z).kneighbors(Z)
+    return np.asarray(1.0 / np.maximum(dist[:, 1:].mean(axis=1), 1e-12))  # column 0: the row itself
 
 
 def representative(Z: np.ndarray, k: int, labeled: np.ndarray | None = None, seed: int = 0) -> list[int]:

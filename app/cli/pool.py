@@ -14,20 +14,17 @@ import getpass
 import json
 import sys
 
-from app.cli.common import EXIT_USAGE, UsageProblem, add_db, error, store
+from app.cli.common import EXIT_USAGE, UsageProblem, add_db, error, resolve, store
 from app.core.store import Store
 from app.service import pool as pools
 from app.service import review
 from app.service import suggest as sg
-from app.service.policies import resolve_policy
+from app.service.inputs import Ask
 
 
 def run_import(args: argparse.Namespace) -> int:
     db = store(args)
-    try:
-        policy = resolve_policy(db, args.policy)
-    except ValueError as exc:
-        raise UsageProblem(str(exc)) from None
+    policy = resolve(db, Ask(policy=args.policy)).policy  # a bad --policy: exit 2 naming it
     try:
         got = (pools.import_log(db, policy, args.log_run, into_set=args.labeled_set) if args.log_run is not None else
                pools.import_file(db, policy, args.file, into_set=args.labeled_set, name=args.name or ""))
@@ -100,7 +97,7 @@ def run_label(args: argparse.Namespace) -> int:
         if run_id is None:
             raise pools.PoolProblem(f"pool #{pool.id} is not scored yet: run `python -m app suggest --policy "
                                     f"{args.policy} --pool {pool.id}` first")
-        everything = pools.rank_pool(db, pool, cand, int(run_id), k=pool.n_rows, into_set=args.labeled_set)
+        everything = pools.rank_pool(db, pool, cand, run_id, into_set=args.labeled_set, everything=True)
         n = pools.label_rows(db, everything.rows, labels, who=args.who, policy=policy)
         made = review.add_version(db, args.labeled_set, {"id": policy.policy_id})
     except ValueError as exc:

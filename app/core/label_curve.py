@@ -78,7 +78,7 @@ def coverage_with(conf: np.ndarray, correct: np.ndarray, rows: int, target: floa
     clears `target` when `rows` labeled rows are decided as these were (today's risk-coverage curve scaled
     to `rows`); None when no gate would."""
     curve = calibration.risk_coverage(conf, correct)
-    thr, cov, acc = (np.asarray(curve[key], float) for key in ("threshold", "coverage", "accuracy"))
+    thr, cov, acc = (np.asarray(v, float) for v in (curve.threshold, curve.coverage, curve.accuracy))
     best: float | None = None
     for i in range(len(thr)):
         if (i + 1 < len(thr) and thr[i + 1] == thr[i]) or acc[i] <= target:
@@ -175,8 +175,8 @@ def label_curve(cal: Calibration, *, repeats: int = 3, seed: int = 0) -> LabelCu
                  "rows may not change the measured figure beyond noise." if abs(gain) < half else
                  ": the change is a guess from three points, not a promise.")
     if not gate.reachable and gate.reach is not None:
-        text += (f" The gate: about {gate.reach['more']} more rows at the accuracy measured would make "
-                 f"{target:.0%} reachable, deciding about {gate.reach['coverage']:.0%} of rows.")
+        text += (f" The gate: about {gate.reach.more} more rows at the accuracy measured would make "
+                 f"{target:.0%} reachable, deciding about {gate.reach.coverage:.0%} of rows.")
     elif gate.reachable:
         text += f" The gate is reachable now: it decides {(gate.coverage or 0):.0%} of rows out of fold."
     return LabelCurve(name, tuple(points), tuple(more), text, interval, target, coverage_now)

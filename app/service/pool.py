@@ -29,6 +29,7 @@ from adapter.schema import DecisionRequest
 from app.core import pool as pool_rows
 from app.core import pool_store, review, runs
 from app.core import suggest as ranking
+from app.core.pool_store import StoredPool as StoredPool  # the page's type of a pool
 from app.core.records import Run
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.store import Store
@@ -267,11 +268,14 @@ class Ranking:
     moved: int  # pool rows already labeled (in the set or pending)
     reused: int  # stored scores read for this ranking
     failed: list[str]
+    short: bool = False  # fewer than k: every other open row is a near-duplicate of one picked
+
 
     @property
     def text(self) -> str:
         return (f"{len(self.rows)} of {self.open} open pool rows to label next ({self.moved} already labeled and moved "
-                f"to the set); ranked from {self.reused} stored scores, no model call")
+                f"to the set); ranked from {self.reused} stored scores, no model call"
+                + ("; the other open rows are near-duplicates of these (label these first)" if self.short else ""))
 
 
 def label_counts(store: Store, option_ids: list[str], policy_id: str, set_id: int | None) -> list[int]:
@@ -282,9 +286,10 @@ def label_counts(store: Store, option_ids: list[str], policy_id: str, set_id: in
 
 
 def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id: int, *, k: int = 20,
-              into_set: int | None = None) -> Ranking:
+              into_set: int | None = None, everything: bool = False) -> Ranking:
     """The next k open rows to label, from the stored scores of `run_id` (no model call): the candidate's
-    probabilities (its head or correction on the stored reading), ranked by app/core/suggest.rank."""
+    probabilities (its head or correction on the stored reading), ranked by app/core/suggest.rank.
+    `everything`: every open scored row, unranked, in file order (what a label file may name)."""
     known = known_states(store, pool.policy_id, into_set)
     stored = {r["row_key"]: r for r in store.results(run_id) if not r["error"] and r.get("probabilities")}
     P, X, kept, failed, moved = [], [], [], [], 0
@@ -304,17 +309,24 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
             failed.append(f"line {row.line}: the policy cannot read its stored score ({exc})")
             continue
         X.append(hidden)
-        kept.append((row, res))
+        kept.append(row)
     ids = [o.id for o in cand.policy.options]
     if not kept:
         return Ranking([], 0, moved, 0, failed)
     Pm = np.array(P)
-    Xm = np.array(X) if all(x is not None for x in X) else None
-    order = ranking.rank(Pm, k=k, X=Xm, counts=label_counts(store, ids, pool.policy_id, into_set))
     m = ranking.margins(Pm)
-    rows = [Suggested(i + 1, kept[j][0].line, kept[j][0].id, _row_key(kept[j][0]), kept[j][0].state,
-                      ids[int(Pm[j].argmax())], float(m[j]), run_id) for i, j in enumerate(order)]
-    return Ranking(rows, len(kept), moved, len(kept), failed)
+    if everything:
+        order = list(range(len(kept)))
+    else:
+        Xm = np.array(X) if all(x is not None for x in X) else None
+        if Xm is not None:  # standardised, as bench.labels' states are (before its PCA): raw hidden states share one
+            # large direction, so every pair would read as a near-duplicate (cosine >= 0.98) and a batch stop short
+            Xm = (Xm - Xm.mean(axis=0)) / np.maximum(Xm.std(axis=0), 1e-6)
+        order = ranking.rank(Pm, k=k, X=Xm, counts=label_counts(store, ids, pool.policy_id, into_set))
+    short = not everything and len(order) < min(k, len(kept))
+    rows = [Suggested(i + 1, kept[j].line, kept[j].id, _row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
+                      float(m[j]), run_id) for i, j in enumerate(order)]
+    return Ranking(rows, len(kept), moved, len(kept), failed, short)
 
 
 def label(store: Store, row: Suggested, option_id: str, *, who: str, policy: CalibratedPolicy, note: str = "") -> int:

@@ -8,7 +8,6 @@ from typing import Any, Mapping
 
 import streamlit as st
 
-from app.core.pool_store import StoredPool
 from app.core.store import Store
 from app.service import pool as pools
 from app.ui import resources
@@ -86,7 +85,7 @@ def import_pool(db: Store, policy: Mapping[str, Any], sid: int) -> None:
                 c2.error(md(exc))
 
 
-def score(db: Store, pool: StoredPool, cand: pools.Candidate, where: str) -> int | None:
+def score(db: Store, pool: pools.StoredPool, cand: pools.Candidate, where: str) -> int | None:
     targets = resources.chosen_targets(db, [where])
     if not targets:
         return None

@@ -3,7 +3,7 @@ evaluated on a 12-row seed set and saved (the command line's calibration, as the
 Review a pool file uploaded through the real uploader (its bad rows named), scored once with the saved
 policy, the two rows ranked first labeled and added as a new set version; on Calibrate the new version is
 evaluated with every row copied from stored scores (0 evaluated), saved, and Deploy plans it. The shipped
-135M model keeps it CI-sized; the 300-state walkthrough was run by hand (docs/pool.md)."""
+135M model keeps it CI-sized; the 300-state walkthrough was run by hand (docs/review.md, "A pool of unlabeled states")."""
 from __future__ import annotations
 
 import json

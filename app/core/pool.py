@@ -42,8 +42,11 @@ def _records(fh: TextIO, name: str, state: str = "state") -> Iterator[tuple[int,
         if not reader.fieldnames or state not in reader.fieldnames:
             yield 1, f"no {state!r} column; found {reader.fieldnames or []}"
             return
-        for n, row in enumerate(reader, 2):
-            yield n, dict(row)
+        try:
+            for row in reader:
+                yield reader.line_num, dict(row)
+        except csv.Error as exc:  # a field past csv's size limit: reading stops there, and says so
+            yield reader.line_num + 1, f"not readable as CSV ({exc}) - nothing from here on was read"
         return
     for n, line in enumerate(fh, 1):
         if not line.strip():

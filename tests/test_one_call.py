@@ -115,3 +115,74 @@ def test_bench_assembles_its_inputs_with_one_store_call_per_input(monkeypatch, d
     given = args[1]  # decide.bench(store, inputs): the resolved Inputs
     assert len(given.cases) == 2 and len(given.targets) == 2 and len(given.calibrated) == 2
     assert all(p.fitted for p in given.calibrated)
+
+
+# -- the importer's mapping flags on bench and robustness (issue 43 item 2's remainder), through the resolver --
+TRIAGE = ("issue_id,issue_text,team\n"
+          "GH-1042,The export button crashes the app when the file name has a space in it,bug\n"
+          "GH-1043,Could you add a dark mode to the settings page please,FR\n"
+          "GH-1044,How do I change the language of the interface to German?,question\n"
+          "GH-1045,Saving a draft loses the attachments every single time,bug\n").encode()
+TRIAGE_POLICY = {"id": "triage", "name": "GitHub issue triage", "question": "What kind of GitHub issue is this?",
+                 "options": [{"id": o, "description": o.replace("_", " ")} for o in ("bug", "feature_request", "question")]}
+
+
+@pytest.fixture
+def triage(tmp_path: Path) -> dict[str, str]:
+    import json
+
+    (tmp_path / "p.json").write_text(json.dumps(TRIAGE_POLICY))
+    (tmp_path / "issues.csv").write_bytes(TRIAGE)
+    return {"policy": str(tmp_path / "p.json"), "file": str(tmp_path / "issues.csv"), "db": str(tmp_path / "t.db")}
+
+
+def test_bench_reads_states_through_the_mapping_flags(monkeypatch, triage, capsys):
+    _, (args, _) = assemble(monkeypatch, [
+        "bench", "--policy", triage["policy"], "--states", triage["file"], "--state-column", "issue_text",
+        "--id-column", "issue_id", "--label-column", "team", "--map-label", "FR=feature_request",
+        "--target", "local", "--db", triage["db"]], (decide, "bench"))
+    given = args[1]
+    assert [(c.key, c.label) for c in given.cases] == [("GH-1042", "bug"), ("GH-1043", "feature_request"),
+                                                       ("GH-1044", "question"), ("GH-1045", "bug")]
+    assert given.cases[0].state.startswith("The export button")
+    assert "'FR' -> feature_request" in capsys.readouterr().err  # the mapping as read, printed
+
+
+def test_robustness_imports_a_labeled_set_through_the_mapping_flags(monkeypatch, triage):
+    _, (args, _) = assemble(monkeypatch, [
+        "robustness", "--policy", triage["policy"], "--labeled-set", triage["file"], "--state-column", "issue_text",
+        "--map-label", "FR=feature_request", "--target", "local", "--db", triage["db"]], (checks, "robustness_check"))
+    spec = args[1]
+    assert [c.key for c in spec.cases] == ["GH-1042", "GH-1043", "GH-1044", "GH-1045"]  # the id column proposed
+    assert spec.cases[1].label == "feature_request" and spec.source == f"labeled set {triage['file']}"
+    assert Store(triage["db"]).list_labeled_sets()[0]["n_rows"] == 4
+
+
+@pytest.mark.parametrize("command, extra, named", [
+    ("bench", [], "--state-column issue_text"),  # no `state` column, no flag: the flags proposed
+    ("robustness", [], "--state-column issue_text"),
+    ("bench", ["--state-column", "body"], "--state-column 'body': "),
+    ("robustness", ["--label-column", "kind"], "--label-column 'kind': "),
+    ("bench", ["--state-column", "issue_text", "--map-label", "FR=feature"], "--map-label FR=feature: 'feature' is not"),
+    ("bench", ["--state-column", "issue_text", "--map-label", "FR=feature_request", "--target", "nowhere"],
+     "--target 'nowhere': no such target"),
+])
+def test_a_bad_mapping_or_input_exits_2_naming_the_flag_before_anything_runs(monkeypatch, triage, capsys,
+                                                                             command, extra, named):
+    monkeypatch.setattr(decide, "bench", lambda *a, **k: pytest.fail("scored"))
+    monkeypatch.setattr(checks, "robustness_check", lambda *a, **k: pytest.fail("scored"))
+    source = "--states" if command == "bench" else "--labeled-set"
+    targets = [] if "--target" in extra else ["--target", "local"]
+    code = main([command, "--policy", triage["policy"], source, triage["file"], *extra, *targets, "--db", triage["db"]])
+    err = capsys.readouterr().err
+    assert code == 2 and named in err, err
+    assert not Store(triage["db"]).list_labeled_sets()  # nothing imported
+
+
+def test_mapping_flags_need_a_file_and_a_pair(monkeypatch, triage, db, capsys):
+    code = main(["robustness", "--policy", "refund-check", "--labeled-set", "1", "--state-column", "text",
+                 "--db", str(db)])
+    assert code == 2 and "--labeled-set '1' is no file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--policy", "refund-check", "--states", triage["file"], "--map-label", "FR", "--target", "local"])
+    assert exit_.value.code == 2 and "give VALUE=OPTION" in capsys.readouterr().err

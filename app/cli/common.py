@@ -3,13 +3,13 @@ a progress bar on stderr. Commands only parse arguments, call app/service and pr
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from adapter.env_settings import finite
 from adapter.schema import id_problem
 
 from app.targets.engines import EnginePool
@@ -69,19 +69,9 @@ def columns(args: argparse.Namespace) -> Columns:
 
 
 # -- argument types: every argument is checked when it is parsed, before any scoring ------------------
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
-
-
 def rate(text: str) -> float:
     """A rate or probability in [0, 1] (NaN and Infinity refused as not numbers)."""
-    value = _number(text)
+    value = finite(text)
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1: give a rate, e.g. 0.8 for 80%")
     return value

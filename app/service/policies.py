@@ -36,7 +36,7 @@ class PolicyNotFound(ValueError):
     """A --policy reference that is no saved policy, template or readable policy file."""
 
 
-def resolve_policy(store: Store, ref: str) -> Policy:
+def resolve_policy(store: Store, ref: str) -> PolicyRecord:
     """A policy id in the store, a shipped template id, or a JSON file - validated; a template or
     file policy not yet in the store is saved (runs keep their own copy either way). One store trip
     (Store.policy_or_saved): the template or file is read first, used only when no policy is saved as `ref`."""
@@ -47,7 +47,7 @@ def resolve_policy(store: Store, ref: str) -> Policy:
             candidate = read_policy_file(Path(ref), what=f"--policy {ref!r}:")
         except PolicyError as exc:
             problem = str(exc)
-    clean: Policy | None = None
+    clean: PolicyRecord | None = None
     if candidate is not None:
         clean, errs = validate_policy(candidate)
         if errs or clean is None:
@@ -110,16 +110,6 @@ def duplicate(store: Store, policy: Policy) -> PolicyRecord:
     return add_copy(store, policy, suffix="copy", label="copy")
 
 
-def saved(store: Store) -> list[PolicyRecord]:
-    """The saved policies (none yet: an empty list) - here so that a page never calls the store."""
-    return store.list_policies()
-
-
-def get(store: Store, policy_id: str) -> PolicyRecord | None:
-    """One saved policy, None when there is none - here so that a page never calls the store."""
-    return store.get_policy(policy_id)
-
-
 def id_taken(new_id: str, editing: str | None, saved_ids: Collection[str], *, via: Literal["form", "json"]
              ) -> dict[str, str]:
     """The editor's error for a save under an id another saved policy has ({} when the id is free, or
@@ -153,5 +143,5 @@ def delete(store: Store, policy_id: str) -> None:
 
 
 __all__ = ["CHOICES", "DEBIAS", "GUARDS", "READOUTS", "EditorChoices", "PolicyNotFound", "StaleEdit", "add_copy", "add_template",
-           "changed_fields", "delete", "duplicate", "get", "id_taken", "parse_policy_json", "policy_json",
-           "resolve_policy", "save", "saved", "seed_templates", "templates", "validate_policy", "version_to_save"]
+           "changed_fields", "delete", "duplicate", "id_taken", "parse_policy_json", "policy_json",
+           "resolve_policy", "save", "seed_templates", "templates", "validate_policy", "version_to_save"]

@@ -119,11 +119,6 @@ def dependents(store: Store, set_id: int) -> dict[str, list[int]]:
             "running": [r["id"] for r in made if r["status"] == "running"], "runs": [r["id"] for r in made]}
 
 
-def listed(store: Store) -> list[LabeledSet]:
-    """Every stored labeled set, newest first - here so that a page never calls the store."""
-    return store.list_labeled_sets()
-
-
 def of_policy(store: Store, policy_id: str) -> list[LabeledSet]:
     """The sets made for this policy (their labels are its options)."""
     return [s for s in store.list_labeled_sets() if s["policy_id"] == policy_id]

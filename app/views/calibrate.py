@@ -24,7 +24,7 @@ from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, saved_policies
 from app.ui.export_candidate_panel import export_this
 from app.ui.keys import CALIBRATE
-from app.ui.label_curve_panel import label_curve_panel
+from app.ui.label_curve_panel import label_curve_panel, with_curve_if_shown
 from app.ui.label_issues_panel import label_issues_panel
 from app.ui.safe_text import md
 
@@ -377,6 +377,7 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
     except evaluate.OtherVersion as exc:
         st.error(md(exc))
         return
+    exported = with_curve_if_shown(exported, cal, keys)  # what more labels buy, in the file when shown below
     cost = panels.guard_cost_note(db, exported)
     (st.warning if exported.policy.guard == "none" else st.caption)(md(cost))
     panel = panels.gate_panel(cal, exported, md)

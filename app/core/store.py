@@ -395,6 +395,14 @@ class Store:
         with self.db() as db:
             db.table("runs").update(run_id, {"model": model})
 
+    def merge_run_config(self, run_id: int, values: Mapping[str, Any]) -> None:
+        """Set some keys of a run's config, the others kept: a figure learned about a run after it was scored
+        (its learned head's out-of-fold accuracy, app/service/evaluate.remember_head)."""
+        with self.write() as db:
+            for key, value in values.items():
+                db.execute("UPDATE runs SET config = json_set(ifnull(config, '{}'), ?, json(?)) WHERE id = ?",
+                           [f'$."{key}"', json.dumps(value, ensure_ascii=False), run_id])
+
     def finish_run(self, run_id: int, status: str = "done", lease: str | None = None) -> None:
         """Final status, and the lease given back."""
         self._end_run(run_id, {"status": status, "finished_at": now()}, lease)

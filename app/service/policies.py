@@ -106,6 +106,12 @@ def duplicate(store: Store, policy: Policy) -> PolicyRecord:
     return add_copy(store, policy, suffix="copy", label="copy")
 
 
+def title(policy: Mapping[str, Any]) -> str:
+    """'Refund check · v3': a policy in a picker, with the version saved now (a template has none)."""
+    version = policy.get("version")
+    return f"{policy.get('name')}" + (f" · v{version}" if version is not None else "")
+
+
 def saved(store: Store) -> list[PolicyRecord]:
     """The saved policies (none yet: an empty list) - here so that a page never calls the store."""
     return store.list_policies()

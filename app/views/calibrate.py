@@ -18,7 +18,7 @@ from app.core.labeled import Support
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS
 from app.core.store import Store
 from app.service import calibrate_panels as panels
-from app.service import evaluate, history, registry, review, sets as set_service, targets
+from app.service import evaluate, history, policies as policy_service, registry, review, sets as set_service, targets
 from app.service.display import Cell, Column, Note
 from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, saved_policies
@@ -79,7 +79,7 @@ def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
             st.toast(f"{n} shipped sets available")
             if not n:
                 st.warning("Load the example policies first (Playground page): the shipped sets label their options.")
-        up_policy = c2.selectbox("Labels are options of", list(policies), format_func=lambda i: policies[i]["name"],
+        up_policy = c2.selectbox("Labels are options of", list(policies), format_func=lambda i: policy_service.title(policies[i]),
                                  key=keys.up_policy)
         upload = c2.file_uploader("Upload CSV / JSONL (state, label, optional id, split, metadata columns)",
                                   type=["csv", "jsonl", "tsv"], key=keys.upload)
@@ -207,7 +207,7 @@ def evaluate_section(db: Store, policies: Policies, sets: dict[int, Any]) -> tup
     st.subheader("Evaluate")
     c1, c2 = st.columns(2)
     current_policy(policies, sets)
-    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policies[i]["name"], key=keys.policy,
+    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policy_service.title(policies[i]), key=keys.policy,
                        on_change=context.changed(keys.policy, "policy"))
     context.put("policy", pid)
     sid = pick_set(pid, sets, c2)
@@ -419,9 +419,10 @@ def save_section(db: Store, cal: Calibration, exported: evaluate.Export) -> None
                        json.dumps(exported.to_json(), indent=2, ensure_ascii=False).encode(),
                        file_name=f"{exported.policy.policy_id}.policy.json", mime="application/json", key=keys.download)
     if registry.enabled() and st.button("Register in MLflow (@candidate)", key=keys.register):
-        st.session_state[keys.registered] = registry.register_note(db, exported.to_json(), md)
-    if (note := st.session_state.get(keys.registered)) is not None:
-        draw(st, note)
+        st.session_state[keys.registered] = (cal.run_id, registry.register_note(db, exported.to_json(), md))
+    registered = st.session_state.get(keys.registered)
+    if registered is not None and registered[0] == cal.run_id:  # a note about another run's export stays with it
+        draw(st, registered[1])
     saved = st.session_state.get(keys.saved)
     if saved and saved.run_id in (None, cal.run_id):  # a note about another run's save stays with that run
         st.success(saved.text(md))

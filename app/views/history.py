@@ -135,6 +135,7 @@ def compare_section(db: Store, run: Run, by_id: Mapping[int, Run]) -> None:
     st.session_state[KEYS.cmp_for] = rid  # a newly opened run starts from the pinned baseline
     other = st.selectbox("Compare with (run A, the baseline; this run is B)", [None, *others], key=KEYS.cmp,
                          format_func=lambda i: "—" if i is None else f"#{i} · {by_id[i]['kind']} · "
+                         f"{history.version_text(by_id[i])} · "
                          f"{by_id[i]['target_name']} · {by_id[i]['model'] or ''} · {by_id[i]['created_at'][:16]}"
                          + (" · baseline" if by_id[i]["pinned"] else ""))
     if other is not None:
@@ -173,7 +174,7 @@ def import_section(db: Store) -> None:
         if not policies:
             st.caption("Load or create the policy the decisions were made with first (Playground, Policies).")
             return
-        pid = st.selectbox("Decided with policy", list(policies), format_func=lambda i: policies[i]["name"],
+        pid = st.selectbox("Decided with policy", list(policies), format_func=lambda i: policy_service.title(policies[i]),
                            key=KEYS.log_policy)
         source = st.radio("From", ["file", "cloudwatch"], horizontal=True, key=KEYS.log_from,
                           format_func={"file": "a log file", "cloudwatch": "CloudWatch Logs"}.get)

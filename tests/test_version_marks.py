@@ -23,12 +23,12 @@ STATES = ["I want my money back for the broken kettle", "Where is my parcel?", "
           "The blender arrived cracked, refund it", "How do I change my address?", "Cancel and refund order 12"]
 
 
-def _results(db: Store, run: int, tops: list[str], labels: list[str | None]) -> None:
+def _results(db: Store, run: int, tops: list[str], labels: list[str | None], seconds: float = 0.5) -> None:
     for pos, (state, top, label) in enumerate(zip(STATES, tops, labels)):
         db.add_result(run, {"row_key": f"row-{pos}", "position": pos, "state": state, "label": label, "cold": int(pos == 0),
                             "option_ids": ["yes", "no"], "probabilities": [0.8, 0.2] if top == "yes" else [0.3, 0.7],
                             "top_option": top, "label_mass": 0.9, "probability_status": "uncalibrated",
-                            "readout": "letters", "latency_s": 0.5, "error": None, "request": None, "response": None})
+                            "readout": "letters", "latency_s": seconds, "error": None, "request": None, "response": None})
     db.finish_run(run)
 
 
@@ -150,6 +150,30 @@ def test_deploy_says_whether_the_newer_version_was_checked(db, tmp_path):
                           config=config(calibrated=pick.record(), deployed_guard="none"))
     db.finish_run(check)
     assert f"checked (Robustness) as #{new}" in (deploy.newer_version(db, rec) or "")
+
+
+def test_deploys_decisions_per_second_follow_the_calibrated_policy_picked_on_the_page(db):
+    """Item 6: Deploy offers the pace measured on Calibrate for the calibrated policy picked; picking another
+    one kept the first policy's pace - now the field follows the pick until the analyst types a figure."""
+    policy = db.save_policy(REFUND)
+    made = {}
+    for name, seconds in (("local", 0.5), ("other", 0.25)):
+        run = db.create_run(kind="eval", policy=policy, target={**LOCAL, "name": name}, n_rows=6)
+        _results(db, run, ["yes"] * 6, [None] * 6, seconds)
+        made[name] = db.save_calibrated(deployed.from_config({**CALIBRATED, "policy_version": policy["version"],
+                                                              "run_id": run}).config)
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.run()
+    at.switch_page("views/deploy.py").run()
+    at.selectbox(key=DEPLOY.cal).set_value(made["local"]).run()
+    assert not at.exception, at.exception
+    assert at.text_input(key=DEPLOY.dps).value == "2"  # 1 / 0.5 s, measured on "local"
+    at.selectbox(key=DEPLOY.cal).set_value(made["other"]).run()
+    assert at.text_input(key=DEPLOY.dps).value == "4"  # before: still 2, the other policy's pace
+    at.text_input(key=DEPLOY.dps).input("7")
+    next(b for b in at.button if b.label == "Plan").click().run()  # a form's value counts once submitted
+    at.selectbox(key=DEPLOY.cal).set_value(made["local"]).run()
+    assert at.text_input(key=DEPLOY.dps).value == "7"  # a typed figure is the analyst's: kept
 
 
 def test_deploys_decisions_per_second_follow_the_calibrated_policy_picked():

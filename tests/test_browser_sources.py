@@ -41,7 +41,7 @@ def test_sources_beyond_the_pool_are_scored_warm_and_priced_in_the_browser(brows
         settle(page)
         sources = page.get_by_label(re.compile("Head layout: also read hidden states from"))
         sources.first.click()
-        page.get_by_role("option", name=re.compile("gemma")).first.click()
+        page.get_by_role("option", name=re.compile("qwen2.5-coder-0.5b")).first.click()
         page.keyboard.press("Escape")
         settle(page)
         expect(page.get_by_text(re.compile(r"for 2 sources"))).to_be_visible()  # the estimate counts the source

@@ -9,7 +9,7 @@ import json
 
 from streamlit.testing.v1 import AppTest
 
-from app.core import deployed, head_sources
+from app.core import deployed, head_sources, run_calibration
 from app.core.store import Store
 from app.service import deploy, evaluate, history
 from app.ui.keys import CALIBRATE, COMPARE, DEPLOY, HISTORY, REVIEW, ROBUSTNESS
@@ -76,6 +76,8 @@ def test_history_shows_a_head_layout_run_by_its_heads_out_of_fold_accuracy(db, t
     text = history.run_accuracy(listed[ids["head"]])
     assert text.startswith("83% (n=6") and "hidden-state head, out of fold" in text  # 5 of 6, not its letters' 67%
     assert history.run_accuracy(listed[ids["main"]]).startswith("67% (n=6")  # a state-first run: as scored
+    (side,) = run_calibration.readout_table(db, [listed[ids["head"]]])  # Calibrate's readouts: the same figure
+    assert side["accuracy_corrected"] == 5 / 6 and "hidden-state head" in side["correction"]
     refused = head_sources.Candidate(ids["head"], "m.gguf", "policy-first", "learned head", "head", {}, {}, {}, None,
                                      None, refused="too few rows")
     evaluate.remember_head(db, listed[ids["head"]], [refused])  # a refit that failed keeps the stored figure

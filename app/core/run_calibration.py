@@ -255,7 +255,12 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[Reado
                 "readout": variant_name(cfg),
                 "examples": cfg.get("examples"), "status": r["status"]}
         if is_head_layout(r):  # its letters are never offered zero-shot: its numbers are its head's (Calibrate)
-            rows.append({**base, "rows": r.get("done_rows"), "correction": "a learned head only"})
+            head = cfg.get("head_oof") or {}  # stored when its head was fitted (app/service/evaluate.remember_head)
+            if head.get("n"):
+                rows.append({**base, "rows": r.get("done_rows"), "correction": f"its {head.get('head')} only (out of "
+                             f"fold, on {head['n']} rows)", "accuracy_corrected": head["correct"] / head["n"]})
+            else:
+                rows.append({**base, "rows": r.get("done_rows"), "correction": "a learned head only"})
             continue
         try:
             cal = calibrate(store, r["id"], target_accuracy=0.9, with_heads=False)

@@ -85,10 +85,20 @@ def table(results: list[dict[str, object]], rows: int, policy: str) -> tuple[str
     ratio = (sum(both) / len(both)) / (sum(alone) / len(alone))
     filled = all(run["s_a_row"] is not None and run["tokens"] is not None
                  for r in results for run in r["runs"])  # type: ignore[attr-defined]
+    # the same comparison inside one run (the load the same for both): a row of every source against a row of the
+    # default model, warm medians - what the sources add to the default's own work, the model loads aside
+    within = []
+    for r in results:
+        got = [run["s_a_row"] for run in r["runs"]]  # type: ignore[attr-defined]
+        if r["sources"] and got and all(isinstance(x, (int, float)) for x in got):
+            within.append(sum(got) / got[0])
+    inside = (f" Inside the run with sources, a row of the default plus both sources took "
+              f"{', '.join(f'{w:.2f}x' for w in within)} a row of the default alone (warm medians, measured in the same "
+              "run, so under the same load; the model loads and the calibration aside)." if within else "")
     head = (f"`{policy}`, the first {rows} test rows, `python -m app calibrate` per run (fresh database and KV cache), "
             f"runs interleaved alone / with sources / alone. With sources / alone (mean wall time): "
             f"**{ratio:.3f}x** (goal <= {GOAL}x: {'met' if ratio <= GOAL else 'NOT met'}); every run's warm cost "
-            f"measured: {'yes' if filled else 'NO'}. Wall time includes model loads and calibration.")
+            f"measured: {'yes' if filled else 'NO'}. Wall time includes model loads and calibration.{inside}")
     return head + "\n\n" + "\n".join(lines) + "\n", ratio
 
 
@@ -100,6 +110,7 @@ def main() -> None:
     p.add_argument("--sources", default=SOURCES)
     p.add_argument("--no-publish", action="store_true", help="print only; leave docs/benchmarks.md as it is")
     p.add_argument("--report-only", action="store_true", help=f"republish {CACHE.name} without measuring")
+    p.add_argument("--load-note", default="", help="what the machine was doing meanwhile (said under the table)")
     args = p.parse_args()
     if args.report_only:
         saved = json.loads(CACHE.read_text())
@@ -120,7 +131,8 @@ def main() -> None:
     print(body)
     if not args.no_publish:
         publish("head_sources_pace", body, note=f"SM_SEMIF_THREADS={os.environ.get('SM_SEMIF_THREADS', 'unset')}; "
-                "machine shared with other work (load varies), so read the ratio, not the seconds")
+                "machine shared with other work (load varies), so read the ratio, not the seconds"
+                + (f"; {args.load_note}" if args.load_note else ""))
 
 
 if __name__ == "__main__":

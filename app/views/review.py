@@ -95,7 +95,7 @@ def actions(db: Store, q: review.Queue, policy: Mapping[str, Any], sid: int) -> 
             st.session_state[KEYS.set_next] = made.set_id
             st.rerun()
     last_made: review.VersionMade | None = st.session_state.get(KEYS.made)
-    if last_made is not None:
+    if last_made is not None and last_made.set_id == sid:  # the note belongs to the set it made, not to any other
         st.success(last_made.text)
         c3.page_link("views/calibrate.py", label="Go to Calibrate", icon=":material/tune:")
 

@@ -22,9 +22,9 @@ from tests.conftest import ROOT, ServerProcess, calibrate_cli, subset_file
 
 
 def test_asking_for_the_hidden_state_changes_no_probability(engine):
-    """The hidden state is read after the options, from a one-token decode of its own: the decision's
-    bits are those of a row that did not ask - for every readout, correction and permutation, fresh
-    or cached - and the same row gives the same hidden state every time."""
+    """The hidden state is read from the decode that gives the decision's logits, by observing it (no
+    change to the graph): the decision's bits are those of a row that did not ask - for every readout,
+    correction and permutation, fresh or cached - and the same row gives the same hidden state every time."""
     policy = load_template("ticket-routing")
     state = "My invoice shows two charges for the same month."
     for kw in ({"readout": "letters"}, {"readout": "letters", "debias": "content-free"}, {"readout": "option-words"},
@@ -39,6 +39,42 @@ def test_asking_for_the_hidden_state_changes_no_probability(engine):
         assert np.isfinite(with_h.hidden_state.array()).all()
     other = engine.score(request_for(policy, "The parcel never arrived.", "b", hidden_state=True))
     assert other.hidden_state.data != with_h.hidden_state.data  # the state is read, not a constant
+
+
+def test_the_hidden_state_costs_no_second_decode(engine, monkeypatch):
+    """Issue 45: no row decodes its last token again for the hidden state (`_hidden_at` is the fallback
+    for a graph that does not show it) - alone, as one of a permutation's parallel sequences, in the head
+    layout or with several questions on one state. What it reads is the final norm of the row's own last
+    token: within 1e-3 (relative to its largest component) of the earlier second decode's, which read the
+    same tensor from a one-token batch (measured 2.3-2.7e-4 on SmolLM2; the last layer's kernels differ by
+    batch shape), and in a parallel batch each question's state is nearest its own."""
+    policy = load_template("ticket-routing")
+    state = "My invoice shows two charges for the same month."
+    rows = [request_for(policy, state, "a", hidden_state=True, readout="letters"),
+            request_for(policy, state, "b", hidden_state=True, readout="letters", permute=True),
+            request_for(policy, "The app crashes when I upload a photo.", "c", hidden_state=True, layout="policy-first")]
+    questions = [request_for({**policy, "question": q}, state, f"q{i}", hidden_state=True, readout="letters")
+                 for i, q in enumerate(["Which team handles this?", "Who should answer this ticket?",
+                                        "Where does this ticket go?"])]
+    engine.hidden_tap = False  # the earlier path: a second one-token decode
+    try:
+        before = [engine.score(r, fresh=True) for r in rows]
+        alone = [engine.score(r, fresh=True) for r in questions]
+    finally:
+        engine.hidden_tap = True
+
+    def no_second_decode(*_a: object, **_k: object) -> None:
+        raise AssertionError("the last token was decoded again for its hidden state")
+
+    monkeypatch.setattr(engine, "_hidden_at", no_second_decode)
+    for old, new in zip(before, [engine.score(r, fresh=True) for r in rows]):
+        assert new.probabilities == old.probabilities
+        a, b = old.hidden_state.array(), new.hidden_state.array()
+        assert not np.array_equal(a, b) and np.abs(a - b).max() < 1e-3 * np.abs(a).max()
+    together = engine.score_many(questions, together=True)
+    for k, res in enumerate(together):
+        gaps = [float(np.abs(res.hidden_state.array() - o.hidden_state.array()).max()) for o in alone]
+        assert int(np.argmin(gaps)) == k and gaps[k] < 1e-3 * float(np.abs(alone[k].hidden_state.array()).max()) * 100
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.core import deployed, head_sources, run_calibration
 from app.core.store import Store
-from app.service import deploy, evaluate, history
+from app.service import deploy, evaluate, history, queries
 from app.ui.keys import CALIBRATE, COMPARE, DEPLOY, HISTORY, REVIEW, ROBUSTNESS
 from app.core.labeled import import_file
 from tests.conftest import ROOT, subset_file
@@ -72,7 +72,7 @@ def test_history_shows_a_head_layout_run_by_its_heads_out_of_fold_accuracy(db, t
     fitted = head_sources.Candidate(ids["head"], "m.gguf", "policy-first", "hidden-state head", "head",
                                     dict(zip(keys, [True, True, True, True, False, True])), labels, labels, 0.2, 30.0)
     evaluate.remember_head(db, run, [fitted])
-    listed = {r["id"]: r for r in history.runs(db)}
+    listed = {r["id"]: r for r in queries.runs(db)}
     text = history.run_accuracy(listed[ids["head"]])
     assert text.startswith("83% (n=6") and "hidden-state head, out of fold" in text  # 5 of 6, not its letters' 67%
     assert history.run_accuracy(listed[ids["main"]]).startswith("67% (n=6")  # a state-first run: as scored
@@ -81,7 +81,7 @@ def test_history_shows_a_head_layout_run_by_its_heads_out_of_fold_accuracy(db, t
     refused = head_sources.Candidate(ids["head"], "m.gguf", "policy-first", "learned head", "head", {}, {}, {}, None,
                                      None, refused="too few rows")
     evaluate.remember_head(db, listed[ids["head"]], [refused])  # a refit that failed keeps the stored figure
-    assert history.run_accuracy({r["id"]: r for r in history.runs(db)}[ids["head"]]) == text
+    assert history.run_accuracy({r["id"]: r for r in queries.runs(db)}[ids["head"]]) == text
     at = AppTest.from_file(MAIN, default_timeout=60)
     at.run()
     at.switch_page("views/history.py").run()

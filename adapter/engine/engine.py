@@ -105,7 +105,8 @@ class Engine(LlamaSession):
         """Score prompts in order. Consecutive prompts that differ only in their last segment (several
         questions on one state, the option orders of a permutation) are evaluated as parallel
         sequences on their shared prefix, up to `n_parallel` at a time. The prompts at the indices in
-        `hidden` also return their last token's hidden state (`_hidden_at`), read after their options."""
+        `hidden` also return their last token's hidden state, read from the decode that gives their
+        logits (session._HiddenTap; else from a second one-token decode, `_hidden_at`)."""
         # the same prompt twice in one call is evaluated once
         unique: dict[tuple[tuple[str, ...], tuple[str, ...], str], int] = {}
         firsts = [unique.setdefault((tuple(p.segments), tuple(p.labels), p.version), i) for i, p in enumerate(prompts)]
@@ -132,7 +133,8 @@ class Engine(LlamaSession):
                        <= self.llm.n_ctx()):
                     j += 1
             if j - i > 1:
-                logits, cached, seconds = self._forward_parallel([p[0] for p in prepared[i:j]], budget)
+                wants = any(k in hidden for k in range(i, j))
+                logits, cached, seconds, states = self._forward_parallel([p[0] for p in prepared[i:j]], budget, wants)
                 free = self.llm.n_ctx() - n_head - sum(len(p[0][-1]) for p in prepared[i:j])
                 try:
                     for k in range(i, j):  # the first pays for the prefix; the others reuse it
@@ -141,15 +143,19 @@ class Engine(LlamaSession):
                         out.append(self._finish(prompts[k], *prepared[k], logits[k - i], cached if k == i else n_head,
                                                 seconds / (j - i), budget, extend, fork=(k - i + 1, end, free)))
                         if k in hidden:
-                            out[-1]["hidden"] = self._hidden_at(k - i + 1, end - 1, prepared[k][0][-1][-1], budget)
+                            out[-1]["hidden"] = (states[k - i] if states is not None else
+                                                 self._hidden_at(k - i + 1, end - 1, prepared[k][0][-1][-1], budget))
                 finally:
                     self._drop_suffixes(j - i)
             else:
-                logits1, cached1, seconds1 = self._forward(prepared[i][0], budget)
+                logits1, cached1, seconds1 = self._forward(prepared[i][0], budget, hidden=i in hidden)
+                state = self._cached_hidden
                 n_in = sum(len(s) for s in prepared[i][0])
                 out.append(self._finish(prompts[i], *prepared[i], logits1, cached1, seconds1, budget,
                                         fork=(0, n_in, self.llm.n_ctx() - n_in)))
-                if i in hidden:
+                if i in hidden and state is not None:
+                    out[-1]["hidden"] = state.copy()
+                elif i in hidden:
                     segs = prepared[i][0]
                     out[-1]["hidden"] = self._hidden_at(0, n_in - 1, segs[-1][-1], budget)
                     # the last segment's cells are no longer the decision pass's: keep only what is

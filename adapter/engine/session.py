@@ -4,11 +4,12 @@ What scoring (engine.py) asks of llama.cpp, and nothing about options or probabi
 prompt's segments keeping the leading ones that are already cached (so a cached segment gives the
 same bits as a fresh one), fork parallel sequences on a shared prefix, read the logits after a label
 on a fork (one token path, or the label trie as one batch), and the hidden state at a prompt's last
-token. The request's budget (deadline, cancellation) is checked between passes and, through
+token - read from the same decode as its logits (`_HiddenTap`), so asking for it costs no pass. The request's budget (deadline, cancellation) is checked between passes and, through
 llama.cpp's abort callback, inside one.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
@@ -57,6 +58,66 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+class _HiddenTap:
+    """The hidden state read from the decode that gives the logits: llama.cpp's graph names the final
+    norm's output `result_norm` (what `llama_get_embeddings_ith` returns with embeddings on), and its
+    scheduler's eval callback lets a caller look at a named tensor once it is computed. The callback
+    only observes: the graph, its kernels and so the logits' bits are those of a decode without it
+    (tests/test_head_roundtrip.py). Embeddings on instead would output every token of the batch, which
+    changes the last layer's batch shape (logits moved by up to 2.7e-4 on SmolLM2) and pays the output
+    matrix for every token. While `rows` is None (no hidden state wanted) the callback observes nothing.
+    An architecture whose graph has no `result_norm` leaves `rows` empty: the caller then decodes the
+    last token again with embeddings on (`LlamaSession._hidden_at`)."""
+
+    NAME = b"result_norm"
+
+    def __init__(self, n_embd: int) -> None:
+        from llama_cpp._ggml import libggml  # llama-cpp-python's handle on libggml (tensor accessors)
+
+        self.n_embd = n_embd
+        self.rows: list[np.ndarray] | None = None  # while wanted: result_norm's rows of each decode, in order
+        self.failed = False
+        self._name = libggml.ggml_get_name
+        self._name.argtypes, self._name.restype = [ctypes.c_void_p], ctypes.c_char_p
+        self._nelements = libggml.ggml_nelements
+        self._nelements.argtypes, self._nelements.restype = [ctypes.c_void_p], ctypes.c_int64
+        self._nbytes = libggml.ggml_nbytes
+        self._nbytes.argtypes, self._nbytes.restype = [ctypes.c_void_p], ctypes.c_size_t
+        self._get = libggml.ggml_backend_tensor_get  # any backend's buffer (CPU, or a GPU's)
+        self._get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+        self._get.restype = None
+
+    def __call__(self, tensor: int | None, ask: bool, _data: object) -> bool:
+        """llama.cpp's ggml_backend_sched_eval_callback: with `ask`, whether to observe this tensor; else
+        the observed tensor is computed (return True to go on). Never raises into C."""
+        try:
+            if self.rows is None:
+                return not ask
+            if ask:
+                return bool(self._name(tensor) == self.NAME)
+            n = int(self._nelements(tensor))
+            if n % self.n_embd or int(self._nbytes(tensor)) != 4 * n:  # not float32 rows of n_embd
+                self.failed = True
+                return True
+            out = np.empty((n // self.n_embd, self.n_embd), dtype=np.float32)
+            self._get(tensor, out.ctypes.data, 0, 4 * n)
+            self.rows.append(out)
+        except Exception:  # an exception must not cross into llama.cpp: the caller falls back
+            self.failed = True
+        return True
+
+    def start(self) -> None:
+        self.rows, self.failed = [], False
+
+    def take(self, outputs: int) -> list[np.ndarray] | None:
+        """The last decode's hidden states, one per output row of its batch (in batch order), and stop
+        observing; None when they were not seen (the caller decodes again)."""
+        rows, self.rows = self.rows, None
+        if self.failed or not rows or len(rows[-1]) != outputs:
+            return None
+        return [r.copy() for r in rows[-1]]
 
 
 @dataclass(frozen=True)
@@ -129,6 +190,10 @@ class ModelInfo:
 class LlamaSession:
     """One loaded GGUF and its llama.cpp context. Not thread-safe by itself: `lock` serialises callers."""
 
+    # the hidden state read from the decision's own decode (`_HiddenTap`); False: a second one-token
+    # decode reads it (`_hidden_at`), the earlier path that bench.second_decode compares with
+    hidden_tap: bool = True
+
     def __init__(self, model: str | os.PathLike[str] | ModelChoice | None = None, config: EngineConfig | None = None,
                  progress: Progress | None = None):
         """`progress(done, total)` reports the one-time assembly of a chunked shipped model."""
@@ -145,6 +210,7 @@ class LlamaSession:
         )
         self.n_parallel = cfg.n_parallel
         self._budget: Budget | None = None  # the running call's, read by llama.cpp's abort callback
+        self._tap = _HiddenTap(self.llm.n_embd())
         self._use_context(cfg.n_ctx or min(self.llm._model.n_ctx_train(), MAX_DEFAULT_CTX), cfg.n_parallel)
         meta = self.llm.metadata
         lm = self.llm._model
@@ -189,6 +255,7 @@ class LlamaSession:
                                     f"{llama_cpp.__version__}")
         self._cached: list[tuple[int, ...]] = []
         self._cached_logits: np.ndarray | None = None  # last-position logits of exactly `_cached`, if known
+        self._cached_hidden: np.ndarray | None = None  # and its last token's hidden state, if it was read
         self._label_cache: OrderedDict[tuple[str, str, bool], tuple[int, ...]] = OrderedDict()
         self._restore = True  # may a first segment come from the on-disk KV cache (not on the fresh path)
 
@@ -206,6 +273,8 @@ class LlamaSession:
         params.kv_unified = True
         self._abort = llama_cpp_mod.ggml_abort_callback(lambda _: self._budget is not None and self._budget.should_stop())
         params.abort_callback, params.abort_callback_data = self._abort, None
+        self._eval_cb = llama_cpp_mod.ggml_backend_sched_eval_callback(self._tap)
+        params.cb_eval, params.cb_eval_user_data = self._eval_cb, None
         old = self.llm._ctx
         self.llm._ctx = _internals.LlamaContext(model=self.llm._model, params=params, verbose=False)
         self.llm.context_params = params
@@ -288,40 +357,51 @@ class LlamaSession:
             k += 1
         return k
 
-    def _forward(self, segs: list[tuple[int, ...]], budget: Budget | None = None) -> tuple[np.ndarray, int, float]:
+    def _forward(self, segs: list[tuple[int, ...]], budget: Budget | None = None, hidden: bool = False
+                 ) -> tuple[np.ndarray, int, float]:
         """Evaluate segments, reusing cached leading segments; return last-position logits. The same
         prompt as the last one (a retry, a page run again) is answered from its kept logits: llama.cpp
-        is deterministic for a fixed split, so they are the bits an evaluation would give."""
-        if self._cached_logits is not None and self._cached == list(segs):
+        is deterministic for a fixed split, so they are the bits an evaluation would give. With
+        `hidden`, the last token's hidden state is read from the same decode (`_cached_hidden`; None
+        where the model's graph does not show it: `_hidden_at` then)."""
+        if (self._cached_logits is not None and self._cached == list(segs)
+                and (not hidden or self._cached_hidden is not None or not self.hidden_tap)):
             return self._cached_logits.copy(), sum(len(s) for s in segs), 0.0
         k = self._keep_prefix(segs, len(segs) - 1)
         t0 = time.perf_counter()
-        self._cached_logits = None
+        self._cached_logits = self._cached_hidden = None
+        if hidden and self.hidden_tap:
+            self._tap.start()
         try:
             keep = self._prefill(segs, self._restore_head(segs, k, len(segs) - 1), budget)
         except BaseException:
             self._cached, self.llm.n_tokens = [], 0
             raise
+        finally:
+            taken = self._tap.take(1)
         self._cached = list(segs)
         ptr = self._llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
         logits = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
         self._cached_logits = logits.copy()
+        self._cached_hidden = taken[0] if taken else None
         return logits, keep, time.perf_counter() - t0
 
-    def _forward_parallel(self, group: list[list[tuple[int, ...]]], budget: Budget | None
-                          ) -> tuple[list[np.ndarray], int, float]:
+    def _forward_parallel(self, group: list[list[tuple[int, ...]]], budget: Budget | None, hidden: bool = False
+                          ) -> tuple[list[np.ndarray], int, float, list[np.ndarray] | None]:
         """Prompts that share every segment but the last: the shared prefix is evaluated once (or
         kept from the cache) as sequence 0, each last segment becomes its own sequence forked from
         it, and all of them are evaluated in one batch. Returns each prompt's last-position logits,
-        the cached prefix tokens and the seconds taken. The suffix sequences stay in the KV cache
-        (`_extend` reads further label tokens on them) until `_drop_suffixes`."""
+        the cached prefix tokens, the seconds taken and, with `hidden`, each prompt's last-token
+        hidden state from the same batch (None where not seen: `_hidden_at` then). The suffix
+        sequences stay in the KV cache (`_extend` reads further label tokens on them) until
+        `_drop_suffixes`."""
         cpp = self._llama_cpp
         prefix = group[0][:-1]
         k = self._keep_prefix(prefix, len(prefix))
         n_prefix = sum(len(s) for s in prefix)
         t0 = time.perf_counter()
         mem = cpp.llama_get_memory(self.llm.ctx)
-        self._cached_logits = None
+        self._cached_logits = self._cached_hidden = None
         suffixes = [segs[-1] for segs in group]
         batch = cpp.llama_batch_init(sum(len(s) for s in suffixes), 0, 1)
         try:
@@ -337,7 +417,12 @@ class LlamaSession:
                     n += 1
                 last.append(n - 1)
             batch.n_tokens = n
-            self._decode(batch, budget, "a parallel batch")
+            if hidden and self.hidden_tap:
+                self._tap.start()
+            try:
+                self._decode(batch, budget, "a parallel batch")
+            finally:
+                states = self._tap.take(len(suffixes))
             _count(budget, done=n)
             logits = [np.ctypeslib.as_array(cpp.llama_get_logits_ith(self.llm.ctx, i), shape=(self._n_vocab,)).copy()
                       for i in last]
@@ -347,7 +432,7 @@ class LlamaSession:
         finally:
             cpp.llama_batch_free(batch)
         self._cached, self.llm.n_tokens = list(prefix), n_prefix
-        return logits, keep, time.perf_counter() - t0
+        return logits, keep, time.perf_counter() - t0, states
 
     def _extend(self, seq: int, at: int, path: tuple[int, ...], budget: Budget | None) -> tuple[np.ndarray, float]:
         """Logits after `path` on a suffix sequence still in the cache (its prompt ends at position
@@ -375,7 +460,9 @@ class LlamaSession:
         return logits, time.perf_counter() - t0
 
     def _hidden_at(self, seq: int, pos: int, token: int, budget: Budget | None) -> np.ndarray:
-        """The hidden state (final norm output) at a prompt's last token, which sits on sequence `seq`
+        """The fallback where the decision's own decode did not show the hidden state (`_HiddenTap`: a
+        graph without `result_norm`, or `hidden_tap` off - the earlier path, kept for bench.second_decode).
+        The hidden state (final norm output) at a prompt's last token, which sits on sequence `seq`
         at position `pos`: that one cell is removed and the token decoded again, alone, with llama.cpp's
         embeddings output on. The prompt's decision logits were read before and are not touched (with
         embeddings on, llama.cpp outputs every token of a batch, which would change how the decision's
@@ -470,7 +557,7 @@ class LlamaSession:
             self._llama_cpp.llama_memory_seq_rm(mem, j, -1, -1)
 
     def _reset_cache(self) -> None:
-        self._cached, self._cached_logits = [], None
+        self._cached, self._cached_logits, self._cached_hidden = [], None, None
         self.llm._ctx.kv_cache_clear()
         self.llm.n_tokens = 0
 
@@ -485,7 +572,7 @@ class LlamaSession:
 
     def clear_cache(self) -> None:
         with self.lock:
-            self._cached, self._cached_logits = [], None
+            self._cached, self._cached_logits, self._cached_hidden = [], None, None
             self.llm.n_tokens = 0
             self.llm._ctx.kv_cache_clear()
 

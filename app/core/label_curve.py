@@ -110,8 +110,8 @@ def label_curve(cal: Calibration, *, repeats: int = 3, seed: int = 0) -> LabelCu
                  + f". Today's figure alone has a 95% interval of {now.low:.0%}–{now.high:.0%}: the change is a guess.")
     gate = cal.gate
     if not gate.reachable and gate.reach is not None:
-        text += (f" The gate: about {gate.reach['more']} more rows at the accuracy measured would make "
-                 f"{cal.target_accuracy:.0%} reachable, deciding about {gate.reach['coverage']:.0%} of rows.")
+        text += (f" The gate: about {gate.reach.more} more rows at the accuracy measured would make "
+                 f"{cal.target_accuracy:.0%} reachable, deciding about {gate.reach.coverage:.0%} of rows.")
     elif gate.reachable:
         text += f" The gate is reachable now: it decides {(gate.coverage or 0):.0%} of rows out of fold."
     return LabelCurve(name, tuple(points), tuple(more), text)

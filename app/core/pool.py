@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator, TextIO
 
+from app.core import importer
+
 MAX_ROWS = 50_000  # read at most this many rows of a pool (a file of a million is read this far, then stops)
 
 
@@ -33,12 +35,12 @@ class Pool:
     capped: str = ""  # set when the file had more rows than the cap
 
 
-def _records(fh: TextIO, name: str) -> Iterator[tuple[int, dict[str, Any] | str]]:
+def _records(fh: TextIO, name: str, state: str = "state") -> Iterator[tuple[int, dict[str, Any] | str]]:
     """(line, record or why it is not one), streamed."""
     if name.lower().endswith(".csv"):
         reader = csv.DictReader(fh)
-        if not reader.fieldnames or "state" not in reader.fieldnames:
-            yield 1, f"no 'state' column; found {reader.fieldnames or []}"
+        if not reader.fieldnames or state not in reader.fieldnames:
+            yield 1, f"no {state!r} column; found {reader.fieldnames or []}"
             return
         for n, row in enumerate(reader, 2):
             yield n, dict(row)
@@ -58,13 +60,24 @@ def state_key(state: Any) -> str:
     return state if isinstance(state, str) else "j:" + json.dumps(state, sort_keys=True, ensure_ascii=False)
 
 
+def columns_of(name: str, head: bytes) -> tuple[str, str | None]:
+    """(state column, id column) of a pool file, as the shared importer (app/core/importer.guess) reads the
+    first lines `head` (a pool has no label column to guess): `state` when there is one, else the longest
+    free-text column; the id: `id`, else an id-like column."""
+    cut = head[: head.rfind(b"\n") + 1] or head  # whole lines only: a record cut in two is not read
+    found = importer.guess(name, cut, labels=False)
+    return found.state or "state", found.id
+
+
 def read_pool(fh: TextIO | io.StringIO, name: str, option_ids: list[str], policy_id: str, *,
-              known: set[str] | None = None, cap: int = MAX_ROWS) -> Pool:
-    """The pool's usable rows and every problem, by line. `known`: state keys already in the labeled set."""
+              known: set[str] | None = None, cap: int = MAX_ROWS, state: str = "state",
+              id_column: str | None = "id") -> Pool:
+    """The pool's usable rows and every problem, by line. `known`: state keys already in the labeled set;
+    `state` / `id_column`: the columns read as the state and the row id (columns_of guesses them)."""
     pool = Pool()
     seen: dict[str, int] = {}
     known = known or set()
-    for n, rec in _records(fh, name):
+    for n, rec in _records(fh, name, state):
         if isinstance(rec, str):
             pool.problems.append(f"line {n}: {rec}")
             continue
@@ -76,21 +89,22 @@ def read_pool(fh: TextIO | io.StringIO, name: str, option_ids: list[str], policy
         if other not in (None, "", policy_id):
             pool.problems.append(f"line {n}: a row of policy {str(other)!r}, not {policy_id!r}")
             continue
-        state = rec.get("state")
-        if state is None or (isinstance(state, str) and not state.strip()) or state in ({}, []):
+        value = rec.get(state)
+        if value is None or (isinstance(value, str) and not value.strip()) or value in ({}, []):
             pool.problems.append(f"line {n}: the state is empty")
             continue
         label = rec.get("label")
         if label not in (None, "") and label not in option_ids:
             pool.problems.append(f"line {n}: label {str(label)!r} is not an option ({', '.join(option_ids)})")
             continue
-        key = state_key(state)
+        key = state_key(value)
         if key in known:
             pool.problems.append(f"line {n}: this state is already in the labeled set")
             continue
         if key in seen:
-            pool.problems.append(f"line {n}: the same state as line {seen[key]} ({str(state)[:40]!r})")
+            pool.problems.append(f"line {n}: the same state as line {seen[key]} ({str(value)[:40]!r})")
             continue
         seen[key] = n
-        pool.rows.append(PoolRow(n, str(rec.get("id") or f"pool-{n}"), state))
+        ident = rec.get(id_column) if id_column else None
+        pool.rows.append(PoolRow(n, str(ident or f"pool-{n}"), value))
     return pool

@@ -45,6 +45,8 @@ RunConfig = TypedDict("RunConfig", {
     "target": str, "calibrated": Mapping[str, Any], "negated_question": str | None,
     # production / replay (decision_import): what the log held, the run replayed
     "import": dict[str, Any], "replay_of": int,
+    # pool (app/service/pool.py): the stored pool scored, and the evaluation run whose requests it repeats
+    "pool_id": int, "like_run": int | None,
 }, total=False)
 RunConfig.__doc__ = """What a run was configured with, as stored. A TypedDict with total=False rather than a
 frozen dataclass: the stored object is the union of what each run kind writes, and rows written before

@@ -25,7 +25,7 @@ from app.core.heads import HeadFit
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.runs import arrays, families, hidden_states, is_head_layout, run_config, scored_probabilities, variant_name
 from app.core.records import Calibrated, config_of
-from app.core.stats import SMALL_N, PairedGain, ProportionJSON, bootstrap_ci, proportion
+from app.core.stats import SMALL_N, PairedGain, Proportion, ProportionJSON, bootstrap_ci, proportion
 from app.core.store import Store, now
 from app.core.stored import NO_RESPONSE, StoredResponse, first_response
 
@@ -68,7 +68,7 @@ class Calibration:
     report: calibration.Report
     gate: calibration.Gate
     option_gates: dict[str, calibration.Gate]
-    curve: dict[str, np.ndarray]
+    curve: calibration.RiskCoverage  # out of fold: what the gate was chosen on
     option_ids: list[str]
     calibrated: np.ndarray  # the probabilities the gate was chosen on
     oof: np.ndarray  # the chosen correction's or head's out-of-fold probabilities
@@ -84,7 +84,7 @@ class Calibration:
     head_why: str
     head_gain: PairedGain | None
     candidate_intervals: dict[str, CandidateInterval]
-    intervals: dict[str, Any]
+    intervals: Intervals
     layout: str = "state-first"  # "policy-first": the head layout, whose letters are never exported alone
 
     @property
@@ -141,9 +141,10 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
                        HEAD_LAYOUT if layout_run else "state-first")
 
 
-class CandidateInterval(TypedDict):
+@dataclass(frozen=True)
+class CandidateInterval:
     """A candidate's out-of-fold numbers with their 95% intervals: a row of Calibrate's comparison table."""
-    accuracy: ProportionJSON
+    accuracy: Proportion
     macro_f1: float
     macro_f1_ci: tuple[float, float] | None
     ece: float
@@ -162,27 +163,52 @@ def candidate_intervals(cands: Sequence[Any], y: np.ndarray, *, seed: int = 0) -
         conf, right = c.oof.max(axis=1), pred == y
         f1 = bootstrap_ci(rows, lambda i: calibration.macro_f1(y[i], pred[i], k), seed=seed, n_resamples=400)
         ece = bootstrap_ci(rows, lambda i: calibration.ece(conf[i], right[i]), seed=seed, n_resamples=400)
-        out[c.name] = {"accuracy": proportion(int(right.sum()), len(y)).to_dict(),
-                       "macro_f1": calibration.macro_f1(y, pred, k), "macro_f1_ci": f1,
-                       "ece": calibration.ece(conf, right), "ece_ci": ece}
+        out[c.name] = CandidateInterval(accuracy=proportion(int(right.sum()), len(y)),
+                                        macro_f1=calibration.macro_f1(y, pred, k), macro_f1_ci=f1,
+                                        ece=calibration.ece(conf, right), ece_ci=ece)
     return out
 
 
-def intervals(P: np.ndarray, y: np.ndarray, oof: np.ndarray, *, seed: int = 0) -> dict[str, Any]:
+class IntervalsJSON(TypedDict):
+    """Intervals as the exported policy writes them (metrics.intervals; adapter.policy.Intervals reads it)."""
+    n: int
+    accuracy: ProportionJSON
+    macro_f1: list[float] | None
+    ece: list[float] | None
+    ece_corrected: list[float] | None
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """95% intervals of a run's headline numbers: Wilson for accuracy (as scored), a percentile bootstrap over
+    the rows for macro-F1 and the ECE before and after the correction (out of fold); None under 2 rows."""
+    n: int
+    accuracy: Proportion
+    macro_f1: tuple[float, float] | None
+    ece: tuple[float, float] | None
+    ece_corrected: tuple[float, float] | None
+
+    def to_json(self) -> IntervalsJSON:
+        def pair(ci: tuple[float, float] | None) -> list[float] | None:
+            return None if ci is None else [ci[0], ci[1]]
+        return {"n": self.n, "accuracy": self.accuracy.to_dict(), "macro_f1": pair(self.macro_f1),
+                "ece": pair(self.ece), "ece_corrected": pair(self.ece_corrected)}
+
+
+def intervals(P: np.ndarray, y: np.ndarray, oof: np.ndarray, *, seed: int = 0) -> Intervals:
     """95% intervals of a run's headline numbers: Wilson for accuracy, a percentile bootstrap over the
     rows for macro-F1 and the ECE before and after the correction (out of fold)."""
     pred, k, rows = calibration.predictions(P), P.shape[1], np.arange(len(y))
     conf, correct = P.max(axis=1), pred == y
     oconf, ocorrect = oof.max(axis=1), calibration.predictions(oof) == y
 
-    def boot(stat: Callable[[np.ndarray], float]) -> list[float] | None:
-        ci = bootstrap_ci(rows, stat, seed=seed)
-        return None if ci is None else [ci[0], ci[1]]
+    def boot(stat: Callable[[np.ndarray], float]) -> tuple[float, float] | None:
+        return bootstrap_ci(rows, stat, seed=seed)
 
-    return {"n": int(len(y)), "accuracy": proportion(int(correct.sum()), len(y)).to_dict(),
-            "macro_f1": boot(lambda i: calibration.macro_f1(y[i], pred[i], k)),
-            "ece": boot(lambda i: calibration.ece(conf[i], correct[i])),
-            "ece_corrected": boot(lambda i: calibration.ece(oconf[i], ocorrect[i]))}
+    return Intervals(n=int(len(y)), accuracy=proportion(int(correct.sum()), len(y)),
+                     macro_f1=boot(lambda i: calibration.macro_f1(y[i], pred[i], k)),
+                     ece=boot(lambda i: calibration.ece(conf[i], correct[i])),
+                     ece_corrected=boot(lambda i: calibration.ece(oconf[i], ocorrect[i])))
 
 
 @dataclass
@@ -316,7 +342,7 @@ def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback
     fitted = applied_metrics(policy, cal.results)
     config["metrics"] = {"at_gate": fitted if head is None else applied_metrics(policy, cal.results, oof=cal.oof),
                          **({"at_gate_fitted_rows": fitted} if head is not None else {}),
-                         "intervals": cal.intervals,
+                         "intervals": cal.intervals.to_json(),
                          "gate_selection": cal.gate.to_dict(),
                          "gate_notes": list(gate.messages),
                          **({"option_gate_selection": {o: g.to_dict() for o, g in cal.option_gates.items()}}

@@ -27,6 +27,7 @@ from app.core.records import Run, config_of
 from app.core.snippets import for_target
 from app.core.store import Store
 from app.service import tracking as tracked
+from app.service.inputs import Inputs
 from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
 
@@ -206,16 +207,17 @@ def comparisons(store: Store) -> dict[str, list[Run]]:
     return groups
 
 
-def bench(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
-          progress: ProgressFn | None = None, heads: Sequence[AsDeployed] = ()) -> Comparison:
-    """The same states sent sequentially to each target after one warm-up call each (model loads,
-    connections and the policy's first pass are not measured; the warm-up has a state of its own, so
-    no measured row is answered from kept logits), saved as a comparison the Compare page opens."""
+def bench(store: Store, given: Inputs, progress: ProgressFn | None = None) -> Comparison:
+    """The same states (`given.cases`) sent sequentially to each target after one warm-up call each (model loads,
+    connections and the policy's first pass are not measured; the warm-up has a state of its own, so no measured
+    row is answered from kept logits), saved as a comparison the Compare page opens; a column per calibrated
+    policy of `given` (its head or correction, gate) on the targets of its model."""
+    policy, targets = given.policy, list(given.targets)
     for t in targets:
         warm = request_for(policy, WARM_UP_STATE, "warm-up")
         is_cold(t, warm)  # counted as this target's first call, so every measured call is warm
         t.decide(warm)
-    return comparison(store, compare(store, policy, cases, targets, progress, heads, reuse=False))
+    return comparison(store, compare(store, policy, list(given.cases), targets, progress, given.calibrated, reuse=False))
 
 
 @dataclass

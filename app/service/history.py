@@ -1,41 +1,15 @@
 """History: the runs the store keeps, opened, pinned as the baseline, deleted, and what a run shows at a
-glance (no Streamlit). Pages read runs and results through here, never from the store directly: the
-read-only queries below are one store call each and exist for that rule (tests/test_layout.py)."""
+glance (no Streamlit). Pages read runs and results as stored through app/service/queries.py (read-only, one
+store call each), never from the store directly (tests/test_layout.py)."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
 from adapter.schema import HEAD_LAYOUT
 
-from app.core.records import Result, Run
 from app.core.stats import proportion
 from app.core.store import Store
 from app.service import tracking
-
-
-def runs(store: Store, *, kind: str | None = None) -> list[Run]:
-    """Every run (or every run of a kind), newest first, with its row, error and accuracy counts."""
-    return store.list_runs(kind=kind)
-
-
-def run(store: Store, run_id: int) -> Run | None:
-    """One run, None when there is none (a link to a deleted run)."""
-    return store.get_run(run_id)
-
-
-def results(store: Store, run_id: int) -> list[Result]:
-    """A run's results in row order."""
-    return store.results(run_id)
-
-
-def version(store: Store, run_id: int) -> tuple[int, int]:
-    """(results stored, newest result id): changes with every stored result - a page's cache key."""
-    return store.run_version(run_id)
-
-
-def baseline(store: Store) -> Run | None:
-    """The run pinned as the baseline, if any."""
-    return store.pinned_run()
 
 
 def pin(store: Store, run_id: int) -> None:

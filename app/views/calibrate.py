@@ -17,8 +17,8 @@ from app.core.run_calibration import Calibration, TooFewRows, version_label
 from app.core.labeled import Support
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS
 from app.core.store import Store
-from app.service import calibrate_panels as panels
-from app.service import evaluate, history, policies as policy_service, registry, review, sets as set_service, targets
+from app.service import calibrate_panels as panels, queries
+from app.service import evaluate, policies as policy_service, registry, review, sets as set_service, targets
 from app.service.display import Cell, Column, Note
 from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, saved_policies
@@ -61,7 +61,7 @@ def calibration_view(db_path: str, run_id: int, version: tuple[Any, ...], target
 @st.cache_data(show_spinner=False, max_entries=64)
 def readout_rows(db_path: str, versions: tuple[Any, ...]) -> Sequence[Mapping[str, Any]]:
     db = resources.store_at(db_path)
-    return evaluate.readouts(db, [r for r in (history.run(db, rid) for rid, _ in versions) if r is not None])
+    return evaluate.readouts(db, [r for r in (queries.run(db, rid) for rid, _ in versions) if r is not None])
 
 
 def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
@@ -72,7 +72,7 @@ def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
         st.session_state[keys.up_policy] = st.session_state[keys.up_for] = for_policy
     uploading = st.session_state.get(keys.upload) is not None
     # a stable key: the expander keeps the state the user gave it when the sets change underneath
-    with st.expander("Labeled sets", expanded=not set_service.listed(db) or uploading, key=keys.sets_box):
+    with st.expander("Labeled sets", expanded=not queries.labeled_sets(db) or uploading, key=keys.sets_box):
         c1, c2 = st.columns(2)
         if c1.button("Import the shipped labeled sets", key=keys.ship):
             n = set_service.import_shipped(db, policies)
@@ -87,7 +87,7 @@ def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
                                            policy_name=policies[up_policy]["name"]) if upload is not None else None)
         if upload is not None and c2.button("Import", key=keys("import")):
             import_upload(db, policies, up_policy, upload, columns)
-        sets = set_service.listed(db)
+        sets = queries.labeled_sets(db)
         if sets:
             st.dataframe(pd.DataFrame(sets)[["id", "name", "policy_id", "n_rows", "content_hash", "created_at"]],
                          hide_index=True)
@@ -320,7 +320,7 @@ def sources_section(db: Store, run_id: int) -> None:
     group = evaluate.source_group(db, run_id)
     if len(group) < 2:
         return
-    table = sources_view(resources.db_path(), group[0]["id"], tuple(history.version(db, r["id"]) for r in group))
+    table = sources_view(resources.db_path(), group[0]["id"], tuple(queries.run_version(db, r["id"]) for r in group))
     if table is None:
         return
     st.markdown("**Cheapest decision that is not worse** (this run and its head-layout sources, the same rows)")
@@ -444,14 +444,14 @@ def older_runs(db: Store, older: Sequence[Mapping[str, Any]], version: str) -> N
                    "gave to the same request are reused, not scored again).")
     with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - history, not exportable"):
         st.caption(f"To calibrate one, run the evaluation again on the saved version ({version}).")
-        st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"]))
+        st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), tuple((r["id"], queries.run_version(db, r["id"]))
                                                                           for r in older))),
                      hide_index=True, key=keys.older)
 
 
 def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str) -> Sequence[Mapping[str, Any]]:
     """The runs of the saved version side by side; returns their rows (the run picker's labels)."""
-    rows = readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"])) for r in runs))
+    rows = readout_rows(resources.db_path(), tuple((r["id"], queries.run_version(db, r["id"])) for r in runs))
     st.markdown(f"**Readouts side by side** (this policy as saved now, {version} × this set)")
     st.dataframe(pd.DataFrame(rows), hide_index=True, key=keys.compare, placeholder="",  # no "None" in empty cells
                  column_config={c: st.column_config.NumberColumn(format="%.3f") for c in NUMBER3})
@@ -479,7 +479,7 @@ def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], r
                         help="auto: a head fitted on these labeled rows is exported only when it beats the corrections "
                              "beyond noise (out of fold); or pick one yourself")
     try:
-        cal = calibration_view(resources.db_path(), rid, history.version(db, rid), target_acc, per_option,
+        cal = calibration_view(resources.db_path(), rid, queries.run_version(db, rid), target_acc, per_option,
                                head or "auto")
     except TooFewRows as exc:
         if any(r["id"] == rid and r["status"] == "running" for r in runs):  # not an error: rows are still coming
@@ -506,8 +506,8 @@ def render() -> None:
     if saved is None:
         return
     policies: Policies = {p["id"]: p for p in saved}
-    sets_section(db, policies, current_policy(policies, {s["id"]: s for s in set_service.listed(db)}))
-    sets = {s["id"]: s for s in set_service.listed(db)}
+    sets_section(db, policies, current_policy(policies, {s["id"]: s for s in queries.labeled_sets(db)}))
+    sets = {s["id"]: s for s in queries.labeled_sets(db)}
     if not sets:
         st.info("Import a labeled set to start (the shipped ones cover ticket routing, refund check, incident "
                 "priority and content moderation).")

@@ -11,7 +11,7 @@ from app.core.store import Store
 from app.settings import WorkbenchSettings
 from deploy.config import FormErrors
 from deploy.errors import DeployError
-from app.service import checks, deploy, registry
+from app.service import checks, deploy, queries, registry
 from app.ui import context, resources
 from app.ui.safe_text import md
 from app.ui.keys import CALIBRATE, DEPLOY
@@ -267,7 +267,7 @@ def deployments(db: Store, endpoint_url: str | None, poll: float) -> None:
     if dep["status"] in ("planned", "superseded"):  # a plan that never ran created nothing to watch or destroy
         st.caption("This plan never ran: nothing was created in AWS.")
         st.markdown("**Audit log**")
-        st.dataframe(pd.DataFrame(deploy.audit_log(db, pick)), hide_index=True)
+        st.dataframe(pd.DataFrame(queries.audit_log(db, pick)), hide_index=True)
         return
     if dep["status"] == deploy.LOCAL:
         local_deployment(db, dep)
@@ -292,7 +292,7 @@ def deployments(db: Store, endpoint_url: str | None, poll: float) -> None:
             except DeployError as exc:
                 st.error(md(exc))
     st.markdown("**Audit log**")
-    st.dataframe(pd.DataFrame(deploy.audit_log(db, pick)), hide_index=True)
+    st.dataframe(pd.DataFrame(queries.audit_log(db, pick)), hide_index=True)
 
 
 def local_deployment(db: Store, dep: Mapping[str, Any]) -> None:
@@ -310,7 +310,7 @@ def local_deployment(db: Store, dep: Mapping[str, Any]) -> None:
             except DeployError as exc:
                 st.error(md(exc))
     st.markdown("**Audit log**")
-    st.dataframe(pd.DataFrame(deploy.audit_log(db, dep["id"])), hide_index=True)
+    st.dataframe(pd.DataFrame(queries.audit_log(db, dep["id"])), hide_index=True)
 
 
 def render() -> None:

@@ -1,6 +1,7 @@
 """Review queue: label the rows that need a person - target disagreements first, then the rows a gate
-sent to the fallback, nearest the gate first - from the keyboard (1-9 pick an option, S skips, U undoes);
-the labels become a new version of a labeled set (app/core/review.py)."""
+sent to the fallback, nearest the gate first - from the keyboard (1-9 pick an option, S skips, U undoes),
+or the next rows of a pool of unlabeled states (app/ui/pool_panel.py); the labels become a new version of a
+labeled set (app/core/review.py)."""
 import getpass
 import json
 from typing import Any, Mapping
@@ -15,6 +16,7 @@ from app.ui.drift_panel import gate_choice
 from app.ui.safe_text import md
 from app.ui.keys import REVIEW
 from app.ui.label_issues_panel import label_issues_panel
+from app.ui.pool_panel import pool_panel
 
 KEYS = REVIEW  # this page's session and widget keys
 
@@ -35,6 +37,7 @@ def render() -> None:
     st.caption(q.summary)
     actions(db, q, policy, sid)
     label_check(db, policy, sid, who)
+    pool_panel(db, policy, sid, who)
     if not q.items:
         st.success("Nothing to review for this policy right now.")
         return

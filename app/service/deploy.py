@@ -214,12 +214,12 @@ def calibrated(store: Store) -> dict[int, Calibrated]:
     return {c["id"]: c for c in store.list_calibrated()}
 
 
-def deployment_label(dep: Mapping[str, Any]) -> str:
+def deployment_label(dep: Deployment) -> str:
     """'dep-1a2b · InService · refund-check v2': a deployment in the picker, with the policy version of the
     calibrated policy it shipped (read from the file it packaged; said when that file is gone)."""
-    path = str((dep.get("config") or {}).get("policy_path") or "")
+    path = str((dep["config"] or {}).get("policy_path") or "")
     if not path:
-        shipped = "no calibrated policy" if dep.get("path") == "semif" else "raw model (chat completions)"
+        shipped = "no calibrated policy" if dep["path"] == "semif" else "raw model (chat completions)"
     else:
         try:
             config = json.loads(Path(path).read_text())

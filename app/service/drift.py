@@ -23,14 +23,14 @@ def run_label(run: Mapping[str, Any]) -> str:
             f"{run.get('model') or run['kind']}")
 
 
-def gate_label(rec: Mapping[str, Any]) -> str:
+def gate_label(rec: Calibrated) -> str:
     """'saved calibrated policy #3 v2 (gate 0.712, 2026-12-05 10:04)' - a saved calibrated policy offered as a
     gate, with the policy version it was calibrated on ('no global gate' when it has none)."""
-    version = (rec.get("config") or {}).get("policy_version")
-    gate = rec.get("threshold")
+    version = (rec["config"] or {}).get("policy_version")
+    gate = rec["threshold"]
     return (f"saved calibrated policy #{rec['id']}{f' v{version}' if version is not None else ''} "
             f"({f'gate {gate:.3f}' if isinstance(gate, (int, float)) else 'no global gate'}, "
-            f"{str(rec.get('created_at', ''))[:16].replace('T', ' ')})")
+            f"{str(rec['created_at'])[:16].replace('T', ' ')})")
 
 
 def gates_for(store: Store, policy_id: str | None) -> dict[int, Calibrated]:

@@ -272,7 +272,8 @@ def remember_head(store: Store, run: Mapping[str, Any], made: Sequence[head_sour
     head = next((c for c in made if c.kind == "head" and not c.refused and c.right), None)
     if head is None:
         return
-    figure = {"head": head.method, "correct": sum(bool(v) for v in head.right.values()), "n": len(head.right)}
+    figure: dict[str, Any] = {"head": head.method, "correct": sum(bool(v) for v in head.right.values()),
+                              "n": len(head.right)}
     if config_of(run).get("head_oof") != figure:
         store.merge_run_config(run["id"], {"head_oof": figure})
 

@@ -110,10 +110,13 @@ def duplicate(store: Store, policy: Policy) -> PolicyRecord:
     return add_copy(store, policy, suffix="copy", label="copy")
 
 
-def title(policy: Mapping[str, Any]) -> str:
-    """'Refund check · v3': a policy in a picker, with the version saved now (a template has none)."""
-    version = policy.get("version")
-    return f"{policy.get('name')}" + (f" · v{version}" if version is not None else "")
+def title(name: str, version: int | None) -> str:
+    """'Refund check · v3': a policy in a picker, with its saved version (a template has none).
+
+    >>> title("Refund check", 3), title("Refund check", None)
+    ('Refund check · v3', 'Refund check')
+    """
+    return name + (f" · v{version}" if version is not None else "")
 
 
 def id_taken(new_id: str, editing: str | None, saved_ids: Collection[str], *, via: Literal["form", "json"]

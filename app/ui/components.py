@@ -142,7 +142,7 @@ def policy_picker(policies: Sequence[P], key: str, default: str = "ticket-routin
     by_id = {p["id"]: p for p in policies}
     ids = list(by_id)
     context.follow(key, "policy", ids, lambda: default if default in ids else ids[0])
-    pid = st.selectbox("Policy", ids, format_func=lambda i: policy_service.title(by_id[i]), key=key,
+    pid = st.selectbox("Policy", ids, format_func=lambda i: policy_service.title(by_id[i]['name'], by_id[i].get('version')), key=key,
                        on_change=context.changed(key, "policy"))
     context.put("policy", pid)
     return by_id[pid]

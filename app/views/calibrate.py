@@ -79,7 +79,7 @@ def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
             st.toast(f"{n} shipped sets available")
             if not n:
                 st.warning("Load the example policies first (Playground page): the shipped sets label their options.")
-        up_policy = c2.selectbox("Labels are options of", list(policies), format_func=lambda i: policy_service.title(policies[i]),
+        up_policy = c2.selectbox("Labels are options of", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')),
                                  key=keys.up_policy)
         upload = c2.file_uploader("Upload CSV / JSONL (state, label, optional id, split, metadata columns)",
                                   type=["csv", "jsonl", "tsv"], key=keys.upload)
@@ -207,7 +207,7 @@ def evaluate_section(db: Store, policies: Policies, sets: dict[int, Any]) -> tup
     st.subheader("Evaluate")
     c1, c2 = st.columns(2)
     current_policy(policies, sets)
-    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policy_service.title(policies[i]), key=keys.policy,
+    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')), key=keys.policy,
                        on_change=context.changed(keys.policy, "policy"))
     context.put("policy", pid)
     sid = pick_set(pid, sets, c2)

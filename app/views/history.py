@@ -174,7 +174,7 @@ def import_section(db: Store) -> None:
         if not policies:
             st.caption("Load or create the policy the decisions were made with first (Playground, Policies).")
             return
-        pid = st.selectbox("Decided with policy", list(policies), format_func=lambda i: policy_service.title(policies[i]),
+        pid = st.selectbox("Decided with policy", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')),
                            key=KEYS.log_policy)
         source = st.radio("From", ["file", "cloudwatch"], horizontal=True, key=KEYS.log_from,
                           format_func={"file": "a log file", "cloudwatch": "CloudWatch Logs"}.get)

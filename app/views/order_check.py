@@ -65,7 +65,7 @@ def render() -> None:
                     lambda task: checks.order_check(db, policy, cases, target, variant=setup.variant,
                                                     negated=negated, progress=task.progress, calibrated=pick))
     tasks.collect(KEYS.prefix, "Order check")
-    run = saved_check(db, "order-check", KEYS.open, lambda r: f"{policy_service.title(r['policy'])} · {r['target_name']} · "
+    run = saved_check(db, "order-check", KEYS.open, lambda r: f"{policy_service.title(r['policy']['name'], r['policy'].get('version'))} · {r['target_name']} · "
                       f"{r['config'].get('variant')} · {r['config'].get('states')} states")
     if run is not None:
         show(db, run)

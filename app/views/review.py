@@ -63,7 +63,7 @@ def pickers(db: Store) -> tuple[Mapping[str, Any], int] | None:
     policies = {p["id"]: p for p in saved}
     c1, c2 = st.columns(2)
     context.follow(KEYS.policy, "policy", list(policies))
-    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policy_service.title(policies[i]), key=KEYS.policy,
+    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')), key=KEYS.policy,
                        on_change=context.changed(KEYS.policy, "policy"))
     context.put("policy", pid)
     sets = set_service.of_policy(db, pid)

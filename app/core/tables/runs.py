@@ -123,7 +123,7 @@ class RunTable(Connection):
         with self.db() as db:
             db.table("runs").update(run_id, {"model": model})
 
-    def merge_run_config(self, run_id: int, values: Mapping[str, Any]) -> None:
+    def merge_run_config(self, run_id: int, values: RunConfig) -> None:
         """Set some keys of a run's config, the others kept: a figure learned about a run after it was scored
         (its learned head's out-of-fold accuracy, app/service/evaluate.remember_head)."""
         with self.write() as db:

@@ -39,8 +39,8 @@ def test_sources_beyond_the_pool_are_scored_warm_and_priced_in_the_browser(brows
     try:
         page.goto(f"{url}/calibrate?policy=refund-check&set={sid}")
         settle(page)
-        sources = page.get_by_label(re.compile("Head layout: also read hidden states from"))
-        sources.first.click()
+        # the multiselect itself (its help icon carries the same label)
+        page.locator("[data-testid=stMultiSelect]").filter(has_text="Head layout").locator("input").click()
         page.get_by_role("option", name=re.compile("qwen2.5-coder-0.5b")).first.click()
         page.keyboard.press("Escape")
         settle(page)
@@ -67,7 +67,7 @@ def test_sources_beyond_the_pool_are_scored_warm_and_priced_in_the_browser(brows
         heading.scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "sources-table.png"), full_page=True)
         with page.expect_download() as got:
-            page.get_by_role("button", name="Download the comparison (CSV)").click()
+            page.get_by_role("button", name="Download the sources compared (CSV)").click()
         rows = list(csv.DictReader(io.StringIO(open(got.value.path(), encoding="utf-8-sig").read())))
         assert {r["layout"] for r in rows} == {"state first", "head layout (policy first)"}, rows
         columns = list(rows[0])

@@ -61,7 +61,13 @@ def calibration_view(db_path: str, run_id: int, version: tuple[Any, ...], target
 @st.cache_data(show_spinner=False, max_entries=64)
 def readout_rows(db_path: str, versions: tuple[Any, ...]) -> Sequence[Mapping[str, Any]]:
     db = resources.store_at(db_path)
-    return evaluate.readouts(db, [r for r in (queries.run(db, rid) for rid, _ in versions) if r is not None])
+    return evaluate.readouts(db, [r for r in (queries.run(db, rid) for rid, *_ in versions) if r is not None])
+
+
+def head_of(run: Mapping[str, Any]) -> str:
+    """A head-layout run's stored head figure, part of the readouts' cache key: it is written when the head is
+    fitted, after the run's results (History and the readouts show it)."""
+    return str((run.get("config") or {}).get("head_oof") or "")
 
 
 def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
@@ -340,7 +346,7 @@ def sources_section(db: Store, run_id: int) -> None:
                "tokens a row are the medians of the warm rows when each run was scored on this machine; $ per 1,000 "
                "assumes the same pace on the deployment's CPU instance (a hint, not a quote). *Export this* below turns any "
                "candidate into its calibrated policy file: its model, layout and head.")
-    download_frame(frame, "cheapest-decision.csv", "Download the comparison (CSV)", keys.sources_csv)
+    download_frame(frame, "cheapest-decision.csv", "Download the sources compared (CSV)", keys.sources_csv)
     export_this(db, table, keys, float(st.session_state.get(keys.target_acc, 0.9)))
 
 
@@ -355,7 +361,8 @@ def correction_section(cal: Calibration) -> None:
     st.dataframe(table, hide_index=True, key=keys.corrections,
                  column_config={k: st.column_config.NumberColumn(format="%.3f") for k in panel.number_columns})
     st.plotly_chart(charts.rate_bars(panel.bars, panel.bars_title, worry=panel.chance), key=keys.candidates)
-    download_frame(table, "calibration-candidates.csv", "Download the comparison (CSV)", keys.candidates_csv)
+    download_frame(table, "calibration-candidates.csv", "Download the corrections and heads compared (CSV)",
+                   keys.candidates_csv)
     c1, c2 = st.columns(2)
     c1.plotly_chart(charts.confusion_heatmap(panel.confusion, list(panel.option_ids), "As scored"), key=keys.conf)
     c2.plotly_chart(charts.confusion_heatmap(panel.confusion_after, list(panel.option_ids), panel.after_title),
@@ -444,14 +451,13 @@ def older_runs(db: Store, older: Sequence[Mapping[str, Any]], version: str) -> N
                    "gave to the same request are reused, not scored again).")
     with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - history, not exportable"):
         st.caption(f"To calibrate one, run the evaluation again on the saved version ({version}).")
-        st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), tuple((r["id"], queries.run_version(db, r["id"]))
-                                                                          for r in older))),
-                     hide_index=True, key=keys.older)
+        keyed = tuple((r["id"], queries.run_version(db, r["id"]), head_of(r)) for r in older)
+        st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), keyed)), hide_index=True, key=keys.older)
 
 
 def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str) -> Sequence[Mapping[str, Any]]:
     """The runs of the saved version side by side; returns their rows (the run picker's labels)."""
-    rows = readout_rows(resources.db_path(), tuple((r["id"], queries.run_version(db, r["id"])) for r in runs))
+    rows = readout_rows(resources.db_path(), tuple((r["id"], queries.run_version(db, r["id"]), head_of(r)) for r in runs))
     st.markdown(f"**Readouts side by side** (this policy as saved now, {version} × this set)")
     st.dataframe(pd.DataFrame(rows), hide_index=True, key=keys.compare, placeholder="",  # no "None" in empty cells
                  column_config={c: st.column_config.NumberColumn(format="%.3f") for c in NUMBER3})

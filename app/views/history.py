@@ -98,7 +98,7 @@ def open_run(by_id: Mapping[int, Run]) -> int:
 
 def results_section(results: Sequence[Result], rid: int) -> None:
     frame = results_table(results)
-    st.dataframe(frame, hide_index=True, key=KEYS.results, width="stretch", column_config={
+    st.dataframe(frame, hide_index=True, key=KEYS.results, width="stretch", placeholder="", column_config={
         "state": st.column_config.TextColumn(width="large"),
         "latency_ms": st.column_config.NumberColumn(format="%.0f"),
         **{c: st.column_config.NumberColumn(format="%.3f") for c in frame.columns if c.startswith("p(")}})

@@ -499,7 +499,7 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
     assert len(runs) == 2 and all(r["status"] == "done" and r["n_rows"] == 16 for r in runs)
     table = frame_with(at, "ece_corrected")
     assert sorted(table["readout"]) == ["default", "letters"] and (table["rows"] == 16).all()
-    best = max(evaluation_rows(db, runs), key=lambda r: r["accuracy"])["run"]
+    best = max(evaluation_rows(db, runs), key=lambda r: r.accuracy).run
     assert at.selectbox(key="cal_run_pick").value == best  # the most accurate of the runs just made is open
     # no row floor: the gate's evidence decides, and the page says why none is recommended (issue 44)
     assert any("unreachable" in e.value and "Clopper" in e.value for e in at.error)

@@ -63,7 +63,7 @@ DATA = ("app.core.records", "app.core.store", "app.targets.base", "app.targets.e
         # a function that scores or gates (a page imports a record type here instead of through a forwarder)
         "app.core.store.Store", "app.core.records.Policy", "app.core.records.Run", "app.core.records.Result",
         "app.core.run_calibration.Calibration", "app.core.run_calibration.TooFewRows", "app.core.run_calibration.version_label",
-        "app.core.calibration.RiskCoverage",
+        "app.core.calibration.RiskCoverage", "app.core.run_calibration.Readout",
         "app.core.runs.EXAMPLE_SOURCES", "app.core.runs.HEAD_VARIANT", "app.core.runs.VARIANTS",
         "app.core.runs.Variant", "app.core.runner.Case", "app.core.labeled.Support",
         "app.core.robustness.report.HeadReport", "app.core.robustness.report.NoneEntry",

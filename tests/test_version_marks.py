@@ -77,7 +77,7 @@ def test_history_shows_a_head_layout_run_by_its_heads_out_of_fold_accuracy(db, t
     assert text.startswith("83% (n=6") and "hidden-state head, out of fold" in text  # 5 of 6, not its letters' 67%
     assert history.run_accuracy(listed[ids["main"]]).startswith("67% (n=6")  # a state-first run: as scored
     (side,) = run_calibration.readout_table(db, [listed[ids["head"]]])  # Calibrate's readouts: the same figure
-    assert side["accuracy_corrected"] == 5 / 6 and "hidden-state head" in side["correction"]
+    assert side.row()["accuracy_corrected"] == 5 / 6 and "hidden-state head" in side.correction
     refused = head_sources.Candidate(ids["head"], "m.gguf", "policy-first", "learned head", "head", {}, {}, {}, None,
                                      None, refused="too few rows")
     evaluate.remember_head(db, listed[ids["head"]], [refused])  # a refit that failed keeps the stored figure

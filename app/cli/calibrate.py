@@ -116,8 +116,10 @@ def run(args: argparse.Namespace) -> int:
               f"(coverage {fmt(oof.coverage)}), accuracy {fmt(oof.accuracy)}")
     for warning in calibrate_panels.warnings(exported):
         print(f"warning: {warning}")
-    if args.learning_curve:
-        print("what more labels buy: " + label_curve.label_curve(cal).sentence)
+    if args.learning_curve:  # printed, and carried by the file (metrics.label_curve, the last gate note)
+        curve = label_curve.label_curve(cal)
+        print("what more labels buy: " + curve.sentence)
+        exported = label_curve.with_curve(exported, curve)
     if args.out:
         try:  # checked before scoring (common.out_file); the folder may still change meanwhile
             Path(args.out).write_text(json.dumps(exported.to_json(), indent=2, ensure_ascii=False) + "\n")
@@ -159,7 +161,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "run), recommended, best, or MODEL:LAYOUT:METHOD (e.g. qwen2.5-coder-0.5b-instruct-q4_k_m:"
                         "policy-first:hidden) - its model (sha256), layout and head, fitted on all labeled rows")
     p.add_argument("--learning-curve", action="store_true",
-                   help="also print the out-of-fold accuracy on 50/75/100%% of the rows and what N more rows would buy")
+                   help="also print the out-of-fold accuracy on 50/75/100%% of the rows and the expected accuracy and gate "
+                        "coverage with N more rows (written into --out's metrics.label_curve too)")
     p.add_argument("--guard", choices=list(GUARDS),
                    help="steering guard the exported policy runs on the rows its gate would decide (a suspected row goes "
                         "to the fallback); default: the policy's own, else erase-and-check. 'none' turns it off - the "

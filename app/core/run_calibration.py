@@ -8,7 +8,7 @@ calibration_curve computes and CalibrationDisplay draws). `build_policy` turns i
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
@@ -263,41 +263,79 @@ def decide_gate(cal: Calibration, manual: float | None = None) -> GateDecision:
     return GateDecision(1.0, "unreachable", notes)
 
 
-# a row of the readout comparison (a table): every run has the first six, a calibrated one the numbers
+# a row of the readout comparison as the page's table shows it (titles): every run has the first six, a
+# calibrated one the numbers (Readout.row)
 ReadoutRow = TypedDict("ReadoutRow", {
-    "run": int, "policy version": str, "target": str, "readout": str, "examples": Any, "status": str,
+    "run": int, "policy version": str, "target": str, "readout": str, "examples": str | None, "status": str,
     "rows": int | None, "correction": str, "accuracy": float, "macro_f1": float, "ece": float,
     "ece_corrected": float, "nll": float, "accuracy_corrected": float}, total=False)
 
 
-def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[ReadoutRow]:
+@dataclass(frozen=True)
+class Readout:
+    """One eval run in the readout comparison: readout, rows, accuracy, macro-F1, ECE before/after temperature,
+    NLL, the best correction (out of fold) - read by attribute; `row()` is the page's table row. `shape`: "run"
+    (not calibrated: `status` says why), "head" (a head-layout run: its letters are never offered zero-shot, its
+    numbers are its head's, on Calibrate) or "calibrated"."""
+    run: int
+    policy_version: str
+    target: str
+    readout: str
+    examples: str | None
+    status: str
+    shape: Literal["run", "head", "calibrated"] = "run"
+    rows: int | None = None
+    correction: str = ""
+    accuracy: float | None = None
+    macro_f1: float | None = None
+    ece: float | None = None
+    ece_corrected: float | None = None
+    nll: float | None = None
+    accuracy_corrected: float | None = None
+
+    def row(self) -> ReadoutRow:
+        """The table's row, its columns titled as the page shows them (and only those this shape has)."""
+        base: ReadoutRow = {"run": self.run, "policy version": self.policy_version, "target": self.target,
+                            "readout": self.readout, "examples": self.examples, "status": self.status}
+        if self.shape == "head":  # with its stored head's out-of-fold accuracy when it was fitted
+            head: ReadoutRow = {**base, "rows": self.rows, "correction": self.correction}
+            return head if self.accuracy_corrected is None else {**head, "accuracy_corrected": self.accuracy_corrected}
+        if self.shape == "calibrated":
+            assert self.accuracy is not None and self.macro_f1 is not None and self.ece is not None and \
+                self.ece_corrected is not None and self.nll is not None and self.accuracy_corrected is not None
+            return {**base, "rows": self.rows, "accuracy": self.accuracy, "macro_f1": self.macro_f1, "ece": self.ece,
+                    "ece_corrected": self.ece_corrected, "nll": self.nll, "correction": self.correction,
+                    "accuracy_corrected": self.accuracy_corrected}
+        return base
+
+
+def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[Readout]:
     """One row per eval run (same policy x set): readout, rows, accuracy, macro-F1, ECE before/after
     temperature, NLL - the side-by-side the analyst picks a readout from."""
-    rows: list[ReadoutRow] = []
+    rows: list[Readout] = []
     for r in runs:
         cfg = config_of(r)
-        base: ReadoutRow = {"run": r["id"], "policy version": version_label((r.get("policy") or {}).get("version")),
-                "target": r["target_name"],
-                "readout": variant_name(cfg),
-                "examples": cfg.get("examples"), "status": r["status"]}
+        base = Readout(r["id"], version_label((r.get("policy") or {}).get("version")), r["target_name"],
+                       variant_name(cfg), cfg.get("examples"), r["status"])
         if is_head_layout(r):  # its letters are never offered zero-shot: its numbers are its head's (Calibrate)
             head = cfg.get("head_oof") or {}  # stored when its head was fitted (app/service/evaluate.remember_head)
             if head.get("n"):
-                rows.append({**base, "rows": r.get("done_rows"), "correction": f"its {head.get('head')} only (out of "
-                             f"fold, on {head['n']} rows)", "accuracy_corrected": head["correct"] / head["n"]})
+                rows.append(replace(base, shape="head", rows=r.get("done_rows"), correction=f"its {head.get('head')} "
+                                    f"only (out of fold, on {head['n']} rows)",
+                                    accuracy_corrected=head["correct"] / head["n"]))
             else:
-                rows.append({**base, "rows": r.get("done_rows"), "correction": "a learned head only"})
+                rows.append(replace(base, shape="head", rows=r.get("done_rows"), correction="a learned head only"))
             continue
         try:
             cal = calibrate(store, r["id"], target_accuracy=0.9, with_heads=False)
             rep = cal.report
         except ValueError as exc:  # not enough usable rows yet
             why = "fewer than 4 labeled rows scored so far" if r["status"] == "running" else str(exc)
-            rows.append({**base, "status": f"{r['status']}: {why}"})
+            rows.append(replace(base, status=f"{r['status']}: {why}"))
             continue
-        rows.append({**base, "rows": rep.n, "accuracy": rep.accuracy, "macro_f1": rep.macro_f1, "ece": rep.ece_width,
-                     "ece_corrected": rep.oof_ece_width, "nll": rep.nll, "correction": cal.correction.name,
-                     "accuracy_corrected": cal.correction.oof_accuracy})
+        rows.append(replace(base, shape="calibrated", rows=rep.n, accuracy=rep.accuracy, macro_f1=rep.macro_f1,
+                            ece=rep.ece_width, ece_corrected=rep.oof_ece_width, nll=rep.nll,
+                            correction=cal.correction.name, accuracy_corrected=cal.correction.oof_accuracy))
     return rows
 
 

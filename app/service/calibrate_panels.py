@@ -380,10 +380,10 @@ def outcome_notes(status: str, error: str | None, stopped: str, outcomes: list[A
     return head + tuple(Note("error" if o.error else "caption", esc(o.text())) for o in outcomes)
 
 
-def run_label(row: Mapping[str, Any]) -> str:
+def run_label(row: run_calibration.Readout) -> str:
     """'#12 · v3 · local · letters · accuracy 91.2%' - an evaluation run in the picker."""
-    return (f"#{row['run']} · {row['policy version']} · {row['target']} · {row.get('readout', '?')}"
-            + (f" · accuracy {row['accuracy']:.1%}" if row.get("accuracy") is not None else ""))
+    return (f"#{row.run} · {row.policy_version} · {row.target} · {row.readout}"
+            + (f" · accuracy {row.accuracy:.1%}" if row.accuracy is not None else ""))
 
 
 @dataclass(frozen=True)

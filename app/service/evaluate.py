@@ -219,10 +219,10 @@ def best_run(store: Store, outcomes: list[EvalOutcome]) -> int | None:
     return best_of(run_calibration.readout_table(store, made))
 
 
-def best_of(rows: Sequence[Mapping[str, Any]]) -> int | None:
+def best_of(rows: Sequence[run_calibration.Readout]) -> int | None:
     """The run of the most accurate row of a readout table (the rule Calibrate opens a run by), or None."""
-    scored = [r for r in rows if r.get("accuracy") is not None]
-    return int(max(scored, key=lambda r: r["accuracy"])["run"]) if scored else None
+    scored = [(r.accuracy, r.run) for r in rows if r.accuracy is not None]
+    return max(scored, key=lambda a: a[0])[1] if scored else None
 
 
 def runs_of(store: Store, policy_id: str, set_id: int) -> list[Run]:
@@ -244,7 +244,7 @@ def version_of(run: Mapping[str, Any]) -> str:
     return version_label((run.get("policy") or {}).get("version"))
 
 
-def readouts(store: Store, made: Sequence[Mapping[str, Any]]) -> list[run_calibration.ReadoutRow]:
+def readouts(store: Store, made: Sequence[Mapping[str, Any]]) -> list[run_calibration.Readout]:
     """One row per run: readout, rows, accuracy, macro-F1, ECE before/after, NLL, the correction."""
     return run_calibration.readout_table(store, made)
 

@@ -13,7 +13,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from app.core.run_calibration import Calibration, TooFewRows, version_label
+from app.core.run_calibration import Calibration, Readout, TooFewRows, version_label
 from app.core.labeled import Support
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS
 from app.core.store import Store
@@ -24,7 +24,7 @@ from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, saved_policies
 from app.ui.export_candidate_panel import export_this
 from app.ui.keys import CALIBRATE
-from app.ui.label_curve_panel import label_curve_panel
+from app.ui.label_curve_panel import label_curve_panel, with_curve_if_shown
 from app.ui.label_issues_panel import label_issues_panel
 from app.ui.safe_text import md
 
@@ -59,7 +59,7 @@ def calibration_view(db_path: str, run_id: int, version: tuple[Any, ...], target
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def readout_rows(db_path: str, versions: tuple[Any, ...]) -> Sequence[Mapping[str, Any]]:
+def readout_rows(db_path: str, versions: tuple[Any, ...]) -> Sequence[Readout]:
     db = resources.store_at(db_path)
     return evaluate.readouts(db, [r for r in (queries.run(db, rid) for rid, *_ in versions) if r is not None])
 
@@ -384,6 +384,7 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
     except evaluate.OtherVersion as exc:
         st.error(md(exc))
         return
+    exported = with_curve_if_shown(exported, cal, keys)  # what more labels buy, in the file when shown below
     cost = panels.guard_cost_note(db, exported)
     (st.warning if exported.policy.guard == "none" else st.caption)(md(cost))
     panel = panels.gate_panel(cal, exported, md)
@@ -452,26 +453,27 @@ def older_runs(db: Store, older: Sequence[Mapping[str, Any]], version: str) -> N
     with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - history, not exportable"):
         st.caption(f"To calibrate one, run the evaluation again on the saved version ({version}).")
         keyed = tuple((r["id"], queries.run_version(db, r["id"]), head_of(r)) for r in older)
-        st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), keyed)), hide_index=True, key=keys.older)
+        st.dataframe(pd.DataFrame([o.row() for o in readout_rows(resources.db_path(), keyed)]), hide_index=True,
+                     key=keys.older)
 
 
-def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str) -> Sequence[Mapping[str, Any]]:
+def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str) -> Sequence[Readout]:
     """The runs of the saved version side by side; returns their rows (the run picker's labels)."""
     rows = readout_rows(resources.db_path(), tuple((r["id"], queries.run_version(db, r["id"]), head_of(r)) for r in runs))
     st.markdown(f"**Readouts side by side** (this policy as saved now, {version} × this set)")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key=keys.compare, placeholder="",  # no "None" in empty cells
+    st.dataframe(pd.DataFrame([r.row() for r in rows]), hide_index=True, key=keys.compare, placeholder="",  # no "None" in empty cells
                  column_config={c: st.column_config.NumberColumn(format="%.3f") for c in NUMBER3})
     st.caption("Per run: as scored, and with the best correction (temperature, per-option offsets; out of fold). "
                "The learned heads are fitted for the run opened below, and its numbers are shown there.")
     return rows
 
 
-def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> None:
+def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], rows: Sequence[Readout]) -> None:
     """Pick a run (the current one, else the most accurate), the target accuracy and head; its gate and export."""
     st.subheader("Gate and export")
     ids = [r["id"] for r in runs]
     context.follow(keys.run_pick, "run", ids, lambda: evaluate.best_of(rows) or ids[0])
-    label = {r["run"]: panels.run_label(r) for r in rows}
+    label = {r.run: panels.run_label(r) for r in rows}
     rid = st.selectbox("Evaluation run", ids, key=keys.run_pick, format_func=lambda i: label.get(i, f"#{i}"),
                        on_change=context.changed(keys.run_pick, "run"))
     context.put("run", rid)

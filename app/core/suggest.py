@@ -35,6 +35,10 @@ from __future__ import annotations
 from typing import Literal, Sequence
 
 import numpy as np
+from sklearn.cluster import KMeans
+from sklearn.decomposition import PCA
+from sklearn.neighbors import NearestNeighbors
+from sklearn.preprocessing import StandardScaler
 
 DIMS = 32  # principal components a wide state vector is reduced to
 FIT_ROWS = 5000  # the standardisation and PCA of a wide state are fitted on at most this many rows
@@ -57,9 +61,6 @@ def entropies(P: np.ndarray) -> np.ndarray:
 def vectors(X: np.ndarray, labeled: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """The pool's (and the labeled rows') state vectors as the rules compare them: centred on all of them, a wide
     one standardised and reduced to DIMS principal components."""
-    from sklearn.decomposition import PCA
-    from sklearn.preprocessing import StandardScaler
-
     A = np.asarray(X)
     m = 0 if labeled is None else len(labeled)
     both = A if labeled is None or m == 0 else np.vstack([A, np.asarray(labeled, A.dtype)])
@@ -77,8 +78,6 @@ def vectors(X: np.ndarray, labeled: np.ndarray | None = None) -> tuple[np.ndarra
 def typicality(Z: np.ndarray) -> np.ndarray:
     """Inverse mean Euclidean distance to each row's nearest neighbours among Z (a lone row: 0). Neighbours are
     found by scikit-learn in bounded memory (a cluster of a 50,000-row pool never makes an n x n matrix)."""
-    from sklearn.neighbors import NearestNeighbors
-
     n = len(Z)
     if n < 2:
         return np.zeros(n)
@@ -90,8 +89,6 @@ def typicality(Z: np.ndarray) -> np.ndarray:
 def representative(Z: np.ndarray, k: int, labeled: np.ndarray | None = None, seed: int = 0) -> list[int]:
     """TypiClust's batch: up to k pool rows, each the most typical of a k-means cluster (labeled + k clusters over
     pool and labeled rows), uncovered clusters first, the largest first."""
-    from sklearn.cluster import KMeans
-
     n = len(Z)
     m = 0 if labeled is None else len(labeled)
     k = min(k, n)

@@ -166,6 +166,8 @@ def test_robustness_imports_a_labeled_set_through_the_mapping_flags(monkeypatch,
     ("bench", ["--state-column", "issue_text", "--map-label", "FR=feature"], "--map-label FR=feature: 'feature' is not"),
     ("bench", ["--state-column", "issue_text", "--map-label", "FR=feature_request", "--target", "nowhere"],
      "--target 'nowhere': no such target"),
+    ("robustness", ["--state-column", "issue_text", "--target", "nowhere"], "--target 'nowhere': no such target"),
+    ("robustness", ["--state-column", "issue_text", "--calibrated", "3"], "--calibrated no saved calibrated policy #3"),
 ])
 def test_a_bad_mapping_or_input_exits_2_naming_the_flag_before_anything_runs(monkeypatch, triage, capsys,
                                                                              command, extra, named):
@@ -186,3 +188,56 @@ def test_mapping_flags_need_a_file_and_a_pair(monkeypatch, triage, db, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "--policy", "refund-check", "--states", triage["file"], "--map-label", "FR", "--target", "local"])
     assert exit_.value.code == 2 and "give VALUE=OPTION" in capsys.readouterr().err
+
+
+# -- the one-trip store reads behind the resolver keep the old answers ----------------------------------------
+def test_a_policy_reference_resolves_as_before_in_one_trip(db, tmp_path):
+    import json
+
+    from app.service.policies import PolicyNotFound, resolve_policy
+
+    store = Store(db)
+    first = resolve_policy(store, "refund-check")  # a template, saved on first use, with its saved version
+    assert first["version"] == 1 and store.get_policy("refund-check")["question"] == REFUND["question"]
+    changed = {**REFUND, "question": "Refund it, really?"}
+    (tmp_path / "p.json").write_text(json.dumps(changed))
+    from_file = resolve_policy(store, str(tmp_path / "p.json"))  # same id saved with other content: the file's own
+    assert from_file["question"] == "Refund it, really?" and "version" not in from_file
+    assert store.get_policy("refund-check")["question"] == REFUND["question"]  # the saved one is not overwritten
+    assert resolve_policy(store, "refund-check")["question"] == REFUND["question"]  # a saved id wins over a template
+    with pytest.raises(PolicyNotFound, match="not a saved policy, a template"):
+        resolve_policy(store, "no-such-policy")
+    (tmp_path / "bad.json").write_text('{"id": "x"}')
+    with pytest.raises(PolicyNotFound, match="is invalid"):
+        resolve_policy(store, str(tmp_path / "bad.json"))
+
+
+def test_calibrated_references_read_once_give_what_one_by_one_gave(db, tmp_path):
+    import json
+
+    from app.core import deployed
+    from app.service import heads
+
+    store = Store(db)
+    (tmp_path / "cal.json").write_text(json.dumps(store.list_calibrated()[0]["config"]))
+    saved, from_file = heads.as_deployed_all(store, ["#1", str(tmp_path / "cal.json")])
+    assert saved.id == 1 and from_file.id is None and from_file.source == "cal.json"
+    one_by_one = deployed.fitted_states(store, store.list_calibrated()[0]["config"])
+    assert saved.fitted == from_file.fitted == one_by_one and len(one_by_one) == 1
+    with pytest.raises(ValueError, match=r"no saved calibrated policy #7; saved: #1"):
+        heads.as_deployed_all(store, ["1", "7"])
+
+
+def test_the_commands_resolve_their_inputs_only_through_the_one_service_call():
+    """No command assembles an input by itself any more: calibrate, bench, robustness and import-log call
+    common.resolve (app/service/inputs.resolve) and check calls ci_check.resolve - never the per-input helpers."""
+    import ast
+
+    per_input = {"resolve_policy", "resolve_set", "as_deployed", "as_deployed_all", "target", "by_name",
+                 "states_from_upload", "set_states", "cli_mapping", "local_names"}
+    for name in ("bench", "robustness", "calibrate", "import_log", "check"):
+        tree = ast.parse((ROOT / "app" / "cli" / f"{name}.py").read_text())
+        called = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+                  for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        assert not called & per_input, f"app/cli/{name}.py assembles {sorted(called & per_input)} itself"
+        assert "resolve" in called, f"app/cli/{name}.py does not resolve its inputs in one call"

@@ -4,6 +4,7 @@ log of another policy refused by name, a label outside the options refused with 
 saved before is ever lost. The scoring, ranking and reuse with a real model are in test_pool_walkthrough.py."""
 from __future__ import annotations
 
+import csv
 import io
 import json
 import tracemalloc
@@ -155,3 +156,16 @@ def test_pool_rows_are_kept_in_chunks_in_one_transaction(setup):
     with pytest.raises(ValueError, match="half way"):
         pool_store.add(db, name="half", policy_id="refund-check", source="gen", rows=broken(), problems=[])
     assert [p.id for p in pool_store.pools(db)] == [pid]  # no half pool
+
+
+def test_a_csv_that_breaks_half_way_keeps_the_rows_before_and_names_the_line(setup):
+    db, policy, set_id = setup
+    text = "state\nfirst row\nsecond row\n" + "x" * 2000 + "\nnever read\n"
+    limit = csv.field_size_limit(1000)  # a cell past csv's field size limit (the workbench sets 16 M characters)
+    try:
+        got = pools.import_stream(db, policy, io.StringIO(text), "p.csv", into_set=set_id)
+    finally:
+        csv.field_size_limit(limit)
+    assert [r.state for r in pool_store.rows(db, got.pool_id)] == ["first row", "second row"]
+    assert len(got.problems) == 1 and got.problems[0].startswith("line 4: not readable as CSV (")
+    assert got.problems[0].endswith("nothing from here on was read")

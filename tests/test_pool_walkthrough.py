@@ -4,7 +4,7 @@ imported, scored once and kept (the second suggestion scores nothing), labels ad
 the next calibration copying every stored score (0 rows evaluated), the exported file served by the adapter
 deciding the pool's rows with its gate. On the Review page (AppTest, the real model in process): the pool
 scored with a saved calibrated policy, ranked, a row labeled and added to the set as a new version.
-The full 300-state walkthrough was run by hand (docs/pool.md)."""
+The full 300-state walkthrough was run by hand (docs/review.md, "A pool of unlabeled states")."""
 from __future__ import annotations
 
 import json

@@ -74,6 +74,7 @@ ALLOWED: dict[str, str] = {
     "app.ui.resources.secrets": "file: .streamlit/secrets.toml as Streamlit reads it",
     "app.core.runs.Variant.overrides": "HTTP body: the decision request's readout/debias/permute fields for a variant",
     "app.service.decide.overrides": "HTTP body: the decision request's readout/debias/permute fields",
+    "app.core.pool.request_like(state)": "HTTP body: a pool row's state as the decision request carries it (adapter.schema.State, any JSON value)",
     "adapter.engine.engine.Engine.guard_check": "HTTP body: the steering guard's finding (the response's `guard`)",
     # the exported policy file and its parts (adapter.policy validates it; docs/policy-format.md)
     "app.core.calibration.Gate.to_dict": "file: the exported policy's metrics.gate_selection",

@@ -127,8 +127,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     lb = cmds.add_parser("label", help="labels for pool rows, added to a labeled set as a new version")
     lb.add_argument("--policy", required=True, help="the calibrated policy file the pool was ranked with")
     lb.add_argument("--pool", required=True, type=int, help="the stored pool's id")
-    lb.add_argument("--labels", required=True, help="CSV (id,label) or JSONL ({'id', 'label'}): id = the row's id or "
-                    "line-N as `suggest` prints it")
+    lb.add_argument("--labels", required=True, help="CSV (id,label) or JSONL ({'id', 'label'}): id = the row's id (in brackets in "
+                    "`suggest`'s list) or line-N for the file's line N")
     lb.add_argument("--labeled-set", required=True, type=int, help="the set the labels are added to (a new version)")
     lb.add_argument("--target", help="the target the pool was scored on (default: where the policy was evaluated)")
     lb.add_argument("--who", default=getpass.getuser(), help="the reviewer stored with every label (default: you)")

@@ -16,7 +16,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator, TextIO
 
-from app.core import importer
+from adapter.engine.templates import request_for
+from adapter.schema import DecisionRequest, State
+
+from app.core import importer, runs
+from app.core.records import Run
+from app.core.runner import Job
+from app.targets.base import Target
 
 MAX_ROWS = 50_000  # read at most this many rows of a pool (a file of a million is read this far, then stops)
 
@@ -42,8 +48,11 @@ def _records(fh: TextIO, name: str, state: str = "state") -> Iterator[tuple[int,
         if not reader.fieldnames or state not in reader.fieldnames:
             yield 1, f"no {state!r} column; found {reader.fieldnames or []}"
             return
-        for n, row in enumerate(reader, 2):
-            yield n, dict(row)
+        try:
+            for row in reader:
+                yield reader.line_num, dict(row)
+        except csv.Error as exc:  # a field past csv's size limit: reading stops there, and says so
+            yield reader.line_num + 1, f"not readable as CSV ({exc}) - nothing from here on was read"
         return
     for n, line in enumerate(fh, 1):
         if not line.strip():
@@ -108,3 +117,13 @@ def read_pool(fh: TextIO | io.StringIO, name: str, option_ids: list[str], policy
         ident = rec.get(id_column) if id_column else None
         pool.rows.append(PoolRow(n, str(ident or f"pool-{n}"), value))
     return pool
+
+
+def request_like(run: Run, state: State, row_id: str, target: Target) -> DecisionRequest:
+    """The request an evaluation run sends for a state (runs.resume_evals' rule: its policy as evaluated, its
+    variant, the hidden state where the target gives one, the head layout's rendering), so that a pool row's
+    stored result has the reuse key the next calibration of that run's kind looks up."""
+    cfg = runs.run_config(run)
+    extra = {"hidden_state": True} if target.returns_hidden() and not cfg.variant.head_layout else {}
+    req = request_for(cfg.evaluated_policy, state, row_id, **cfg.variant.overrides(), **extra)
+    return Job(0, target, head_layout=cfg.variant.head_layout).request(req)

@@ -13,8 +13,12 @@ from typing import Any, Iterable, Iterator
 
 import sqlite_utils
 
+from adapter.policy import CalibratedPolicy
+
 from app.core.pool import PoolRow
+from app.core.records import Run
 from app.core.store import Store, decode_state, encode_state, now
+from app.targets.base import Target
 
 POOLS = {"id": int, "name": str, "policy_id": str, "source": str, "created_at": str, "n_rows": int,
          "problems": str, "capped": str}
@@ -101,3 +105,12 @@ def iter_rows(store: Store, pool_id: int) -> Iterator[PoolRow]:
             return
         for r in db.query("SELECT line, row_key, state FROM pool_rows WHERE pool_id = ? ORDER BY line", [pool_id]):
             yield PoolRow(int(r["line"]), r["row_key"], decode_state(r["state"]))
+
+
+def start_scores(store: Store, pool: StoredPool, *, like: Run | None, policy: CalibratedPolicy, target: Target,
+                 note: str) -> int:
+    """A new run of kind 'pool' for this pool's scores on `target`, read like the evaluation run `like` (its
+    policy as evaluated), or like the calibrated policy's own request fields when there is none."""
+    record = like["policy"] if like is not None else {"id": policy.policy_id, **policy.request_fields()}
+    return store.create_run(kind="pool", policy=record, target=target.describe(), n_rows=pool.n_rows, note=note,
+                            config={"pool_id": pool.id, "like_run": like["id"] if like is not None else None})

@@ -34,6 +34,8 @@ RunConfig = TypedDict("RunConfig", {
     # eval / check (app/core/runs.py: EvalRunConfig validates these on read - what resume needs)
     "readout": str | None, "debias": str | None, "permute": bool, "few_shot": bool | None, "examples": str,
     "n_examples": int, "layout": str | None, "companion_of": int | None, "policy_fingerprint": str,
+    # a head-layout run's learned head, out of fold, written when its head is fitted (app/service/evaluate.remember_head)
+    "head_oof": dict[str, Any],
     "evaluated_policy": Policy, "row_keys": list[str], "dataset_hash": str, "dataset_name": str,
     # playground / compare (runner.run_policy): the request overrides, the head-layout reader, the heads applied
     "overrides": dict[str, Any], "head_layout": bool, "heads": list[Mapping[str, Any]],

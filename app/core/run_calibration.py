@@ -297,8 +297,9 @@ class Readout:
         """The table's row, its columns titled as the page shows them (and only those this shape has)."""
         base: ReadoutRow = {"run": self.run, "policy version": self.policy_version, "target": self.target,
                             "readout": self.readout, "examples": self.examples, "status": self.status}
-        if self.shape == "head":
-            return {**base, "rows": self.rows, "correction": self.correction}
+        if self.shape == "head":  # with its stored head's out-of-fold accuracy when it was fitted
+            head: ReadoutRow = {**base, "rows": self.rows, "correction": self.correction}
+            return head if self.accuracy_corrected is None else {**head, "accuracy_corrected": self.accuracy_corrected}
         if self.shape == "calibrated":
             assert self.accuracy is not None and self.macro_f1 is not None and self.ece is not None and \
                 self.ece_corrected is not None and self.nll is not None and self.accuracy_corrected is not None
@@ -317,7 +318,13 @@ def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[Reado
         base = Readout(r["id"], version_label((r.get("policy") or {}).get("version")), r["target_name"],
                        variant_name(cfg), cfg.get("examples"), r["status"])
         if is_head_layout(r):  # its letters are never offered zero-shot: its numbers are its head's (Calibrate)
-            rows.append(replace(base, shape="head", rows=r.get("done_rows"), correction="a learned head only"))
+            head = cfg.get("head_oof") or {}  # stored when its head was fitted (app/service/evaluate.remember_head)
+            if head.get("n"):
+                rows.append(replace(base, shape="head", rows=r.get("done_rows"), correction=f"its {head.get('head')} "
+                                    f"only (out of fold, on {head['n']} rows)",
+                                    accuracy_corrected=head["correct"] / head["n"]))
+            else:
+                rows.append(replace(base, shape="head", rows=r.get("done_rows"), correction="a learned head only"))
             continue
         try:
             cal = calibrate(store, r["id"], target_accuracy=0.9, with_heads=False)

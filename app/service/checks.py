@@ -35,11 +35,6 @@ Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a pol
 SINGLE_ROW_VARIANTS = [v for v in VARIANTS if "permutation" not in v]  # the checks permute or perturb themselves
 
 
-def set_states(store: Store, set_id: int, limit: int | None = None) -> list[Case]:
-    """Up to `limit` evenly spaced rows of a labeled set, never its train split (`python -m app robustness`)."""
-    return scored_cases(store, set_id, limit)
-
-
 def out_of_scope_states(filename: str, data: bytes) -> list[Any]:
     """The states of a CSV/JSONL of states that belong to none of the policy's options (their labels,
     if any, are not read): the none-of-these check's out-of-scope rows."""

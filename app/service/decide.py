@@ -170,9 +170,11 @@ def stopped_text(runs: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def comparison_name(runs: Sequence[Mapping[str, Any]]) -> str:
-    """'Ticket routing · local vs adapter · 24 states · 2026-12-01 09:14 · #12' (or 'stopped after 13 of 50 states')."""
+    """'Ticket routing v3 · local vs adapter · 24 states · 2026-12-01 09:14 · #12' (or 'stopped after 13 of 50
+    states'): the policy with the version the comparison asked."""
     first = runs[0]
-    return (f"{first['policy'].get('name')} · {' vs '.join(r['target_name'] for r in runs)} · "
+    version = first["policy"].get("version")
+    return (f"{first['policy'].get('name')}{f' v{version}' if version is not None else ''} · {' vs '.join(r['target_name'] for r in runs)} · "
             f"{stopped_text(runs) or str(first['n_rows']) + ' states'} · {first['created_at'][:16].replace('T', ' ')} "
             f"· #{first['id']}")
 

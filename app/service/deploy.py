@@ -214,6 +214,22 @@ def calibrated(store: Store) -> dict[int, Calibrated]:
     return {c["id"]: c for c in store.list_calibrated()}
 
 
+def deployment_label(dep: Deployment) -> str:
+    """'dep-1a2b · InService · refund-check v2': a deployment in the picker, with the policy version of the
+    calibrated policy it shipped (read from the file it packaged; said when that file is gone)."""
+    path = str((dep["config"] or {}).get("policy_path") or "")
+    if not path:
+        shipped = "no calibrated policy" if dep["path"] == "semif" else "raw model (chat completions)"
+    else:
+        try:
+            config = json.loads(Path(path).read_text())
+            version = config.get("policy_version")
+            shipped = f"{config.get('policy_id')}" + (f" v{version}" if version is not None else "")
+        except (OSError, ValueError, AttributeError):
+            shipped = "its policy file is no longer on this machine"
+    return f"{dep['id']} · {dep['status']} · {shipped}"
+
+
 @dataclass(frozen=True)
 class FormStart:
     """What the Deploy form starts with, and the choices it offers."""
@@ -292,6 +308,27 @@ def newer_version(store: Store, rec: Mapping[str, Any]) -> str | None:
         state = "evaluated but not calibrated yet" if evaluated else "not evaluated or calibrated yet"
     return (f"{policy.get('name') if policy else pid} is now at v{now}; this calibrated policy is v{mine}. v{now}: {state}. "
             f"Shipping this one ships v{mine}.")
+
+
+def rate_prefill(current: str, filled: tuple[int, str] | None, choice: int, rate: float | None
+                 ) -> tuple[str, tuple[int, str] | None]:
+    """(the decisions/s field's value, what is now pre-filled and for which pick): the pace measured for the
+    calibrated policy picked (empty: the instance family's default), unless the analyst typed a value - a value
+    that is the pre-fill of another pick was not typed, and follows the pick.
+
+    >>> rate_prefill("", None, 3, 0.8)
+    ('0.8', (3, '0.8'))
+    >>> rate_prefill("0.8", (3, '0.8'), 4, 2.5)  # another calibrated policy picked: its own pace
+    ('2.5', (4, '2.5'))
+    >>> rate_prefill("0.8", (3, '0.8'), 5, None)  # nothing measured for it: the family default again
+    ('', None)
+    >>> rate_prefill("7", (3, '0.8'), 4, 2.5)  # typed: kept
+    ('7', (3, '0.8'))
+    """
+    if current.strip() and (filled is None or current != filled[1]):
+        return current, filled
+    mine = f"{rate:.3g}" if rate is not None else ""
+    return mine, ((choice, mine) if mine else None)
 
 
 def measured_rate(store: Store, config: Mapping[str, Any]) -> tuple[float, str] | None:

@@ -4,7 +4,8 @@ into one typed `Inputs`, with at most one store call per input (tests/test_one_c
 `bench`, `robustness`, `check` and `import-log` ask with an `Ask` and hand the `Inputs` to their action.
 
 Bad input raises InputsError naming the flag and the fix (the commands exit 2); nothing is scored before every
-input is resolved. A labeled-set file is imported on the way (an unchanged file is the set already stored)."""
+input is resolved. A labeled-set file is imported last, once the other inputs are known good (an unchanged file is
+the set already stored); a template or file policy is saved on first use, as before."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -107,6 +108,11 @@ def resolve(store: Store, ask: Ask) -> Inputs:
             policy = resolve_policy(store, ask.policy)
     except ValueError as exc:  # PolicyNotFound (its message names --policy), check's UsageError
         raise InputsError("--policy", str(exc)) from None
+    try:  # what only reads comes first: a bad --calibrated or --target imports no set
+        calibrated = tuple(heads.as_deployed_all(store, list(ask.calibrated)))
+    except ValueError as exc:
+        raise InputsError("--calibrated", str(exc).removeprefix("calibrated: ")) from None
+    targets, sources = _targets(store, ask)
     notes: list[str] = []
     set_id: int | None = None
     cases: tuple[Case, ...] = ()
@@ -118,11 +124,6 @@ def resolve(store: Store, ask: Ask) -> Inputs:
     elif ask.states is not None:
         cases, notes = _states(ask, policy)
         source = str(Path(ask.states))
-    try:
-        calibrated = tuple(heads.as_deployed_all(store, list(ask.calibrated)))
-    except ValueError as exc:
-        raise InputsError("--calibrated", str(exc).removeprefix("calibrated: ")) from None
-    targets, sources = _targets(store, ask)
     return Inputs(policy, set_id, cases, source, calibrated, policy_file, targets, sources, tuple(notes))
 
 
@@ -156,7 +157,7 @@ def _states(ask: Ask, policy: Policy) -> tuple[tuple[Case, ...], list[str]]:
     """A file of states read through the mapping: labels, when given, the policy's options; `limit` evenly spaced."""
     path = Path(str(ask.states))
     data = _read(path, "--states")
-    columns, notes = mapping("--states", str(ask.states), path.name, data, policy, ask.columns, labels_needed=False)
+    columns, notes = mapping("--states", str(ask.states), path.name, data, policy, ask.columns)
     try:
         rows = files.rows_from_upload(path.name, data, [o["id"] for o in policy["options"]], policy["id"],
                                       columns=columns)
@@ -175,8 +176,7 @@ def _read(path: Path, flag: str) -> bytes:
         raise InputsError(flag, f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
-def mapping(flag: str, ref: str, name: str, data: bytes, policy: Policy, given: Columns,
-            labels_needed: bool = True) -> tuple[ColumnMap | None, list[str]]:
+def mapping(flag: str, ref: str, name: str, data: bytes, policy: Policy, given: Columns) -> tuple[ColumnMap | None, list[str]]:
     """The importer's mapping of a file from the command line's flags (app/service/sets.cli_mapping), with the
     lines to print; a column flag that names no column of the file, or a --map-label to no option: InputsError
     naming that flag. A file without a `state` column and no flag: InputsError proposing the flags."""
@@ -195,8 +195,6 @@ def mapping(flag: str, ref: str, name: str, data: bytes, policy: Policy, given: 
                                  labels=dict(given.labels))
     if columns is None and lines:
         raise InputsError(flag, f"{ref}: " + " ".join(lines))
-    if not labels_needed and columns is not None and given.label is None and columns.label not in files.columns(name, data):
-        columns = ColumnMap(columns.state, "label", columns.labels, columns.id)  # states: labels are optional
     return columns, lines
 
 

@@ -110,6 +110,15 @@ def duplicate(store: Store, policy: Policy) -> PolicyRecord:
     return add_copy(store, policy, suffix="copy", label="copy")
 
 
+def title(name: str, version: int | None) -> str:
+    """'Refund check · v3': a policy in a picker, with its saved version (a template has none).
+
+    >>> title("Refund check", 3), title("Refund check", None)
+    ('Refund check · v3', 'Refund check')
+    """
+    return name + (f" · v{version}" if version is not None else "")
+
+
 def id_taken(new_id: str, editing: str | None, saved_ids: Collection[str], *, via: Literal["form", "json"]
              ) -> dict[str, str]:
     """The editor's error for a save under an id another saved policy has ({} when the id is free, or

@@ -22,7 +22,6 @@ from typing import Any, Iterable, Mapping, TextIO
 
 import numpy as np
 
-from adapter.engine.templates import request_for
 from adapter.policy import CalibratedPolicy
 from adapter.schema import DecisionRequest
 
@@ -168,10 +167,7 @@ class Candidate:
         if self.run is None:
             return DecisionRequest.model_validate({"id": row.id, "state": row.state, **self.policy.request_fields(),
                                                    "hidden_state": True})
-        cfg = runs.run_config(self.run)
-        extra = {"hidden_state": True} if target.returns_hidden() and not cfg.variant.head_layout else {}
-        req = request_for(cfg.evaluated_policy, row.state, row.id, **cfg.variant.overrides(), **extra)
-        return Job(0, target, head_layout=cfg.variant.head_layout).request(req)
+        return pool_rows.request_like(self.run, row.state, row.id, target)
 
     @property
     def describe(self) -> str:
@@ -227,10 +223,8 @@ def score(store: Store, pool: pool_store.StoredPool, cand: Candidate, target: Ta
     rows = pool_store.rows(store, pool.id)
     run_id = stored_scores(store, pool, cand, target.name)
     if run_id is None:
-        policy = cand.run["policy"] if cand.run is not None else {"id": cand.policy.policy_id, **cand.policy.request_fields()}
-        run_id = store.create_run(kind="pool", policy=policy, target=target.describe(), n_rows=len(rows),
-                                  note=f"{pool.label}, scored as {cand.describe}",
-                                  config={"pool_id": pool.id, "like_run": cand.run["id"] if cand.run else None})
+        run_id = pool_store.start_scores(store, pool, like=cand.run, policy=cand.policy, target=target,
+                                         note=f"{pool.label}, scored as {cand.describe}")
     done = store.done_keys(run_id)
     todo = [(i, Case(_row_key(r), r.state), cand.request(r, target)) for i, r in enumerate(rows)
             if _row_key(r) not in done]

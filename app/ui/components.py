@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from app.service import checks, decide, heads, queries, sets as set_service
+from app.service import checks, decide, heads, policies as policy_service, queries, sets as set_service
 from app.ui import charts, context, resources
 from app.ui.safe_text import csv_safe, md
 from app.core.records import Policy, Run
@@ -142,7 +142,7 @@ def policy_picker(policies: Sequence[P], key: str, default: str = "ticket-routin
     by_id = {p["id"]: p for p in policies}
     ids = list(by_id)
     context.follow(key, "policy", ids, lambda: default if default in ids else ids[0])
-    pid = st.selectbox("Policy", ids, format_func=lambda i: by_id[i]["name"], key=key,
+    pid = st.selectbox("Policy", ids, format_func=lambda i: policy_service.title(by_id[i]['name'], by_id[i].get('version')), key=key,
                        on_change=context.changed(key, "policy"))
     context.put("policy", pid)
     return by_id[pid]

@@ -103,6 +103,7 @@ class DeployKeys(PageKeys):
     destroy = Key()
     destroy_local = Key()
     dps = Key()
+    dps_filled = Key()
     form = Key()
     go = Key()
     local = Key()

@@ -18,7 +18,7 @@ from app.core.labeled import Support
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS
 from app.core.store import Store
 from app.service import calibrate_panels as panels, queries
-from app.service import evaluate, registry, review, sets as set_service, targets
+from app.service import evaluate, policies as policy_service, registry, review, sets as set_service, targets
 from app.service.display import Cell, Column, Note
 from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, saved_policies
@@ -61,7 +61,13 @@ def calibration_view(db_path: str, run_id: int, version: tuple[Any, ...], target
 @st.cache_data(show_spinner=False, max_entries=64)
 def readout_rows(db_path: str, versions: tuple[Any, ...]) -> Sequence[Readout]:
     db = resources.store_at(db_path)
-    return evaluate.readouts(db, [r for r in (queries.run(db, rid) for rid, _ in versions) if r is not None])
+    return evaluate.readouts(db, [r for r in (queries.run(db, rid) for rid, *_ in versions) if r is not None])
+
+
+def head_of(run: Mapping[str, Any]) -> str:
+    """A head-layout run's stored head figure, part of the readouts' cache key: it is written when the head is
+    fitted, after the run's results (History and the readouts show it)."""
+    return str((run.get("config") or {}).get("head_oof") or "")
 
 
 def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
@@ -79,7 +85,7 @@ def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
             st.toast(f"{n} shipped sets available")
             if not n:
                 st.warning("Load the example policies first (Playground page): the shipped sets label their options.")
-        up_policy = c2.selectbox("Labels are options of", list(policies), format_func=lambda i: policies[i]["name"],
+        up_policy = c2.selectbox("Labels are options of", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')),
                                  key=keys.up_policy)
         upload = c2.file_uploader("Upload CSV / JSONL (state, label, optional id, split, metadata columns)",
                                   type=["csv", "jsonl", "tsv"], key=keys.upload)
@@ -207,7 +213,7 @@ def evaluate_section(db: Store, policies: Policies, sets: dict[int, Any]) -> tup
     st.subheader("Evaluate")
     c1, c2 = st.columns(2)
     current_policy(policies, sets)
-    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policies[i]["name"], key=keys.policy,
+    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')), key=keys.policy,
                        on_change=context.changed(keys.policy, "policy"))
     context.put("policy", pid)
     sid = pick_set(pid, sets, c2)
@@ -340,7 +346,7 @@ def sources_section(db: Store, run_id: int) -> None:
                "tokens a row are the medians of the warm rows when each run was scored on this machine; $ per 1,000 "
                "assumes the same pace on the deployment's CPU instance (a hint, not a quote). *Export this* below turns any "
                "candidate into its calibrated policy file: its model, layout and head.")
-    download_frame(frame, "cheapest-decision.csv", "Download the comparison (CSV)", keys.sources_csv)
+    download_frame(frame, "cheapest-decision.csv", "Download the sources compared (CSV)", keys.sources_csv)
     export_this(db, table, keys, float(st.session_state.get(keys.target_acc, 0.9)))
 
 
@@ -355,7 +361,8 @@ def correction_section(cal: Calibration) -> None:
     st.dataframe(table, hide_index=True, key=keys.corrections,
                  column_config={k: st.column_config.NumberColumn(format="%.3f") for k in panel.number_columns})
     st.plotly_chart(charts.rate_bars(panel.bars, panel.bars_title, worry=panel.chance), key=keys.candidates)
-    download_frame(table, "calibration-candidates.csv", "Download the comparison (CSV)", keys.candidates_csv)
+    download_frame(table, "calibration-candidates.csv", "Download the corrections and heads compared (CSV)",
+                   keys.candidates_csv)
     c1, c2 = st.columns(2)
     c1.plotly_chart(charts.confusion_heatmap(panel.confusion, list(panel.option_ids), "As scored"), key=keys.conf)
     c2.plotly_chart(charts.confusion_heatmap(panel.confusion_after, list(panel.option_ids), panel.after_title),
@@ -420,9 +427,10 @@ def save_section(db: Store, cal: Calibration, exported: evaluate.Export) -> None
                        json.dumps(exported.to_json(), indent=2, ensure_ascii=False).encode(),
                        file_name=f"{exported.policy.policy_id}.policy.json", mime="application/json", key=keys.download)
     if registry.enabled() and st.button("Register in MLflow (@candidate)", key=keys.register):
-        st.session_state[keys.registered] = registry.register_note(db, exported.to_json(), md)
-    if (note := st.session_state.get(keys.registered)) is not None:
-        draw(st, note)
+        st.session_state[keys.registered] = (cal.run_id, registry.register_note(db, exported.to_json(), md))
+    registered = st.session_state.get(keys.registered)
+    if registered is not None and registered[0] == cal.run_id:  # a note about another run's export stays with it
+        draw(st, registered[1])
     saved = st.session_state.get(keys.saved)
     if saved and saved.run_id in (None, cal.run_id):  # a note about another run's save stays with that run
         st.success(saved.text(md))
@@ -444,14 +452,14 @@ def older_runs(db: Store, older: Sequence[Mapping[str, Any]], version: str) -> N
                    "gave to the same request are reused, not scored again).")
     with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - history, not exportable"):
         st.caption(f"To calibrate one, run the evaluation again on the saved version ({version}).")
-        st.dataframe(pd.DataFrame([o.row() for o in readout_rows(resources.db_path(), tuple(
-                         (r["id"], queries.run_version(db, r["id"])) for r in older))]),
-                     hide_index=True, key=keys.older)
+        keyed = tuple((r["id"], queries.run_version(db, r["id"]), head_of(r)) for r in older)
+        st.dataframe(pd.DataFrame([o.row() for o in readout_rows(resources.db_path(), keyed)]), hide_index=True,
+                     key=keys.older)
 
 
 def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str) -> Sequence[Readout]:
     """The runs of the saved version side by side; returns their rows (the run picker's labels)."""
-    rows = readout_rows(resources.db_path(), tuple((r["id"], queries.run_version(db, r["id"])) for r in runs))
+    rows = readout_rows(resources.db_path(), tuple((r["id"], queries.run_version(db, r["id"]), head_of(r)) for r in runs))
     st.markdown(f"**Readouts side by side** (this policy as saved now, {version} × this set)")
     st.dataframe(pd.DataFrame([r.row() for r in rows]), hide_index=True, key=keys.compare, placeholder="",  # no "None" in empty cells
                  column_config={c: st.column_config.NumberColumn(format="%.3f") for c in NUMBER3})

@@ -70,9 +70,12 @@ def policy_picker(db: Store) -> tuple[str, str]:
     except ValueError as exc:
         st.error(f"**Calibrated policy**: {md(exc)}")
         return "", ""
-    if (rate := deploy.measured_rate(db, config)) is not None:
-        if not st.session_state.get(KEYS.dps):  # the pace measured on Calibrate, unless one was typed
-            st.session_state[KEYS.dps] = f"{rate[0]:.3g}"
+    rate = deploy.measured_rate(db, config)
+    # the pace measured on Calibrate for this pick (refreshed when another is picked), unless one was typed
+    st.session_state[KEYS.dps], st.session_state[KEYS.dps_filled] = deploy.rate_prefill(
+        str(st.session_state.get(KEYS.dps) or ""), st.session_state.get(KEYS.dps_filled), choice,
+        rate[0] if rate is not None else None)
+    if rate is not None:
         st.caption(f"Decisions/s per instance below: {rate[0]:.3g}, {md(rate[1])} - replace it with a figure from "
                    "the instance when you have one.")
     gate = config.get("threshold")
@@ -259,7 +262,7 @@ def deployments(db: Store, endpoint_url: str | None, poll: float) -> None:
         return
     by_id = {d["id"]: d for d in live + failed}
     pick = st.selectbox("Deployment", list(by_id), key=KEYS.pick,
-                        format_func=lambda i: f"{i} · {by_id[i]['status']}")
+                        format_func=lambda i: deploy.deployment_label(by_id[i]))
     dep = by_id[pick]
     if dep["status"] in ("planned", "superseded"):  # a plan that never ran created nothing to watch or destroy
         st.caption("This plan never ran: nothing was created in AWS.")

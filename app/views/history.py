@@ -7,7 +7,7 @@ import streamlit as st
 from app.core.decision_import import parse_text
 from app.core.records import Result, Run
 from app.core.store import Store
-from app.service import decide, history, production, queries, targets
+from app.service import decide, history, policies as policy_service, production, queries, targets
 from app.ui import context, resources
 from app.ui.components import download_frame, show_group_results
 from app.ui.drift_panel import render_drift
@@ -98,7 +98,7 @@ def open_run(by_id: Mapping[int, Run]) -> int:
 
 def results_section(results: Sequence[Result], rid: int) -> None:
     frame = results_table(results)
-    st.dataframe(frame, hide_index=True, key=KEYS.results, width="stretch", column_config={
+    st.dataframe(frame, hide_index=True, key=KEYS.results, width="stretch", placeholder="", column_config={
         "state": st.column_config.TextColumn(width="large"),
         "latency_ms": st.column_config.NumberColumn(format="%.0f"),
         **{c: st.column_config.NumberColumn(format="%.3f") for c in frame.columns if c.startswith("p(")}})
@@ -135,6 +135,7 @@ def compare_section(db: Store, run: Run, by_id: Mapping[int, Run]) -> None:
     st.session_state[KEYS.cmp_for] = rid  # a newly opened run starts from the pinned baseline
     other = st.selectbox("Compare with (run A, the baseline; this run is B)", [None, *others], key=KEYS.cmp,
                          format_func=lambda i: "—" if i is None else f"#{i} · {by_id[i]['kind']} · "
+                         f"{history.version_text(by_id[i])} · "
                          f"{by_id[i]['target_name']} · {by_id[i]['model'] or ''} · {by_id[i]['created_at'][:16]}"
                          + (" · baseline" if by_id[i]["pinned"] else ""))
     if other is not None:
@@ -173,7 +174,7 @@ def import_section(db: Store) -> None:
         if not policies:
             st.caption("Load or create the policy the decisions were made with first (Playground, Policies).")
             return
-        pid = st.selectbox("Decided with policy", list(policies), format_func=lambda i: policies[i]["name"],
+        pid = st.selectbox("Decided with policy", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')),
                            key=KEYS.log_policy)
         source = st.radio("From", ["file", "cloudwatch"], horizontal=True, key=KEYS.log_from,
                           format_func={"file": "a log file", "cloudwatch": "CloudWatch Logs"}.get)

@@ -2,6 +2,7 @@
 back with counts, latencies and reusable results (app/core/reuse.py)."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -121,6 +122,14 @@ class RunTable(Connection):
     def set_run_model(self, run_id: int, model: str) -> None:
         with self.db() as db:
             db.table("runs").update(run_id, {"model": model})
+
+    def merge_run_config(self, run_id: int, values: RunConfig) -> None:
+        """Set some keys of a run's config, the others kept: a figure learned about a run after it was scored
+        (its learned head's out-of-fold accuracy, app/service/evaluate.remember_head)."""
+        with self.write() as db:
+            for key, value in values.items():
+                db.execute("UPDATE runs SET config = json_set(ifnull(config, '{}'), ?, json(?)) WHERE id = ?",
+                           [f'$."{key}"', json.dumps(value, ensure_ascii=False), run_id])
 
     def finish_run(self, run_id: int, status: str = "done", lease: str | None = None) -> None:
         """Final status, and the lease given back."""

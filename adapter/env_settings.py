@@ -8,6 +8,7 @@ means the default, no `.env` file or secrets folder is read, `from_env(mapping)`
 """
 from __future__ import annotations
 
+import argparse
 import math
 import os
 from contextvars import ContextVar
@@ -93,6 +94,18 @@ def number(raw: Any) -> Any:
             raise PydanticCustomError("number", "is not a finite number")
         return value
     return raw
+
+
+def finite(text: str) -> float:
+    """A number argument of a command line (python -m app, python -m deploy, the benches), in `number`'s words:
+    argparse's float takes 'nan' and 'inf', this refuses them (argparse then exits 2 naming the argument)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def positive(value: Any) -> Any:

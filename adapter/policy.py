@@ -238,6 +238,17 @@ class PolicyMetrics(Figures):
     at_gate_out_of_fold: AtGate | None = None
     gate_notes: list[str] = Field(default_factory=list)  # what Calibrate said of the gate, first the gate's evidence
 
+    @classmethod
+    def stored(cls, raw: object) -> PolicyMetrics:
+        """A saved or exported policy's `metrics` as stored (a JSON object), read back typed; empty when there
+        are none, or they are not a policy's metrics (a record saved before they were recorded)."""
+        if not isinstance(raw, dict):
+            return cls()
+        try:
+            return cls.model_validate(raw)
+        except ValidationError:
+            return cls()
+
 
 class CalibratedPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

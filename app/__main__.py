@@ -5,6 +5,8 @@ python -m app robustness  steering, reworded question/options, extra options, or
 python -m app check       CI gate: a policy on a labeled set x target against thresholds; exit 0/1/2, JUnit, Markdown
 python -m app registry    calibrated policies in MLflow's model registry: register, promote (shadow check), rollback
 python -m app import-log  the adapter's decision log (file or CloudWatch Logs) as a production run, replayed on a target
+python -m app pool        unlabeled states kept for a policy: import (a file or a decision log), list, label
+python -m app suggest     the next rows of a pool to label (a file, or a stored pool: its scores kept and reused)
 python -m app deploy ...  deploy's CLI (plan, apply, status, invoke, destroy, transform), recorded in the
                           workbench's SQLite so the Deploy page and the Playground see it"""
 from __future__ import annotations
@@ -51,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--host", default=settings.host)
     run.add_argument("--port", type=int, default=settings.port)
     run.set_defaults(fn=cmd_run)
-    from app.cli import bench, calibrate, check, import_log, registry, robustness, suggest  # lazy: `python -m app deploy` skips them
+    from app.cli import bench, calibrate, check, import_log, pool, registry, robustness, suggest  # lazy: `python -m app deploy` skips them
 
-    for command in (calibrate, bench, robustness, import_log, check, registry, suggest):
+    for command in (calibrate, bench, robustness, import_log, check, registry, suggest, pool):
         command.add_parser(sub)
     sub.add_parser("deploy", help="deploy's CLI recorded in the workbench (python -m app deploy --help)")
     args = ap.parse_args(argv)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import random
 import threading
 import time
@@ -17,6 +16,7 @@ from collections import Counter
 
 import httpx
 
+from adapter.env_settings import finite
 from bench.common import start_adapter
 from bench.report import publish
 
@@ -50,14 +50,6 @@ def body(rng: random.Random, n: int) -> tuple[str, bytes]:
     if kind == 4:
         return "/invocations", b'{"id": "bad", "state": ' + b"[" * 3000
     return "/invocations", json.dumps({**row, "options": [{"id": "x"}]}).encode()
-
-
-def finite(text: str) -> float:
-    """A number argument: NaN and Infinity refused (argparse's float takes them)."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(text)
-    return value
 
 
 def main() -> None:

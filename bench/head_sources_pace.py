@@ -6,7 +6,9 @@ interleaved (alone, with sources, alone, ...) so a machine shared with other wor
 
 Each run gets a fresh database and policy KV cache (nothing reused between runs); the wall time includes
 the model loads and the calibration, as an analyst waits for them. Prints per run: seconds, peak RSS of the
-process, cold rows and whether every source's cost was measured."""
+process, cold rows and whether every source's cost was measured, then publishes the table into
+docs/benchmarks.md (bench.report.publish; --no-publish prints only). The raw runs are kept in
+var/bench-head-sources-pace.json, so --report-only republishes them without measuring again."""
 from __future__ import annotations
 
 import argparse
@@ -19,10 +21,13 @@ import time
 from pathlib import Path
 
 from app.core.head_sources import warm_costs
+from bench.report import publish
 from app.core.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = "local-smollm2,local-qwen2.5-coder-0.5b"
+CACHE = ROOT / "var" / "bench-head-sources-pace.json"
+GOAL = 1.5  # issue 43: with two small head sources, at most 1.5x the default model's time alone
 
 
 def subset(folder: Path, set_name: str, n: int) -> Path:
@@ -62,27 +67,72 @@ def one(policy: str, labeled: Path, sources: str | None) -> dict[str, object]:
             "peak_rss_mb": round(usage.ru_maxrss / 1024), "runs": runs}
 
 
+def _cell(x: object, fmt: str) -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def table(results: list[dict[str, object]], rows: int, policy: str) -> tuple[str, float]:
+    """The runs in the order measured, one line each, and the ratio (mean with sources / mean alone)."""
+    lines = ["| # | sources | wall s | peak RSS MB | runs: model (layout) warm s a row / tokens, cold rows |",
+             "|---|---|---|---|---|"]
+    for i, r in enumerate(results, 1):
+        parts = [f"{run['model']} ({run['layout'] or 'state-first'}) {_cell(run['s_a_row'], '.2f')} s / "
+                 f"{_cell(run['tokens'], '.0f')} tok, {run['cold']} cold of {run['rows']}"
+                 for run in r["runs"]]  # type: ignore[attr-defined]
+        lines.append(f"| {i} | {r['sources'] or 'none'} | {r['seconds']:.1f} | {r['peak_rss_mb']:,} | {'; '.join(parts)} |")
+    alone = [float(r["seconds"]) for r in results if not r["sources"]]  # type: ignore[arg-type]
+    both = [float(r["seconds"]) for r in results if r["sources"]]  # type: ignore[arg-type]
+    ratio = (sum(both) / len(both)) / (sum(alone) / len(alone))
+    filled = all(run["s_a_row"] is not None and run["tokens"] is not None
+                 for r in results for run in r["runs"])  # type: ignore[attr-defined]
+    # the same comparison inside one run (the load the same for both): a row of every source against a row of the
+    # default model, warm medians - what the sources add to the default's own work, the model loads aside
+    within = []
+    for r in results:
+        got = [run["s_a_row"] for run in r["runs"]]  # type: ignore[attr-defined]
+        if r["sources"] and got and all(isinstance(x, (int, float)) for x in got):
+            within.append(sum(got) / got[0])
+    inside = (f" Inside the run with sources, a row of the default plus both sources took "
+              f"{', '.join(f'{w:.2f}x' for w in within)} a row of the default alone (warm medians, measured in the same "
+              "run, so under the same load; the model loads and the calibration aside)." if within else "")
+    head = (f"`{policy}`, the first {rows} test rows, `python -m app calibrate` per run (fresh database and KV cache), "
+            f"runs interleaved alone / with sources / alone. With sources / alone (mean wall time): "
+            f"**{ratio:.3f}x** (goal <= {GOAL}x: {'met' if ratio <= GOAL else 'NOT met'}); every run's warm cost "
+            f"measured: {'yes' if filled else 'NO'}. Wall time includes model loads and calibration.{inside}")
+    return head + "\n\n" + "\n".join(lines) + "\n", ratio
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", default="refund-check")
     p.add_argument("--rows", type=int, default=50)
     p.add_argument("--rounds", type=int, default=1, help="pairs (alone, with sources); a last 'alone' closes them")
     p.add_argument("--sources", default=SOURCES)
+    p.add_argument("--no-publish", action="store_true", help="print only; leave docs/benchmarks.md as it is")
+    p.add_argument("--report-only", action="store_true", help=f"republish {CACHE.name} without measuring")
+    p.add_argument("--load-note", default="", help="what the machine was doing meanwhile (said under the table)")
     args = p.parse_args()
-    labeled = subset(Path(tempfile.mkdtemp(prefix="semif-pace-set-")), args.policy, args.rows)
-    results = []
-    for _ in range(args.rounds):
-        for sources in (None, args.sources):
-            results.append(one(args.policy, labeled, sources))
-            print(json.dumps(results[-1]), flush=True)
-    results.append(one(args.policy, labeled, None))
-    print(json.dumps(results[-1]), flush=True)
-    alone = [r["seconds"] for r in results if not r["sources"]]
-    both = [r["seconds"] for r in results if r["sources"]]
-    mean_alone = sum(alone) / len(alone)  # type: ignore[arg-type]
-    mean_both = sum(both) / len(both)  # type: ignore[arg-type]
-    print(f"default alone: {mean_alone:.0f} s (mean of {len(alone)}); with {args.sources}: {mean_both:.0f} s; "
-          f"ratio {mean_both / mean_alone:.2f}x")
+    if args.report_only:
+        saved = json.loads(CACHE.read_text())
+        results, rows, policy = saved["results"], saved["rows"], saved["policy"]
+    else:
+        labeled = subset(Path(tempfile.mkdtemp(prefix="semif-pace-set-")), args.policy, args.rows)
+        results = []
+        for _ in range(args.rounds):
+            for sources in (None, args.sources):
+                results.append(one(args.policy, labeled, sources))
+                print(json.dumps(results[-1]), flush=True)
+        results.append(one(args.policy, labeled, None))
+        print(json.dumps(results[-1]), flush=True)
+        rows, policy = args.rows, args.policy
+        CACHE.parent.mkdir(parents=True, exist_ok=True)
+        CACHE.write_text(json.dumps({"policy": policy, "rows": rows, "results": results}, indent=1))
+    body, ratio = table(results, rows, policy)
+    print(body)
+    if not args.no_publish:
+        publish("head_sources_pace", body, note=f"SM_SEMIF_THREADS={os.environ.get('SM_SEMIF_THREADS', 'unset')}; "
+                "machine shared with other work (load varies), so read the ratio, not the seconds"
+                + (f"; {args.load_note}" if args.load_note else ""))
 
 
 if __name__ == "__main__":

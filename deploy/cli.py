@@ -17,7 +17,6 @@ log, and a live endpoint becomes a Playground target). deploy/ itself never impo
 from __future__ import annotations
 
 import argparse
-import math
 import json
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn
 
 from .audit_file import AuditFile, Ledger
-from adapter.env_settings import SettingsError
+from adapter.env_settings import SettingsError, finite
 
 from .config import (COMPUTES, DEFAULT_CPU_INSTANCE, DEFAULT_TRANSFORM_INSTANCE, FORM_PLACEHOLDERS, PLACEHOLDER_HINTS,
                      SERVINGS, DeployConfig, FormErrors, config_from_form)
@@ -117,17 +116,6 @@ def work_dir(args: argparse.Namespace) -> Path:
         print(f"--work-dir {path}: {path.parent} is a file, not a folder - name a folder", file=sys.stderr)
         raise SystemExit(2)
     return path
-
-
-def finite(text: str) -> float:
-    """A number argument: NaN and Infinity are refused (argparse's float takes them)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
 
 
 def checked_plan(cfg: DeployConfig, args: argparse.Namespace, *, unfilled: bool = False) -> tuple[Package, list[Step]]:

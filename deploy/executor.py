@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, NotRequired, Protocol, TypedDict
 
 import boto3
 from botocore.config import Config
@@ -36,6 +36,32 @@ SAGEMAKER_CREATES = {  # operation -> (name parameter, describe call, result whe
     "CreateEndpoint": ("EndpointName", "describe_endpoint", "creating"),
     "CreateTransformJob": ("TransformJobName", "describe_transform_job", "started"),
 }
+
+
+
+class StepDone(TypedDict):
+    """A step that ran (run_steps): its operation and what its handler reported."""
+    operation: str
+    result: str
+
+
+class EndpointStatus(TypedDict):
+    """An endpoint as status() reads it (summarize_endpoint); only the name and "NotFound" when there is none."""
+    endpoint: str | None
+    status: str | None  # SageMaker's EndpointStatus (InService, Creating, Failed ...) or NotFound
+    failure_reason: NotRequired[str | None]
+    variants: NotRequired[list[dict[str, Any]]]  # per variant: instances and which pool won (AWS's own fields)
+
+
+class ApplyOutcome(TypedDict):
+    """What apply() did: the plan as run (each step's JSON), the steps' results and the endpoint's status."""
+    deployment_id: str
+    endpoint_name: str
+    model_sha256: str | None
+    image: str
+    plan: list[dict[str, Any]]  # Step.to_dict() per step: the plan's JSON as recorded
+    steps: list[StepDone]
+    status: EndpointStatus
 
 
 class Recorder(Protocol):
@@ -134,10 +160,10 @@ class Executor:
             raise DeployError("the plan is invalid, nothing was called:\n  " + "\n  ".join(errors))
         return steps
 
-    def run_steps(self, steps: list[Step], state: RunState | None = None) -> list[dict[str, Any]]:
+    def run_steps(self, steps: list[Step], state: RunState | None = None) -> list[StepDone]:
         """Each step through its handler, in order; [{operation, result}] per step."""
         state = state or RunState()
-        done = []
+        done: list[StepDone] = []
         for i, step in enumerate(steps, 1):
             self.emit(phase="step", index=i, total=len(steps), message=step.description, operation=step.operation)
             handler = self.handlers.get(step.operation if step.action == "call" else step.action)
@@ -313,7 +339,7 @@ class Executor:
         return bind_account(steps, cfg.account_id)
 
     def apply(self, cfg: DeployConfig, steps: list[Step] | None = None, pkg: Package | None = None, *,
-              recorder: Recorder | None = None) -> dict[str, Any]:
+              recorder: Recorder | None = None) -> ApplyOutcome:
         """Run `steps` (the plan the person confirmed; default: package if no `pkg`, then plan) with
         `<account-id>` filled in from STS. The plan is validated again and refused when invalid; the
         recorder gets exactly the steps that then run."""
@@ -342,11 +368,11 @@ class Executor:
             raise
         uploads = {s.extra.get("what"): s.params["Metadata"]["sha256"] for s in steps if s.action == "upload"}
         image = next(s.params["PrimaryContainer"]["Image"] for s in steps if s.operation == "CreateModel")
-        outcome = {"deployment_id": cfg.deployment_id, "endpoint_name": cfg.endpoint_name,
+        outcome: ApplyOutcome = {"deployment_id": cfg.deployment_id, "endpoint_name": cfg.endpoint_name,
                    "model_sha256": uploads.get("model"), "image": image,
                    "plan": [s.to_dict() for s in steps], "steps": done, "status": self.status(cfg.endpoint_name)}
         if recorder:
-            recorder.finished(cfg.deployment_id, "apply", outcome["status"]["status"],
+            recorder.finished(cfg.deployment_id, "apply", outcome["status"]["status"] or "unknown",
                               json.dumps({"model_sha256": outcome["model_sha256"], "image": image, "steps": done}))
         return outcome
 
@@ -363,7 +389,7 @@ class Executor:
         self.run_steps(steps, state)
         return collect_results(job, steps, state.outputs)
 
-    def status(self, endpoint: str) -> dict[str, Any]:
+    def status(self, endpoint: str) -> EndpointStatus:
         try:
             ep = self.client("sagemaker").describe_endpoint(EndpointName=endpoint)
         except ClientError as exc:
@@ -392,7 +418,7 @@ class Executor:
         return bool(found.get("ScalableTargets"))
 
     def destroy(self, endpoint: str, endpoint_config: str, model: str, autoscaling: bool | None = None, *,
-                recorder: Recorder | None = None) -> list[dict[str, Any]]:
+                recorder: Recorder | None = None) -> list[StepDone]:
         """Delete in reverse order; the scaling policy and target first when the variant has them
         (None: ask Application Auto Scaling)."""
         recorder = recorder or self.recorder
@@ -409,7 +435,7 @@ class Executor:
         return done
 
 
-def summarize_endpoint(ep: dict[str, Any]) -> dict[str, Any]:
+def summarize_endpoint(ep: dict[str, Any]) -> EndpointStatus:
     """Status, failure reason, and which instance pool won (the pool with running instances)."""
     variants = []
     for v in ep.get("ProductionVariants", []):

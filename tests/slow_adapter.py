@@ -7,6 +7,9 @@ waits for events instead of guessing durations:
 - a row whose id starts with `hold` holds the engine (inside `Engine.score_many`, the lock taken) until its
   request is stopped - its client gone, the process draining, or its deadline - polling `budget.check()`
   as the real scorer does between forward passes: `HOLDING <id>`, then `RELEASED <id> <error_type>`;
+- a row whose id starts with `expire` has its deadline pass inside a forward pass: the first time llama.cpp's
+  abort callback asks its budget `should_stop()`, the deadline is moved into the past (`EXPIRED <id>`), so the
+  real abort path stops the pass on any machine, however fast;
 - each admitted request prints `ADMITTED <n>` (n: requests now in flight).
 
 Why: a long state held the engine for a time that depends on the machine (and on the pace the adapter
@@ -22,9 +25,11 @@ from adapter.__main__ import main
 from adapter.engine.engine import Engine
 from adapter.server.admission import Admission, RequestBudget, Stopped
 
-HOLD = "hold"
+HOLD, EXPIRE = "hold", "expire"
 _score_many = Engine.score_many
 _enter = Admission.enter
+_should_stop = RequestBudget.should_stop
+_expiring: dict[int, str] = {}  # id(budget) -> the `expire` row whose deadline passes in the next forward pass
 
 
 def say(line: str) -> None:
@@ -34,6 +39,9 @@ def say(line: str) -> None:
 def score_many(self: Engine, rows: list[Any], *args: Any, **kwargs: Any) -> Any:
     held = [r.id for r in rows if r.id.startswith(HOLD)]
     budget = kwargs.get("budget")
+    expiring = [r.id for r in rows if r.id.startswith(EXPIRE)]
+    if expiring and budget is not None:
+        _expiring[id(budget)] = expiring[0]
     if held and budget is not None:
         say(f"HOLDING {held[0]}")
         try:
@@ -46,6 +54,15 @@ def score_many(self: Engine, rows: list[Any], *args: Any, **kwargs: Any) -> Any:
     return _score_many(self, rows, *args, **kwargs)
 
 
+def should_stop(self: RequestBudget) -> bool:
+    """Asked only by llama.cpp's abort callback, inside a forward pass."""
+    row = _expiring.pop(id(self), None)
+    if row is not None:
+        self.started -= self.timeout  # the deadline has now passed, mid-pass
+        say(f"EXPIRED {row}")
+    return _should_stop(self)
+
+
 def enter(self: Admission, budget: RequestBudget) -> None:
     _enter(self, budget)
     say(f"ADMITTED {len(self)}")
@@ -53,6 +70,7 @@ def enter(self: Admission, budget: RequestBudget) -> None:
 
 Engine.score_many = score_many  # type: ignore[method-assign]
 Admission.enter = enter  # type: ignore[method-assign]
+RequestBudget.should_stop = should_stop  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

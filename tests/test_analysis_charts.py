@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from app.core import analysis
+from app.core.calibration import RiskCoverage
 
 from app.ui import charts
 
@@ -135,10 +136,11 @@ def test_confusion_heatmap_is_the_matrix():
 
 
 def test_coverage_curve_marks_the_gate_at_the_share_of_rows_it_decides():
-    curve = {"coverage": [0.25, 0.5, 0.75, 1.0], "accuracy": [1.0, 1.0, 0.67, 0.5], "threshold": [0.9, 0.7, 0.5, 0.3]}
+    curve = RiskCoverage(threshold=np.array([0.9, 0.7, 0.5, 0.3]), coverage=np.array([0.25, 0.5, 0.75, 1.0]),
+                         accuracy=np.array([1.0, 1.0, 0.67, 0.5]))
     fig = charts.coverage_curve(curve, gate=0.6, target=0.9)
-    assert list(fig.data[0].x) == curve["coverage"] and list(fig.data[0].y) == curve["accuracy"]
-    assert list(fig.data[0].customdata) == curve["threshold"]
+    assert list(fig.data[0].x) == curve.coverage.tolist() and list(fig.data[0].y) == curve.accuracy.tolist()
+    assert list(fig.data[0].customdata) == curve.threshold.tolist()
     lines = {(s.x0, s.x1, s.y0, s.y1) for s in fig.layout.shapes}
     # 2 of the 4 thresholds are >= 0.6: the gate line sits at 50% coverage; the target line at 90%
     assert any(x0 == x1 == 0.5 for x0, x1, _, _ in lines) and any(y0 == y1 == 0.9 for _, _, y0, y1 in lines)

@@ -499,7 +499,7 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
     assert len(runs) == 2 and all(r["status"] == "done" and r["n_rows"] == 16 for r in runs)
     table = frame_with(at, "ece_corrected")
     assert sorted(table["readout"]) == ["default", "letters"] and (table["rows"] == 16).all()
-    best = max(evaluation_rows(db, runs), key=lambda r: r["accuracy"])["run"]
+    best = max(evaluation_rows(db, runs), key=lambda r: r.accuracy).run
     assert at.selectbox(key="cal_run_pick").value == best  # the most accurate of the runs just made is open
     # no row floor: the gate's evidence decides, and the page says why none is recommended (issue 44)
     assert any("unreachable" in e.value and "Clopper" in e.value for e in at.error)
@@ -563,9 +563,9 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
     at.radio(key="dep_compute").set_value("cpu").run()  # a plan for other settings is never confirmable
     assert any("press **Plan** again" in w.value for w in at.warning) and "dep_go" not in [b.key for b in at.button]
     at.radio(key="dep_compute").set_value("gpu").run()  # back to what was planned: the plan is valid again
-    first_pkg = Path(at.session_state["dep_planned"]["pkg"]["model_file"])
+    first_pkg = Path(at.session_state["dep_planned"].pkg.model_file)
     at.button(key="FormSubmitter:dep_form-Plan").click().run()  # planned again: the unconfirmed package goes
-    assert not first_pkg.exists() and Path(at.session_state["dep_planned"]["pkg"]["model_file"]).exists()
+    assert not first_pkg.exists() and Path(at.session_state["dep_planned"].pkg.model_file).exists()
     assert at.button(key="dep_go").disabled  # not before the acknowledgement
     at.checkbox(key="dep_ack").check().run()
     at.button(key="dep_go").click().run()

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.core import calibration
 from app.core.inputs import InputError
-from app.service import sets as set_service
+from app.service import queries, sets as set_service
 from app.service.policies import seed_templates
 from app.ui import charts
 from tests.conftest import ROOT
@@ -46,16 +46,16 @@ def test_the_lower_bound_a_recommended_gate_must_clear_is_drawn_with_the_rows_it
     correct = np.array([True] * 36 + [False] * 2 + [True, False] * 6)
     curve = calibration.risk_coverage(conf, correct)
     lower = calibration.lower_bound_curve(curve)
-    assert (lower <= curve["accuracy"] + 1e-9).all()
+    assert (lower <= curve.accuracy + 1e-9).all()
     i = 37  # 38 accepted rows, 36 right: the one-sided 95% Clopper-Pearson bound on all of them
     assert lower[i] == pytest.approx(beta.ppf(0.05, 36, 38 - 36 + 1))
     gate = calibration.choose_gate(conf, correct, 0.9)
     assert gate.reachable  # 36 of 36 most confident right: the bound (0.05 ** (1/36) = 92%) clears 90%
     assert gate.decided == 36 and gate.lower_bound == pytest.approx(0.05 ** (1 / 36))
     reach = calibration.target_reach(curve, 0.95)  # 95%: 36 of 36 are not enough, 59 would be
-    assert reach is not None and reach["rows"] == 50 and reach["needed"] > 50
-    d = round(reach["needed"] * reach["coverage"])
-    assert beta.ppf(0.05, round(d * reach["accuracy"]), d - round(d * reach["accuracy"]) + 1) >= 0.95 - 1e-9
+    assert reach is not None and reach.rows == 50 and reach.needed > 50
+    d = round(reach.needed * reach.coverage)
+    assert beta.ppf(0.05, round(d * reach.accuracy), d - round(d * reach.accuracy) + 1) >= 0.95 - 1e-9
     fig = charts.coverage_curve(curve, None, 0.9, lower=list(lower))
     assert any("95% lower bound" in (t.name or "") for t in fig.data)
 
@@ -93,7 +93,7 @@ def test_delete_names_its_dependents_and_does_not_default_to_the_set_in_use(db):
     seed_templates(db)
     policies = {p["id"]: p for p in db.list_policies()}
     set_service.import_shipped(db, policies)
-    sets = {s["name"]: s["id"] for s in set_service.listed(db)}
+    sets = {s["name"]: s["id"] for s in queries.labeled_sets(db)}
     in_use = next(i for n, i in sets.items() if "refund" in n)
     config = json.loads((ROOT / "data" / "policies" / "refund-check.json").read_text())
     cid = db.save_calibrated({"schema_version": "semif-policy/1", "policy_id": "refund-check", "question": config["question"],

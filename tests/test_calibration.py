@@ -113,7 +113,7 @@ def test_gate_is_the_lowest_whose_bound_clears_the_target():
         m = conf >= t
         assert cp_by_hand(int(correct[m].sum()), int(m.sum())) < 0.9
     rc = C.risk_coverage(conf, correct)
-    assert rc["coverage"][-1] == 1 and rc["accuracy"][-1] == pytest.approx(correct.mean())
+    assert rc.coverage[-1] == 1 and rc.accuracy[-1] == pytest.approx(correct.mean())
 
 
 def test_a_gate_at_any_n_from_its_evidence():
@@ -124,7 +124,7 @@ def test_a_gate_at_any_n_from_its_evidence():
     assert gate.reachable and (gate.decided, gate.correct) == (29, 29) and gate.threshold == pytest.approx(conf[28])
     small = C.choose_gate(conf[:28], np.ones(28, bool), 0.9)
     assert not small.reachable and small.reach is not None
-    assert (small.reach["needed"], small.reach["more"], small.reach["coverage"]) == (29, 1, 1.0)
+    assert (small.reach.needed, small.reach.more, small.reach.coverage) == (29, 1, 1.0)
     assert "about 1 more labeled rows (29 in all)" in small.note
 
 
@@ -143,13 +143,13 @@ def test_rows_needed_come_from_the_same_bound():
     gate = C.choose_gate(conf, correct, 0.9)
     assert not gate.reachable
     reach = gate.reach
-    assert reach is not None and reach["rows"] == 40 and reach["needed"] > 40 and reach["more"] == reach["needed"] - 40
-    m = round(reach["needed"] * reach["coverage"])  # the decided rows expected then, at the accuracy measured
-    assert cp_by_hand(round(m * reach["accuracy"]), m) >= 0.9 - 1e-6
+    assert reach is not None and reach.rows == 40 and reach.needed > 40 and reach.more == reach.needed - 40
+    m = round(reach.needed * reach.coverage)  # the decided rows expected then, at the accuracy measured
+    assert cp_by_hand(round(m * reach.accuracy), m) >= 0.9 - 1e-6
     # no curve point beating the target would get there with fewer rows
     curve = C.risk_coverage(conf, correct)
-    fewer = reach["needed"] - 1
-    for c, a in zip(curve["coverage"], curve["accuracy"]):
+    fewer = reach.needed - 1
+    for c, a in zip(curve.coverage, curve.accuracy):
         if a > 0.9:
             d = int(c * fewer)  # fewer rows: fewer decided rows expected than the bound needs
             assert cp_by_hand(int(round(d * a)), d) < 0.9 + 1e-6

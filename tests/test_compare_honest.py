@@ -16,6 +16,7 @@ from app.core.labeled import import_file
 from app.core.runner import Case, StopScoring
 from app.core.store import Store
 from app.service import decide
+from app.service.inputs import Inputs
 from app.targets.local import LocalTarget
 from tests.conftest import ROOT, subset_file
 
@@ -77,7 +78,7 @@ def test_finding_7_an_evaluations_answers_are_reused_and_counted(engine, tmp_pat
     assert all(r["probabilities"] == evaluated[r["state"]] for r in store.results(shown.runs[0]["id"]))
     assert int(shown.latency["warm_n"].iloc[0]) == 0 and int(shown.latency["reused"].iloc[0]) == 4  # no latency measured
     # the benchmark measures latency: it calls every time
-    bench = decide.bench(store, REFUND, cases, [target])
+    bench = decide.bench(store, Inputs(REFUND, cases=tuple(cases), targets=(target,)))
     assert bench.reused == 0
 
 

@@ -2,12 +2,15 @@
 user text (a target's name, a fallback option, a guard) goes through the page's escaping and numbers do not."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from app.service import calibrate_panels as panels
 from app.service import compare_panels, robustness_panels
 from app.service.decide import Comparison
 from adapter.policy import AtGate
+from app.core.run_calibration import Readout
 from app.service.display import Note
 from app.service.evaluate import EvalOutcome
 
@@ -48,9 +51,20 @@ def test_outcome_notes_put_a_failure_first_and_an_error_as_an_error():
 
 
 def test_the_run_picker_label():
-    row = {"run": 4, "policy version": "v2", "target": "local", "readout": "letters", "accuracy": 0.9123}
+    row = Readout(4, "v2", "local", "letters", None, "done", "calibrated", accuracy=0.9123)
     assert panels.run_label(row) == "#4 · v2 · local · letters · accuracy 91.2%"
-    assert panels.run_label({**row, "accuracy": None}) == "#4 · v2 · local · letters"
+    assert panels.run_label(replace(row, shape="run", accuracy=None)) == "#4 · v2 · local · letters"
+
+
+def test_a_readout_row_has_the_columns_of_its_shape_titled_as_the_page_shows_them():
+    run = Readout(4, "v2", "local", "letters", None, "running: fewer than 4 labeled rows scored so far")
+    assert list(run.row()) == ["run", "policy version", "target", "readout", "examples", "status"]
+    head = replace(run, status="done", shape="head", rows=16, correction="a learned head only")
+    assert list(head.row())[6:] == ["rows", "correction"] and head.row()["rows"] == 16
+    done = replace(run, status="done", shape="calibrated", rows=16, accuracy=0.75, macro_f1=0.7, ece=0.1,
+                   ece_corrected=0.05, nll=0.6, correction="temperature", accuracy_corrected=0.8)
+    assert list(done.row())[6:] == ["rows", "accuracy", "macro_f1", "ece", "ece_corrected", "nll", "correction",
+                                    "accuracy_corrected"] and done.row()["accuracy"] == 0.75
 
 
 def comparison(answers: pd.DataFrame, agreement: pd.DataFrame) -> Comparison:

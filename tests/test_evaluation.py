@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -29,25 +31,37 @@ def count(db) -> int:
         return 0
 
 
+def held(args: list[str], after: int, release: Path | None = None) -> subprocess.Popen:
+    """The command held once its `after`-th result is saved, until `release` exists (tests/held_cli.py)."""
+    env = {**os.environ, "SEMIF_TEST_HOLD_AFTER": str(after), **({"SEMIF_TEST_RELEASE": str(release)} if release else {})}
+    cmd = [sys.executable, "-m", "tests.held_cli", *args[args.index("app") + 1:]]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_for_results(db, n: int, proc: subprocess.Popen) -> None:
+    deadline = time.time() + 300  # the bound only catches a hang
+    while count(db) < n:
+        assert time.time() < deadline and proc.poll() is None, f"{count(db)} results, exit {proc.poll()}"
+        time.sleep(0.05)
+
+
 def test_killed_run_resumes_without_rescoring_or_duplicates(tmp_path):
     db = tmp_path / "wb.db"
-    args = calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", str(subset_file(tmp_path, "ticket-routing", 40)))
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
-    while count(db) < 10 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
+    args = calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", str(subset_file(tmp_path, "ticket-routing", 24)))
+    proc = held(args, 10)  # killed while held after its 10th result: mid-run on any machine
+    wait_for_results(db, 10, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     store = Store(db)
     (run,) = store.list_runs(kind="eval")
     before = {r["row_key"]: r["id"] for r in store.results(run["id"])}
-    assert 10 <= len(before) < run["n_rows"] == 40 and run["status"] == "interrupted"  # its process is gone
+    assert len(before) == 10 < run["n_rows"] == 24 and run["status"] == "interrupted"  # its process is gone
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "resumed" in done.stderr and f"reused {len(before)}" in done.stderr
     (run,) = store.list_runs(kind="eval")  # reused, not a second run
     after = store.results(run["id"])
-    assert len(after) == 40 and len({r["row_key"] for r in after}) == 40
+    assert len(after) == 24 and len({r["row_key"] for r in after}) == 24
     assert {k: v for k, v in ((r["row_key"], r["id"]) for r in after) if k in before} == before  # not re-scored
     assert set(before) | {r["row_key"] for r in after} == set(run["config"]["row_keys"])
     assert run["status"] == "done"
@@ -58,19 +72,20 @@ def test_killed_run_resumes_without_rescoring_or_duplicates(tmp_path):
 
 def test_two_workers_never_score_the_same_run(tmp_path):
     db = tmp_path / "wb.db"
-    # 80 rows: the first worker must still be scoring when the second has started Python (seconds on a loaded machine)
-    args = calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", str(subset_file(tmp_path, "ticket-routing", 80)))
-    first = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while count(db) < 3 and time.time() < deadline and first.poll() is None:
-        time.sleep(0.05)
-    second = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    # the first worker is held after its 3rd result until the second has tried (tests/held_cli.py): still scoring
+    # when the second starts, however fast this machine scores
+    args = calibrate_cmd(db, "--policy", "ticket-routing", "--labeled-set", str(subset_file(tmp_path, "ticket-routing", 12)))
+    release = tmp_path / "release"
+    first = held(args, 3, release)
+    wait_for_results(db, 3, first)
+    second = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert second.returncode == 4 and "being scored by another process" in second.stderr, second.stderr
+    release.touch()
     assert first.wait(300) == 0
     store = Store(db)
     (run,) = store.list_runs(kind="eval")
     results = store.results(run["id"])
-    assert run["status"] == "done" and len(results) == 80 == len({r["row_key"] for r in results})
+    assert run["status"] == "done" and len(results) == 12 == len({r["row_key"] for r in results})
 
 
 def test_examples_from_train_are_never_scored(tmp_path):

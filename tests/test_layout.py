@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ EDGES: dict[str, set[str]] = {
     "app.__main__": {"app.cli", "app.core.store", "app.settings", "adapter.env_settings"},  # python -m app
     "app.views": {"app.service", "app.ui"},                        # pages
     "app.cli": {"app.service", "app.ui.charts", "app.core", "app.targets", "app.settings",  # commands
-                "adapter.schema", "adapter.guard", "deploy.cli"},
+                "adapter.schema", "adapter.guard", "adapter.env_settings", "deploy.cli"},
     "app.ui": {"app.service", "app.core", "app.targets", "app.settings", "adapter.env_settings"},  # page helpers
     "app.service": {"app.core", "app.targets", "app.settings", "adapter", "deploy"},  # one function per action
     "app.core": {"app.targets", "app.settings", "adapter", "deploy"},  # the rules: scoring, gating, runs, checks
@@ -62,6 +63,7 @@ DATA = ("app.core.records", "app.core.store", "app.targets.base", "app.targets.e
         # a function that scores or gates (a page imports a record type here instead of through a forwarder)
         "app.core.store.Store", "app.core.records.Policy", "app.core.records.Run", "app.core.records.Result",
         "app.core.run_calibration.Calibration", "app.core.run_calibration.TooFewRows", "app.core.run_calibration.version_label",
+        "app.core.calibration.RiskCoverage", "app.core.run_calibration.Readout",
         "app.core.runs.EXAMPLE_SOURCES", "app.core.runs.HEAD_VARIANT", "app.core.runs.VARIANTS",
         "app.core.runs.Variant", "app.core.runner.Case", "app.core.labeled.Support",
         "app.core.robustness.report.HeadReport", "app.core.robustness.report.NoneEntry",
@@ -363,6 +365,46 @@ def test_pages_and_ui_helpers_never_call_store_methods():
         assert not calls, f"{path.relative_to(ROOT)} uses the Store directly: {calls}"
 
 
+# read-only queries: one module, forwards only to Store methods that write nothing -------------------------
+QUERIES = APP / "service" / "queries.py"
+WRITES = ("self.write()", ".insert(", ".insert_all(", ".upsert(", ".update(", "delete_where", "INSERT ", "UPDATE ",
+          "DELETE ")  # what a Store method that writes has in its source
+
+
+def store_forwards(tree: ast.AST) -> dict[str, str | None]:
+    """{function: the Store method it returns, or None}: a forward's body (its docstring aside) is one
+    `return store.method(...)`."""
+    out: dict[str, str | None] = {}
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.FunctionDef):
+            body = [b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+            call = body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None
+            out[node.name] = (call.func.attr if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                              and isinstance(call.func.value, ast.Name) and call.func.value.id == "store" else None)
+    return out
+
+
+def writes(method: str) -> bool:
+    from app.core.store import Store
+
+    return any(w in inspect.getsource(getattr(Store, method)) for w in WRITES)
+
+
+def query_problems(tree: ast.AST) -> list[str]:
+    """What in app/service/queries.py is not a read-only forward to the store."""
+    return [f"{name}: " + ("not one `return store.method(...)`" if method is None else f"Store.{method} writes")
+            for name, method in store_forwards(tree).items() if method is None or writes(method)]
+
+
+def test_queries_are_read_only_forwards_and_the_only_ones():
+    """The one-line store reads pages make live in app/service/queries.py, which never writes; no other service
+    module keeps such a forward (a new one goes there)."""
+    assert not query_problems(ast.parse(QUERIES.read_text())), query_problems(ast.parse(QUERIES.read_text()))
+    stray = [f"{path.name}: {name} -> Store.{method}" for path in sorted((APP / "service").glob("*.py")) if path != QUERIES
+             for name, method in store_forwards(ast.parse(path.read_text())).items() if method and not writes(method)]
+    assert not stray, f"read-only forwards outside app/service/queries.py: {stray}"
+
+
 # the service functions pages and commands call ---------------------------------------------------------
 def service_calls(path: Path) -> dict[str, set[str]]:
     """{service module: functions called on it} for `from app.service import x` and attribute calls x.f(...)."""
@@ -402,7 +444,7 @@ def test_every_page_and_command_calls_service_functions_that_exist():
               "views/order_check.py": {"checks.order_check", "checks.order_report"},
               "views/robustness.py": {"checks.robustness_check", "checks.robustness_report"},
               "views/calibrate.py": {"evaluate.evaluate", "evaluate.calibrate", "evaluate.export", "evaluate.save"},
-              "views/deploy.py": {"deploy.plan", "deploy.apply", "deploy.destroy", "deploy.audit_log"},
+              "views/deploy.py": {"deploy.plan", "deploy.apply", "deploy.destroy", "queries.audit_log"},
               "views/policies.py": {"policies.save", "policies.add_template", "policies.duplicate", "policies.id_taken"},
               "views/targets.py": {"targets.add", "targets.test"},
               "views/review.py": {"review.queue", "review.label", "review.add_version"},
@@ -489,6 +531,14 @@ def test_the_cycle_check_finds_a_cycle_through_a_package_init():
     # app.core.x -> app.targets.y runs app/targets/__init__; an __init__ that imports app.core.x closes the loop
     assert cycles([_imp("app.core.x", "app.targets.y"), _imp("app.targets", "app.core.x"), _imp("app.targets.y", "os")])
     assert not cycles([_imp("app.core.x", "app.targets.y"), _imp("app.targets.y", "adapter.schema")])
+
+
+def test_the_query_check_fails_on_a_write_or_on_more_than_a_forward():
+    bad = ast.parse("def save(store, p):\n    return store.save_policy(p)\n"
+                    "def two(store):\n    x = store.list_runs()\n    return x\n"
+                    "def fine(store, i):\n    \"\"\"doc\"\"\"\n    return store.get_run(i)\n")
+    assert query_problems(bad) == ["save: Store.save_policy writes", "two: not one `return store.method(...)`"]
+    assert writes("import_labeled_set") and writes("delete_run") and not writes("list_calibrated")
 
 
 def test_the_store_check_fails_on_a_page_that_calls_the_store():

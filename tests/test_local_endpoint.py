@@ -137,7 +137,7 @@ def test_run_locally_from_the_page_becomes_a_target_and_destroy_removes_it(db, m
     at = app("deploy")
     at.radio(key="dep_path").set_value("semif").run()
     at.button(key="FormSubmitter:dep_form-Plan a local run").click().run()
-    planned = at.session_state["dep_planned"]["cfg"]["deployment_id"]
+    planned = at.session_state["dep_planned"].cfg.deployment_id
     at.button(key="dep_local").click().run()
     assert not at.exception, at.exception
     assert ran and ran[0][0] == planned and "CreateModel" in ran[0][1]  # the plan that was shown

@@ -141,7 +141,7 @@ def test_a_command_line_calibration_is_an_mlflow_run_read_back_with_the_client(w
 
 
 def test_the_pages_save_and_register_log_and_register_through_the_service(world, settings_env):
-    from app.service import evaluate, history, registry, tracking
+    from app.service import evaluate, queries, registry, tracking
 
     store = settings_env
     run_id = json.loads(world["policies"][0].read_text())["run_id"]
@@ -152,7 +152,7 @@ def test_the_pages_save_and_register_log_and_register_through_the_service(world,
     got = client(world).get_run(where["mlflow_run_id"])
     assert got.data.tags["semif.calibrated_id"] == str(cid) and got.data.params["model_sha256"]
     assert f"run {where['mlflow_run_id']}" in tracking.link(where)
-    assert history.run(store, run_id) is not None
+    assert queries.run(store, run_id) is not None
     reg = registry.register(store, cid)  # what "Register" calls
     assert reg.new and registry.resolve(f"models:/{reg.name}/{reg.version}", store=store).policy.policy_id == "refund-check"
     assert registry.register(store, cid).version == reg.version  # the same file twice: one version

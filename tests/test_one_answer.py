@@ -44,7 +44,7 @@ def test_the_queue_counts_states_and_names_who_decided(tmp_path):
 
 
 def test_history_marks_a_head_layout_run_and_names_versions(tmp_path):
-    from app.service import history
+    from app.service import history, queries
 
     db = Store(tmp_path / "wb.db")
     policy = db.save_policy(load_template("ticket-routing"))
@@ -52,7 +52,7 @@ def test_history_marks_a_head_layout_run_and_names_versions(tmp_path):
     head = db.create_run(kind="eval", policy=policy, target={"name": "local", "kind": "local"}, n_rows=1,
                          config={"layout": "policy-first"})
     plain = _run(db, policy, "local", rows, {"my card was charged twice": "billing"})
-    by_id = {r["id"]: r for r in history.runs(db)} if hasattr(history, "runs") else {r["id"]: r for r in db.list_runs()}
+    by_id = {r["id"]: r for r in queries.runs(db)}
     assert history.run_accuracy(by_id[head]) == history.HEAD_ONLY
     assert history.run_accuracy(by_id[plain]).startswith("0% (n=1")
     assert history.version_text(by_id[plain]) == f"v{policy['version']}"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from app.core.store import Store
-from app.service import policies as policy_service
+from app.service import policies as policy_service, queries
 from app.ui import policy_editor as pe
 
 P = {"id": "p", "name": "P", "question": "Q?", "options": [{"id": "a", "description": "first"},
@@ -27,7 +27,7 @@ def db(tmp_path):
 
 
 def saved(db: Store) -> dict[str, Any]:
-    return {p["id"]: p for p in policy_service.saved(db)}
+    return {p["id"]: p for p in queries.policies(db)}
 
 
 def run(state: dict, db: Store, pick: str | None = None, wanted: str | None = None) -> pe.Editor:

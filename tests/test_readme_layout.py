@@ -12,7 +12,8 @@ ROOMS = {"adapter/": "adapter", "engine/": "adapter/engine", "server/": "adapter
          "ui/": "app/ui", "service/": "app/service", "core/": "app/core", "targets/": "app/targets", "bench/": "bench"}
 # app/views is one page per file, listed in the README's page table instead; app/cli is named by command
 CHECKED = ("adapter", "adapter/engine", "adapter/server", "deploy", "app", "app/cli", "app/ui", "app/service", "app/core", "app/core/robustness",
-           "app/targets", "bench")
+           "app/core/tables", "app/targets", "bench")
+SUBPACKAGES = ("robustness", "tables")  # app/core's subpackages: named as `NAME/ (its modules)` on one line
 
 
 def layout_block() -> list[str]:
@@ -32,10 +33,10 @@ def named_files(loose: bool = False) -> dict[str, set[str]]:
             folder = ROOMS.get(head)  # a new room (top level or app's sub-rooms); other rooms end the last one
         if folder is None:
             continue
-        for inner in re.findall(r"robustness/ \(([^)]*)\)", line):  # the subpackage's own modules
-            out["app/core/robustness"] |= set(re.findall(r"([A-Za-z_]\w*\.py)", inner))
-            out[folder].add("robustness/")
-        line = re.sub(r"robustness/ \([^)]*\)", "", line)
+        for sub, inner in re.findall(rf"\b({'|'.join(SUBPACKAGES)})/ \(([^)]*)\)", line):  # a subpackage's own modules
+            out[f"app/core/{sub}"] |= set(re.findall(r"([A-Za-z_]\w*\.py)", inner))
+            out[folder].add(f"{sub}/")
+        line = re.sub(rf"\b({'|'.join(SUBPACKAGES)})/ \([^)]*\)", "", line)
         for name in re.findall(r"([A-Za-z_][\w]*\.(?:py|yml))", line):
             out[folder].add(name)
         if folder == "app/cli" and loose:  # commands by name: "calibrate, bench, robustness, check, import_log; deploy"

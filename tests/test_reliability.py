@@ -108,13 +108,14 @@ def test_ping_never_waits_behind_bodies_in_flight(capsys):
 def test_the_body_waits_for_a_queue_slot_before_any_work():
     """Admission first: with the queue full, a body that would cost seconds to parse is refused with
     429 before it is read, and a body still arriving at the deadline is cut off there (408)."""
-    srv = serve({"SM_SEMIF_MAX_QUEUE": "1", "SM_SEMIF_REQUEST_TIMEOUT": "3", "SM_SEMIF_BODY_TIMEOUT": "30"})
+    srv = ServerProcess(SLOW_ADAPTER, env={"SM_SEMIF_MAX_QUEUE": "1", "SM_SEMIF_REQUEST_TIMEOUT": "3",
+                                           "SM_SEMIF_BODY_TIMEOUT": "30"})
     try:
         host, port = srv.url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=20) as slow:  # holds the only slot, trickling
             slow.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 5000\r\n\r\n{\"id\": ")
-            time.sleep(0.5)
+            printed(srv, "ADMITTED 1")  # admitted on its head: the queue is full (an event, not a wait)
             res = httpx.post(srv.url + "/invocations", content=gzip.compress(zeros_body()),
                              headers={**J, "content-encoding": "gzip"})
             assert res.status_code == 429 and res.json()["detail"]["error_type"] == "queue_full", res.text

@@ -120,14 +120,23 @@ def test_heartbeat_keeps_a_busy_workers_lease(db):
     import time
 
     from app.core.runner import Heartbeat
-    from app.core.store import LEASE_SECONDS
+    from app.core.store import LEASE_SECONDS, RunBusy
 
     rid = db.create_run(kind="eval", policy={"id": "p"}, target={"name": "local"}, n_rows=1)
     lease = db.take_lease(rid)
+    expires = time.time() + 0.5  # the lease runs out while the worker is busy ...
     with db.db() as conn:
-        conn.execute("UPDATE runs SET lease_until = ? WHERE id = ?", [time.time() + 0.5, rid])
+        conn.execute("UPDATE runs SET lease_until = ? WHERE id = ?", [expires, rid])
         conn.conn.commit()
     with Heartbeat(db, {rid: lease}, every=0.05):
-        time.sleep(0.6)
-        assert db.get_run(rid)["lease_until"] > time.time() + LEASE_SECONDS - 5
+        # ... unless the heartbeat renews it: waited for (the bound only catches a hang), then past the old expiry
+        deadline = time.monotonic() + 60
+        while db.get_run(rid)["lease_until"] <= expires:
+            assert time.monotonic() < deadline, "the heartbeat never renewed the lease"
+            time.sleep(0.01)
+        assert db.get_run(rid)["lease_until"] >= expires - 0.5 + LEASE_SECONDS  # a whole lease from the renewal
+        while time.time() <= expires:
+            time.sleep(0.01)
+        with pytest.raises(RunBusy):  # still the busy worker's: no other worker can take it
+            db.take_lease(rid)
     assert db.get_run(rid)["status"] == "running"

@@ -79,11 +79,14 @@ def disk(tmp_path):
     d.close()
 
 
-def calibrate(db: Path, labeled: Path, *extra: str, wait: bool = True):
-    args = [sys.executable, "-m", "app", "calibrate", "--policy", "refund-check", "--labeled-set", str(labeled),
-            "--db", str(db), "--quiet", *extra]
+def calibrate(db: Path, labeled: Path, *extra: str, wait: bool = True, hold: tuple[int, Path] | None = None):
+    """`python -m app calibrate`; with `hold` (n, release): held after its n-th result until `release` exists
+    (tests/held_cli.py), so a test acts mid-run on any machine."""
+    args = [sys.executable, "-m", "tests.held_cli" if hold else "app", "calibrate", "--policy", "refund-check",
+            "--labeled-set", str(labeled), "--db", str(db), "--quiet", *extra]
     if not wait:
-        return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = {**os.environ, **({"SEMIF_TEST_HOLD_AFTER": str(hold[0]), "SEMIF_TEST_RELEASE": str(hold[1])} if hold else {})}
+        return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
@@ -127,9 +130,11 @@ def test_a_disk_that_fills_up_during_a_calibration_stops_cleanly_and_resumes(dis
         pytest.skip("a full disk needs a small file system of its own (tmpfs, as root)")
     db = disk.path / "wb.db"
     labeled = subset_file(tmp_path, "refund-check", 40)
-    proc = calibrate(db, labeled, wait=False)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
+    release = tmp_path / "release"  # off the disk that fills up
+    proc = calibrate(db, labeled, wait=False, hold=(3, release))  # held after its 3rd result: mid-run on any machine
+    deadline = time.time() + 300  # the bound only catches a hang
+    while True:
+        assert time.time() < deadline and proc.poll() is None, proc.poll()
         try:
             if len(results(db)) >= 3:
                 break
@@ -137,6 +142,7 @@ def test_a_disk_that_fills_up_during_a_calibration_stops_cleanly_and_resumes(dis
             pass
         time.sleep(0.1)
     filler = disk.fill()  # the disk fills up while the run is writing its results
+    release.touch()
     _, stderr = proc.communicate(timeout=300)
     line = one_line_error(stderr, db, "disk is full")
     assert proc.returncode == 5

@@ -17,11 +17,19 @@ def wait(task, timeout=30):
         time.sleep(0.01)
 
 
+def until(check, timeout=60):
+    """Wait for a state another thread reaches (the bound only catches a hang)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "never reached"
+        time.sleep(0.01)
+
+
 def counting(rows: int, gate: threading.Event | None = None, every: float = 0.0):
     def work(task):
         for i in range(1, rows + 1):
             if gate is not None:
-                gate.wait(5)
+                gate.wait(60)  # the bound only catches a hang
             time.sleep(every)
             task.progress(i, rows, None)
         return rows
@@ -33,8 +41,8 @@ def test_tasks_run_in_order_on_one_worker_and_report_progress():
     gate = threading.Event()
     first = runner.submit("evaluate", "first", "views/calibrate.py", counting(5, gate))
     second = runner.submit("compare", "second", "views/compare.py", counting(3))
-    time.sleep(0.2)
-    assert first.status == "running" and second.status == "queued"  # one worker: the second waits
+    until(lambda: first.status == "running")  # held at its gate
+    assert second.status == "queued"  # one worker: the second waits
     assert "waiting" in second.text() and runner.busy_with("compare") is second
     gate.set()
     wait(second)
@@ -48,7 +56,7 @@ def test_stop_ends_a_task_between_rows_and_a_queued_one_never_starts():
     gate = threading.Event()
     running = runner.submit("evaluate", "long", "", counting(1000, gate))
     queued = runner.submit("evaluate", "next", "", counting(3))
-    time.sleep(0.1)
+    until(lambda: running.status == "running")  # held at its gate
     queued.stop()
     running.stop()
     gate.set()

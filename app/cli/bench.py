@@ -4,34 +4,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from app.cli.common import add_db, count, error, out_file, store, target
-from app.service import decide, heads
-from app.service.decide import InputError
-from app.service.decide import read_file
-from app.service.policies import resolve_policy
+from app.cli.common import add_db, add_mapping, columns, count, error, out_file, resolve, store
+from app.service import decide
+from app.service.inputs import Ask
 
 
 def run(args: argparse.Namespace) -> int:
     db = store(args)
-    try:
-        policy = resolve_policy(db, args.policy)
-        path = Path(args.states)
-        cases = decide.states_from_upload(policy, path.name, read_file(path, "--states"), limit=args.limit)  # every label keeps its share
-        picks = [heads.as_deployed(db, r) for r in args.calibrated or []]  # ValueError: not a calibrated policy
-    except InputError as exc:
-        error(f"--states {args.states}: rejected, nothing was run:\n  " + "\n  ".join(exc.problems[:20]))
-        return 2
-    except (ValueError, OSError) as exc:
-        error(exc)
-        return 2
-    problems = decide.head_problems(policy, picks)
+    given = resolve(db, Ask(args.policy, states=args.states, limit=args.limit, columns=columns(args),  # every label keeps its share
+                            calibrated=tuple(args.calibrated or ()), targets=tuple(args.target)))
+    problems = decide.head_problems(given.policy, given.calibrated)
     if problems:
         error("--calibrated: " + " ".join(problems))
         return 2
-    targets = [target(db, name) for name in args.target]
-    result = decide.bench(db, policy, cases, targets, heads=picks)
+    cases, targets = given.cases, given.targets
+    result = decide.bench(db, given)
     print(f"{len(cases)} states x {len(targets)} targets, sequential, warm; saved as comparison "
           f"{result.runs[0]['group_id']} (Compare page)")
     print("| target | p50 ms | p95 ms | max ms | p50 vs first | p95 vs first | decisions/s | $ per 1,000 | errors |")
@@ -64,6 +52,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--policy", required=True)
     p.add_argument("--states", required=True, help="CSV/JSONL with a state column (e.g. data/cases/probe.jsonl); "
                    "labels, when given, must be the policy's option ids")
+    add_mapping(p, "--states")
     p.add_argument("--target", action="append", required=True, help="target name; repeat (the first is the baseline)")
     p.add_argument("--limit", type=count, default=0, help="at most N states, evenly spaced")
     p.add_argument("--calibrated", action="append", metavar="ID_OR_FILE",

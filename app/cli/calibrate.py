@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 import json
 import os
 import sys
@@ -11,49 +10,33 @@ from pathlib import Path
 from adapter.guard import GUARDS
 from adapter.schema import DEBIAS, HEAD_LAYOUT, LAYOUTS, READOUTS
 
-from app.cli.common import (EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, UsageProblem, add_db, bar, count, error, fmt,
-                            option_id, out_file, rate, store, target, target_rate)
+from app.cli.common import (EXIT_BUSY, EXIT_UNREACHABLE, EXIT_USAGE, add_db, add_mapping, bar, columns, count, error,
+                            fmt, option_id, out_file, rate, resolve, store, target_rate)
 from app.core.runs import EXAMPLE_SOURCES, HEAD_VARIANT, Variant
-from app.service.sets import InputError
 from app.core.store import RunBusy
 from app.service import calibrate_panels, checks, export_candidate, label_curve
-from app.service import targets as target_service
 from app.service import evaluate as ev
 from app.service import tracking as tracked
-from app.service.policies import resolve_policy
-from app.service.sets import ColumnMap, cli_mapping, resolve_set
+from app.service.inputs import Ask
 from app.targets.engines import EnginePool
 
 
 def run(args: argparse.Namespace) -> int:
     db = store(args)
-    try:
-        policy = resolve_policy(db, args.policy)
-        columns = mapping(args, policy)
-        set_id = resolve_set(db, args.labeled_set, policy, columns)
-    except InputError as exc:
-        raise UsageProblem(f"--labeled-set {args.labeled_set}: rejected, nothing imported:\n  "
-                           + "\n  ".join(exc.problems[:20])) from None
-    except ValueError as exc:
-        raise UsageProblem(str(exc)) from None
+    if args.layout == HEAD_LAYOUT and (args.readout or args.debias or args.permute):
+        error("--layout policy-first reads letters with no correction and no permutation: drop --readout, "
+              "--debias and --permute")
+        return EXIT_USAGE
     # One pool for the target and its head sources (issue 45: not a model per target). The sources are scored
     # source by source, so one model resident is enough here unless SEMIF_MAX_LOADED_MODELS says otherwise:
     # three head sources measured 5.9 GB peak RSS before, 3.2 GB with two resident, 2.4 GB with one.
     pool = EnginePool(max_loaded=None if os.environ.get("SEMIF_MAX_LOADED_MODELS") else 1)
-    t = target(db, args.target, pool)
-    variant = Variant(args.readout, args.debias, args.permute)
-    if args.layout == HEAD_LAYOUT:
-        if args.readout or args.debias or args.permute:
-            error("--layout policy-first reads letters with no correction and no permutation: drop --readout, "
-                  "--debias and --permute")
-            return EXIT_USAGE
-        variant = HEAD_VARIANT
-    names = [name.strip() for name in (args.head_sources or "").split(",") if name.strip()]
-    local = target_service.local_names(db)
-    if remote := [n for n in names if n not in local]:  # refused before any target is built or any row sent
-        raise UsageProblem(f"--head-sources {', '.join(remote)}: not a local model (local: {', '.join(local) or 'none'}) "
-                           "- a head source reads hidden states, which only a local model gives")
-    readers = [target(db, name, pool) for name in names]
+    names = tuple(name.strip() for name in (args.head_sources or "").split(",") if name.strip())
+    given = resolve(db, Ask(args.policy, labeled_set=args.labeled_set, columns=columns(args), targets=(args.target,),
+                            head_sources=names, pool=pool))
+    policy, set_id, t, readers = given.policy, given.set_id, given.target, list(given.head_sources)
+    assert set_id is not None
+    variant = HEAD_VARIANT if args.layout == HEAD_LAYOUT else Variant(args.readout, args.debias, args.permute)
     print(f"policy {policy['id']} x set #{set_id} x target {t.name} ({variant.name})", file=sys.stderr)
     b = bar(0, args.quiet)
     try:
@@ -132,8 +115,10 @@ def run(args: argparse.Namespace) -> int:
               f"(coverage {fmt(oof.coverage)}), accuracy {fmt(oof.accuracy)}")
     for warning in calibrate_panels.warnings(exported):
         print(f"warning: {warning}")
-    if args.learning_curve:
-        print("what more labels buy: " + label_curve.label_curve(cal).sentence)
+    if args.learning_curve:  # printed, and carried by the file (metrics.label_curve, the last gate note)
+        curve = label_curve.label_curve(cal)
+        print("what more labels buy: " + curve.sentence)
+        exported = label_curve.with_curve(exported, curve)
     if args.out:
         try:  # checked before scoring (common.out_file); the folder may still change meanwhile
             Path(args.out).write_text(json.dumps(exported.to_json(), indent=2, ensure_ascii=False) + "\n")
@@ -145,29 +130,11 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_UNREACHABLE if (args.strict and exported.gate.source == "unreachable") else 0
 
 
-def mapping(args: argparse.Namespace, policy: Any) -> ColumnMap | None:
-    """The --state-column / --label-column / --id-column mapping of a --labeled-set file (the importer's, as on
-    the Calibrate page), printed with the first rows as they will be stored; a file without a `state` column and
-    no flag: UsageProblem proposing the flags."""
-    path = Path(args.labeled_set)
-    if not path.is_file():
-        return None
-    columns, lines = cli_mapping(path.name, path.read_bytes(), policy, state=args.state_column,
-                                 label=args.label_column, ident=args.id_column)
-    if columns is None and lines:
-        raise UsageProblem(f"--labeled-set {args.labeled_set}: " + " ".join(lines))
-    for line in lines:
-        print(line, file=sys.stderr)
-    return columns
-
-
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("calibrate", help="evaluate a policy on a labeled set and export a calibrated policy")
     p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
     p.add_argument("--labeled-set", required=True, help="CSV/JSONL file (or a file name in data/labeled), or a set id")
-    for what in ("state", "label", "id"):
-        p.add_argument(f"--{what}-column", help=f"the --labeled-set file's {what} column (default: `{what}`, else the "
-                                                 "importer's proposal: the longest free-text column is the state)")
+    add_mapping(p, "--labeled-set")
     p.add_argument("--target", default="local", help="target name (default: the local engine)")
     p.add_argument("--readout", choices=list(READOUTS), help="default: the policy's / model's")
     p.add_argument("--debias", choices=list(DEBIAS), help="default: the policy's / model's")
@@ -193,7 +160,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "run), recommended, best, or MODEL:LAYOUT:METHOD (e.g. qwen2.5-coder-0.5b-instruct-q4_k_m:"
                         "policy-first:hidden) - its model (sha256), layout and head, fitted on all labeled rows")
     p.add_argument("--learning-curve", action="store_true",
-                   help="also print the out-of-fold accuracy on 50/75/100%% of the rows and what N more rows would buy")
+                   help="also print the out-of-fold accuracy on 50/75/100%% of the rows and the expected accuracy and gate "
+                        "coverage with N more rows (written into --out's metrics.label_curve too)")
     p.add_argument("--guard", choices=list(GUARDS),
                    help="steering guard the exported policy runs on the rows its gate would decide (a suspected row goes "
                         "to the fallback); default: the policy's own, else erase-and-check. 'none' turns it off - the "

@@ -7,7 +7,7 @@ import sys
 
 from adapter.schema import DEBIAS, READOUTS
 
-from app.cli.common import EXIT_USAGE, UsageProblem, add_db, count, error, out_file, rate, store, target
+from app.cli.common import EXIT_USAGE, UsageProblem, add_db, count, error, out_file, rate, store
 from app.service import ci_check as cc
 
 
@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
                          reuse=not args.no_reuse)
     db = store(args)
     try:
-        result = cc.check(db, spec, lambda: target(db, args.target))
+        result = cc.check(db, spec, cc.resolve(db, spec, args.target))
     except (cc.UsageError, UsageProblem) as exc:
         error(exc)
         return EXIT_USAGE

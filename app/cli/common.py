@@ -3,18 +3,20 @@ a progress bar on stderr. Commands only parse arguments, call app/service and pr
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from adapter.env_settings import finite
 from adapter.schema import id_problem
 
 from app.targets.engines import EnginePool
 from app.core.store import Store
+from app.service import inputs
 from app.service import targets as target_service
+from app.service.inputs import Ask, Columns, Inputs
 from app.targets.base import Target
 
 from app.cli.exit_codes import EXIT_BUSY as EXIT_BUSY
@@ -40,20 +42,36 @@ def target(db: Store, name: str, pool: EnginePool | None = None) -> Target:
         raise UsageProblem(str(exc)) from None
 
 
-# -- argument types: every argument is checked when it is parsed, before any scoring ------------------
-def _number(text: str) -> float:
+def resolve(db: Store, ask: Ask) -> Inputs:
+    """The command's inputs in one service call (app/service/inputs.py); the importer's mapping as read is
+    printed to stderr; a bad input: UsageProblem naming its flag (exit 2), before anything is scored."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
+        given = inputs.resolve(db, ask)
+    except inputs.InputsError as exc:
+        raise UsageProblem(str(exc)) from None
+    for line in given.notes:
+        print(line, file=sys.stderr)
+    return given
 
 
+def add_mapping(p: Any, flag: str) -> None:
+    """The importer's mapping flags of a file argument (`flag`), as on the Calibrate page's import."""
+    for what in ("state", "label", "id"):
+        p.add_argument(f"--{what}-column", help=f"the {flag} file's {what} column (default: `{what}`, else the "
+                                                 "importer's proposal: the longest free-text column is the state)")
+    p.add_argument("--map-label", action="append", type=label_pair, metavar="VALUE=OPTION",
+                   help=f"read the {flag} file's label VALUE as the policy's option OPTION; repeat (default: values "
+                        "that match an option once case, spaces and dashes are set aside)")
+
+
+def columns(args: argparse.Namespace) -> Columns:
+    return Columns(args.state_column, args.label_column, args.id_column, tuple(args.map_label or ()))
+
+
+# -- argument types: every argument is checked when it is parsed, before any scoring ------------------
 def rate(text: str) -> float:
     """A rate or probability in [0, 1] (NaN and Infinity refused as not numbers)."""
-    value = _number(text)
+    value = finite(text)
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1: give a rate, e.g. 0.8 for 80%")
     return value
@@ -71,6 +89,14 @@ def count(text: str) -> int:
     if not text.strip().isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
     return int(text)
+
+
+def label_pair(text: str) -> tuple[str, str]:
+    """--map-label VALUE=OPTION: a label value of the file and the option id it is read as."""
+    value, sep, option = text.partition("=")
+    if not sep or not value.strip() or not option.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: give VALUE=OPTION, e.g. 'Feature Request=feature_request'")
+    return value.strip(), option.strip()
 
 
 def option_id(text: str) -> str:

@@ -8,11 +8,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.cli.common import add_db, error, store, target
+from app.cli.common import add_db, error, resolve, store
 from app.core.decision_import import parse_text
 from app.service import production
 from app.service.decide import InputError
-from app.service.policies import resolve_policy
+from app.service.inputs import Ask
 
 
 def run(args: argparse.Namespace) -> int:
@@ -20,8 +20,9 @@ def run(args: argparse.Namespace) -> int:
         error("give exactly one of FILE (a decision log file) or --cloudwatch GROUP")
         return 2
     db = store(args)
+    given = resolve(db, Ask(args.policy, targets=(args.replay_on,) if args.replay_on else (), target_flag="--replay-on"))
+    policy = given.policy
     try:
-        policy = resolve_policy(db, args.policy)
         if args.file:
             path = Path(args.file)
             if not path.is_file():
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     except InputError as exc:
         error("; ".join(exc.problems[:5]))
         return 2
-    except ValueError as exc:  # an unknown policy: usage
+    except ValueError as exc:
         error(exc)
         return 2
     for problem in imported.warnings[:20]:
@@ -45,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     left = ", ".join(f"{n} × {why}" for why, n in s["left_out"].items())
     print(f"production run #{imported.run_id}: {s['decisions']} decisions from {source} ({s['with_state']} with a "
           f"state, {s['gated']} gated)" + (f"; left out {left}" if left else ""))
-    if args.replay_on:
-        t = target(db, args.replay_on)
+    if given.targets:
+        t = given.target  # resolved with the policy: an unknown --replay-on is refused before anything is imported
         try:
             replay_id = production.replay(db, imported.run_id, t)
         except ValueError as exc:

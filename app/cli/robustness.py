@@ -9,38 +9,32 @@ from pathlib import Path
 
 from adapter.guard import GUARDS
 
-from app.cli.common import EXIT_USAGE, UsageProblem, add_db, bar, count, error, out_file, store, target
-from app.service import checks, decide, heads
+from app.cli.common import (EXIT_USAGE, UsageProblem, add_db, add_mapping, bar, columns, count, error, out_file, resolve,
+                            store)
+from app.service import checks
 from app.service.checks import CHECK_LABELS, CHECKS, InputError, SuiteError
-from app.service.policies import resolve_policy
-from app.service.sets import resolve_set
 from app.service.decide import read_file
+from app.service.inputs import Ask
 
 
 def run(args: argparse.Namespace) -> int:
     db = store(args)
     if bool(args.labeled_set) == bool(args.states):
         raise UsageProblem("give exactly one of --labeled-set (a labeled set) or --states (a CSV/JSONL of states)")
+    given = resolve(db, Ask(args.policy, labeled_set=args.labeled_set, set_cases=True, states=args.states,
+                            limit=args.limit, columns=columns(args), calibrated=(args.calibrated,) if args.calibrated else (),
+                            targets=(args.target,)))
+    policy, cases, pick, t = given.policy, given.cases, given.pick, given.target
     try:
-        policy = resolve_policy(db, args.policy)
-        if args.labeled_set:
-            cases = checks.set_states(db, resolve_set(db, args.labeled_set, policy), args.limit)
-            source = f"labeled set {args.labeled_set}"
-        else:
-            path = Path(args.states)
-            cases = decide.states_from_upload(policy, path.name, read_file(path, "--states"), limit=args.limit)
-            source = str(path)
         suite = checks.shipped_suite(policy)
         if args.templates:
             suite.steering += checks.parse_templates(_text(read_file(args.templates, "--templates"), "--templates"))
         suite.paraphrases += args.paraphrase or []
         out_of_scope = (checks.out_of_scope_states(Path(args.out_of_scope).name, read_file(args.out_of_scope, "--out-of-scope"))
                         if args.out_of_scope else [])
-        pick = heads.as_deployed(db, args.calibrated) if args.calibrated else None
         guard = args.guard or (pick.guard if pick is not None else "none")  # a calibrated policy's own, as deployed
-        spec = checks.RobustnessInput(policy, cases, suite, args.checks or list(CHECKS), attempts=args.attempts, variant=args.readout,
-                                      guard=guard, out_of_scope=out_of_scope, source=source, calibrated=pick)
-        t = target(db, args.target)
+        spec = checks.RobustnessInput.of(given, suite, args.checks or list(CHECKS), attempts=args.attempts,
+                                         variant=args.readout, guard=guard, out_of_scope=out_of_scope)
         how = (f"as deployed: {pick.describe()}" + (f"; what-if guard {guard}" if guard != pick.guard else "")
                if pick else f"{args.readout}, guard {guard}")
         print(f"robustness: {policy['id']} x {len(cases)} states x target {t.name} ({how})", file=sys.stderr)
@@ -52,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     except (InputError, SuiteError, OSError) as exc:  # SuiteError: also a calibrated policy that cannot be used here
         error(exc)
         return EXIT_USAGE
-    except ValueError as exc:  # an unknown policy, set or calibrated policy
+    except ValueError as exc:
         raise UsageProblem(str(exc)) from None
     report = checks.robustness_report(db, run_id)
     if not report.verdicts:  # a CI job must never read "nothing was checked" as green
@@ -93,6 +87,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--policy", required=True, help="saved policy id, template id, or JSON file")
     p.add_argument("--labeled-set", help="CSV/JSONL file (or a file name in data/labeled), or a set id")
     p.add_argument("--states", help="CSV/JSONL with a state column (labels optional)")
+    add_mapping(p, "--labeled-set or --states")
     p.add_argument("--target", default="local", help="target name (default: the local engine)")
     p.add_argument("--limit", type=count, default=20, help="at most N states, evenly spaced (default 20)")
     p.add_argument("--attempts", type=count, default=3, help="steering attempts per state (default 3)")

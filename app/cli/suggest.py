@@ -1,15 +1,25 @@
-"""`python -m app suggest`: the next rows of an unlabeled pool to label for a calibrated policy."""
+"""`python -m app suggest`: the next rows of an unlabeled pool to label for a calibrated policy - a pool file
+(scored now, nothing kept) or a pool stored in the workbench (`--pool 3`, from `python -m app pool import`:
+scored once and kept, so the next suggestion and the next calibration reuse every stored score)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
-from app.cli.common import EXIT_USAGE, add_db, count, error, store, target
+from app.cli.common import EXIT_USAGE, add_db, bar, count, error, store, target
+from app.core.store import Store
+from app.service import pool as pools
 from app.service import suggest as sg
+
+STORED = re.compile(r"^(?:pool:|#)?(\d+)$")
 
 
 def run(args: argparse.Namespace) -> int:
     db = store(args)
+    stored = STORED.match(args.pool.strip())
+    if stored:
+        return run_stored(args, db, int(stored.group(1)))
     try:
         policy, found = sg.read(args.policy, args.pool, db, args.labeled_set)
     except ValueError as exc:
@@ -23,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"capped: {found.capped}", file=sys.stderr)
     print(f"scoring {len(found.rows)} pool rows with {policy.model.file} ({policy.layout}, "
           f"{policy.correction_name})", file=sys.stderr)
-    out = sg.suggest(policy, found, target(db, args.target), k=args.k)
+    out = sg.suggest(policy, found, target(db, args.target or "local"), k=args.k)
     for p in out.problems[len(found.problems):]:
         print(f"left out: {p}", file=sys.stderr)
     print(f"label these {len(out.rows)} of {out.scored} rows next (least sure first; options short of labels first; "
@@ -33,12 +43,42 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_stored(args: argparse.Namespace, db: Store, pool_id: int) -> int:
+    """A stored pool: scored once (what is stored is read, not scored again), ranked from the stored scores."""
+    try:
+        policy = sg.load(args.policy)
+        pool = pools.get_pool(db, pool_id, policy.policy_id)
+    except ValueError as exc:
+        error(exc)
+        return EXIT_USAGE
+    cand = pools.candidate(db, policy)
+    t = target(db, args.target or pools.target_name(cand))
+    print(f"{pool.label}: scoring with {cand.describe} on {t.name}", file=sys.stderr)
+    b = bar(pool.n_rows, args.quiet)
+    try:
+        scored = pools.score(db, pool, cand, t, b.progress)
+    finally:
+        b.close()
+    print(scored.text, file=sys.stderr)
+    ranked = pools.rank_pool(db, pool, cand, scored.run_id, k=args.k, into_set=args.labeled_set)
+    for p in ranked.failed[:20]:
+        print(f"left out: {p}", file=sys.stderr)
+    print(ranked.text + ":")
+    for s in ranked.rows:
+        text = s.state if isinstance(s.state, str) else str(s.state)
+        print(f"{s.rank:3d}. line {s.line} [{s.id}] margin {s.margin:.3f}, the policy says {s.proposed}: {text[:200]}")
+    return 0
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("suggest", help="rank an unlabeled pool's rows for labeling under a calibrated policy")
     p.add_argument("--policy", required=True, help="a calibrated policy file (semif-policy/1, from Calibrate)")
-    p.add_argument("--pool", required=True, help="CSV (a 'state' column) or JSONL ({'state': ...}) of unlabeled rows")
+    p.add_argument("--pool", required=True, help="CSV (a 'state' column) or JSONL ({'state': ...}) of unlabeled rows, "
+                   "or a stored pool's id (3, #3 or pool:3; `python -m app pool import`)")
     p.add_argument("--k", type=count, default=20, help="how many rows to suggest (default 20)")
     p.add_argument("--labeled-set", type=int, help="a labeled set id: its states are left out of the pool")
-    p.add_argument("--target", default="local", help="target name (default: the local engine)")
+    p.add_argument("--target", help="target name (default: the local engine; for a stored pool, the target the "
+                   "policy was evaluated on)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_db(p)
     p.set_defaults(fn=run)

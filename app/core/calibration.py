@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 from scipy.stats import beta
@@ -193,20 +193,32 @@ def cp_lower(k: int, n: int, confidence: float = CONFIDENCE) -> float:
     return float(beta.ppf(1 - confidence, k, n - k + 1))
 
 
-def risk_coverage(conf: np.ndarray, correct: np.ndarray) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class RiskCoverage:
+    """A risk-coverage curve (risk_coverage): one point per row, most confident first - gating at that row's
+    confidence (`threshold`) accepts the share `coverage` of the rows, of which `accuracy` are right."""
+    threshold: np.ndarray
+    coverage: np.ndarray
+    accuracy: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.coverage)
+
+
+def risk_coverage(conf: np.ndarray, correct: np.ndarray) -> RiskCoverage:
     """Accuracy of the accepted rows vs the share accepted, gating at each observed confidence."""
     order = np.argsort(-np.asarray(conf), kind="stable")
     c, ok = np.asarray(conf)[order], np.asarray(correct, float)[order]
     accepted = np.arange(1, len(c) + 1)
-    return {"threshold": c, "coverage": accepted / len(c), "accuracy": np.cumsum(ok) / accepted}
+    return RiskCoverage(threshold=c, coverage=accepted / len(c), accuracy=np.cumsum(ok) / accepted)
 
 
-def lower_bound_curve(curve: dict[str, np.ndarray], confidence: float = CONFIDENCE) -> np.ndarray:
+def lower_bound_curve(curve: RiskCoverage, confidence: float = CONFIDENCE) -> np.ndarray:
     """Per point of a risk-coverage curve, the bound the recommended gate must clear: the one-sided lower
     Clopper-Pearson bound of the accepted rows' accuracy, on all of them (the curve is out of fold)."""
-    n = len(curve["coverage"])
-    accepted = np.rint(np.asarray(curve["coverage"], float) * n).astype(int)
-    right = np.rint(np.asarray(curve["accuracy"], float) * accepted).astype(int)
+    n = len(curve)
+    accepted = np.rint(np.asarray(curve.coverage, float) * n).astype(int)
+    right = np.rint(np.asarray(curve.accuracy, float) * accepted).astype(int)
     return np.array([cp_lower(int(k), int(a), confidence) for k, a in zip(right, accepted)])
 
 
@@ -230,9 +242,10 @@ def decided_needed(accuracy: float, target: float, confidence: float = CONFIDENC
     return None
 
 
-class Reach(TypedDict):
+@dataclass(frozen=True)
+class Reach:
     """What more labeled rows would make a target reachable (target_reach): from one point of the
-    out-of-fold risk-coverage curve, read by key on the page, the command line and the export."""
+    out-of-fold risk-coverage curve (exported as the policy's metrics.gate_selection.reach, by Gate.to_dict)."""
     rows: int  # labeled rows the curve was measured on
     needed: int  # labeled rows in all at which that point's lower bound would clear the target
     more: int  # needed - rows
@@ -241,12 +254,12 @@ class Reach(TypedDict):
     accuracy: float  # the accuracy of its decided rows (assumed to hold for the rows to come)
 
 
-def target_reach(curve: dict[str, np.ndarray], target: float, confidence: float = CONFIDENCE) -> Reach | None:
+def target_reach(curve: RiskCoverage, target: float, confidence: float = CONFIDENCE) -> Reach | None:
     """Of the curve's points whose decided rows beat `target` as measured, the one whose bound would clear
     it with the fewest labeled rows (ties: the widest coverage), if the rows to come are decided as these
     were; None when no point beats the target, even before the bound."""
-    cov, acc = np.asarray(curve["coverage"], float), np.asarray(curve["accuracy"], float)
-    thr, n = np.asarray(curve["threshold"], float), len(cov)
+    cov, acc = np.asarray(curve.coverage, float), np.asarray(curve.accuracy, float)
+    thr, n = np.asarray(curve.threshold, float), len(cov)
     best: Reach | None = None
     seen: set[tuple[int, int]] = set()
     for i in range(n):
@@ -262,9 +275,8 @@ def target_reach(curve: dict[str, np.ndarray], target: float, confidence: float 
         if m is None:
             continue
         needed = max(n, int(math.ceil(m / c - 1e-9)))
-        if best is None or (needed, -c) < (best["needed"], -best["coverage"]):
-            best = {"rows": n, "needed": needed, "more": needed - n, "threshold": float(thr[i]), "coverage": c,
-                    "accuracy": a}
+        if best is None or (needed, -c) < (best.needed, -best.coverage):
+            best = Reach(rows=n, needed=needed, more=needed - n, threshold=float(thr[i]), coverage=c, accuracy=a)
     return best
 
 
@@ -334,9 +346,9 @@ def choose_gate(conf: np.ndarray, correct: np.ndarray, target: float, *,
     note = (f"on the {n} rows (out of fold), no gate's decided rows have a {BOUND_NAME} >= {target:.0%} (the highest: "
             f"{lb:.1%}, {k} of {m} right)")
     if reach is not None:
-        note += (f"; about {reach['more']} more labeled rows ({reach['needed']} in all) at the accuracy measured would "
-                 f"make it reachable: a gate near confidence {reach['threshold']:.3f}, deciding about "
-                 f"{reach['coverage']:.0%} of rows at {reach['accuracy']:.1%}")
+        note += (f"; about {reach.more} more labeled rows ({reach.needed} in all) at the accuracy measured would "
+                 f"make it reachable: a gate near confidence {reach.threshold:.3f}, deciding about "
+                 f"{reach.coverage:.0%} of rows at {reach.accuracy:.1%}")
     else:
         note += "; no gate's decided rows beat the target even as measured, so more rows at this accuracy would not help"
     return Gate(None, False, n, target=target, confidence=confidence, reach=reach, note=note)

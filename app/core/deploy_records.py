@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from deploy.config import DeployConfig
-from deploy.executor import Executor
+from deploy.executor import ApplyOutcome, Executor, StepDone
 from deploy.plan import Package, Step
 
 from app.core.store import Store
@@ -60,13 +60,13 @@ class StoreRecorder:
 
 
 def apply_and_record(store: Store, cfg: DeployConfig, executor: Executor, steps: list[Step] | None = None,
-                     pkg: Package | None = None, runtime_url: str | None = None) -> dict[str, Any]:
+                     pkg: Package | None = None, runtime_url: str | None = None) -> ApplyOutcome:
     """Run the confirmed plan; the store gets the plan as executed, the outcome and the new target.
     Re-raises DeployError after recording the failure, so the CLI and the Deploy page log alike."""
     return executor.apply(cfg, steps, pkg, recorder=StoreRecorder(store, runtime_url))
 
 
-def destroy_and_record(store: Store, endpoint: str, executor: Executor) -> list[dict[str, Any]]:
+def destroy_and_record(store: Store, endpoint: str, executor: Executor) -> list[StepDone]:
     """Delete a deployment's scaling, endpoint, config and model (names from the record, else derived)."""
     ledger = StoreRecorder(store)
     config, model = ledger.names(endpoint) or (f"{endpoint}-config", f"{endpoint}-model")

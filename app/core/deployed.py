@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, TypedDict
+from typing import Any, Mapping, Sequence, TypedDict
 
 from adapter.policy import CalibratedPolicy, PolicyError, RowReading, load_policy
 from adapter.guard import GUARDS, STEERING_SUSPECTED
@@ -269,13 +269,25 @@ def fitted_states(store: Store, config: Mapping[str, Any]) -> frozenset[str]:
     when that run is in this store and of this policy (a file from elsewhere: unknown, empty)."""
     run_id = config.get("run_id")
     run = store.get_run(int(run_id)) if isinstance(run_id, int) else None
+    return fitted_from(config, run, store.results(run["id"]) if fitted_run(config, run) and run is not None else [])
+
+
+def fitted_run(config: Mapping[str, Any], run: Mapping[str, Any] | None) -> bool:
+    """Whether `run` (the config's run_id, read from this store) is the run this calibrated policy was calibrated
+    on: of its policy and, when the config names one, its labeled set (else another workbench's run)."""
     raw = config.get("dataset")
     dataset: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    if (run is None or run.get("policy_id") != config.get("policy_id")
-            or ("set_id" in dataset and run.get("labeled_set_id") != dataset["set_id"])):  # another workbench's run
+    return not (run is None or run.get("policy_id") != config.get("policy_id")
+                or ("set_id" in dataset and run.get("labeled_set_id") != dataset["set_id"]))
+
+
+def fitted_from(config: Mapping[str, Any], run: Mapping[str, Any] | None,
+                results: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """fitted_states from the run and its results already read (app/service/inputs.py reads them in one trip)."""
+    if not fitted_run(config, run):
         return frozenset()
     ids = [o.get("id") for o in config.get("options") or [] if isinstance(o, dict)]
-    return frozenset(state_key(r["state"]) for r in store.results(run["id"])  # the rows a head is fitted on
+    return frozenset(state_key(r["state"]) for r in results  # the rows a head is fitted on
                      if r.get("state") is not None and not r.get("error") and r.get("probabilities")
                      and r.get("label") in ids)
 

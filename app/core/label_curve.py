@@ -1,15 +1,21 @@
 """What more labels buy (no Streamlit): the learning curve of what the export carries - out-of-fold accuracy
-on 50%, 75% and 100% of the labeled rows (random stratified subsets, a few repeats) - and a rough
-extrapolation to N more rows, with the gate's own answer (calibration.Gate.reach) for coverage.
+on 50%, 75% and 100% of the labeled rows (random stratified subsets, a few repeats) - and, for N more rows
+(half as many again, and as many again), the expected out-of-fold accuracy (a rough extrapolation) and the
+expected coverage of a gate at the target (the same Clopper-Pearson rule Calibrate applies, if the next rows
+are decided as these were), with the gate's own answer (calibration.Gate.reach) when it is unreachable now.
 
 The curve refits the chosen method only (the chosen correction, or the chosen head kind with its own inner
 choice of regularisation, as Calibrate fits it), over as many folds as the subset's rarest option allows.
 The extrapolation fits accuracy = a - b / sqrt(rows) to the curve's points: a guess from three points, said as
-one, never a promise - the current figure's 95% interval is shown beside it and is usually wider than the change."""
+one, never a promise - the current figure's 95% interval is shown beside it, and when the predicted change is
+smaller than that interval's half-width the sentence says that N more rows may not move the figure beyond noise.
+The expected coverage keeps today's out-of-fold risk-coverage curve (no accuracy gain assumed): only the bound
+tightens with more rows - the cautious reading."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -31,12 +37,56 @@ class Point:
     high: float
 
 
+class LabelCurveJSON(TypedDict):
+    """metrics.label_curve in an exported file (LabelCurve.to_dict), read by key by whoever opens the file."""
+    method: str
+    points: list[dict[str, float]]
+    more: list[dict[str, float | None]]
+    accuracy_interval_95: list[float] | None
+    target: float | None
+    coverage_now: float | None
+    note: str
+
+
+@dataclass(frozen=True)
+class More:
+    rows: int  # labeled rows added
+    accuracy: float  # extrapolated out-of-fold accuracy
+    coverage: float | None  # expected gate coverage at the target (None: no gate even with these rows)
+
+
 @dataclass(frozen=True)
 class LabelCurve:
     method: str
     points: tuple[Point, ...]
-    more: tuple[tuple[int, float], ...]  # (more rows, extrapolated out-of-fold accuracy)
+    more: tuple[More, ...]
     sentence: str
+    interval: tuple[float, float] | None = None  # today's out-of-fold accuracy, 95% Wilson interval
+    target: float | None = None
+    coverage_now: float | None = None  # the gate's out-of-fold coverage today (None: no gate)
+
+    def to_dict(self) -> LabelCurveJSON:
+        """The curve as the exported file's metrics.label_curve carries it."""
+        return {"method": self.method, "points": [asdict(p) for p in self.points],
+                "more": [asdict(m) for m in self.more], "accuracy_interval_95": list(self.interval) if self.interval
+                else None, "target": self.target, "coverage_now": self.coverage_now, "note": self.sentence}
+
+
+def coverage_with(conf: np.ndarray, correct: np.ndarray, rows: int, target: float,
+                  confidence: float = calibration.CONFIDENCE) -> float | None:
+    """The widest out-of-fold coverage of a gate whose decided rows' one-sided Clopper-Pearson lower bound
+    clears `target` when `rows` labeled rows are decided as these were (today's risk-coverage curve scaled
+    to `rows`); None when no gate would."""
+    curve = calibration.risk_coverage(conf, correct)
+    thr, cov, acc = (np.asarray(v, float) for v in (curve.threshold, curve.coverage, curve.accuracy))
+    best: float | None = None
+    for i in range(len(thr)):
+        if (i + 1 < len(thr) and thr[i + 1] == thr[i]) or acc[i] <= target:
+            continue  # a gate takes every row of a confidence or none; the bound is below the accuracy
+        m = int(round(cov[i] * rows))
+        if m and calibration.cp_lower(int(round(acc[i] * m)), m, confidence) >= target:
+            best = max(best or 0.0, float(cov[i]))
+    return best
 
 
 def subset(y: np.ndarray, share: float, rng: np.random.Generator) -> np.ndarray:
@@ -92,26 +142,41 @@ def label_curve(cal: Calibration, *, repeats: int = 3, seed: int = 0) -> LabelCu
                                                              subset(cal.y, share, rng), seed)) is not None]
         if accs:
             points.append(Point(share, int(round(share * n)), float(np.mean(accs)), min(accs), max(accs)))
-    more: list[tuple[int, float]] = []
-    if len(points) >= 2 and points[-1].share == 1.0:
-        x = np.array([1 / math.sqrt(p.rows) for p in points])
-        a, b = np.polyfit(-x, [p.accuracy for p in points], 1)[::-1]  # accuracy = a + b * (-1/sqrt(rows))
-        more = [(m, float(min(1.0, max(0.0, a - b / math.sqrt(n + m))))) for m in (n // 2, n)]
-    now = proportion(int(round(points[-1].accuracy * n)), n) if points and points[-1].share == 1.0 else None
     name = cal.chosen_name
     if not points:
         return LabelCurve(name, (), (), f"No learning curve: {name} cannot be refitted on fewer rows.")
+    target = cal.target_accuracy
+    conf, correct = cal.oof.max(axis=1), cal.oof.argmax(axis=1) == cal.y
+    gate = cal.gate
+    coverage_now = gate.coverage if gate.reachable else None
+    more: list[More] = []
+    if len(points) >= 2 and points[-1].share == 1.0:
+        x = np.array([1 / math.sqrt(p.rows) for p in points])
+        a, b = np.polyfit(-x, [p.accuracy for p in points], 1)[::-1]  # accuracy = a + b * (-1/sqrt(rows))
+        more = [More(m, float(min(1.0, max(0.0, a - b / math.sqrt(n + m)))), coverage_with(conf, correct, n + m, target))
+                for m in (n // 2, n) if m > 0]
+    now = proportion(int(round(points[-1].accuracy * n)), n) if points[-1].share == 1.0 else None
+    interval = (now.low, now.high) if now is not None and now.low is not None and now.high is not None else None
     curve = ", ".join(f"{p.accuracy:.1%} on {p.rows} rows" + (f" (repeats {p.low:.0%}–{p.high:.0%})" if p.low != p.high
                                                             else "") for p in points)
     text = f"{name}, out of fold: {curve}."
-    if more and now is not None:
-        text += (" A rough extrapolation (accuracy = a − b/√rows fitted to these points, if the next rows are like "
-                 "these): " + ", ".join(f"about {acc:.0%} with {m} more rows" for m, acc in more)
-                 + f". Today's figure alone has a 95% interval of {now.low:.0%}–{now.high:.0%}: the change is a guess.")
-    gate = cal.gate
+    if more and interval is not None:
+        acc_now = points[-1].accuracy
+        text += (" With more rows like these (accuracy: a rough extrapolation, a − b/√rows fitted to these points; "
+                 f"coverage: a gate at {target:.0%} under the same Clopper-Pearson rule, today's out-of-fold decisions "
+                 "scaled up, no accuracy gain assumed): "
+                 + "; ".join(f"{m.rows} more: about {m.accuracy:.0%} accuracy, "
+                             + (f"a gate deciding about {m.coverage:.0%} of rows" if m.coverage is not None
+                                else f"still no gate at {target:.0%}") for m in more)
+                 + f". Today's accuracy alone has a 95% interval of {interval[0]:.0%}–{interval[1]:.0%}")
+        gain = max(m.accuracy for m in more) - acc_now
+        half = (interval[1] - interval[0]) / 2
+        text += (f": the predicted gain (at most {gain * 100:+.1f} points) is smaller than that uncertainty, so these "
+                 "rows may not change the measured figure beyond noise." if abs(gain) < half else
+                 ": the change is a guess from three points, not a promise.")
     if not gate.reachable and gate.reach is not None:
-        text += (f" The gate: about {gate.reach['more']} more rows at the accuracy measured would make "
-                 f"{cal.target_accuracy:.0%} reachable, deciding about {gate.reach['coverage']:.0%} of rows.")
+        text += (f" The gate: about {gate.reach.more} more rows at the accuracy measured would make "
+                 f"{target:.0%} reachable, deciding about {gate.reach.coverage:.0%} of rows.")
     elif gate.reachable:
         text += f" The gate is reachable now: it decides {(gate.coverage or 0):.0%} of rows out of fold."
-    return LabelCurve(name, tuple(points), tuple(more), text)
+    return LabelCurve(name, tuple(points), tuple(more), text, interval, target, coverage_now)

@@ -94,9 +94,18 @@ def shipped_sets() -> list[tuple[str, Path]]:
 def import_file(store: Store, name: str, data: bytes, policy: Mapping[str, Any] | None, source: str = "",
                 columns: ColumnMap | None = None) -> int:
     """Validate then store (all or nothing); returns the set id. Raises InputError."""
+    return import_cases(store, name, data, policy, source, columns)[0]
+
+
+def import_cases(store: Store, name: str, data: bytes, policy: Mapping[str, Any] | None, source: str = "",
+                 columns: ColumnMap | None = None) -> tuple[int, list[Case]]:
+    """import_file, with the set's rows outside its train split as cases, in order (cases_of): a set of the same
+    content already stored has these very rows (the content hash covers id, state, label and split), so they need
+    no second read."""
     rows = parse_labeled(name, data, [o["id"] for o in policy["options"]] if policy else None, columns)
-    return store.import_labeled_set(name=name, policy_id=policy["id"] if policy else None, rows=rows,
-                                    content_hash=content_hash(rows), source=source or name)
+    set_id = store.import_labeled_set(name=name, policy_id=policy["id"] if policy else None, rows=rows,
+                                      content_hash=content_hash(rows), source=source or name)
+    return set_id, cases_of(rows)
 
 
 T = TypeVar("T", bound=Mapping[str, Any])
@@ -129,8 +138,13 @@ def evenly_spaced(rows: Sequence[R], limit: int | None) -> list[R]:
 
 def scored_cases(store: Store, set_id: int, limit: int | None = None) -> list[Case]:
     """A stored set's rows outside its train split (those are never scored), as cases to check."""
-    rows = [r for r in store.labeled_rows(set_id) if r.get("split") != "train"]
-    return [Case(r["row_key"], r["state"], r["label"]) for r in evenly_spaced(rows, limit)]
+    return cases_of(store.labeled_rows(set_id), limit)
+
+
+def cases_of(rows: Sequence[Mapping[str, Any]], limit: int | None = None) -> list[Case]:
+    """A set's rows outside its train split, up to `limit` evenly spaced, as cases to check."""
+    kept = [r for r in rows if r.get("split") != "train"]
+    return [Case(r["row_key"], r["state"], r["label"]) for r in evenly_spaced(kept, limit)]
 
 
 class Support(TypedDict):

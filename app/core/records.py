@@ -34,6 +34,8 @@ RunConfig = TypedDict("RunConfig", {
     # eval / check (app/core/runs.py: EvalRunConfig validates these on read - what resume needs)
     "readout": str | None, "debias": str | None, "permute": bool, "few_shot": bool | None, "examples": str,
     "n_examples": int, "layout": str | None, "companion_of": int | None, "policy_fingerprint": str,
+    # a head-layout run's learned head, out of fold, written when its head is fitted (app/service/evaluate.remember_head)
+    "head_oof": dict[str, Any],
     "evaluated_policy": Policy, "row_keys": list[str], "dataset_hash": str, "dataset_name": str,
     # playground / compare (runner.run_policy): the request overrides, the head-layout reader, the heads applied
     "overrides": dict[str, Any], "head_layout": bool, "heads": list[Mapping[str, Any]],
@@ -43,6 +45,8 @@ RunConfig = TypedDict("RunConfig", {
     "target": str, "calibrated": Mapping[str, Any], "negated_question": str | None,
     # production / replay (decision_import): what the log held, the run replayed
     "import": dict[str, Any], "replay_of": int,
+    # pool (app/service/pool.py): the stored pool scored, and the evaluation run whose requests it repeats
+    "pool_id": int, "like_run": int | None,
 }, total=False)
 RunConfig.__doc__ = """What a run was configured with, as stored. A TypedDict with total=False rather than a
 frozen dataclass: the stored object is the union of what each run kind writes, and rows written before

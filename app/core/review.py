@@ -44,10 +44,16 @@ class Item:
     order: tuple[Any, ...] = ()
     decided_by: str = "the zero-shot model"  # who gave `proposed` (Gate.decider): the deployed decision
     zero_shot: str = ""  # the model's own top option as scored, when another decider gave `proposed`
+    version: str = ""  # 'v3': the policy version the proposing run scored
 
 
 def state_key(state: Any) -> str:
     return state if isinstance(state, str) else "j:" + json.dumps(state, sort_keys=True, ensure_ascii=False)
+
+
+def _version(run: Mapping[str, Any]) -> str:
+    version = (run.get("policy") or {}).get("version")
+    return f"v{version}" if version is not None else ""
 
 
 def _gate_value(gate: Gate) -> float | None:
@@ -98,12 +104,12 @@ def build_queue(store: Store, policy: Mapping[str, Any], gate: Gate, *,
             said = ", ".join(f"{t} says {o}" for o, t in tops.items())
             items.append(Item(key, first["state"], ids, ids[top], conf, "disagreement",
                               f"targets disagree as scored (zero-shot): {said}", run["id"], first["row_key"],
-                              (0, distance), gate.decider, zero))
+                              (0, distance), gate.decider, zero, _version(run)))
         elif gated:
             why = (logged.reason if logged is not None else None) or gate.reason(first)
             items.append(Item(key, first["state"], ids, ids[top], conf, "gated",
                               f"sent to the fallback ({why}) in run #{run['id']} ({run['kind']})", run["id"],
-                              first["row_key"], (1, distance), gate.decider, zero))
+                              first["row_key"], (1, distance), gate.decider, zero, _version(run)))
     items.sort(key=lambda i: i.order)
     return items, left
 

@@ -8,7 +8,7 @@ calibration_curve computes and CalibrationDisplay draws). `build_policy` turns i
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
 import numpy as np
@@ -25,7 +25,7 @@ from app.core.heads import HeadFit
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.runs import arrays, families, hidden_states, is_head_layout, run_config, scored_probabilities, variant_name
 from app.core.records import Calibrated, config_of
-from app.core.stats import SMALL_N, PairedGain, ProportionJSON, bootstrap_ci, proportion
+from app.core.stats import SMALL_N, PairedGain, Proportion, ProportionJSON, bootstrap_ci, proportion
 from app.core.store import Store, now
 from app.core.stored import NO_RESPONSE, StoredResponse, first_response
 
@@ -68,7 +68,7 @@ class Calibration:
     report: calibration.Report
     gate: calibration.Gate
     option_gates: dict[str, calibration.Gate]
-    curve: dict[str, np.ndarray]
+    curve: calibration.RiskCoverage  # out of fold: what the gate was chosen on
     option_ids: list[str]
     calibrated: np.ndarray  # the probabilities the gate was chosen on
     oof: np.ndarray  # the chosen correction's or head's out-of-fold probabilities
@@ -84,7 +84,7 @@ class Calibration:
     head_why: str
     head_gain: PairedGain | None
     candidate_intervals: dict[str, CandidateInterval]
-    intervals: dict[str, Any]
+    intervals: Intervals
     layout: str = "state-first"  # "policy-first": the head layout, whose letters are never exported alone
 
     @property
@@ -141,9 +141,10 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
                        HEAD_LAYOUT if layout_run else "state-first")
 
 
-class CandidateInterval(TypedDict):
+@dataclass(frozen=True)
+class CandidateInterval:
     """A candidate's out-of-fold numbers with their 95% intervals: a row of Calibrate's comparison table."""
-    accuracy: ProportionJSON
+    accuracy: Proportion
     macro_f1: float
     macro_f1_ci: tuple[float, float] | None
     ece: float
@@ -162,27 +163,52 @@ def candidate_intervals(cands: Sequence[Any], y: np.ndarray, *, seed: int = 0) -
         conf, right = c.oof.max(axis=1), pred == y
         f1 = bootstrap_ci(rows, lambda i: calibration.macro_f1(y[i], pred[i], k), seed=seed, n_resamples=400)
         ece = bootstrap_ci(rows, lambda i: calibration.ece(conf[i], right[i]), seed=seed, n_resamples=400)
-        out[c.name] = {"accuracy": proportion(int(right.sum()), len(y)).to_dict(),
-                       "macro_f1": calibration.macro_f1(y, pred, k), "macro_f1_ci": f1,
-                       "ece": calibration.ece(conf, right), "ece_ci": ece}
+        out[c.name] = CandidateInterval(accuracy=proportion(int(right.sum()), len(y)),
+                                        macro_f1=calibration.macro_f1(y, pred, k), macro_f1_ci=f1,
+                                        ece=calibration.ece(conf, right), ece_ci=ece)
     return out
 
 
-def intervals(P: np.ndarray, y: np.ndarray, oof: np.ndarray, *, seed: int = 0) -> dict[str, Any]:
+class IntervalsJSON(TypedDict):
+    """Intervals as the exported policy writes them (metrics.intervals; adapter.policy.Intervals reads it)."""
+    n: int
+    accuracy: ProportionJSON
+    macro_f1: list[float] | None
+    ece: list[float] | None
+    ece_corrected: list[float] | None
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """95% intervals of a run's headline numbers: Wilson for accuracy (as scored), a percentile bootstrap over
+    the rows for macro-F1 and the ECE before and after the correction (out of fold); None under 2 rows."""
+    n: int
+    accuracy: Proportion
+    macro_f1: tuple[float, float] | None
+    ece: tuple[float, float] | None
+    ece_corrected: tuple[float, float] | None
+
+    def to_json(self) -> IntervalsJSON:
+        def pair(ci: tuple[float, float] | None) -> list[float] | None:
+            return None if ci is None else [ci[0], ci[1]]
+        return {"n": self.n, "accuracy": self.accuracy.to_dict(), "macro_f1": pair(self.macro_f1),
+                "ece": pair(self.ece), "ece_corrected": pair(self.ece_corrected)}
+
+
+def intervals(P: np.ndarray, y: np.ndarray, oof: np.ndarray, *, seed: int = 0) -> Intervals:
     """95% intervals of a run's headline numbers: Wilson for accuracy, a percentile bootstrap over the
     rows for macro-F1 and the ECE before and after the correction (out of fold)."""
     pred, k, rows = calibration.predictions(P), P.shape[1], np.arange(len(y))
     conf, correct = P.max(axis=1), pred == y
     oconf, ocorrect = oof.max(axis=1), calibration.predictions(oof) == y
 
-    def boot(stat: Callable[[np.ndarray], float]) -> list[float] | None:
-        ci = bootstrap_ci(rows, stat, seed=seed)
-        return None if ci is None else [ci[0], ci[1]]
+    def boot(stat: Callable[[np.ndarray], float]) -> tuple[float, float] | None:
+        return bootstrap_ci(rows, stat, seed=seed)
 
-    return {"n": int(len(y)), "accuracy": proportion(int(correct.sum()), len(y)).to_dict(),
-            "macro_f1": boot(lambda i: calibration.macro_f1(y[i], pred[i], k)),
-            "ece": boot(lambda i: calibration.ece(conf[i], correct[i])),
-            "ece_corrected": boot(lambda i: calibration.ece(oconf[i], ocorrect[i]))}
+    return Intervals(n=int(len(y)), accuracy=proportion(int(correct.sum()), len(y)),
+                     macro_f1=boot(lambda i: calibration.macro_f1(y[i], pred[i], k)),
+                     ece=boot(lambda i: calibration.ece(conf[i], correct[i])),
+                     ece_corrected=boot(lambda i: calibration.ece(oconf[i], ocorrect[i])))
 
 
 @dataclass
@@ -237,36 +263,79 @@ def decide_gate(cal: Calibration, manual: float | None = None) -> GateDecision:
     return GateDecision(1.0, "unreachable", notes)
 
 
-# a row of the readout comparison (a table): every run has the first six, a calibrated one the numbers
+# a row of the readout comparison as the page's table shows it (titles): every run has the first six, a
+# calibrated one the numbers (Readout.row)
 ReadoutRow = TypedDict("ReadoutRow", {
-    "run": int, "policy version": str, "target": str, "readout": str, "examples": Any, "status": str,
+    "run": int, "policy version": str, "target": str, "readout": str, "examples": str | None, "status": str,
     "rows": int | None, "correction": str, "accuracy": float, "macro_f1": float, "ece": float,
     "ece_corrected": float, "nll": float, "accuracy_corrected": float}, total=False)
 
 
-def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[ReadoutRow]:
+@dataclass(frozen=True)
+class Readout:
+    """One eval run in the readout comparison: readout, rows, accuracy, macro-F1, ECE before/after temperature,
+    NLL, the best correction (out of fold) - read by attribute; `row()` is the page's table row. `shape`: "run"
+    (not calibrated: `status` says why), "head" (a head-layout run: its letters are never offered zero-shot, its
+    numbers are its head's, on Calibrate) or "calibrated"."""
+    run: int
+    policy_version: str
+    target: str
+    readout: str
+    examples: str | None
+    status: str
+    shape: Literal["run", "head", "calibrated"] = "run"
+    rows: int | None = None
+    correction: str = ""
+    accuracy: float | None = None
+    macro_f1: float | None = None
+    ece: float | None = None
+    ece_corrected: float | None = None
+    nll: float | None = None
+    accuracy_corrected: float | None = None
+
+    def row(self) -> ReadoutRow:
+        """The table's row, its columns titled as the page shows them (and only those this shape has)."""
+        base: ReadoutRow = {"run": self.run, "policy version": self.policy_version, "target": self.target,
+                            "readout": self.readout, "examples": self.examples, "status": self.status}
+        if self.shape == "head":  # with its stored head's out-of-fold accuracy when it was fitted
+            head: ReadoutRow = {**base, "rows": self.rows, "correction": self.correction}
+            return head if self.accuracy_corrected is None else {**head, "accuracy_corrected": self.accuracy_corrected}
+        if self.shape == "calibrated":
+            assert self.accuracy is not None and self.macro_f1 is not None and self.ece is not None and \
+                self.ece_corrected is not None and self.nll is not None and self.accuracy_corrected is not None
+            return {**base, "rows": self.rows, "accuracy": self.accuracy, "macro_f1": self.macro_f1, "ece": self.ece,
+                    "ece_corrected": self.ece_corrected, "nll": self.nll, "correction": self.correction,
+                    "accuracy_corrected": self.accuracy_corrected}
+        return base
+
+
+def readout_table(store: Store, runs: Sequence[Mapping[str, Any]]) -> list[Readout]:
     """One row per eval run (same policy x set): readout, rows, accuracy, macro-F1, ECE before/after
     temperature, NLL - the side-by-side the analyst picks a readout from."""
-    rows: list[ReadoutRow] = []
+    rows: list[Readout] = []
     for r in runs:
         cfg = config_of(r)
-        base: ReadoutRow = {"run": r["id"], "policy version": version_label((r.get("policy") or {}).get("version")),
-                "target": r["target_name"],
-                "readout": variant_name(cfg),
-                "examples": cfg.get("examples"), "status": r["status"]}
+        base = Readout(r["id"], version_label((r.get("policy") or {}).get("version")), r["target_name"],
+                       variant_name(cfg), cfg.get("examples"), r["status"])
         if is_head_layout(r):  # its letters are never offered zero-shot: its numbers are its head's (Calibrate)
-            rows.append({**base, "rows": r.get("done_rows"), "correction": "a learned head only"})
+            head = cfg.get("head_oof") or {}  # stored when its head was fitted (app/service/evaluate.remember_head)
+            if head.get("n"):
+                rows.append(replace(base, shape="head", rows=r.get("done_rows"), correction=f"its {head.get('head')} "
+                                    f"only (out of fold, on {head['n']} rows)",
+                                    accuracy_corrected=head["correct"] / head["n"]))
+            else:
+                rows.append(replace(base, shape="head", rows=r.get("done_rows"), correction="a learned head only"))
             continue
         try:
             cal = calibrate(store, r["id"], target_accuracy=0.9, with_heads=False)
             rep = cal.report
         except ValueError as exc:  # not enough usable rows yet
             why = "fewer than 4 labeled rows scored so far" if r["status"] == "running" else str(exc)
-            rows.append({**base, "status": f"{r['status']}: {why}"})
+            rows.append(replace(base, status=f"{r['status']}: {why}"))
             continue
-        rows.append({**base, "rows": rep.n, "accuracy": rep.accuracy, "macro_f1": rep.macro_f1, "ece": rep.ece_width,
-                     "ece_corrected": rep.oof_ece_width, "nll": rep.nll, "correction": cal.correction.name,
-                     "accuracy_corrected": cal.correction.oof_accuracy})
+        rows.append(replace(base, shape="calibrated", rows=rep.n, accuracy=rep.accuracy, macro_f1=rep.macro_f1,
+                            ece=rep.ece_width, ece_corrected=rep.oof_ece_width, nll=rep.nll,
+                            correction=cal.correction.name, accuracy_corrected=cal.correction.oof_accuracy))
     return rows
 
 
@@ -311,7 +380,7 @@ def build_policy(store: Store, cal: Calibration, *, gate: GateDecision, fallback
     fitted = applied_metrics(policy, cal.results)
     config["metrics"] = {"at_gate": fitted if head is None else applied_metrics(policy, cal.results, oof=cal.oof),
                          **({"at_gate_fitted_rows": fitted} if head is not None else {}),
-                         "intervals": cal.intervals,
+                         "intervals": cal.intervals.to_json(),
                          "gate_selection": cal.gate.to_dict(),
                          "gate_notes": list(gate.messages),
                          **({"option_gate_selection": {o: g.to_dict() for o, g in cal.option_gates.items()}}

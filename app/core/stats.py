@@ -89,9 +89,11 @@ def auc(negatives: np.ndarray, positives: np.ndarray) -> float | None:
     return float(u / (len(positives) * len(negatives)))
 
 
-def interval_text(p: Mapping[str, Any] | ProportionFigures | None, digits: int = 1) -> str:
-    """A Proportion stored as a dict or read from a policy's metrics (exports, saved policies) in the same
-    words as Proportion.text(), marked when it rests on fewer than SMALL_N rows."""
+def interval_text(p: Proportion | Mapping[str, Any] | ProportionFigures | None, digits: int = 1) -> str:
+    """A Proportion (or one stored as a dict, or read from a policy's metrics: exports, saved policies) in the
+    same words as Proportion.text(), marked when it rests on fewer than SMALL_N rows."""
+    if isinstance(p, Proportion):
+        p = p.to_dict()
     if isinstance(p, ProportionFigures):
         p = {"k": p.k, "n": p.n, "rate": p.rate, "low": p.low, "high": p.high}
     if not p or p.get("rate") is None:

@@ -15,4 +15,6 @@ rules behind them (scoring, gating, pricing, planning) live here and in app/core
 - ci_check.py   `python -m app check`: thresholds, JUnit, Markdown
 - production.py decision logs imported as runs, replayed on a target
 - review.py     the review queue and its new set versions
+- inputs.py     a command's inputs (policy, set or states, calibrated policies, targets) resolved once: Inputs
+- queries.py    the read-only queries pages make of the store (one store call each)
 """

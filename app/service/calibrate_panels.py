@@ -132,7 +132,7 @@ def quality_columns(cal: Calibration, esc: Escape) -> tuple[Column, ...]:
     """The model alone, macro-F1 as scored, and the exported head's accuracy (or the temperature)."""
     rep, iv = cal.report, cal.intervals
     f1 = (Metric("Macro-F1 as scored", f"{rep.macro_f1:.2f}"),
-          Note("caption", range_text(iv.get("macro_f1"), "{:.2f}", rep.n)))
+          Note("caption", range_text(iv.macro_f1, "{:.2f}", rep.n)))
     if cal.head is not None:
         acc = chosen_accuracy(cal)
         third: Column = (
@@ -155,7 +155,7 @@ def alone_column(cal: Calibration, esc: Escape) -> Column:
                        f"the head layout puts the state last, which only a learned head reads well: these letters "
                        f"are shown for reference, never exported without the head; n = {rep.n}; chance = "
                        f"{cal.chance:.0%}"),
-                Note("caption", esc(interval_text(iv.get("accuracy")))))
+                Note("caption", esc(interval_text(iv.accuracy))))
     if alone is not None and applied:
         return (Metric("Accuracy, model alone (uncorrected)", f"{alone.rate or 0:.1%}",
                        f"top option = label, before any correction, head or gate; chance = {cal.chance:.0%}"),
@@ -164,17 +164,17 @@ def alone_column(cal: Calibration, esc: Escape) -> Column:
     title = "Accuracy, model alone (uncorrected)" if not applied else f"Accuracy as scored (with {', '.join(applied)})"
     return (Metric(title, f"{rep.accuracy:.1%}", f"top option = label, before any gate; n = {rep.n}; chance = "
                                                  f"{cal.chance:.0%}"),
-            Note("caption", esc(interval_text(iv.get("accuracy")))))
+            Note("caption", esc(interval_text(iv.accuracy))))
 
 
 def calibration_columns(cal: Calibration) -> tuple[Column, ...]:
     """Expected calibration error before and after the correction, Brier and NLL."""
     rep, iv = cal.report, cal.intervals
     return ((Metric("ECE raw", f"{rep.ece_width:.3f}", f"equal-mass bins: {rep.ece_mass:.3f}"),
-             Note("caption", range_text(iv.get("ece"), n=rep.n))),
+             Note("caption", range_text(iv.ece, n=rep.n))),
             (Metric("ECE corrected", f"{rep.oof_ece_width:.3f}", f"out of fold, after {cal.chosen_name}; "
                                                                  f"equal-mass bins: {rep.oof_ece_mass:.3f}"),
-             Note("caption", range_text(iv.get("ece_corrected"), n=rep.n))),
+             Note("caption", range_text(iv.ece_corrected, n=rep.n))),
             (Metric("Brier / NLL", f"{rep.brier:.3f} / {rep.nll:.3f}"),))
 
 
@@ -182,7 +182,7 @@ def calibration_columns(cal: Calibration) -> tuple[Column, ...]:
 class CoveragePanel:
     """The risk-coverage curve, the gate on it, the lower bound a recommended gate must clear, and (when
     the curve reaches the target but no gate is recommended) why, with the rows it would need."""
-    curve: dict[str, np.ndarray]
+    curve: calibration.RiskCoverage
     threshold: float | None
     target: float
     lower: tuple[float, ...]
@@ -205,10 +205,10 @@ def coverage_note(cal: Calibration) -> str | None:
     if reach is None:
         return (f"No gate's decided rows beat {target:.0%} out of fold, even before the lower bound: more rows at "
                 "this accuracy would not help - improve the policy, the readout or the model.")
-    return (f"At {reach['coverage']:.0%} coverage the decided rows are {reach['accuracy']:.0%} right out of fold - above "
-            f"the target {target:.0%} - but on {reach['rows']} rows their lower bound (dashed: one-sided 95% "
-            f"Clopper-Pearson) is below it: about {reach['more']} more labeled rows ({reach['needed']} in all) at this "
-            f"accuracy would let a gate be recommended, deciding about {reach['coverage']:.0%} of rows.")
+    return (f"At {reach.coverage:.0%} coverage the decided rows are {reach.accuracy:.0%} right out of fold - above "
+            f"the target {target:.0%} - but on {reach.rows} rows their lower bound (dashed: one-sided 95% "
+            f"Clopper-Pearson) is below it: about {reach.more} more labeled rows ({reach.needed} in all) at this "
+            f"accuracy would let a gate be recommended, deciding about {reach.coverage:.0%} of rows.")
 
 
 def option_gate_rows(cal: Calibration) -> list[dict[str, Any]]:
@@ -319,8 +319,8 @@ def candidate_table(cal: Calibration) -> list[CandidateRow]:
     the command prints."""
     rows = []
     for c in cal.candidates:
-        ci: Mapping[str, Any] = cal.candidate_intervals.get(c.name) or {}
-        f1_ci, ece_ci = ci.get("macro_f1_ci"), ci.get("ece_ci")
+        ci = cal.candidate_intervals.get(c.name)
+        f1_ci, ece_ci = (ci.macro_f1_ci, ci.ece_ci) if ci is not None else (None, None)
         if isinstance(c, heads.HeadFit):
             kind, reads = "learned head", KIND_WORDS[c.kind].reads
             detail, temperature = ", ".join(f"C={r:g}" for r in c.fold_regularisation), None
@@ -331,8 +331,8 @@ def candidate_table(cal: Calibration) -> list[CandidateRow]:
             temperature = c.temperature if c.available else None
         rows.append(CandidateRow(
             c.name, kind, reads, c.oof_accuracy if c.available else None,
-            interval_text(ci.get("accuracy")) if ci.get("accuracy") else "",
-            ci.get("macro_f1") if c.available else None, range_text(f1_ci, "{:.2f}") if f1_ci else "",
+            interval_text(ci.accuracy) if ci is not None else "",
+            ci.macro_f1 if ci is not None and c.available else None, range_text(f1_ci, "{:.2f}") if f1_ci else "",
             c.oof_ece if c.available else None, range_text(ece_ci) if ece_ci else "",
             c.oof_nll if c.available else None, temperature, detail, c.name == cal.chosen_name, c.note))
     return rows
@@ -352,10 +352,10 @@ def candidate_bars(cal: Calibration) -> list[dict[str, Any]]:
     """{label, rate, low, high, n} per available candidate, for the accuracy chart."""
     bars = []
     for c in cal.candidates:
-        acc = ci["accuracy"] if (ci := cal.candidate_intervals.get(c.name)) else None
-        if acc and acc.get("rate") is not None:
-            bars.append({"label": c.name + (" ✓" if c.name == cal.chosen_name else ""), "rate": acc["rate"],
-                         "low": acc["low"], "high": acc["high"], "n": acc["n"]})
+        acc = ci.accuracy if (ci := cal.candidate_intervals.get(c.name)) else None
+        if acc is not None and acc.rate is not None:
+            bars.append({"label": c.name + (" ✓" if c.name == cal.chosen_name else ""), "rate": acc.rate,
+                         "low": acc.low, "high": acc.high, "n": acc.n})
     return bars
 
 
@@ -380,10 +380,10 @@ def outcome_notes(status: str, error: str | None, stopped: str, outcomes: list[A
     return head + tuple(Note("error" if o.error else "caption", esc(o.text())) for o in outcomes)
 
 
-def run_label(row: Mapping[str, Any]) -> str:
+def run_label(row: run_calibration.Readout) -> str:
     """'#12 · v3 · local · letters · accuracy 91.2%' - an evaluation run in the picker."""
-    return (f"#{row['run']} · {row['policy version']} · {row['target']} · {row.get('readout', '?')}"
-            + (f" · accuracy {row['accuracy']:.1%}" if row.get("accuracy") is not None else ""))
+    return (f"#{row.run} · {row.policy_version} · {row.target} · {row.readout}"
+            + (f" · accuracy {row.accuracy:.1%}" if row.accuracy is not None else ""))
 
 
 @dataclass(frozen=True)

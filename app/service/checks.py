@@ -28,15 +28,11 @@ from app.core.stats import Proportion, proportion
 from app.core.stored import StoredResponse
 from app.core.store import Store
 from app.service import tracking as tracked
+from app.service.inputs import Inputs
 from app.targets.base import Target
 
 Policy = Mapping[str, Any]  # a policy record (app/core/records.Policy) or a policy dict
 SINGLE_ROW_VARIANTS = [v for v in VARIANTS if "permutation" not in v]  # the checks permute or perturb themselves
-
-
-def set_states(store: Store, set_id: int, limit: int | None = None) -> list[Case]:
-    """Up to `limit` evenly spaced rows of a labeled set, never its train split (`python -m app robustness`)."""
-    return scored_cases(store, set_id, limit)
 
 
 def out_of_scope_states(filename: str, data: bytes) -> list[Any]:
@@ -123,6 +119,14 @@ class RobustnessInput:
     out_of_scope: list[Any] | None = None
     source: str = ""
     calibrated: AsDeployed | None = None  # a calibrated policy tested as deployed (its head, guard, gate, fallback)
+
+    @classmethod
+    def of(cls, given: Inputs, suite: robustness.Suite, checks: list[str], *, attempts: int = 3, variant: str = "default",
+           guard: str = "erase-and-check", out_of_scope: list[Any] | None = None) -> RobustnessInput:
+        """A command's resolved inputs (app/service/inputs.py: the policy, states, calibrated policy) with the
+        check's own settings."""
+        return cls(given.policy, list(given.cases), suite, checks, attempts=attempts, variant=variant, guard=guard,
+                   out_of_scope=out_of_scope, source=given.source, calibrated=given.pick)
 
 
 def robustness_problem(spec: RobustnessInput, target: Target) -> str | None:

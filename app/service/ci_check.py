@@ -19,9 +19,9 @@ from app.core.store import RunBusy, Store
 from app.core.stored import NO_RESPONSE, ModelRef, first_response
 from app.service import registry
 from app.service import tracking as tracked
+from app.service import inputs
+from app.service.inputs import Inputs
 from app.service.policies import resolve_policy
-from app.service.sets import resolve_set
-from app.targets.base import Target
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = ck.EXIT_PASS, ck.EXIT_FAIL, ck.EXIT_USAGE
 BOUNDS = ("min_accuracy", "min_gate_accuracy", "min_coverage", "max_ece", "max_flips", "max_broken")
@@ -95,27 +95,34 @@ def validate(spec: CheckInput) -> None:
         raise UsageError("--max-flips / --max-broken compare against a run: give --baseline RUN (a run id, or 'pinned')")
 
 
-def check(store: Store, spec: CheckInput, target_for: Any) -> CheckResult:
-    """Evaluate and judge. `target_for()` builds the target (after the cheap argument checks, so a
-    usage error never waits for a model load). UsageError for anything that leaves nothing to judge."""
+def resolve(store: Store, spec: CheckInput, target: str) -> Inputs:
+    """The check's inputs in one call (app/service/inputs.py): --policy (a calibrated policy file, a registry
+    reference, or a policy), --labeled-set (imported or found), --target - after the argument rules (validate)."""
     validate(spec)
-    policy, calibrated = check_policy(store, spec.policy)
+    try:
+        return inputs.resolve(store, inputs.Ask(spec.policy, labeled_set=spec.labeled_set, targets=(target,),
+                                                policy_reader=check_policy))
+    except inputs.InputsError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check(store: Store, spec: CheckInput, given: Inputs) -> CheckResult:
+    """Evaluate and judge `given` (resolve: the policy, its calibrated policy file if any, the set, the target).
+    UsageError for anything that leaves nothing to judge."""
+    policy, calibrated, target = given.policy, given.policy_file, given.target
+    assert given.set_id is not None
+    set_id = given.set_id
     b = spec.bounds
     if (b.get("min_gate_accuracy") is not None or b.get("min_coverage") is not None) and calibrated is None \
             and spec.gate is None:
         raise UsageError("--min-gate-accuracy / --min-coverage need a gate: give a calibrated policy file "
                          "(semif-policy/1, from Calibrate) as --policy, or --gate CONFIDENCE")
-    try:
-        set_id = resolve_set(store, spec.labeled_set, policy)
-    except ValueError as exc:  # SetNotFound, or InputError naming the rows
-        raise UsageError(str(exc)) from None
     baseline = None
     if spec.baseline:
         baseline = store.pinned_run() if spec.baseline == "pinned" else (
             store.get_run(int(spec.baseline)) if spec.baseline.isdigit() else None)
         if baseline is None:
             raise UsageError(f"--baseline {spec.baseline!r}: no such run (a run id from History, or 'pinned')")
-    target: Target = target_for()
     if calibrated is not None:
         variant = (runs.HEAD_VARIANT if calibrated.layout == HEAD_LAYOUT else
                    runs.Variant(calibrated.readout, calibrated.debias, calibrated.permute, calibrated.few_shot))

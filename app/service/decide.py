@@ -27,6 +27,7 @@ from app.core.records import Run, config_of
 from app.core.snippets import for_target
 from app.core.store import Store
 from app.service import tracking as tracked
+from app.service.inputs import Inputs
 from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target
 
@@ -169,9 +170,11 @@ def stopped_text(runs: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def comparison_name(runs: Sequence[Mapping[str, Any]]) -> str:
-    """'Ticket routing · local vs adapter · 24 states · 2026-12-01 09:14 · #12' (or 'stopped after 13 of 50 states')."""
+    """'Ticket routing v3 · local vs adapter · 24 states · 2026-12-01 09:14 · #12' (or 'stopped after 13 of 50
+    states'): the policy with the version the comparison asked."""
     first = runs[0]
-    return (f"{first['policy'].get('name')} · {' vs '.join(r['target_name'] for r in runs)} · "
+    version = first["policy"].get("version")
+    return (f"{first['policy'].get('name')}{f' v{version}' if version is not None else ''} · {' vs '.join(r['target_name'] for r in runs)} · "
             f"{stopped_text(runs) or str(first['n_rows']) + ' states'} · {first['created_at'][:16].replace('T', ' ')} "
             f"· #{first['id']}")
 
@@ -204,16 +207,17 @@ def comparisons(store: Store) -> dict[str, list[Run]]:
     return groups
 
 
-def bench(store: Store, policy: Policy, cases: list[Case], targets: list[Target],
-          progress: ProgressFn | None = None, heads: Sequence[AsDeployed] = ()) -> Comparison:
-    """The same states sent sequentially to each target after one warm-up call each (model loads,
-    connections and the policy's first pass are not measured; the warm-up has a state of its own, so
-    no measured row is answered from kept logits), saved as a comparison the Compare page opens."""
+def bench(store: Store, given: Inputs, progress: ProgressFn | None = None) -> Comparison:
+    """The same states (`given.cases`) sent sequentially to each target after one warm-up call each (model loads,
+    connections and the policy's first pass are not measured; the warm-up has a state of its own, so no measured
+    row is answered from kept logits), saved as a comparison the Compare page opens; a column per calibrated
+    policy of `given` (its head or correction, gate) on the targets of its model."""
+    policy, targets = given.policy, list(given.targets)
     for t in targets:
         warm = request_for(policy, WARM_UP_STATE, "warm-up")
         is_cold(t, warm)  # counted as this target's first call, so every measured call is warm
         t.decide(warm)
-    return comparison(store, compare(store, policy, cases, targets, progress, heads, reuse=False))
+    return comparison(store, compare(store, policy, list(given.cases), targets, progress, given.calibrated, reuse=False))
 
 
 @dataclass

@@ -7,18 +7,18 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from adapter.policy import AtGate, PolicyError, load_policy
+from adapter.policy import AtGate, PolicyError, PolicyMetrics, load_policy
 from adapter.engine.catalog import SHIPPED
 from adapter.engine.models import resolve_model, shipped_by_sha256
 from adapter.safe_path import file_name, inside
 from deploy.autoscaling import decisions_per_second
 from deploy.config import COMPUTES, DEFAULT_CPU_INSTANCE, DEFAULT_POOLS, SERVINGS, DeployConfig, FormErrors, config_from_form
 from deploy.errors import DeployError
-from deploy.executor import Executor
+from deploy.executor import ApplyOutcome, Executor, StepDone
 from deploy.local import LocalEndpoint, LocalRunner
 from deploy.plan import Package, Step
 from deploy.prepare import Prepared, prepare, revalidate
@@ -28,7 +28,7 @@ from app.core import deployed
 from app.core.analysis import warm_latencies
 from app.service.sets import MEASURED_MIN
 from app.core.deploy_records import StoreRecorder, apply_and_record, destroy_and_record, record_planned, record_result
-from app.core.records import AuditEntry, Calibrated, Deployment
+from app.core.records import Calibrated, Deployment
 from app.core.stats import interval_text
 from app.core.store import Store
 from app.service import registry
@@ -73,6 +73,14 @@ def model_for(requested: str, calibrated_sha256: str) -> str:
     return str(resolve_model(ref).path) if ref in SHIPPED else ref
 
 
+@dataclass(frozen=True)
+class PlanState:
+    """What the Deploy page keeps between reruns: the config and package a plan was made from, copies - on
+    confirm the plan is made again from them (Planned.from_state), exactly what runs."""
+    cfg: DeployConfig
+    pkg: Package
+
+
 @dataclass
 class Planned:
     """A plan on screen: the config, the package it was made from, the steps and what is wrong."""
@@ -81,13 +89,13 @@ class Planned:
     steps: list[Step]
     errors: list[str]
 
-    def to_state(self) -> dict[str, Any]:
-        """What a page keeps between reruns (plain data)."""
-        return {"cfg": self.cfg.to_dict(), "pkg": asdict(self.pkg)}
+    def to_state(self) -> PlanState:
+        """What a page keeps between reruns (copies: applying a plan fills in its config's account id)."""
+        return PlanState(DeployConfig.from_dict(self.cfg.to_dict()), replace(self.pkg))
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> "Planned":
-        cfg, pkg = DeployConfig.from_dict(state["cfg"]), Package(**state["pkg"])
+    def from_state(cls, state: PlanState) -> Planned:
+        cfg, pkg = DeployConfig.from_dict(state.cfg.to_dict()), replace(state.pkg)
         p = revalidate(cfg, pkg)
         return cls(cfg, pkg, p.steps, p.errors)
 
@@ -116,7 +124,7 @@ class Planned:
         return lines
 
 
-def plan(store: Store, form: dict[str, Any], *, replaces: dict[str, Any] | None = None,
+def plan(store: Store, form: dict[str, Any], *, replaces: PlanState | None = None,
          work: Path = WORK, local: bool = False) -> Planned:
     """Validate the form (deploy.config.FormErrors names each field), package, plan, validate, and
     record the plan; a plan it replaces before it ran is recorded as superseded and its package (hundreds
@@ -124,11 +132,11 @@ def plan(store: Store, form: dict[str, Any], *, replaces: dict[str, Any] | None 
     the local container - no bucket or role needed (they stay placeholders, so it cannot run in AWS)."""
     cfg = config_from_form(form, placeholders=local)
     prepared: Prepared = prepare(cfg, work)
-    if replaces:
-        old = Planned.from_state(replaces) if replaces.get("pkg") else None
-        if old and Path(old.pkg.model_file).parent != Path(prepared.pkg.model_file).parent:
+    if replaces is not None:
+        old = Planned.from_state(replaces)
+        if Path(old.pkg.model_file).parent != Path(prepared.pkg.model_file).parent:
             shutil.rmtree(Path(old.pkg.model_file).parent, ignore_errors=True)
-        old_id = replaces["cfg"]["deployment_id"]
+        old_id = replaces.cfg.deployment_id
         if old_id != cfg.deployment_id:
             record_result(store, old_id, "plan", "superseded", f"replaced by the plan {cfg.deployment_id}")
     record_planned(store, cfg, [s.to_dict() for s in prepared.steps])
@@ -140,13 +148,13 @@ def executor(region: str, *, endpoint_url: str | None, poll: float,
     return Executor(region, endpoint_url=endpoint_url, poll_seconds=poll, on_event=on_event)
 
 
-def apply(store: Store, planned: Planned, ex: Executor, *, runtime_url: str | None = None) -> dict[str, Any]:
+def apply(store: Store, planned: Planned, ex: Executor, *, runtime_url: str | None = None) -> ApplyOutcome:
     """Run exactly the plan shown; the outcome (or the failure, re-raised as DeployError) is recorded
     and a live endpoint becomes a target."""
     return apply_and_record(store, planned.cfg, ex, steps=planned.steps, pkg=planned.pkg, runtime_url=runtime_url)
 
 
-def destroy(store: Store, endpoint: str, ex: Executor) -> list[dict[str, Any]]:
+def destroy(store: Store, endpoint: str, ex: Executor) -> list[StepDone]:
     return destroy_and_record(store, endpoint, ex)
 
 
@@ -206,10 +214,20 @@ def calibrated(store: Store) -> dict[int, Calibrated]:
     return {c["id"]: c for c in store.list_calibrated()}
 
 
-def audit_log(store: Store, deployment_id: str) -> list[AuditEntry]:
-    """What was planned, applied and destroyed for a deployment, and by whom - here so that a page never
-    calls the store."""
-    return store.audit_log(deployment_id)
+def deployment_label(dep: Deployment) -> str:
+    """'dep-1a2b · InService · refund-check v2': a deployment in the picker, with the policy version of the
+    calibrated policy it shipped (read from the file it packaged; said when that file is gone)."""
+    path = str((dep["config"] or {}).get("policy_path") or "")
+    if not path:
+        shipped = "no calibrated policy" if dep["path"] == "semif" else "raw model (chat completions)"
+    else:
+        try:
+            config = json.loads(Path(path).read_text())
+            version = config.get("policy_version")
+            shipped = f"{config.get('policy_id')}" + (f" v{version}" if version is not None else "")
+        except (OSError, ValueError, AttributeError):
+            shipped = "its policy file is no longer on this machine"
+    return f"{dep['id']} · {dep['status']} · {shipped}"
 
 
 @dataclass(frozen=True)
@@ -245,21 +263,20 @@ def form_defaults(store: Store, cfg: WorkbenchSettings) -> FormStart:
 def calibrated_label(rec: Mapping[str, Any]) -> str:
     """How a saved calibrated policy is offered: its gate, and the accuracy of what it decides with n
     and the interval (a figure on a handful of rows says so)."""
-    metrics = (rec.get("config") or {}).get("metrics") or {}
-    at = metrics.get("at_gate") or {}
-    held_out = metrics.get("at_gate_out_of_fold")  # a hand-set gate: its in-sample figure is not shown as held out
-    if held_out and held_out.get("accuracy_interval"):
-        acc = interval_text(held_out["accuracy_interval"], 0) + " out of fold"
-        cov = f"{held_out['decided']}/{held_out['n']} rows decided"
-    elif at.get("accuracy_interval"):
-        acc = interval_text(at["accuracy_interval"], 0) + (" in sample" if at.get("in_sample") else "")
-        cov = f"{at['decided']}/{at['n']} rows decided"
+    config = rec.get("config") or {}
+    metrics = PolicyMetrics.stored(config.get("metrics"))
+    at, held_out = metrics.at_gate or AtGate(), metrics.at_gate_out_of_fold  # out of fold: beside a hand-set gate
+    if held_out is not None and "accuracy_interval" in held_out.model_fields_set:
+        acc = interval_text(held_out.accuracy_interval, 0) + " out of fold"  # the in-sample figure is not held out
+        cov = f"{held_out.decided}/{held_out.n} rows decided"
+    elif "accuracy_interval" in at.model_fields_set:
+        acc = interval_text(at.accuracy_interval, 0) + (" in sample" if at.in_sample else "")
+        cov = f"{at.decided}/{at.n} rows decided"
     else:  # saved before intervals were recorded
         acc = "n/a" if rec.get("accuracy") is None else f"{rec['accuracy']:.0%} (n not recorded)"
         cov = f"coverage {rec.get('coverage') or 0:.0%}"
-    config = rec.get("config") or {}
     warn = " · ⚠ no better than chance" if "no-better-than-chance" in gate_flags(
-        AtGate.model_validate(at), len(config.get("options") or [0, 0]), config.get("target_accuracy")) else ""
+        at, len(config.get("options") or [0, 0]), config.get("target_accuracy")) else ""
     gate = rec.get("threshold")
     gate_text = f"gate {gate:.3f} ({rec['gate_source']})" if isinstance(gate, (int, float)) else "no global gate"
     version = f" v{config['policy_version']}" if config.get("policy_version") is not None else ""
@@ -291,6 +308,27 @@ def newer_version(store: Store, rec: Mapping[str, Any]) -> str | None:
         state = "evaluated but not calibrated yet" if evaluated else "not evaluated or calibrated yet"
     return (f"{policy.get('name') if policy else pid} is now at v{now}; this calibrated policy is v{mine}. v{now}: {state}. "
             f"Shipping this one ships v{mine}.")
+
+
+def rate_prefill(current: str, filled: tuple[int, str] | None, choice: int, rate: float | None
+                 ) -> tuple[str, tuple[int, str] | None]:
+    """(the decisions/s field's value, what is now pre-filled and for which pick): the pace measured for the
+    calibrated policy picked (empty: the instance family's default), unless the analyst typed a value - a value
+    that is the pre-fill of another pick was not typed, and follows the pick.
+
+    >>> rate_prefill("", None, 3, 0.8)
+    ('0.8', (3, '0.8'))
+    >>> rate_prefill("0.8", (3, '0.8'), 4, 2.5)  # another calibrated policy picked: its own pace
+    ('2.5', (4, '2.5'))
+    >>> rate_prefill("0.8", (3, '0.8'), 5, None)  # nothing measured for it: the family default again
+    ('', None)
+    >>> rate_prefill("7", (3, '0.8'), 4, 2.5)  # typed: kept
+    ('7', (3, '0.8'))
+    """
+    if current.strip() and (filled is None or current != filled[1]):
+        return current, filled
+    mine = f"{rate:.3g}" if rate is not None else ""
+    return mine, ((choice, mine) if mine else None)
 
 
 def measured_rate(store: Store, config: Mapping[str, Any]) -> tuple[float, str] | None:

@@ -17,7 +17,20 @@ from app.core.store import Store
 
 
 def run_label(run: Mapping[str, Any]) -> str:
-    return f"#{run['id']} {run['target_name']} · {run.get('model') or run['kind']}"
+    """'#12 v3 local · model.gguf' - a run in a picker, with the policy version it scored."""
+    version = (run.get("policy") or {}).get("version")
+    return (f"#{run['id']}{f' v{version}' if version is not None else ''} {run['target_name']} · "
+            f"{run.get('model') or run['kind']}")
+
+
+def gate_label(rec: Calibrated) -> str:
+    """'saved calibrated policy #3 v2 (gate 0.712, 2026-12-05 10:04)' - a saved calibrated policy offered as a
+    gate, with the policy version it was calibrated on ('no global gate' when it has none)."""
+    version = (rec["config"] or {}).get("policy_version")
+    gate = rec["threshold"]
+    return (f"saved calibrated policy #{rec['id']}{f' v{version}' if version is not None else ''} "
+            f"({f'gate {gate:.3f}' if isinstance(gate, (int, float)) else 'no global gate'}, "
+            f"{str(rec['created_at'])[:16].replace('T', ' ')})")
 
 
 def gates_for(store: Store, policy_id: str | None) -> dict[int, Calibrated]:

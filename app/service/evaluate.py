@@ -219,10 +219,10 @@ def best_run(store: Store, outcomes: list[EvalOutcome]) -> int | None:
     return best_of(run_calibration.readout_table(store, made))
 
 
-def best_of(rows: Sequence[Mapping[str, Any]]) -> int | None:
+def best_of(rows: Sequence[run_calibration.Readout]) -> int | None:
     """The run of the most accurate row of a readout table (the rule Calibrate opens a run by), or None."""
-    scored = [r for r in rows if r.get("accuracy") is not None]
-    return int(max(scored, key=lambda r: r["accuracy"])["run"]) if scored else None
+    scored = [(r.accuracy, r.run) for r in rows if r.accuracy is not None]
+    return max(scored, key=lambda a: a[0])[1] if scored else None
 
 
 def runs_of(store: Store, policy_id: str, set_id: int) -> list[Run]:
@@ -244,7 +244,7 @@ def version_of(run: Mapping[str, Any]) -> str:
     return version_label((run.get("policy") or {}).get("version"))
 
 
-def readouts(store: Store, made: Sequence[Mapping[str, Any]]) -> list[run_calibration.ReadoutRow]:
+def readouts(store: Store, made: Sequence[Mapping[str, Any]]) -> list[run_calibration.Readout]:
     """One row per run: readout, rows, accuracy, macro-F1, ECE before/after, NLL, the correction."""
     return run_calibration.readout_table(store, made)
 
@@ -257,7 +257,25 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
     """Corrections and learned heads compared out of fold and the one chosen (`head`: "auto" keeps a
     head only beyond noise, "none", or a kind), metrics before/after it, the gate on the corrected
     probabilities (ValueError with fewer than 4 usable labeled rows, or a head that is unavailable)."""
-    return run_calibration.calibrate(store, run_id, target_accuracy=target_accuracy, per_option=per_option, head=head)
+    cal = run_calibration.calibrate(store, run_id, target_accuracy=target_accuracy, per_option=per_option, head=head)
+    run = store.get_run(run_id)
+    if run is not None and runs.is_head_layout(run):
+        remember_head(store, run, head_sources.run_candidates(cal, run))
+    return cal
+
+
+def remember_head(store: Store, run: Mapping[str, Any], made: Sequence[head_sources.Candidate]) -> None:
+    """A head-layout run's best learned head, out of fold (correct of n rows), stored with the run when it is
+    fitted, so History shows the run by it without fitting again (written only when it changed)."""
+    if not runs.is_head_layout(run):
+        return
+    head = next((c for c in made if c.kind == "head" and not c.refused and c.right), None)
+    if head is None:
+        return
+    figure: dict[str, Any] = {"head": head.method, "correct": sum(bool(v) for v in head.right.values()),
+                              "n": len(head.right)}
+    if config_of(run).get("head_oof") != figure:
+        store.merge_run_config(run["id"], {"head_oof": figure})
 
 
 def source_group(store: Store, run_id: int) -> list[Run]:
@@ -294,7 +312,9 @@ def sources(store: Store, run_id: int, *, seed: int = 0) -> head_sources.Table |
                                                      "head" if runs.is_head_layout(run) else "zero-shot",
                                                      {}, {}, {}, None, None, refused=str(exc)))
             continue
-        candidates += head_sources.run_candidates(cal, run)
+        made = head_sources.run_candidates(cal, run)
+        remember_head(store, run, made)
+        candidates += made
     return head_sources.compare(candidates, seed=seed)
 
 

@@ -1,41 +1,15 @@
 """History: the runs the store keeps, opened, pinned as the baseline, deleted, and what a run shows at a
-glance (no Streamlit). Pages read runs and results through here, never from the store directly: the
-read-only queries below are one store call each and exist for that rule (tests/test_layout.py)."""
+glance (no Streamlit). Pages read runs and results as stored through app/service/queries.py (read-only, one
+store call each), never from the store directly (tests/test_layout.py)."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
 from adapter.schema import HEAD_LAYOUT
 
-from app.core.records import Result, Run
 from app.core.stats import proportion
 from app.core.store import Store
 from app.service import tracking
-
-
-def runs(store: Store, *, kind: str | None = None) -> list[Run]:
-    """Every run (or every run of a kind), newest first, with its row, error and accuracy counts."""
-    return store.list_runs(kind=kind)
-
-
-def run(store: Store, run_id: int) -> Run | None:
-    """One run, None when there is none (a link to a deleted run)."""
-    return store.get_run(run_id)
-
-
-def results(store: Store, run_id: int) -> list[Result]:
-    """A run's results in row order."""
-    return store.results(run_id)
-
-
-def version(store: Store, run_id: int) -> tuple[int, int]:
-    """(results stored, newest result id): changes with every stored result - a page's cache key."""
-    return store.run_version(run_id)
-
-
-def baseline(store: Store) -> Run | None:
-    """The run pinned as the baseline, if any."""
-    return store.pinned_run()
 
 
 def pin(store: Store, run_id: int) -> None:
@@ -64,15 +38,23 @@ def same_policy(runs: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> li
     return [r["id"] for r in runs if r["id"] != run["id"] and r["policy_id"] == run["policy_id"]]
 
 
-HEAD_ONLY = "read only by a learned head (its letters are never an answer): its head's accuracy is on Calibrate"
+HEAD_ONLY = ("read only by a learned head (its letters are never an answer); its head is not fitted yet: "
+             "Calibrate fits it")
 
 
 def run_accuracy(run: Mapping[str, Any]) -> str:
-    """A run's accuracy as History lists it; a head-layout run's raw letters are never offered as an answer,
-    so it is marked as read only by a head instead of showing their accuracy."""
-    if (run.get("config") or {}).get("layout") == HEAD_LAYOUT or (run.get("config") or {}).get("head_layout"):
+    """A run's accuracy as History lists it. A head-layout run's raw letters are never offered as an answer: it
+    is shown by its learned head's out-of-fold accuracy, stored when the head was fitted (Calibrate, `app
+    calibrate`), or marked as read only by a head when none was stored - never by its letters."""
+    config = run.get("config") or {}
+    if config.get("layout") != HEAD_LAYOUT and not config.get("head_layout"):
+        return accuracy_text(run.get("correct_rows", 0), run.get("labeled_rows", 0))
+    head = config.get("head_oof") or {}
+    if not head.get("n"):
         return HEAD_ONLY
-    return accuracy_text(run.get("correct_rows", 0), run.get("labeled_rows", 0))
+    fewer = (f" · fitted on {head['n']} of the {run['labeled_rows']} labeled rows it holds now"
+             if run.get("labeled_rows", 0) > head["n"] else "")
+    return f"{accuracy_text(int(head['correct']), int(head['n']))} · its {head.get('head') or 'learned head'}, out of fold{fewer}"
 
 
 def version_text(run: Mapping[str, Any]) -> str:

@@ -36,27 +36,31 @@ class PolicyNotFound(ValueError):
     """A --policy reference that is no saved policy, template or readable policy file."""
 
 
-def resolve_policy(store: Store, ref: str) -> Policy:
+def resolve_policy(store: Store, ref: str) -> PolicyRecord:
     """A policy id in the store, a shipped template id, or a JSON file - validated; a template or
-    file policy not yet in the store is saved (runs keep their own copy either way)."""
-    found = store.get_policy(ref) or templates().get(ref)
-    if found is None and Path(ref).is_file():
+    file policy not yet in the store is saved (runs keep their own copy either way). One store trip
+    (Store.policy_or_saved): the template or file is read first, used only when no policy is saved as `ref`."""
+    candidate: Policy | None = templates().get(ref)
+    problem: str | None = None
+    if candidate is None and Path(ref).is_file():
         try:  # the adapter's reader: size before parsing, UTF-8, depth, NaN refused
-            found = read_policy_file(Path(ref), what=f"--policy {ref!r}:")
+            candidate = read_policy_file(Path(ref), what=f"--policy {ref!r}:")
         except PolicyError as exc:
-            raise PolicyNotFound(str(exc)) from None
-    if found is None:
-        raise PolicyNotFound(f"--policy {ref!r}: not a saved policy, a template ({', '.join(templates())}) or a "
-                             "JSON file")
-    clean, errs = validate_policy(found)
-    if errs or clean is None:
-        raise PolicyNotFound(f"--policy {ref!r} is invalid: " + "; ".join(f"{k}: {v}" for k, v in errs.items()))
-    if store.get_policy(clean["id"]) is None:
-        try:
-            store.save_policy(clean, expected_version=0)
-        except StaleEdit:  # saved by someone else meanwhile: runs keep their own copy of the policy
-            pass
-    saved = store.get_policy(clean["id"])
+            problem = str(exc)
+    clean: PolicyRecord | None = None
+    if candidate is not None:
+        clean, errs = validate_policy(candidate)
+        if errs or clean is None:
+            problem, clean = f"--policy {ref!r} is invalid: " + "; ".join(f"{k}: {v}" for k, v in errs.items()), None
+    stored, saved = store.policy_or_saved(ref, clean)
+    if stored is not None:  # a saved policy wins over a template or file of the same name
+        clean, errs = validate_policy(stored)
+        if errs or clean is None:
+            raise PolicyNotFound(f"--policy {ref!r} is invalid: " + "; ".join(f"{k}: {v}" for k, v in errs.items()))
+        saved = stored
+    if clean is None:
+        raise PolicyNotFound(problem or f"--policy {ref!r}: not a saved policy, a template ({', '.join(templates())}) "
+                             "or a JSON file")
     if saved is not None and saved.get("version") is not None and all(
             saved.get(k) == clean.get(k) for k in ("question", "options", "examples", "readout", "debias", "guard")):
         clean = {**clean, "version": saved["version"]}  # the saved version it is: a run records what it measured
@@ -106,14 +110,13 @@ def duplicate(store: Store, policy: Policy) -> PolicyRecord:
     return add_copy(store, policy, suffix="copy", label="copy")
 
 
-def saved(store: Store) -> list[PolicyRecord]:
-    """The saved policies (none yet: an empty list) - here so that a page never calls the store."""
-    return store.list_policies()
+def title(name: str, version: int | None) -> str:
+    """'Refund check · v3': a policy in a picker, with its saved version (a template has none).
 
-
-def get(store: Store, policy_id: str) -> PolicyRecord | None:
-    """One saved policy, None when there is none - here so that a page never calls the store."""
-    return store.get_policy(policy_id)
+    >>> title("Refund check", 3), title("Refund check", None)
+    ('Refund check · v3', 'Refund check')
+    """
+    return name + (f" · v{version}" if version is not None else "")
 
 
 def id_taken(new_id: str, editing: str | None, saved_ids: Collection[str], *, via: Literal["form", "json"]
@@ -149,5 +152,5 @@ def delete(store: Store, policy_id: str) -> None:
 
 
 __all__ = ["CHOICES", "DEBIAS", "GUARDS", "READOUTS", "EditorChoices", "PolicyNotFound", "StaleEdit", "add_copy", "add_template",
-           "changed_fields", "delete", "duplicate", "get", "id_taken", "parse_policy_json", "policy_json",
-           "resolve_policy", "save", "saved", "seed_templates", "templates", "validate_policy", "version_to_save"]
+           "changed_fields", "delete", "duplicate", "id_taken", "parse_policy_json", "policy_json",
+           "resolve_policy", "save", "seed_templates", "templates", "validate_policy", "version_to_save"]

@@ -31,11 +31,15 @@ class Queue:
 
     @property
     def summary(self) -> str:
-        """The queue in one line: what is left to review, what waits to be added, what was left out and why."""
+        """The queue in one line: what is left to review, what waits to be added, what was left out and why -
+        each count says what it counts (states, labels or results)."""
         left = self.left_out
-        return (f"{plural(len(self.items), 'row')} to review · {self.pending} labelled, not yet added · left out: "
+        other = (f", {plural(left['other_options'], 'result')} scored with other options"
+                 if left.get("other_options") else "")
+        return (f"{plural(len(self.items), 'state')} to review (one per state, however many runs answered it) · "
+                f"{plural(self.pending, 'label')} given, not yet added to a set · left out: "
                 f"{plural(left['labeled'], 'state')} that already carry a label, {plural(left['known'], 'state')} "
-                f"already in the set or reviewed, {plural(left['no_state'], 'result')} without a logged state")
+                f"already in the set or reviewed, {plural(left['no_state'], 'result')} without a logged state{other}")
 
 
 @dataclass(frozen=True)

@@ -46,9 +46,14 @@ def verdict(run: Mapping[str, Any], report: Report, esc: Escape = plain) -> Robu
 
 
 def run_label(run: Mapping[str, Any]) -> str:
-    """A saved check in the picker: policy, target, readout, guard (and what-if), states."""
+    """A saved check in the picker: policy and its version (the calibrated policy it tested as deployed), target,
+    readout, guard (and what-if), states."""
     cfg = run["config"]
-    return (f"{run['policy']['name']} · {run['target_name']} · {cfg.get('variant')} · guard "
+    version = (run.get("policy") or {}).get("version")
+    cal = cfg.get("calibrated") or {}
+    as_deployed = (f" · calibrated #{cal['id']}" if cal.get("id") is not None else " · a calibrated policy") if cal else ""
+    return (f"{run['policy']['name']}{f' v{version}' if version is not None else ''}{as_deployed} · "
+            f"{run['target_name']} · {cfg.get('variant')} · guard "
             f"{cfg.get('deployed_guard', cfg.get('guard'))}"
             + (f" (what-if {cfg['what_if_guard']})" if cfg.get("what_if_guard") else "")
             + f" · {cfg.get('states')} states")

@@ -77,13 +77,14 @@ def preview(name: str, data: bytes, columns: ColumnMap, option_ids: list[str]) -
 
 
 def cli_mapping(name: str, data: bytes, policy: Policy, *, state: str | None, label: str | None,
-                ident: str | None) -> tuple[ColumnMap | None, list[str]]:
+                ident: str | None, labels: Mapping[str, str] | None = None) -> tuple[ColumnMap | None, list[str]]:
     """A command line's mapping: the columns named on it (the rest as the importer proposes), label values
     mapped where they match an option once case, spaces and dashes are set aside; with the lines to print
     (the mapping, the ids warning, the first rows as stored). (None, lines proposing flags) when the file has
-    no `state` column and none was named."""
+    no `state` column and none was named. `labels`: label values mapped by hand (--map-label VALUE=OPTION), over
+    the proposals."""
     guess = importer.guess(name, data)
-    if not (state or label or ident):
+    if not (state or label or ident or labels):
         if guess.state in (None, "state"):
             return None, []
         return None, [f"the file has no 'state' column; the importer proposes --state-column {guess.state}"
@@ -93,7 +94,8 @@ def cli_mapping(name: str, data: bytes, policy: Policy, *, state: str | None, la
     cols = ColumnMap(state or guess.state or "state", label or guess.label or "label", {},
                      ident or guess.id or "\0row number")
     proposed = importer.label_suggestions(name, data, cols.label, ids)
-    cols = ColumnMap(cols.state, cols.label, {v: o for v, o in proposed.items() if o and o != v}, cols.id)
+    cols = ColumnMap(cols.state, cols.label, {**{v: o for v, o in proposed.items() if o and o != v}, **(labels or {})},
+                     cols.id)
     lines = [f"columns: state={cols.state} label={cols.label} id={cols.id if not cols.id.startswith(chr(0)) else '(row number)'}"
              + "".join(f"; '{v}' -> {o}" for v, o in cols.labels.items())]
     if warning := importer.state_warning(name, data, cols.state):
@@ -115,11 +117,6 @@ def dependents(store: Store, set_id: int) -> dict[str, list[int]]:
     return {"calibrated": [int(c["id"]) for c in store.list_calibrated()
                            if ((c.get("config") or {}).get("dataset") or {}).get("set_id") == set_id],
             "running": [r["id"] for r in made if r["status"] == "running"], "runs": [r["id"] for r in made]}
-
-
-def listed(store: Store) -> list[LabeledSet]:
-    """Every stored labeled set, newest first - here so that a page never calls the store."""
-    return store.list_labeled_sets()
 
 
 def of_policy(store: Store, policy_id: str) -> list[LabeledSet]:

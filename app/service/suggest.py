@@ -37,12 +37,17 @@ class Suggestion:
     capped: str
 
 
-def read(policy_path: str, pool_path: str, store: Store, set_id: int | None) -> tuple[CalibratedPolicy, pool_rows.Pool]:
-    """The calibrated policy and the pool's usable rows; ValueError naming the file, or the first problems."""
+def load(policy_path: str) -> CalibratedPolicy:
+    """A calibrated policy file; ValueError naming it."""
     try:
-        policy = load_policy(Path(policy_path), what=f"--policy {policy_path}")
+        return load_policy(Path(policy_path), what=f"--policy {policy_path}")
     except PolicyError as exc:
         raise ValueError(str(exc)) from None
+
+
+def read(policy_path: str, pool_path: str, store: Store, set_id: int | None) -> tuple[CalibratedPolicy, pool_rows.Pool]:
+    """The calibrated policy and the pool's usable rows; ValueError naming the file, or the first problems."""
+    policy = load(policy_path)
     known = {pool_rows.state_key(r["state"]) for r in store.labeled_rows(set_id)} if set_id is not None else set()
     try:
         with open(pool_path, encoding="utf-8") as fh:

@@ -21,6 +21,7 @@ from statistics import mean
 from typing import Any, Callable, Mapping, Sequence
 
 from adapter.env_settings import SettingsError
+from adapter.policy import PolicyMetrics
 
 from app.core import tracking
 from app.core.check import CheckReport
@@ -143,31 +144,37 @@ def calibration_record(store: Store, config: Mapping[str, Any], saved: int | Non
     where = f"calibrated #{saved}" if saved is not None else f"run #{run['id']}"
     rec = run_base(store, run, "calibration", run_name=f"calibration · {config['policy_id']} · {where}")
     head = config.get("head") or {}
-    correction = (config.get("metrics") or {}).get("correction") or {}
+    metrics = PolicyMetrics.stored(config.get("metrics"))
+    chosen = metrics.correction.chosen if metrics.correction is not None else ""
     rec["params"].update({
         "model_file": config["model"]["file"], "model_sha256": config["model"]["sha256"],
         "readout": str(config.get("readout")), "layout": str(config.get("layout")),
-        "correction": f"{config.get('debias')} + {correction.get('chosen') or 'temperature'}",
+        "correction": f"{config.get('debias')} + {chosen or 'temperature'}",
         "head_kind": str(head.get("kind") or "none"), "prompt_version": str(config.get("prompt_version")),
         "gate_rule": (f"confidence >= {config['threshold']:.4f} ({config.get('gate_source')})"
                       if config.get("threshold") is not None else "none") + f", else {config.get('fallback_option')}",
         "target_accuracy": str(config.get("target_accuracy")), "policy_version": str(config.get("policy_version"))})
-    metrics = config.get("metrics") or {}
-    for key in ("accuracy", "macro_f1", "brier", "nll", "ece_width", "ece_mass", "temperature", "oof_accuracy",
-                "oof_brier", "oof_nll", "oof_ece_width", "oof_ece_mass"):
-        if (n := _num(metrics.get(key))) is not None:
+    figures = {"accuracy": metrics.accuracy, "macro_f1": metrics.macro_f1, "brier": metrics.brier, "nll": metrics.nll,
+               "ece_width": metrics.ece_width, "ece_mass": metrics.ece_mass, "temperature": metrics.temperature,
+               "oof_accuracy": metrics.oof_accuracy, "oof_brier": metrics.oof_brier, "oof_nll": metrics.oof_nll,
+               "oof_ece_width": metrics.oof_ece_width, "oof_ece_mass": metrics.oof_ece_mass}
+    for key, value in figures.items():
+        if (n := _num(value)) is not None:
             rec["metrics"][key] = n
     if "ece_width" in rec["metrics"]:
         rec["metrics"]["ece"] = rec["metrics"]["ece_width"]
-    for key, value in (metrics.get("intervals") or {}).items():  # [low, high], or a proportion's low/high
-        _flat(f"interval.{key}", {k: v for k, v in value.items() if k in ("low", "high")}
-              if isinstance(value, Mapping) else value, rec["metrics"])
-    at = metrics.get("at_gate") or {}
-    for key in ("coverage", "accuracy", "decided", "gated"):
-        if (n := _num(at.get(key))) is not None:
-            rec["metrics"][f"gate.{key}"] = n
-    for key in ("accuracy_interval", "coverage_interval"):
-        _flat(f"gate.{key}", {k: v for k, v in (at.get(key) or {}).items() if k in ("low", "high")}, rec["metrics"])
+    if (iv := metrics.intervals) is not None:  # [low, high], or a proportion's low/high
+        _flat("interval.n", iv.n, rec["metrics"])
+        _flat("interval.accuracy", {"low": iv.accuracy.low, "high": iv.accuracy.high}, rec["metrics"])
+        for key, ci in (("macro_f1", iv.macro_f1), ("ece", iv.ece), ("ece_corrected", iv.ece_corrected)):
+            _flat(f"interval.{key}", ci, rec["metrics"])
+    if (at := metrics.at_gate) is not None:
+        for key, figure in (("coverage", at.coverage), ("accuracy", at.accuracy), ("decided", at.decided),
+                            ("gated", at.gated)):
+            if (n := _num(figure)) is not None:
+                rec["metrics"][f"gate.{key}"] = n
+        for key, p in (("accuracy_interval", at.accuracy_interval), ("coverage_interval", at.coverage_interval)):
+            _flat(f"gate.{key}", {"low": p.low, "high": p.high}, rec["metrics"])
     if (n := _num(config.get("threshold"))) is not None:
         rec["metrics"]["gate.threshold"] = n
     rec["tags"]["semif.calibrated_id"] = str(saved) if saved is not None else ""

@@ -1,11 +1,14 @@
 """Plotly figure builders: arrays/frames in, figures out (no Streamlit, easy to test)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+
+if TYPE_CHECKING:
+    from app.core.calibration import RiskCoverage
 
 _LAYOUT = dict(margin=dict(l=10, r=10, t=40, b=10), template="plotly_white")
 LABELLED = {**_LAYOUT, "margin": dict(l=10, r=40, t=40, b=10)}  # room on the right for a label past the axis end
@@ -103,15 +106,15 @@ def confusion_heatmap(matrix: list[list[int]], option_ids: list[str], title: str
     return fig
 
 
-def coverage_curve(curve: dict[str, Any], gate: float | None, target: float | None = None,
+def coverage_curve(curve: RiskCoverage, gate: float | None, target: float | None = None,
                    lower: Sequence[float] | None = None) -> go.Figure:
     """Accuracy of accepted decisions vs coverage; the chosen gate marked; with `lower`, the 95% lower
     bound a recommended gate must clear (one-sided Clopper-Pearson, on the out-of-fold rows) drawn beside it."""
-    fig = go.Figure(go.Scatter(x=curve["coverage"], y=curve["accuracy"], mode="lines+markers", name="accepted rows",
-                               customdata=curve["threshold"], line_shape="hv",
+    fig = go.Figure(go.Scatter(x=curve.coverage, y=curve.accuracy, mode="lines+markers", name="accepted rows",
+                               customdata=curve.threshold, line_shape="hv",
                                hovertemplate="gate %{customdata:.3f}<br>coverage %{x:.0%}<br>accuracy %{y:.0%}<extra></extra>"))
     if lower is not None:
-        fig.add_trace(go.Scatter(x=curve["coverage"], y=list(lower), mode="lines", line_shape="hv",
+        fig.add_trace(go.Scatter(x=curve.coverage, y=list(lower), mode="lines", line_shape="hv",
                                  line=dict(dash="dash", color="#ff7f0e"),
                                  name="95% lower bound, one-sided Clopper-Pearson, out of fold (what a recommended gate must clear)",
                                  hovertemplate="coverage %{x:.0%}<br>lower bound %{y:.0%}<extra></extra>"))
@@ -119,7 +122,7 @@ def coverage_curve(curve: dict[str, Any], gate: float | None, target: float | No
     if target is not None:
         fig.add_hline(y=target, line_dash="dot", line_color="#2ca02c", annotation_text=f"target {target:.0%}")
     if gate is not None:
-        covered = float(np.mean(np.asarray(curve["threshold"]) >= gate)) if len(curve["threshold"]) else 0.0
+        covered = float(np.mean(np.asarray(curve.threshold) >= gate)) if len(curve.threshold) else 0.0
         fig.add_vline(x=covered, line_dash="dash", line_color="#d62728", annotation_text=f"gate {gate:.3f}",
                       annotation_position="bottom left" if covered > 0.8 else "bottom right")  # clear of the 100% tick
     fig.update_layout(title="Accuracy vs coverage (risk-coverage)", xaxis=dict(title="coverage", tickformat=".0%", range=[0, 1.02]),

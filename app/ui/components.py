@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from app.service import checks, decide, heads, history, policies as policy_service, sets as set_service
+from app.service import checks, decide, heads, policies as policy_service, queries, sets as set_service
 from app.ui import charts, context, resources
 from app.ui.safe_text import csv_safe, md
 from app.core.records import Policy, Run
@@ -142,7 +142,7 @@ def policy_picker(policies: Sequence[P], key: str, default: str = "ticket-routin
     by_id = {p["id"]: p for p in policies}
     ids = list(by_id)
     context.follow(key, "policy", ids, lambda: default if default in ids else ids[0])
-    pid = st.selectbox("Policy", ids, format_func=lambda i: by_id[i]["name"], key=key,
+    pid = st.selectbox("Policy", ids, format_func=lambda i: policy_service.title(by_id[i]['name'], by_id[i].get('version')), key=key,
                        on_change=context.changed(key, "policy"))
     context.put("policy", pid)
     return by_id[pid]
@@ -175,7 +175,7 @@ class CheckSetup:
 
 def saved_policies(db: Store) -> list[Policy] | None:
     """The saved policies, or None after saying how to get the first one (every page that needs one)."""
-    saved = policy_service.saved(db)
+    saved = queries.policies(db)
     if not saved:
         st.info("No policies yet: load the examples on the Playground page or create one on the Policies page.")
         return None
@@ -218,7 +218,7 @@ def check_inputs(db: Store, setup: CheckSetup) -> tuple[list[Any], Any] | None:
 def saved_check(db: Store, kind: str, key: str, describe: Callable[[Run], str]) -> Run | None:
     """The saved check runs of a kind, newest first, in a picker (`key`; the one just made is opened by
     ui.tasks.collect); the run picked, or None when there is none yet."""
-    runs = history.runs(db, kind=kind)
+    runs = queries.runs(db, kind=kind)
     if not runs:
         return None
     by_id = {r["id"]: r for r in runs}

@@ -21,8 +21,7 @@ def gate_choice(db: Store, policy_id: str | None, key: str) -> Gate:
     saved = drift_service.gates_for(db, policy_id)
     options: list[int | str] = ["none", *saved, "threshold"]
     labels: dict[int | str, str] = {"none": "no gate (every row decided)", "threshold": "a confidence threshold…",
-              **{cid: f"saved calibrated policy #{cid} (gate {c['threshold']:.3f}, {c['created_at'][:16]})"
-                 for cid, c in saved.items()}}
+              **{cid: drift_service.gate_label(c) for cid, c in saved.items()}}
     c1, c2 = st.columns(2)
     if f"{key}_gate" not in st.session_state and saved:  # the gate the policy would go live with, when there is one
         st.session_state[f"{key}_gate"] = max(saved)

@@ -23,18 +23,19 @@ def export_this(db: Store, table: export_candidate.Table, keys: PageKeys, target
                      format_func=lambda j: live[j].candidate.name + (" (recommended)" if live[j] is table.recommended
                                                                       else ""))
     state = keys("src", "exported")
+    runs = sorted({r.candidate.run_id for r in table.rows})  # the export belongs to this table's runs only
     if c2.button("Export this", key=keys("src", "export"), type="primary"):
         picked = export_candidate.Picked(live[i], export_candidate.head_of(live[i].candidate))
         try:
             cal = export_candidate.calibrate(db, picked, target_accuracy=target_accuracy)
-            st.session_state[state] = (picked.label, evaluate.export(db, cal))
+            st.session_state[state] = (runs, picked.label, evaluate.export(db, cal))
         except ValueError as exc:
             st.error(md(exc))
             return
     done = st.session_state.get(state)
-    if not done:
+    if not done or done[0] != runs:  # nothing exported, or an export of another run's table: not shown here
         return
-    label, exported = done
+    _, label, exported = done
     config = exported.to_json()
     head = config.get("head") or {}
     st.info(md(f"{label}: the file names {config['model']['file']} (sha256 {config['model']['sha256'][:12]}…), "

@@ -13,18 +13,18 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from app.core.run_calibration import Calibration, TooFewRows, version_label
+from app.core.run_calibration import Calibration, Readout, TooFewRows, version_label
 from app.core.labeled import Support
 from app.core.runs import EXAMPLE_SOURCES, VARIANTS
 from app.core.store import Store
-from app.service import calibrate_panels as panels
-from app.service import evaluate, history, registry, review, sets as set_service, targets
+from app.service import calibrate_panels as panels, queries
+from app.service import evaluate, policies as policy_service, registry, review, sets as set_service, targets
 from app.service.display import Cell, Column, Note
 from app.ui import charts, context, importer, resources, tasks
 from app.ui.components import download_frame, glossary, saved_policies
 from app.ui.export_candidate_panel import export_this
 from app.ui.keys import CALIBRATE
-from app.ui.label_curve_panel import label_curve_panel
+from app.ui.label_curve_panel import label_curve_panel, with_curve_if_shown
 from app.ui.label_issues_panel import label_issues_panel
 from app.ui.safe_text import md
 
@@ -59,9 +59,15 @@ def calibration_view(db_path: str, run_id: int, version: tuple[Any, ...], target
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def readout_rows(db_path: str, versions: tuple[Any, ...]) -> Sequence[Mapping[str, Any]]:
+def readout_rows(db_path: str, versions: tuple[Any, ...]) -> Sequence[Readout]:
     db = resources.store_at(db_path)
-    return evaluate.readouts(db, [r for r in (history.run(db, rid) for rid, _ in versions) if r is not None])
+    return evaluate.readouts(db, [r for r in (queries.run(db, rid) for rid, *_ in versions) if r is not None])
+
+
+def head_of(run: Mapping[str, Any]) -> str:
+    """A head-layout run's stored head figure, part of the readouts' cache key: it is written when the head is
+    fitted, after the run's results (History and the readouts show it)."""
+    return str((run.get("config") or {}).get("head_oof") or "")
 
 
 def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
@@ -72,14 +78,14 @@ def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
         st.session_state[keys.up_policy] = st.session_state[keys.up_for] = for_policy
     uploading = st.session_state.get(keys.upload) is not None
     # a stable key: the expander keeps the state the user gave it when the sets change underneath
-    with st.expander("Labeled sets", expanded=not set_service.listed(db) or uploading, key=keys.sets_box):
+    with st.expander("Labeled sets", expanded=not queries.labeled_sets(db) or uploading, key=keys.sets_box):
         c1, c2 = st.columns(2)
         if c1.button("Import the shipped labeled sets", key=keys.ship):
             n = set_service.import_shipped(db, policies)
             st.toast(f"{n} shipped sets available")
             if not n:
                 st.warning("Load the example policies first (Playground page): the shipped sets label their options.")
-        up_policy = c2.selectbox("Labels are options of", list(policies), format_func=lambda i: policies[i]["name"],
+        up_policy = c2.selectbox("Labels are options of", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')),
                                  key=keys.up_policy)
         upload = c2.file_uploader("Upload CSV / JSONL (state, label, optional id, split, metadata columns)",
                                   type=["csv", "jsonl", "tsv"], key=keys.upload)
@@ -87,7 +93,7 @@ def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
                                            policy_name=policies[up_policy]["name"]) if upload is not None else None)
         if upload is not None and c2.button("Import", key=keys("import")):
             import_upload(db, policies, up_policy, upload, columns)
-        sets = set_service.listed(db)
+        sets = queries.labeled_sets(db)
         if sets:
             st.dataframe(pd.DataFrame(sets)[["id", "name", "policy_id", "n_rows", "content_hash", "created_at"]],
                          hide_index=True)
@@ -111,19 +117,16 @@ def import_upload(db: Store, policies: Policies, up_policy: str, upload: Uploade
         st.warning(f"{support['scored']} rows take {md(scoring_time(db, support['scored']))} to score. "
                    "The rows are scored in stratified order, so you can stop early "
                    "(Evaluate → Stop early) with a fair sample, and resume later.")
-    for message in support["messages"]:
-        st.warning(md(message))
+    # what the set can support (its warnings) is said once, under Evaluate, where the new set is selected
 
 
 def scoring_time(db: Store, rows: int) -> str:
     """'about 6 min for 3 sources (local: ~1.6 s a row, measured: ...; ...)': every chosen target x readout
-    and head-layout source at its measured pace (or the stated default), with a warning when they ask for
-    more local models than stay loaded."""
+    and head-layout source at its measured pace (or the stated default). Draws nothing: it is said in two
+    places (after a large import, and under Evaluate), its pool warning only under Evaluate (set_notes)."""
     chosen = st.session_state.get(keys.targets) or targets.names(db)[:1]
     sources = list(st.session_state.get(keys.head_sources) or [])
     readouts = len(st.session_state.get(keys.variants) or ["default"])
-    if note := set_service.pool_note(targets.local_models(db, [*chosen, *sources]), resources.engines().max_loaded):
-        st.info(md(note))
     plan = set_service.estimate(db, chosen, readouts, sources)
     return f"{plan.text(rows)} ({'; '.join(plan.parts)}), after the model loads and the policy's first passes"
 
@@ -197,6 +200,10 @@ def set_notes(db: Store, policy: Policy, sid: int, parent: int | None) -> tuple[
     support = set_service.support(db, sid, policy, limit=limit) if not problem else None
     if support:
         st.caption(panels.support_caption(sid, support, scoring_time(db, support["scored"]), md))
+        chosen = st.session_state.get(keys.targets) or targets.names(db)[:1]
+        sources = list(st.session_state.get(keys.head_sources) or [])
+        if note := set_service.pool_note(targets.local_models(db, [*chosen, *sources]), resources.engines().max_loaded):
+            st.info(md(note))
         st.caption(md(support["head_note"].capitalize() + "."))
         for message in support["messages"]:
             st.warning(md(message))
@@ -207,7 +214,7 @@ def evaluate_section(db: Store, policies: Policies, sets: dict[int, Any]) -> tup
     st.subheader("Evaluate")
     c1, c2 = st.columns(2)
     current_policy(policies, sets)
-    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policies[i]["name"], key=keys.policy,
+    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')), key=keys.policy,
                        on_change=context.changed(keys.policy, "policy"))
     context.put("policy", pid)
     sid = pick_set(pid, sets, c2)
@@ -320,7 +327,7 @@ def sources_section(db: Store, run_id: int) -> None:
     group = evaluate.source_group(db, run_id)
     if len(group) < 2:
         return
-    table = sources_view(resources.db_path(), group[0]["id"], tuple(history.version(db, r["id"]) for r in group))
+    table = sources_view(resources.db_path(), group[0]["id"], tuple(queries.run_version(db, r["id"]) for r in group))
     if table is None:
         return
     st.markdown("**Cheapest decision that is not worse** (this run and its head-layout sources, the same rows)")
@@ -340,7 +347,7 @@ def sources_section(db: Store, run_id: int) -> None:
                "tokens a row are the medians of the warm rows when each run was scored on this machine; $ per 1,000 "
                "assumes the same pace on the deployment's CPU instance (a hint, not a quote). *Export this* below turns any "
                "candidate into its calibrated policy file: its model, layout and head.")
-    download_frame(frame, "cheapest-decision.csv", "Download the comparison (CSV)", keys.sources_csv)
+    download_frame(frame, "cheapest-decision.csv", "Download the sources compared (CSV)", keys.sources_csv)
     export_this(db, table, keys, float(st.session_state.get(keys.target_acc, 0.9)))
 
 
@@ -355,7 +362,8 @@ def correction_section(cal: Calibration) -> None:
     st.dataframe(table, hide_index=True, key=keys.corrections,
                  column_config={k: st.column_config.NumberColumn(format="%.3f") for k in panel.number_columns})
     st.plotly_chart(charts.rate_bars(panel.bars, panel.bars_title, worry=panel.chance), key=keys.candidates)
-    download_frame(table, "calibration-candidates.csv", "Download the comparison (CSV)", keys.candidates_csv)
+    download_frame(table, "calibration-candidates.csv", "Download the corrections and heads compared (CSV)",
+                   keys.candidates_csv)
     c1, c2 = st.columns(2)
     c1.plotly_chart(charts.confusion_heatmap(panel.confusion, list(panel.option_ids), "As scored"), key=keys.conf)
     c2.plotly_chart(charts.confusion_heatmap(panel.confusion_after, list(panel.option_ids), panel.after_title),
@@ -377,6 +385,7 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
     except evaluate.OtherVersion as exc:
         st.error(md(exc))
         return
+    exported = with_curve_if_shown(exported, cal, keys)  # what more labels buy, in the file when shown below
     cost = panels.guard_cost_note(db, exported)
     (st.warning if exported.policy.guard == "none" else st.caption)(md(cost))
     panel = panels.gate_panel(cal, exported, md)
@@ -419,9 +428,10 @@ def save_section(db: Store, cal: Calibration, exported: evaluate.Export) -> None
                        json.dumps(exported.to_json(), indent=2, ensure_ascii=False).encode(),
                        file_name=f"{exported.policy.policy_id}.policy.json", mime="application/json", key=keys.download)
     if registry.enabled() and st.button("Register in MLflow (@candidate)", key=keys.register):
-        st.session_state[keys.registered] = registry.register_note(db, exported.to_json(), md)
-    if (note := st.session_state.get(keys.registered)) is not None:
-        draw(st, note)
+        st.session_state[keys.registered] = (cal.run_id, registry.register_note(db, exported.to_json(), md))
+    registered = st.session_state.get(keys.registered)
+    if registered is not None and registered[0] == cal.run_id:  # a note about another run's export stays with it
+        draw(st, registered[1])
     saved = st.session_state.get(keys.saved)
     if saved and saved.run_id in (None, cal.run_id):  # a note about another run's save stays with that run
         st.success(saved.text(md))
@@ -443,28 +453,28 @@ def older_runs(db: Store, older: Sequence[Mapping[str, Any]], version: str) -> N
                    "gave to the same request are reused, not scored again).")
     with st.expander(f"Runs of earlier versions of this policy ({len(older)}) - history, not exportable"):
         st.caption(f"To calibrate one, run the evaluation again on the saved version ({version}).")
-        st.dataframe(pd.DataFrame(readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"]))
-                                                                          for r in older))),
-                     hide_index=True, key=keys.older)
+        keyed = tuple((r["id"], queries.run_version(db, r["id"]), head_of(r)) for r in older)
+        st.dataframe(pd.DataFrame([o.row() for o in readout_rows(resources.db_path(), keyed)]), hide_index=True,
+                     key=keys.older)
 
 
-def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str) -> Sequence[Mapping[str, Any]]:
+def readouts_section(db: Store, runs: Sequence[Mapping[str, Any]], version: str) -> Sequence[Readout]:
     """The runs of the saved version side by side; returns their rows (the run picker's labels)."""
-    rows = readout_rows(resources.db_path(), tuple((r["id"], history.version(db, r["id"])) for r in runs))
+    rows = readout_rows(resources.db_path(), tuple((r["id"], queries.run_version(db, r["id"]), head_of(r)) for r in runs))
     st.markdown(f"**Readouts side by side** (this policy as saved now, {version} × this set)")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key=keys.compare, placeholder="",  # no "None" in empty cells
+    st.dataframe(pd.DataFrame([r.row() for r in rows]), hide_index=True, key=keys.compare, placeholder="",  # no "None" in empty cells
                  column_config={c: st.column_config.NumberColumn(format="%.3f") for c in NUMBER3})
     st.caption("Per run: as scored, and with the best correction (temperature, per-option offsets; out of fold). "
                "The learned heads are fitted for the run opened below, and its numbers are shown there.")
     return rows
 
 
-def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> None:
+def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], rows: Sequence[Readout]) -> None:
     """Pick a run (the current one, else the most accurate), the target accuracy and head; its gate and export."""
     st.subheader("Gate and export")
     ids = [r["id"] for r in runs]
     context.follow(keys.run_pick, "run", ids, lambda: evaluate.best_of(rows) or ids[0])
-    label = {r["run"]: panels.run_label(r) for r in rows}
+    label = {r.run: panels.run_label(r) for r in rows}
     rid = st.selectbox("Evaluation run", ids, key=keys.run_pick, format_func=lambda i: label.get(i, f"#{i}"),
                        on_change=context.changed(keys.run_pick, "run"))
     context.put("run", rid)
@@ -478,7 +488,7 @@ def gate_section(db: Store, policy: Policy, runs: Sequence[Mapping[str, Any]], r
                         help="auto: a head fitted on these labeled rows is exported only when it beats the corrections "
                              "beyond noise (out of fold); or pick one yourself")
     try:
-        cal = calibration_view(resources.db_path(), rid, history.version(db, rid), target_acc, per_option,
+        cal = calibration_view(resources.db_path(), rid, queries.run_version(db, rid), target_acc, per_option,
                                head or "auto")
     except TooFewRows as exc:
         if any(r["id"] == rid and r["status"] == "running" for r in runs):  # not an error: rows are still coming
@@ -505,8 +515,8 @@ def render() -> None:
     if saved is None:
         return
     policies: Policies = {p["id"]: p for p in saved}
-    sets_section(db, policies, current_policy(policies, {s["id"]: s for s in set_service.listed(db)}))
-    sets = {s["id"]: s for s in set_service.listed(db)}
+    sets_section(db, policies, current_policy(policies, {s["id"]: s for s in queries.labeled_sets(db)}))
+    sets = {s["id"]: s for s in queries.labeled_sets(db)}
     if not sets:
         st.info("Import a labeled set to start (the shipped ones cover ticket routing, refund check, incident "
                 "priority and content moderation).")

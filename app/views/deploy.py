@@ -11,7 +11,7 @@ from app.core.store import Store
 from app.settings import WorkbenchSettings
 from deploy.config import FormErrors
 from deploy.errors import DeployError
-from app.service import checks, deploy, registry
+from app.service import checks, deploy, queries, registry
 from app.ui import context, resources
 from app.ui.safe_text import md
 from app.ui.keys import CALIBRATE, DEPLOY
@@ -70,9 +70,12 @@ def policy_picker(db: Store) -> tuple[str, str]:
     except ValueError as exc:
         st.error(f"**Calibrated policy**: {md(exc)}")
         return "", ""
-    if (rate := deploy.measured_rate(db, config)) is not None:
-        if not st.session_state.get(KEYS.dps):  # the pace measured on Calibrate, unless one was typed
-            st.session_state[KEYS.dps] = f"{rate[0]:.3g}"
+    rate = deploy.measured_rate(db, config)
+    # the pace measured on Calibrate for this pick (refreshed when another is picked), unless one was typed
+    st.session_state[KEYS.dps], st.session_state[KEYS.dps_filled] = deploy.rate_prefill(
+        str(st.session_state.get(KEYS.dps) or ""), st.session_state.get(KEYS.dps_filled), choice,
+        rate[0] if rate is not None else None)
+    if rate is not None:
         st.caption(f"Decisions/s per instance below: {rate[0]:.3g}, {md(rate[1])} - replace it with a figure from "
                    "the instance when you have one.")
     gate = config.get("threshold")
@@ -259,12 +262,12 @@ def deployments(db: Store, endpoint_url: str | None, poll: float) -> None:
         return
     by_id = {d["id"]: d for d in live + failed}
     pick = st.selectbox("Deployment", list(by_id), key=KEYS.pick,
-                        format_func=lambda i: f"{i} · {by_id[i]['status']}")
+                        format_func=lambda i: deploy.deployment_label(by_id[i]))
     dep = by_id[pick]
     if dep["status"] in ("planned", "superseded"):  # a plan that never ran created nothing to watch or destroy
         st.caption("This plan never ran: nothing was created in AWS.")
         st.markdown("**Audit log**")
-        st.dataframe(pd.DataFrame(deploy.audit_log(db, pick)), hide_index=True)
+        st.dataframe(pd.DataFrame(queries.audit_log(db, pick)), hide_index=True)
         return
     if dep["status"] == deploy.LOCAL:
         local_deployment(db, dep)
@@ -289,7 +292,7 @@ def deployments(db: Store, endpoint_url: str | None, poll: float) -> None:
             except DeployError as exc:
                 st.error(md(exc))
     st.markdown("**Audit log**")
-    st.dataframe(pd.DataFrame(deploy.audit_log(db, pick)), hide_index=True)
+    st.dataframe(pd.DataFrame(queries.audit_log(db, pick)), hide_index=True)
 
 
 def local_deployment(db: Store, dep: Mapping[str, Any]) -> None:
@@ -307,7 +310,7 @@ def local_deployment(db: Store, dep: Mapping[str, Any]) -> None:
             except DeployError as exc:
                 st.error(md(exc))
     st.markdown("**Audit log**")
-    st.dataframe(pd.DataFrame(deploy.audit_log(db, dep["id"])), hide_index=True)
+    st.dataframe(pd.DataFrame(queries.audit_log(db, dep["id"])), hide_index=True)
 
 
 def render() -> None:

@@ -7,7 +7,7 @@ import streamlit as st
 from app.core.decision_import import parse_text
 from app.core.records import Result, Run
 from app.core.store import Store
-from app.service import decide, history, policies as policy_service, production, targets
+from app.service import decide, history, policies as policy_service, production, queries, targets
 from app.ui import context, resources
 from app.ui.components import download_frame, show_group_results
 from app.ui.drift_panel import render_drift
@@ -47,7 +47,7 @@ def render() -> None:
     import_section(db)
     if KEYS.open_next in st.session_state:  # set by a replay or an import, after the run picker was drawn
         context.put("run", st.session_state.pop(KEYS.open_next))
-    everything = history.runs(db)
+    everything = queries.runs(db)
     if not everything:
         st.info("No runs yet. Every run from the Playground, Compare and Calibrate pages is saved here.")
         return
@@ -55,7 +55,7 @@ def render() -> None:
     overview(db, runs, failed)
     by_id = {r["id"]: r for r in runs + failed}  # the picker: the runs, then the failed attempts
     run = by_id[open_run(by_id)]
-    results = history.results(db, run["id"])
+    results = queries.results(db, run["id"])
     if run["kind"] == "playground":
         show_group_results(db, run["group_id"], key=KEYS.prefix)
     results_section(results, run["id"])
@@ -75,7 +75,7 @@ def overview(db: Store, runs: Sequence[Run], failed: Sequence[Run]) -> None:
         with st.expander(f"Failed attempts ({len(failed)}): every call of these runs failed"):
             st.dataframe(runs_table(failed)[["run", "when", "kind", "policy", "target", "rows"]], hide_index=True)
             for r in failed[:5]:
-                first = history.results(db, r["id"])
+                first = queries.results(db, r["id"])
                 err = first[0]["error"] if first else None
                 st.caption(f"#{r['id']} {md(r['target_name'])}: {md(err or 'no result')}")
 
@@ -98,7 +98,7 @@ def open_run(by_id: Mapping[int, Run]) -> int:
 
 def results_section(results: Sequence[Result], rid: int) -> None:
     frame = results_table(results)
-    st.dataframe(frame, hide_index=True, key=KEYS.results, width="stretch", column_config={
+    st.dataframe(frame, hide_index=True, key=KEYS.results, width="stretch", placeholder="", column_config={
         "state": st.column_config.TextColumn(width="large"),
         "latency_ms": st.column_config.NumberColumn(format="%.0f"),
         **{c: st.column_config.NumberColumn(format="%.3f") for c in frame.columns if c.startswith("p(")}})
@@ -127,7 +127,7 @@ def run_actions(db: Store, run: Run, n_results: int) -> None:
 def compare_section(db: Store, run: Run, by_id: Mapping[int, Run]) -> None:
     """Another run of the same policy as run A (the pinned baseline first), this run as B: the drift panel."""
     st.subheader("Compare with another run")
-    baseline = history.baseline(db)
+    baseline = queries.baseline(db)
     rid = run["id"]
     others = history.same_policy(list(by_id.values()), run)
     if st.session_state.get(KEYS.cmp_for) != rid or st.session_state.get(KEYS.cmp) not in [None, *others]:
@@ -135,6 +135,7 @@ def compare_section(db: Store, run: Run, by_id: Mapping[int, Run]) -> None:
     st.session_state[KEYS.cmp_for] = rid  # a newly opened run starts from the pinned baseline
     other = st.selectbox("Compare with (run A, the baseline; this run is B)", [None, *others], key=KEYS.cmp,
                          format_func=lambda i: "—" if i is None else f"#{i} · {by_id[i]['kind']} · "
+                         f"{history.version_text(by_id[i])} · "
                          f"{by_id[i]['target_name']} · {by_id[i]['model'] or ''} · {by_id[i]['created_at'][:16]}"
                          + (" · baseline" if by_id[i]["pinned"] else ""))
     if other is not None:
@@ -169,11 +170,11 @@ def production_section(db: Store, run: Mapping[str, Any]) -> None:
 def import_section(db: Store) -> None:
     """The adapter's decision log (a file, or CloudWatch Logs) as a production run."""
     with st.expander("Import a decision log (production traffic)", key=KEYS.log_box):
-        policies = {p["id"]: p for p in policy_service.saved(db)}
+        policies = {p["id"]: p for p in queries.policies(db)}
         if not policies:
             st.caption("Load or create the policy the decisions were made with first (Playground, Policies).")
             return
-        pid = st.selectbox("Decided with policy", list(policies), format_func=lambda i: policies[i]["name"],
+        pid = st.selectbox("Decided with policy", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')),
                            key=KEYS.log_policy)
         source = st.radio("From", ["file", "cloudwatch"], horizontal=True, key=KEYS.log_from,
                           format_func={"file": "a log file", "cloudwatch": "CloudWatch Logs"}.get)

@@ -3,7 +3,7 @@ from typing import Any, Mapping
 import streamlit as st
 
 from app.core.store import Store
-from app.service import checks, targets
+from app.service import checks, policies as policy_service, targets
 from app.ui import charts, resources, tasks
 from app.ui.components import calibrated_picker, check_inputs, check_setup, download_frame, saved_check
 from app.ui.safe_text import md
@@ -65,7 +65,7 @@ def render() -> None:
                     lambda task: checks.order_check(db, policy, cases, target, variant=setup.variant,
                                                     negated=negated, progress=task.progress, calibrated=pick))
     tasks.collect(KEYS.prefix, "Order check")
-    run = saved_check(db, "order-check", KEYS.open, lambda r: f"{r['policy']['name']} · {r['target_name']} · "
+    run = saved_check(db, "order-check", KEYS.open, lambda r: f"{policy_service.title(r['policy']['name'], r['policy'].get('version'))} · {r['target_name']} · "
                       f"{r['config'].get('variant')} · {r['config'].get('states')} states")
     if run is not None:
         show(db, run)

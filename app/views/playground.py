@@ -5,7 +5,7 @@ import json
 import streamlit as st
 
 from app.core.store import Store
-from app.service import decide, policies, targets
+from app.service import decide, policies, queries, targets
 from app.ui import context, resources
 from app.ui.components import glossary, policy_picker, show_group_results
 from app.ui.safe_text import md
@@ -38,7 +38,7 @@ def welcome(db: Store) -> None:
             "shipped local model - no AWS account needed.")
     if st.button("Load the examples and run a first decision", type="primary", key=KEYS.seed):
         policies.seed_templates(db)
-        first = policies.get(db, "ticket-routing")
+        first = queries.policy(db, "ticket-routing")
         if first is not None:  # seeded just now (or earlier)
             run(db, first, FIRST_STATE, ["local"], {})
         st.session_state[KEYS.state] = FIRST_STATE
@@ -49,7 +49,7 @@ def welcome(db: Store) -> None:
 def render() -> None:
     st.title("Playground")
     db = resources.store()
-    saved = policies.saved(db)
+    saved = queries.policies(db)
     if not saved:
         welcome(db)
         return

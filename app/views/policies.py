@@ -13,7 +13,7 @@ from typing import Any, Callable, Final, Literal, Mapping
 import streamlit as st
 
 from app.core.store import Store
-from app.service import policies as policy_service
+from app.service import policies as policy_service, queries
 from app.ui import context, policy_editor as pe, resources
 from app.ui.policy_editor import KEYS, NEW, Editor, add_row, key, option_ids, remove_row, rename_option, row_default, row_ids
 from app.ui.safe_text import md
@@ -200,7 +200,7 @@ def copy_and_delete(db: Store, ed: Editor) -> None:
 def render() -> None:
     st.title("Policies")
     db = resources.store()
-    policies = {p["id"]: p for p in policy_service.saved(db)}
+    policies = {p["id"]: p for p in queries.policies(db)}
     template_sidebar(db)
     if name := pe.just_saved(st.session_state):
         st.toast(f"Saved {md(name)}")

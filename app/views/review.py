@@ -1,6 +1,7 @@
 """Review queue: label the rows that need a person - target disagreements first, then the rows a gate
-sent to the fallback, nearest the gate first - from the keyboard (1-9 pick an option, S skips, U undoes);
-the labels become a new version of a labeled set (app/core/review.py)."""
+sent to the fallback, nearest the gate first - from the keyboard (1-9 pick an option, S skips, U undoes),
+or the next rows of a pool of unlabeled states (app/ui/pool_panel.py); the labels become a new version of a
+labeled set (app/core/review.py)."""
 import getpass
 import json
 from typing import Any, Mapping
@@ -8,13 +9,14 @@ from typing import Any, Mapping
 import streamlit as st
 
 from app.core.store import Store
-from app.service import label_issues, review, sets as set_service
+from app.service import label_issues, policies as policy_service, review, sets as set_service
 from app.ui import context, resources
 from app.ui.components import saved_policies
 from app.ui.drift_panel import gate_choice
 from app.ui.safe_text import md
 from app.ui.keys import REVIEW
 from app.ui.label_issues_panel import label_issues_panel
+from app.ui.pool_panel import pool_panel
 
 KEYS = REVIEW  # this page's session and widget keys
 
@@ -35,6 +37,7 @@ def render() -> None:
     st.caption(q.summary)
     actions(db, q, policy, sid)
     label_check(db, policy, sid, who)
+    pool_panel(db, policy, sid, who)
     if not q.items:
         st.success("Nothing to review for this policy right now.")
         return
@@ -60,7 +63,7 @@ def pickers(db: Store) -> tuple[Mapping[str, Any], int] | None:
     policies = {p["id"]: p for p in saved}
     c1, c2 = st.columns(2)
     context.follow(KEYS.policy, "policy", list(policies))
-    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policies[i]["name"], key=KEYS.policy,
+    pid = c1.selectbox("Policy", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')), key=KEYS.policy,
                        on_change=context.changed(KEYS.policy, "policy"))
     context.put("policy", pid)
     sets = set_service.of_policy(db, pid)
@@ -95,7 +98,7 @@ def actions(db: Store, q: review.Queue, policy: Mapping[str, Any], sid: int) -> 
             st.session_state[KEYS.set_next] = made.set_id
             st.rerun()
     last_made: review.VersionMade | None = st.session_state.get(KEYS.made)
-    if last_made is not None:
+    if last_made is not None and last_made.set_id == sid:  # the note belongs to the set it made, not to any other
         st.success(last_made.text)
         c3.page_link("views/calibrate.py", label="Go to Calibrate", icon=":material/tune:")
 
@@ -110,7 +113,7 @@ def label_panel(db: Store, item: review.Item, policy: Mapping[str, Any], who: st
     st.markdown(f"Deployed decision: **{md(item.proposed)}** (confidence {item.confidence:.3f}), decided by "
                 f"{md(item.decided_by)}")
     st.caption((f"The zero-shot model alone said {md(item.zero_shot)} · " if item.zero_shot else "")
-               + f"run #{item.run_id}, row {md(item.row_key)}")
+               + f"run #{item.run_id}{f' ({item.version})' if item.version else ''}, row {md(item.row_key)}")
     note = st.text_input("Note (optional, stored with the label)", key=KEYS("note", item.key[:40]))
     cols = st.columns(min(len(item.option_ids), 5) or 1)
     for i, oid in enumerate(item.option_ids):

@@ -1,0 +1,375 @@
+"""A pool of unlabeled states kept in the workbench (issue 44, item 4): imported once (a CSV/JSONL through the
+shared importer's column guess, or a decision log already imported), scored once with the chosen candidate,
+ranked for labeling from the stored scores, labeled row by row (a review action: who and when), and the
+labels added to the labeled set as a new version (review.add_version: the parent set never changes).
+
+Scored once: the pool's rows are sent with exactly the requests the candidate's own evaluation run sends
+(its policy as evaluated, its readout or head layout, with the hidden state a head reads), as a run of kind
+"pool". Each stored result carries its reuse key (app/core/reuse.py), so
+- the next suggestion reads the stored scores and scores only rows it has not (`Scored.reused` counts them);
+- the next calibration on the new set version copies the stored result of every pool row that was labeled
+  (the calibration's own "copied from stored results" count) instead of scoring its state again.
+A candidate is a calibrated policy (its head or correction turns the stored reading into probabilities:
+CalibratedPolicy.corrected); a policy file whose evaluation run is not in this workbench is scored with the
+file's own request fields (the adapter's rendering of it).
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, TextIO
+
+import numpy as np
+
+from adapter.policy import CalibratedPolicy
+from adapter.schema import DecisionRequest
+
+from app.core import pool as pool_rows
+from app.core import pool_store, review, runs
+from app.core import suggest as ranking
+from app.core.pool_store import StoredPool as StoredPool  # the page's type of a pool
+from app.core.records import Run
+from app.core.runner import Case, Job, ProgressFn, score_into_runs
+from app.core.store import Store
+from app.core.stored import NO_RESPONSE, StoredResponse
+from app.targets.base import Target
+
+HEAD_BYTES = 64 << 10  # the first bytes the importer's column guess reads (the file itself is streamed)
+LOG_KINDS = ("production",)  # a decision log imported by `app import-log` / the Deploy page
+
+
+class PoolProblem(ValueError):
+    """Bad pool input: the message names the file, the pool or the row, and the fix; nothing was saved."""
+
+
+@dataclass(frozen=True)
+class Imported:
+    pool_id: int
+    rows: int
+    problems: list[str]  # every row left out, by line
+    capped: str
+
+    @property
+    def text(self) -> str:
+        left = f"; {len(self.problems)} rows left out (each named below)" if self.problems else ""
+        return f"pool #{self.pool_id}: {self.rows} unlabeled rows kept{left}" + (f". {self.capped}" if self.capped else "")
+
+
+def known_states(store: Store, policy_id: str, set_id: int | None) -> set[str]:
+    """State keys that already carry a label: the set's rows and every review of the policy (pending or added)."""
+    known = {pool_rows.state_key(r["state"]) for r in store.labeled_rows(set_id)} if set_id is not None else set()
+    return known | {pool_rows.state_key(r["state"]) for r in store.reviews(policy_id)}
+
+
+def import_stream(store: Store, policy: Mapping[str, Any], fh: TextIO, filename: str, *, into_set: int | None,
+                  name: str = "", head: bytes = b"", cap: int = pool_rows.MAX_ROWS) -> Imported:
+    """A CSV/JSONL of states streamed into a new pool of `policy` (its rows read line by line up to `cap`);
+    `head`: the file's first bytes, for the importer's guess of the state and id columns. PoolProblem when
+    no row is usable (nothing saved)."""
+    if not filename.lower().endswith((".csv", ".jsonl", ".json", ".ndjson")):
+        raise PoolProblem(f"{filename}: a pool is a .csv (a state column) or a .jsonl file ({{\"state\": ...}} a line)")
+    state, ident = pool_rows.columns_of(filename, head) if head else ("state", "id")
+    ids = [o["id"] for o in policy["options"]]
+    found = pool_rows.read_pool(fh, filename, ids, policy["id"], known=known_states(store, policy["id"], into_set),
+                                cap=cap, state=state, id_column=ident)
+    if not found.rows:
+        why = "; ".join(found.problems[:5]) if found.problems else "the file is empty"
+        raise PoolProblem(f"{filename}: no usable row, nothing saved - {why}")
+    pid = pool_store.add(store, name=name or Path(filename).name, policy_id=policy["id"], source=f"file {Path(filename).name}",
+                         rows=found.rows, problems=found.problems, capped=found.capped)
+    return Imported(pid, len(found.rows), found.problems, found.capped)
+
+
+def import_file(store: Store, policy: Mapping[str, Any], path: str, *, into_set: int | None, name: str = "",
+                cap: int = pool_rows.MAX_ROWS) -> Imported:
+    """import_stream on a file on disk; PoolProblem naming it when it cannot be read."""
+    try:
+        with open(path, "rb") as raw:
+            head = raw.read(HEAD_BYTES)
+        with open(path, encoding="utf-8") as fh:
+            return import_stream(store, policy, fh, path, into_set=into_set, name=name, head=head, cap=cap)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PoolProblem(f"{path}: cannot read it ({exc})") from None
+
+
+def import_upload(store: Store, policy: Mapping[str, Any], filename: str, data: bytes, *, into_set: int | None,
+                  cap: int = pool_rows.MAX_ROWS) -> Imported:
+    """An uploaded file (the Review page) as a pool; PoolProblem when it is not UTF-8 or has no usable row."""
+    try:
+        text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+        return import_stream(store, policy, text, filename, into_set=into_set, head=data[:HEAD_BYTES], cap=cap)
+    except UnicodeDecodeError as exc:
+        raise PoolProblem(f"{filename}: not UTF-8 text ({exc.reason} at byte {exc.start}) - save it as UTF-8") from None
+
+
+def import_log(store: Store, policy: Mapping[str, Any], run_id: int, *, into_set: int | None) -> Imported:
+    """A decision log already imported (a production run) as a pool: its logged states without a label."""
+    run = store.get_run(run_id)
+    if run is None or run["kind"] not in LOG_KINDS:
+        raise PoolProblem(f"run #{run_id}: not an imported decision log (import one with `python -m app import-log` "
+                          "or on Deploy)")
+    if run["policy_id"] != policy["id"]:
+        raise PoolProblem(f"run #{run_id} is a decision log of policy {run['policy_id']!r}, not {policy['id']!r} - "
+                          "pick a log of this policy")
+    known = known_states(store, policy["id"], into_set)
+    kept: list[pool_rows.PoolRow] = []
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    for r in store.results(run_id):
+        line = int(r["position"]) + 1
+        if r.get("state") is None:
+            problems.append(f"row {line} ({r['row_key']}): no state logged (the adapter logs states with "
+                            "SM_SEMIF_LOG_STATES=1)")
+        elif r.get("label") is not None:
+            problems.append(f"row {line} ({r['row_key']}): already labeled")
+        elif (key := pool_rows.state_key(r["state"])) in known:
+            problems.append(f"row {line} ({r['row_key']}): this state is already in the labeled set")
+        elif key in seen:
+            problems.append(f"row {line} ({r['row_key']}): the same state as row {seen[key]}")
+        else:
+            seen[key] = line
+            kept.append(pool_rows.PoolRow(line, r["row_key"], r["state"]))
+    if not kept:
+        raise PoolProblem(f"run #{run_id}: no unlabeled logged state to pool, nothing saved - "
+                          + ("; ".join(problems[:5]) or "the log is empty"))
+    pid = pool_store.add(store, name=f"decision log run #{run_id}", policy_id=policy["id"],
+                         source=f"decision log run #{run_id}", rows=kept, problems=problems)
+    return Imported(pid, len(kept), problems, "")
+
+
+def get_pool(store: Store, pool_id: int, policy_id: str) -> pool_store.StoredPool:
+    found = pool_store.get(store, pool_id)
+    if found is None:
+        have = ", ".join(f"#{p.id}" for p in pool_store.pools(store, policy_id)) or "none yet"
+        raise PoolProblem(f"pool #{pool_id}: no such pool (pools of {policy_id!r}: {have})")
+    if found.policy_id != policy_id:
+        raise PoolProblem(f"pool #{pool_id} is a pool of policy {found.policy_id!r}, not {policy_id!r} - score it with "
+                          "a calibrated policy of that policy, or import the states again for this one")
+    return found
+
+
+# -- the candidate and its stored scores -------------------------------------------------------------
+@dataclass(frozen=True)
+class Candidate:
+    """The calibrated policy that scores and ranks a pool, and its evaluation run (None: not in this
+    workbench - the policy file's own request fields are sent)."""
+    policy: CalibratedPolicy
+    run: Run | None
+
+    @property
+    def layout_head(self) -> bool:
+        return self.run is not None and runs.is_head_layout(self.run)
+
+    def request(self, row: pool_rows.PoolRow, target: Target) -> DecisionRequest:
+        """The request the candidate's evaluation sends for this state (runs.resume_evals' rule), so that its
+        stored result is what the next calibration would have asked for."""
+        if self.run is None:
+            return DecisionRequest.model_validate({"id": row.id, "state": row.state, **self.policy.request_fields(),
+                                                   "hidden_state": True})
+        return pool_rows.request_like(self.run, row.state, row.id, target)
+
+    @property
+    def describe(self) -> str:
+        how = f"head {self.policy.head.kind}" if self.policy.head is not None else f"correction T={self.policy.temperature:.3g}"
+        source = f"run #{self.run['id']}" if self.run is not None else "its own file"
+        return f"{self.policy.model.file} · {self.policy.layout} · {how} (as evaluated in {source})"
+
+
+def candidate(store: Store, policy: CalibratedPolicy) -> Candidate:
+    run = store.get_run(policy.run_id) if policy.run_id is not None else None
+    if run is not None and (run["kind"] != "eval" or run["policy_id"] != policy.policy_id):
+        run = None
+    return Candidate(policy, run)
+
+
+def calibrated_of(store: Store, policy_id: str) -> list[tuple[int, CalibratedPolicy]]:
+    """The saved calibrated policies of a policy (Calibrate's exports kept in the workbench), newest first."""
+    out = []
+    for row in store.list_calibrated():
+        if row["policy_id"] != policy_id:
+            continue
+        try:
+            out.append((int(row["id"]), CalibratedPolicy.model_validate(row["config"])))
+        except ValueError:  # a file saved by an older workbench that no longer validates: not offered
+            continue
+    return out
+
+
+def _row_key(row: pool_rows.PoolRow) -> str:
+    return f"line-{row.line}"  # unique in the pool (a file's own ids may repeat)
+
+
+@dataclass(frozen=True)
+class Scored:
+    run_id: int
+    rows: int  # the pool's rows
+    reused: int  # already scored and stored: read, not scored again
+    evaluated: int  # scored now by the target
+    copied: int  # copied from a stored result of the same request (another run, e.g. a calibration)
+    errors: int
+
+    @property
+    def text(self) -> str:
+        return (f"{self.rows} pool rows: {self.reused} stored scores reused, {self.copied} copied from stored results of "
+                f"the same model and request, {self.evaluated} scored now" + (f", {self.errors} failed" if self.errors
+                                                                              else "") + f" (run #{self.run_id})")
+
+
+def score(store: Store, pool: pool_store.StoredPool, cand: Candidate, target: Target,
+          progress: ProgressFn | None = None) -> Scored:
+    """Every row of the pool scored once by the candidate on `target` and kept (a run of kind 'pool'); a row
+    already stored is not scored again."""
+    rows = pool_store.rows(store, pool.id)
+    run_id = stored_scores(store, pool, cand, target.name)
+    if run_id is None:
+        run_id = pool_store.start_scores(store, pool, like=cand.run, policy=cand.policy, target=target,
+                                         note=f"{pool.label}, scored as {cand.describe}")
+    done = store.done_keys(run_id)
+    todo = [(i, Case(_row_key(r), r.state), cand.request(r, target)) for i, r in enumerate(rows)
+            if _row_key(r) not in done]
+    counts = {"evaluated": 0, "reused": 0}
+    if todo:
+        counts = score_into_runs(store, [Job(run_id, target, done=frozenset(done))], todo, total=len(rows),
+                                 already=len(rows) - len(todo), progress=progress, reuse=True)[run_id]
+    errors = sum(1 for r in store.results(run_id) if r["error"])
+    return Scored(run_id, len(rows), len(rows) - len(todo), counts["evaluated"], counts["reused"], errors)
+
+
+# -- the next rows to label ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Suggested:
+    rank: int
+    line: int
+    id: str
+    row_key: str
+    state: Any
+    proposed: str
+    margin: float
+    run_id: int
+
+    def item(self, option_ids: list[str]) -> review.Item:
+        """This row as a review item: labeling it is a review action like every other (who, when, undo)."""
+        return review.Item(review.state_key(self.state), self.state, option_ids, self.proposed, 1.0 - self.margin,
+                           "pool", f"pool row, line {self.line}: least sure (margin {self.margin:.3f})", self.run_id,
+                           self.row_key)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    rows: list[Suggested]
+    open: int  # pool rows not labeled yet
+    moved: int  # pool rows already labeled (in the set or pending)
+    reused: int  # stored scores read for this ranking
+    failed: list[str]
+    short: bool = False  # fewer than k: every other open row is a near-duplicate of one picked
+
+
+    @property
+    def text(self) -> str:
+        return (f"{len(self.rows)} of {self.open} open pool rows to label next ({self.moved} already labeled and moved "
+                f"to the set); ranked from {self.reused} stored scores, no model call"
+                + ("; the other open rows are near-duplicates of these (label these first)" if self.short else ""))
+
+
+def label_counts(store: Store, option_ids: list[str], policy_id: str, set_id: int | None) -> list[int]:
+    """Labels per option so far: the set's rows and the labels pending for it (rank's cold start reads them)."""
+    labels = [r["label"] for r in store.labeled_rows(set_id)] if set_id is not None else []
+    labels += [r["label"] for r in store.reviews(policy_id, pending=True) if r["label"]]
+    return [labels.count(o) for o in option_ids]
+
+
+def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id: int, *, k: int = 20,
+              into_set: int | None = None, everything: bool = False) -> Ranking:
+    """The next k open rows to label, from the stored scores of `run_id` (no model call): the candidate's
+    probabilities (its head or correction on the stored reading), ranked by app/core/suggest.rank.
+    `everything`: every open scored row, unranked, in file order (what a label file may name)."""
+    known = known_states(store, pool.policy_id, into_set)
+    stored = {r["row_key"]: r for r in store.results(run_id) if not r["error"] and r.get("probabilities")}
+    P, X, kept, failed, moved = [], [], [], [], 0
+    for row in pool_store.iter_rows(store, pool.id):
+        if review.state_key(row.state) in known:
+            moved += 1
+            continue
+        res = stored.get(_row_key(row))
+        if res is None:
+            failed.append(f"line {row.line}: not scored (score the pool first)")
+            continue
+        hidden_ref = (StoredResponse.of(res) or NO_RESPONSE).hidden_state
+        hidden = hidden_ref.array() if hidden_ref is not None else None
+        try:
+            P.append(cand.policy.corrected([float(p) for p in res["probabilities"] or []], hidden))
+        except ValueError as exc:
+            failed.append(f"line {row.line}: the policy cannot read its stored score ({exc})")
+            continue
+        X.append(hidden)
+        kept.append(row)
+    ids = [o.id for o in cand.policy.options]
+    if not kept:
+        return Ranking([], 0, moved, 0, failed)
+    Pm = np.array(P)
+    m = ranking.margins(Pm)
+    if everything:
+        order = list(range(len(kept)))
+    else:
+        Xm = np.array(X) if all(x is not None for x in X) else None
+        if Xm is not None:  # standardised, as bench.labels' states are (before its PCA): raw hidden states share one
+            # large direction, so every pair would read as a near-duplicate (cosine >= 0.98) and a batch stop short
+            Xm = (Xm - Xm.mean(axis=0)) / np.maximum(Xm.std(axis=0), 1e-6)
+        order = ranking.rank(Pm, k=k, X=Xm, counts=label_counts(store, ids, pool.policy_id, into_set))
+    short = not everything and len(order) < min(k, len(kept))
+    rows = [Suggested(i + 1, kept[j].line, kept[j].id, _row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
+                      float(m[j]), run_id) for i, j in enumerate(order)]
+    return Ranking(rows, len(kept), moved, len(kept), failed, short)
+
+
+def label(store: Store, row: Suggested, option_id: str, *, who: str, policy: CalibratedPolicy, note: str = "") -> int:
+    """A pool row labeled (a review action, pending until added to the set as a new version); ValueError
+    naming the row when the label is not an option."""
+    ids = [o.id for o in policy.options]
+    if option_id not in ids:
+        raise PoolProblem(f"line {row.line} ({row.id}): label {option_id!r} is not an option ({', '.join(ids)})")
+    return review.label(store, row.item(ids), option_id, who=who, note=note, policy_id=policy.policy_id)
+
+
+def label_rows(store: Store, ranked: Iterable[Suggested], labels: Mapping[str, str], *, who: str,
+               policy: CalibratedPolicy) -> int:
+    """Labels given as {row id or 'line-N': option} for rows of a ranking, all checked before any is stored
+    (one bad label: PoolProblem naming its row, nothing stored)."""
+    by = {r.id: r for r in ranked} | {r.row_key: r for r in ranked}
+    ids = [o.id for o in policy.options]
+    unknown = [k for k in labels if k not in by]
+    if unknown:
+        raise PoolProblem(f"row {unknown[0]!r}: not an open row of this pool's ranking - label the rows it suggests "
+                          "(their id or line-N)")
+    bad = [(k, v) for k, v in labels.items() if v not in ids]
+    if bad:
+        raise PoolProblem(f"row {bad[0][0]!r}: label {bad[0][1]!r} is not an option ({', '.join(ids)}) - nothing stored")
+    for k, v in labels.items():
+        label(store, by[k], v, who=who, policy=policy)
+    return len(labels)
+
+
+def list_pools(store: Store, policy_id: str | None = None) -> list[pool_store.StoredPool]:
+    return pool_store.pools(store, policy_id)
+
+
+def decision_logs(store: Store, policy_id: str) -> list[tuple[int, str]]:
+    """(run id, a label) of the decision logs of a policy already imported - each can become a pool."""
+    return [(int(r["id"]), f"run #{r['id']} ({r['n_rows']} decisions, {r['created_at']})")
+            for r in store.list_runs(kind="production") if r["policy_id"] == policy_id]
+
+
+def stored_scores(store: Store, pool: pool_store.StoredPool, cand: Candidate, target_name: str) -> int | None:
+    """The pool run already holding this candidate's scores (scored on the candidate's own target), or None."""
+    like = cand.run["id"] if cand.run is not None else None
+    for run in store.list_runs(kind="pool"):
+        cfg = run.get("config") or {}
+        if cfg.get("pool_id") == pool.id and cfg.get("like_run") == like and run["target_name"] == target_name:
+            return int(run["id"])
+    return None
+
+
+def target_name(cand: Candidate) -> str:
+    """Where the candidate was evaluated (its pool is scored there too): the run's target, else the local engine."""
+    return cand.run["target_name"] if cand.run is not None else "local"

@@ -1,0 +1,171 @@
+"""A pool kept in the workbench (issue 44, items 4 and 7): imported through the importer's column guess, bad
+rows named by line and left out, a million-row file streamed up to a cap that says so, a pool or a decision
+log of another policy refused by name, a label outside the options refused with nothing stored - and nothing
+saved before is ever lost. The scoring, ranking and reuse with a real model are in test_pool_walkthrough.py."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tracemalloc
+
+import pytest
+
+from adapter.engine.templates import load_template
+from app.core import decision_import, pool_store
+from app.core.labeled import import_file
+from app.core.pool import PoolRow
+from app.core.store import Store
+from app.service import pool as pools
+from tests.conftest import subset_file
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    db = Store(tmp_path / "wb.db")
+    policy = load_template("refund-check")
+    db.save_policy(policy)
+    set_id = import_file(db, "refund-4.jsonl", subset_file(tmp_path, "refund-check", 4, n_train=0).read_bytes(), policy)
+    return db, policy, set_id
+
+
+def jsonl(*rows: object) -> str:
+    return "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows)
+
+
+BAD_ROWS = [  # (a row, the message that names it) - each left out, the other rows kept
+    ({"state": "   "}, "line {n}: the state is empty"),
+    ({"state": {}}, "line {n}: the state is empty"),
+    ({"state": "A good pool row"}, "line {n}: the same state as line 1 ('A good pool row')"),
+    ("IN_SET", "line {n}: this state is already in the labeled set"),
+    ({"state": "Label me", "label": "maybe"}, "line {n}: label 'maybe' is not an option (yes, no)"),
+    ({"state": "Another policy's row", "policy_id": "ticket-routing"},
+     "line {n}: a row of policy 'ticket-routing', not 'refund-check'"),
+    ("{not json", "line {n}: not valid JSON (Expecting property name enclosed in double quotes)"),
+]
+
+
+@pytest.mark.parametrize("bad,message", BAD_ROWS, ids=["blank", "empty-object", "duplicate", "in-set", "label",
+                                                       "other-policy", "json"])
+def test_a_bad_row_is_named_by_its_line_and_left_out(setup, bad, message):
+    db, policy, set_id = setup
+    in_set = db.labeled_rows(set_id)[0]["state"]
+    row = {"state": in_set} if bad == "IN_SET" else bad
+    got = pools.import_stream(db, policy, io.StringIO(jsonl({"state": "A good pool row"}, row, {"state": "Last one"})),
+                              "pool.jsonl", into_set=set_id)
+    assert got.problems == [message.format(n=2)]
+    kept = pool_store.rows(db, got.pool_id)
+    assert [(r.line, r.state) for r in kept] == [(1, "A good pool row"), (3, "Last one")]
+    assert len(db.labeled_rows(set_id)) == 4  # the set is untouched
+
+
+def test_a_file_with_no_usable_row_saves_nothing_and_loses_nothing(setup):
+    db, policy, set_id = setup
+    first = pools.import_stream(db, policy, io.StringIO(jsonl({"state": "kept"})), "a.jsonl", into_set=set_id)
+    with pytest.raises(pools.PoolProblem, match=r"b.jsonl: no usable row, nothing saved - line 1: the state is empty"):
+        pools.import_stream(db, policy, io.StringIO(jsonl({"state": ""})), "b.jsonl", into_set=set_id)
+    with pytest.raises(pools.PoolProblem, match=r"c.txt: a pool is a .csv"):
+        pools.import_stream(db, policy, io.StringIO("x"), "c.txt", into_set=set_id)
+    assert [p.id for p in pools.list_pools(db, policy["id"])] == [first.pool_id]
+    assert [r.state for r in pool_store.rows(db, first.pool_id)] == ["kept"]
+
+
+def test_the_state_column_is_the_importers_guess(setup):
+    db, policy, set_id = setup
+    data = b"ticket_id,body\nT-1001,My kettle broke after two days and I want a refund\nT-1002,The lamp arrived fine thanks\n"
+    got = pools.import_upload(db, policy, "tickets.csv", data, into_set=set_id)
+    rows = pool_store.rows(db, got.pool_id)
+    assert [r.state for r in rows] == ["My kettle broke after two days and I want a refund", "The lamp arrived fine thanks"]
+    with pytest.raises(pools.PoolProblem, match="not UTF-8"):
+        pools.import_upload(db, policy, "bad.csv", b"state\n\xff\xfe\n", into_set=set_id)
+
+
+def test_a_million_rows_are_streamed_to_a_cap_that_says_so(setup):
+    db, policy, set_id = setup
+    read = {"lines": 0}
+
+    class Million(io.TextIOBase):  # a million rows made as they are read: never held whole
+        def __iter__(self):
+            for i in range(1_000_000):
+                read["lines"] += 1
+                yield json.dumps({"state": f"customer message number {i}"}) + "\n"
+
+    tracemalloc.start()
+    got = pools.import_stream(db, policy, Million(), "big.jsonl", into_set=set_id, cap=2000)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert got.rows == 2000 and "more than 2,000 rows" in got.capped and "from line 2001 on, nothing was read" in got.capped
+    assert read["lines"] == 2001  # reading stopped at the cap: the rest of the file was never read
+    assert peak < 20 << 20, peak
+    assert pool_store.get(db, got.pool_id).capped == got.capped and len(pool_store.rows(db, got.pool_id)) == 2000
+
+
+def test_a_pool_or_a_log_of_another_policy_is_refused_by_name(setup):
+    db, policy, set_id = setup
+    other = load_template("ticket-routing")
+    db.save_policy(other)
+    theirs = pools.import_stream(db, other, io.StringIO(jsonl({"state": "my parcel is late"})), "t.jsonl", into_set=None)
+    with pytest.raises(pools.PoolProblem, match=rf"pool #{theirs.pool_id} is a pool of policy 'ticket-routing', "
+                                                r"not 'refund-check'"):
+        pools.get_pool(db, theirs.pool_id, "refund-check")
+    with pytest.raises(pools.PoolProblem, match=r"pool #99: no such pool"):
+        pools.get_pool(db, 99, "refund-check")
+    log = [{"semif_decision": 1, "time": "2026-12-01T09:00:00+00:00", "request_id": "r1", "row_id": "x1",
+            "state": "where is my parcel", "option_ids": [o["id"] for o in other["options"]],
+            "probabilities": [0.25] * 4, "top_option": "billing", "policy": {"policy_id": "ticket-routing"},
+            "decision": {"option": "human-review", "gated": True, "reason": "confidence"}}]
+    run_id, _ = decision_import.import_records(db, log, other, source="t.log")
+    with pytest.raises(pools.PoolProblem, match=rf"run #{run_id} is a decision log of policy 'ticket-routing', not "
+                                                r"'refund-check'"):
+        pools.import_log(db, policy, run_id, into_set=set_id)
+    got = pools.import_log(db, other, run_id, into_set=None)
+    assert [r.state for r in pool_store.rows(db, got.pool_id)] == ["where is my parcel"]
+
+
+def test_a_label_outside_the_options_is_refused_naming_the_row_and_nothing_is_stored(setup):
+    db, policy, _ = setup
+    rows = [pools.Suggested(1, 4, "p4", "line-4", "state four", "yes", 0.1, 1),
+            pools.Suggested(2, 7, "p7", "line-7", "state seven", "no", 0.2, 1)]
+    from adapter.policy import CalibratedPolicy
+
+    cal = CalibratedPolicy.model_validate({"policy_id": "refund-check", "question": policy["question"],
+                                           "options": policy["options"], "readout": "letters", "prompt_version": "letters/1",
+                                           "model": {"file": "m.gguf", "sha256": "0" * 64}, "temperature": 1.0,
+                                           "fallback_option": "human-review", "created_at": "now"})
+    with pytest.raises(pools.PoolProblem, match=r"row 'p7': label 'maybe' is not an option \(yes, no\) - nothing stored"):
+        pools.label_rows(db, rows, {"p4": "yes", "p7": "maybe"}, who="ana", policy=cal)
+    with pytest.raises(pools.PoolProblem, match=r"row 'p9': not an open row"):
+        pools.label_rows(db, rows, {"p9": "yes"}, who="ana", policy=cal)
+    assert db.reviews("refund-check") == []
+    assert pools.label_rows(db, rows, {"p4": "yes", "line-7": "no"}, who="ana", policy=cal) == 2
+    got = db.reviews("refund-check", pending=True)
+    assert [(r["label"], r["who"], r["action"], r["row_key"]) for r in got] == [("yes", "ana", "label", "line-4"),
+                                                                                ("no", "ana", "label", "line-7")]
+
+
+def test_pool_rows_are_kept_in_chunks_in_one_transaction(setup):
+    db, policy, _ = setup
+    rows = (PoolRow(i + 1, f"r{i}", f"state {i}") for i in range(pool_store.CHUNK * 2 + 5))
+    pid = pool_store.add(db, name="n", policy_id="refund-check", source="gen", rows=rows, problems=[])
+    assert pool_store.get(db, pid).n_rows == pool_store.CHUNK * 2 + 5
+
+    def broken():
+        yield PoolRow(1, "a", "one")
+        raise ValueError("the reader failed half way")
+
+    with pytest.raises(ValueError, match="half way"):
+        pool_store.add(db, name="half", policy_id="refund-check", source="gen", rows=broken(), problems=[])
+    assert [p.id for p in pool_store.pools(db)] == [pid]  # no half pool
+
+
+def test_a_csv_that_breaks_half_way_keeps_the_rows_before_and_names_the_line(setup):
+    db, policy, set_id = setup
+    text = "state\nfirst row\nsecond row\n" + "x" * 2000 + "\nnever read\n"
+    limit = csv.field_size_limit(1000)  # a cell past csv's field size limit (the workbench sets 16 M characters)
+    try:
+        got = pools.import_stream(db, policy, io.StringIO(text), "p.csv", into_set=set_id)
+    finally:
+        csv.field_size_limit(limit)
+    assert [r.state for r in pool_store.rows(db, got.pool_id)] == ["first row", "second row"]
+    assert len(got.problems) == 1 and got.problems[0].startswith("line 4: not readable as CSV (")
+    assert got.problems[0].endswith("nothing from here on was read")

@@ -1,0 +1,164 @@
+"""From an unlabeled pool to a served gated policy (issue 44, "Done when"), small enough for CI: the shipped
+135M model, a 12-row seed set and a 16-state pool of the refund-check policy. On the command line: the pool
+imported, scored once and kept (the second suggestion scores nothing), labels added as a new set version,
+the next calibration copying every stored score (0 rows evaluated), the exported file served by the adapter
+deciding the pool's rows with its gate. On the Review page (AppTest, the real model in process): the pool
+scored with a saved calibrated policy, ranked, a row labeled and added to the set as a new version.
+The full 300-state walkthrough was run by hand (docs/review.md, "A pool of unlabeled states")."""
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+
+import httpx
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app.core import pool_store
+from app.core.store import Store
+from tests.conftest import ROOT, ServerProcess, calibrate_cli
+
+MAIN = str(ROOT / "app" / "main.py")
+N_SEED, N_POOL = 12, 16
+RANKED = re.compile(r"^\s*\d+\. line \d+ \[")
+
+
+def captions(at: AppTest) -> list[str]:
+    return [c.value.replace("\\", "") for c in at.caption]  # as read: without the markdown escapes
+
+
+def app(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory):
+    """A refund-check calibration on 12 labeled rows, and a pool file of the next 16 states (their labels
+    kept aside: the analyst's answers)."""
+    tmp = tmp_path_factory.mktemp("walk")
+    db, cal, _ = calibrate_cli(tmp, "refund-check", N_SEED, "--head", "none")
+    with sqlite3.connect(db) as src, sqlite3.connect(tmp / "page.db") as copy:
+        src.backup(copy)  # the page test's own copy, as the calibration left it
+    rows = [json.loads(l) for l in (ROOT / "data" / "labeled" / "refund-check.jsonl").read_text().splitlines() if l]
+    later = [r for r in rows if r.get("split") != "train"][N_SEED: N_SEED + N_POOL]
+    pool = tmp / "pool.jsonl"
+    pool.write_text("".join(json.dumps({"id": f"p{i}", "state": r["state"]}) + "\n" for i, r in enumerate(later)))
+    truth = {f"p{i}": r["label"] for i, r in enumerate(later)}
+    return tmp, db, cal, pool, truth
+
+
+def test_the_command_line_walkthrough_reuses_every_stored_score(seeded):
+    tmp, db, cal, pool, truth = seeded
+    got = app("pool", "import", "--db", str(db), "--policy", "refund-check", "--file", str(pool), "--labeled-set", "1")
+    assert got.returncode == 0, got.stderr
+    pid = int(got.stdout.split("pool #")[1].split(":")[0])
+    assert f"{N_POOL} unlabeled rows kept" in got.stdout
+
+    first = app("suggest", "--db", str(db), "--quiet", "--policy", str(cal), "--pool", str(pid), "--k", "4",
+                "--labeled-set", "1")
+    assert first.returncode == 0, first.stderr
+    assert f"{N_POOL} pool rows: 0 stored scores reused" in first.stderr and f"{N_POOL} scored now" in first.stderr
+    again = app("suggest", "--db", str(db), "--quiet", "--policy", str(cal), "--pool", f"#{pid}", "--k", "4",
+                "--labeled-set", "1")
+    assert again.returncode == 0, again.stderr
+    assert f"{N_POOL} stored scores reused, 0 copied from stored results of the same model and request, 0 scored now" \
+        in again.stderr
+    ranked = [l for l in again.stdout.splitlines() if RANKED.match(l)]
+    assert ranked == [l for l in first.stdout.splitlines() if RANKED.match(l)]
+    picked = [l.split("[")[1].split("]")[0] for l in ranked]
+    assert len(picked) == 4 and len(set(picked)) == 4, again.stdout
+
+    bad = tmp / "bad.jsonl"
+    bad.write_text(json.dumps({"id": picked[0], "label": truth[picked[0]]}) + "\n"
+                   + json.dumps({"id": picked[1], "label": "maybe"}) + "\n")
+    refused = app("pool", "label", "--db", str(db), "--policy", str(cal), "--pool", str(pid), "--labels", str(bad),
+                  "--labeled-set", "1", "--who", "ana")
+    assert refused.returncode == 2 and f"row '{picked[1]}': label 'maybe' is not an option" in refused.stderr
+    assert Store(db).reviews("refund-check") == []  # nothing stored from the refused file
+
+    labels = tmp / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"id": i, "label": truth[i]}) + "\n" for i in picked))
+    added = app("pool", "label", "--db", str(db), "--policy", str(cal), "--pool", str(pid), "--labels", str(labels),
+                "--labeled-set", "1", "--who", "ana")
+    assert added.returncode == 0, added.stderr
+    new_set = int(added.stdout.split("new set: ")[1])
+    store = Store(db)
+    assert len(store.labeled_rows(1)) == N_SEED + 8 and len(store.labeled_rows(new_set)) == N_SEED + 8 + 4
+    moved = {r["state"]: r["label"] for r in store.labeled_rows(new_set) if r["row_key"].startswith("review-")}
+    states = {json.loads(l)["id"]: json.loads(l)["state"] for l in pool.read_text().splitlines()}
+    assert moved == {states[i]: truth[i] for i in picked}
+
+    final = tmp / "final.json"
+    cal2 = app("calibrate", "--db", str(db), "--quiet", "--policy", "refund-check", "--labeled-set", str(new_set),
+               "--head", "none", "--gate", "0.6", "--out", str(final))
+    assert cal2.returncode == 0, cal2.stderr
+    assert f"scored {N_SEED + 4} rows (0 evaluated, {N_SEED + 4} copied from stored results" in cal2.stderr
+
+    after = app("suggest", "--db", str(db), "--quiet", "--policy", str(final), "--pool", str(pid), "--k", "4",
+                "--labeled-set", str(new_set))
+    assert after.returncode == 0, after.stderr
+    assert f"{N_POOL} copied from stored results of the same model and request, 0 scored now" in after.stderr
+    assert f"of {N_POOL - 4} open pool rows to label next (4 already labeled and moved to the set)" in after.stdout
+
+    for args, says in ((["suggest", "--policy", str(final), "--pool", "99"], "pool #99: no such pool"),
+                       (["pool", "import", "--policy", "ticket-routing", "--file", str(tmp / "nothing.jsonl")],
+                        "nothing.jsonl: cannot read it")):
+        out = app(*args, "--db", str(db))
+        assert out.returncode == 2 and says in out.stderr, out.stderr
+
+    srv = ServerProcess([sys.executable, "-m", "adapter", "serve", "--host", "127.0.0.1", "--port", "0"],
+                        env={"SM_SEMIF_POLICY": str(final)})
+    try:
+        rows = [{"id": i, "state": s, "policy_id": "refund-check"} for i, s in states.items()]
+        served = httpx.post(srv.url + "/invocations", json=rows, timeout=600).json()
+    finally:
+        srv.stop()
+    policy = json.loads(final.read_text())
+    assert policy["threshold"] == 0.6 and policy["gate_source"] == "hand-set"
+    for s in served:
+        d = s["decision"]
+        assert d["gated"] == (d["option_id"] == policy["fallback_option"])
+        assert (d["confidence"] >= 0.6) == (not d["gated"]) or d["reason"] != "confidence", d  # the gate, as set
+    assert len(served) == N_POOL
+
+
+def test_the_review_page_scores_ranks_and_labels_a_pool(seeded, monkeypatch):
+    tmp, db, cal, pool, truth = seeded
+    store = Store(tmp / "page.db")  # the calibration's database as it was before the command-line test
+    saved = json.loads(cal.read_text())
+    store.save_calibrated(saved)  # the calibrated policy saved for Deploy: it names its evaluation run
+    set_id = 1
+    from app.service import pool as pools
+
+    got = pools.import_file(store, store.get_policy("refund-check"), str(pool), into_set=set_id)
+    monkeypatch.setenv("SEMIF_DB", str(tmp / "page.db"))
+    at = AppTest.from_file(MAIN, default_timeout=600)
+    at.run()
+    at.switch_page("views/review.py").run()
+    at.checkbox(key="rv_pool_open").check().run()
+    assert not at.exception, at.exception
+    assert any("Not scored yet" in c for c in captions(at))
+    at.button(key="rv_pool_score").click().run()
+    assert not at.exception, at.exception
+    assert any(f"{N_POOL} pool rows: 0 stored scores reused" in c and f"{N_POOL} scored now" in c
+               for c in captions(at)), captions(at)
+    assert any(f"10 of {N_POOL} open pool rows to label next" in c for c in captions(at))
+    first = next(m.value for m in at.markdown if m.value.startswith("**1.** line "))
+    line = int(first.split("line ")[1].split(" ")[0])
+    row_id = first.split("`")[1]
+    at.button(key=f"rv_pool_label_{line}_0").click().run()  # option 0: yes
+    assert not at.exception, at.exception
+    (label,) = store.reviews("refund-check", pending=True)
+    assert (label["label"], label["action"], label["row_key"]) == ("yes", "label", f"line-{line}")
+    assert any(f"10 of {N_POOL - 1} open pool rows to label next (1 already labeled" in c for c in captions(at))
+    at.button(key="rv_append").click().run()
+    assert not at.exception, at.exception
+    newest = max(s["id"] for s in store.list_labeled_sets())
+    added = [r for r in store.labeled_rows(newest) if r["row_key"].startswith("review-")]
+    states = {json.loads(l)["id"]: json.loads(l)["state"] for l in pool.read_text().splitlines()}
+    assert [(r["state"], r["label"]) for r in added] == [(states[row_id], "yes")]
+    assert len(store.labeled_rows(set_id)) == N_SEED + 8  # the parent version is unchanged
+    assert got.pool_id == pool_store.pools(store)[0].id

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import time
 from typing import Any
@@ -33,10 +34,10 @@ import numpy as np
 from adapter.engine.engine import Engine, EngineConfig
 from adapter.engine.templates import load_template, request_for
 from adapter.schema import HEAD_LAYOUT, DecisionRequest, DecisionResult
+from app.core.head_sources import usd_per_1000_rows  # the Calibrate page's pricing of a row
+from bench.memory import calibrate
 from bench.models import test_rows
 from bench.report import publish
-from deploy.config import DEFAULT_CPU_INSTANCE
-from deploy.pricing import HOURLY_USD, usd_per_1000
 
 MODELS = ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2"]
 ZERO, STATE_HEAD, ONE = "state-first zero-shot", "state-first head", "head layout, one row at a time"
@@ -127,18 +128,20 @@ def measure(model: str, policy_name: str, rounds: int, batches: list[int]) -> di
 
 
 def calibrate_row(rows: int, sources: str, policy: str) -> dict[str, object]:
-    from bench.memory import calibrate  # a child process of its own: its peak RSS and wall time
-
-    out = calibrate(sources, rows, policy)
+    out = calibrate(sources, rows, policy)  # a child process of its own: its peak RSS and wall time
     out["rows_per_s"] = round(rows / float(out["seconds"]), 4)  # type: ignore[arg-type]
     return out
 
 
 def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches: list[int], threads: str) -> str:
-    price = HOURLY_USD[DEFAULT_CPU_INSTANCE]
+    def usd(rows_per_s: float) -> str:
+        got, _ = usd_per_1000_rows(1 / rows_per_s)
+        return "?" if got is None else f"${got:.3f}"
+
+    _, how = usd_per_1000_rows(1.0)
     modes = [ZERO, STATE_HEAD, ONE, *(batched(b) for b in batches)]
     lines = [f"Warm, in one process per model, the modes interleaved row by row (SM_SEMIF_THREADS={threads}); "
-             f"$ per 1,000 decisions on one fully busy {DEFAULT_CPU_INSTANCE} (${price:.2f}/h, deploy/pricing.py) "
+             f"$ per 1,000 decisions on one fully busy {how.split(' / ')[0]} (deploy/pricing.py) "
              "at this machine's rate - an instance with more threads decides faster, so these are upper bounds.",
              "", "| model | mode | s/row (median) | rows/s | $ / 1,000 | rows/s vs head layout one row at a time |", "|---|---|---|---|---|---|"]
     for res in results:
@@ -146,7 +149,7 @@ def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches:
         for m in modes:
             rps = res["rows_per_s"][m]
             lines.append(f"| {res['model']} | {m} | {res['s_per_row'][m]:.3f} | {rps:.2f} | "
-                         f"${usd_per_1000(price, rps):.3f} | {rps / base:.2f}x |")
+                         f"{usd(rps)} | {rps / base:.2f}x |")
     lines += ["", "Batched against one row at a time, the same rows (llama.cpp's CPU kernels accumulate differently "
               "by batch shape, so a batched row's last bits depend on its companions):", "",
               "| model | batch | rows bit-identical | max abs change of a probability | max change of the hidden state "
@@ -176,8 +179,6 @@ def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches:
 
 
 def main() -> None:
-    import os
-
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--policy", default="refund-check")

@@ -186,6 +186,10 @@ class ModelInfo:
     shipped: str | None
     release_date: str  # the catalog's for a shipped model, else the GGUF file's date
     hidden_dim: int = 0  # length of the hidden state a learned head reads (`hidden_state: true`)
+    # how the hidden state is read: "decode" (from the decision's own decode, since issue 45) or "re-decode" (a
+    # second one-token decode, before). The two differ in the last digits (up to 3.5% of the largest value on the
+    # 1.5B model), so a stored hidden state is reused only when it was read the same way (app/core/reuse.py)
+    hidden_read: str = "decode"
 
     def public(self) -> JSONObject:
         """The model as results and /info report it (JSON): every field but the local path."""
@@ -256,7 +260,7 @@ class LlamaSession:
             shipped=choice.shipped,
             release_date=(SHIPPED[choice.shipped].release_date if choice.shipped else
                           datetime.fromtimestamp(choice.path.stat().st_mtime, timezone.utc).date().isoformat()),
-            hidden_dim=self._n_embd,
+            hidden_dim=self._n_embd, hidden_read="decode" if self.hidden_tap else "re-decode",
         )
         self.lock = threading.RLock()  # public: callers may hold it across several score() calls
         self.prefixes = PrefixCache(self.info.sha256, f"{self.info.n_ctx}|{cfg.n_batch}|{cfg.n_gpu_layers}|fa{int(cfg.flash_attn)}|"

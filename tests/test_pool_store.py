@@ -169,3 +169,23 @@ def test_a_csv_that_breaks_half_way_keeps_the_rows_before_and_names_the_line(set
     assert [r.state for r in pool_store.rows(db, got.pool_id)] == ["first row", "second row"]
     assert len(got.problems) == 1 and got.problems[0].startswith("line 4: not readable as CSV (")
     assert got.problems[0].endswith("nothing from here on was read")
+
+
+def test_an_id_that_names_two_pool_rows_or_a_row_named_twice_is_refused_and_nothing_is_stored(setup):
+    db, policy, _ = setup
+    rows = [pools.Suggested(1, 4, "dup", "line-4", "state four", "yes", 0.1, 1),
+            pools.Suggested(2, 7, "dup", "line-7", "state seven", "no", 0.2, 1)]  # a file's own ids may repeat
+    from adapter.policy import CalibratedPolicy
+
+    cal = CalibratedPolicy.model_validate({"policy_id": "refund-check", "question": policy["question"],
+                                           "options": policy["options"], "readout": "letters", "prompt_version": "letters/1",
+                                           "model": {"file": "m.gguf", "sha256": "0" * 64}, "temperature": 1.0,
+                                           "fallback_option": "human-review", "created_at": "now"})
+    with pytest.raises(pools.PoolProblem, match=r"row 'dup': the id of 2 pool rows \(lines 4, 7\) - label them by "
+                                                r"line-N"):
+        pools.label_rows(db, rows, {"dup": "yes"}, who="ana", policy=cal)
+    with pytest.raises(pools.PoolProblem, match=r"line 4 is labeled twice \('line-4' and 'x4'\)"):
+        pools.label_rows(db, [pools.Suggested(1, 4, "x4", "line-4", "state four", "yes", 0.1, 1)],
+                         {"line-4": "yes", "x4": "no"}, who="ana", policy=cal)
+    assert db.reviews("refund-check") == []
+    assert pools.label_rows(db, rows, {"line-4": "yes", "line-7": "no"}, who="ana", policy=cal) == 2

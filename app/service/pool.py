@@ -335,13 +335,30 @@ def label(store: Store, row: Suggested, option_id: str, *, who: str, policy: Cal
 def label_rows(store: Store, ranked: Iterable[Suggested], labels: Mapping[str, str], *, who: str,
                policy: CalibratedPolicy) -> int:
     """Labels given as {row id or 'line-N': option} for rows of a ranking, all checked before any is stored
-    (one bad label: PoolProblem naming its row, nothing stored)."""
-    by = {r.id: r for r in ranked} | {r.row_key: r for r in ranked}
+    (one bad label: PoolProblem naming its row, nothing stored). A file's own id that names several rows, or
+    one row named twice (by its id and its line-N), is refused: which row is meant is not guessed."""
+    named: dict[str, list[Suggested]] = {}
+    for r in ranked:
+        for key in {r.id, r.row_key}:
+            named.setdefault(key, []).append(r)
     ids = [o.id for o in policy.options]
-    unknown = [k for k in labels if k not in by]
+    unknown = [k for k in labels if k not in named]
     if unknown:
         raise PoolProblem(f"row {unknown[0]!r}: not an open row of this pool's ranking - label the rows it suggests "
                           "(their id or line-N)")
+    for k in labels:
+        if len(named[k]) > 1:
+            lines = ", ".join(str(r.line) for r in named[k])
+            raise PoolProblem(f"row {k!r}: the id of {len(named[k])} pool rows (lines {lines}) - label them by "
+                              "line-N; nothing stored")
+    by = {k: named[k][0] for k in labels}
+    twice: dict[str, list[str]] = {}
+    for k, r in by.items():
+        twice.setdefault(r.row_key, []).append(k)
+    for keys in twice.values():
+        if len(keys) > 1:
+            raise PoolProblem(f"line {by[keys[0]].line} is labeled twice ({' and '.join(repr(k) for k in sorted(keys))}) "
+                              "- give each row one label; nothing stored")
     bad = [(k, v) for k, v in labels.items() if v not in ids]
     if bad:
         raise PoolProblem(f"row {bad[0][0]!r}: label {bad[0][1]!r} is not an option ({', '.join(ids)}) - nothing stored")

@@ -189,3 +189,30 @@ def test_an_id_that_names_two_pool_rows_or_a_row_named_twice_is_refused_and_noth
                          {"line-4": "yes", "x4": "no"}, who="ana", policy=cal)
     assert db.reviews("refund-check") == []
     assert pools.label_rows(db, rows, {"line-4": "yes", "line-7": "no"}, who="ana", policy=cal) == 2
+
+
+def test_stored_scores_of_one_calibrated_file_are_not_read_for_another_that_asks_otherwise(setup):
+    """Two calibrated files with no evaluation run in this workbench (like_run None both), on the same pool and
+    target: the second asks another question (the policy's next version), so the first's stored scores are not its
+    scores."""
+    from adapter.policy import CalibratedPolicy
+    from app.targets.base import Target
+
+    db, policy, _ = setup
+    got = pools.import_stream(db, policy, io.StringIO(jsonl({"state": "one"}, {"state": "two"})), "p.jsonl",
+                              into_set=None)
+    pool = pools.get_pool(db, got.pool_id, "refund-check")
+
+    def cal(question: str) -> pools.Candidate:
+        return pools.Candidate(CalibratedPolicy.model_validate(
+            {"policy_id": "refund-check", "question": question, "options": policy["options"],
+             "readout": "letters", "prompt_version": "letters/1",
+             "model": {"file": "m.gguf", "sha256": "0" * 64}, "temperature": 1.0,
+             "fallback_option": "human-review", "created_at": "now"}), None)
+
+    first, other = cal(policy["question"]), cal(policy["question"] + " Answer for the EU shop.")
+    assert first.policy.request_fields() != other.policy.request_fields()
+    local = Target("local", "local", {})
+    run_id = pool_store.start_scores(db, pool, like=None, policy=first.policy, target=local, note="n")
+    assert pools.stored_scores(db, pool, first, "local") == run_id
+    assert pools.stored_scores(db, pool, other, "local") is None

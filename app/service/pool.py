@@ -378,11 +378,15 @@ def decision_logs(store: Store, policy_id: str) -> list[tuple[int, str]]:
 
 
 def stored_scores(store: Store, pool: pool_store.StoredPool, cand: Candidate, target_name: str) -> int | None:
-    """The pool run already holding this candidate's scores (scored on the candidate's own target), or None."""
+    """The pool run already holding this candidate's scores (scored on the candidate's own target), or None. A
+    candidate with no evaluation run here matches only a run that sent the same request fields (another
+    calibrated file of the policy - another version, readout or layout - asks otherwise)."""
     like = cand.run["id"] if cand.run is not None else None
+    asked = pool_store.request_key(cand.policy) if like is None else None
     for run in store.list_runs(kind="pool"):
         cfg = run.get("config") or {}
-        if cfg.get("pool_id") == pool.id and cfg.get("like_run") == like and run["target_name"] == target_name:
+        if (cfg.get("pool_id") == pool.id and cfg.get("like_run") == like and run["target_name"] == target_name
+                and cfg.get("pool_request") == asked):
             return int(run["id"])
     return None
 

@@ -26,7 +26,7 @@ from adapter.policy import CalibratedPolicy
 from adapter.schema import DecisionRequest
 
 from app.core import pool as pool_rows
-from app.core import pool_store, review, runs
+from app.core import pool_store, review
 from app.core import suggest as ranking
 from app.core.pool_store import StoredPool as StoredPool  # the page's type of a pool
 from app.core.records import Run
@@ -157,10 +157,6 @@ class Candidate:
     policy: CalibratedPolicy
     run: Run | None
 
-    @property
-    def layout_head(self) -> bool:
-        return self.run is not None and runs.is_head_layout(self.run)
-
     def request(self, row: pool_rows.PoolRow, target: Target) -> DecisionRequest:
         """The request the candidate's evaluation sends for this state (runs.resume_evals' rule), so that its
         stored result is what the next calibration would have asked for."""
@@ -262,14 +258,11 @@ class Ranking:
     moved: int  # pool rows already labeled (in the set or pending)
     reused: int  # stored scores read for this ranking
     failed: list[str]
-    short: bool = False  # fewer than k: every other open row is a near-duplicate of one picked
-
 
     @property
     def text(self) -> str:
         return (f"{len(self.rows)} of {self.open} open pool rows to label next ({self.moved} already labeled and moved "
-                f"to the set); ranked from {self.reused} stored scores, no model call"
-                + ("; the other open rows are near-duplicates of these (label these first)" if self.short else ""))
+                f"to the set); ranked from {self.reused} stored scores, no model call")
 
 
 def label_counts(store: Store, option_ids: list[str], policy_id: str, set_id: int | None) -> list[int]:
@@ -317,10 +310,9 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
             # large direction, so every pair would read as a near-duplicate (cosine >= 0.98) and a batch stop short
             Xm = (Xm - Xm.mean(axis=0)) / np.maximum(Xm.std(axis=0), 1e-6)
         order = ranking.rank(Pm, k=k, X=Xm, counts=label_counts(store, ids, pool.policy_id, into_set))
-    short = not everything and len(order) < min(k, len(kept))
     rows = [Suggested(i + 1, kept[j].line, kept[j].id, _row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
                       float(m[j]), run_id) for i, j in enumerate(order)]
-    return Ranking(rows, len(kept), moved, len(kept), failed, short)
+    return Ranking(rows, len(kept), moved, len(kept), failed)
 
 
 def label(store: Store, row: Suggested, option_id: str, *, who: str, policy: CalibratedPolicy, note: str = "") -> int:

@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     out = sg.suggest(policy, found, target(db, args.target or "local"), k=args.k)
     for p in out.problems[len(found.problems):]:
         print(f"left out: {p}", file=sys.stderr)
-    print(f"label these {len(out.rows)} of {out.scored} rows next (least sure first; options short of labels first; "
-          "no near-duplicates):")
+    print(f"label these {len(out.rows)} of {out.scored} rows next (least sure first; a near-duplicate of a row above "
+          "only when too few other rows are left):")
     for s in out.rows:
         print(f"{s.rank:3d}. line {s.line} [{s.id}] margin {s.margin:.3f}, the policy says {s.proposed}: {s.state}")
     return 0

@@ -117,19 +117,16 @@ def import_upload(db: Store, policies: Policies, up_policy: str, upload: Uploade
         st.warning(f"{support['scored']} rows take {md(scoring_time(db, support['scored']))} to score. "
                    "The rows are scored in stratified order, so you can stop early "
                    "(Evaluate → Stop early) with a fair sample, and resume later.")
-    for message in support["messages"]:
-        st.warning(md(message))
+    # what the set can support (its warnings) is said once, under Evaluate, where the new set is selected
 
 
 def scoring_time(db: Store, rows: int) -> str:
     """'about 6 min for 3 sources (local: ~1.6 s a row, measured: ...; ...)': every chosen target x readout
-    and head-layout source at its measured pace (or the stated default), with a warning when they ask for
-    more local models than stay loaded."""
+    and head-layout source at its measured pace (or the stated default). Draws nothing: it is said in two
+    places (after a large import, and under Evaluate), its pool warning only under Evaluate (set_notes)."""
     chosen = st.session_state.get(keys.targets) or targets.names(db)[:1]
     sources = list(st.session_state.get(keys.head_sources) or [])
     readouts = len(st.session_state.get(keys.variants) or ["default"])
-    if note := set_service.pool_note(targets.local_models(db, [*chosen, *sources]), resources.engines().max_loaded):
-        st.info(md(note))
     plan = set_service.estimate(db, chosen, readouts, sources)
     return f"{plan.text(rows)} ({'; '.join(plan.parts)}), after the model loads and the policy's first passes"
 
@@ -203,6 +200,10 @@ def set_notes(db: Store, policy: Policy, sid: int, parent: int | None) -> tuple[
     support = set_service.support(db, sid, policy, limit=limit) if not problem else None
     if support:
         st.caption(panels.support_caption(sid, support, scoring_time(db, support["scored"]), md))
+        chosen = st.session_state.get(keys.targets) or targets.names(db)[:1]
+        sources = list(st.session_state.get(keys.head_sources) or [])
+        if note := set_service.pool_note(targets.local_models(db, [*chosen, *sources]), resources.engines().max_loaded):
+            st.info(md(note))
         st.caption(md(support["head_note"].capitalize() + "."))
         for message in support["messages"]:
             st.warning(md(message))

@@ -216,3 +216,39 @@ def test_stored_scores_of_one_calibrated_file_are_not_read_for_another_that_asks
     run_id = pool_store.start_scores(db, pool, like=None, policy=first.policy, target=local, note="n")
     assert pools.stored_scores(db, pool, first, "local") == run_id
     assert pools.stored_scores(db, pool, other, "local") is None
+
+
+def test_a_labeled_set_of_another_policy_is_refused_by_pool_import_and_suggest_before_anything_is_stored(setup, tmp_path,
+                                                                                                         capsys):
+    """--labeled-set leaves the set's states out of the pool and counts its labels for the cold start: a set of
+    another policy (or none at all) is exit 2 naming the flag, before a pool is kept or a row scored."""
+    from adapter.policy import CalibratedPolicy
+    from app.__main__ import main
+
+    db, policy, set_id = setup
+    other = load_template("ticket-routing")
+    db.save_policy(other)
+    theirs = import_file(db, "t-4.jsonl", subset_file(tmp_path, "ticket-routing", 4, n_train=0).read_bytes(), other)
+    pool_file = tmp_path / "pool.jsonl"
+    pool_file.write_text(jsonl({"state": "my refund never came"}, {"state": "wrong colour"}))
+    wb = str(tmp_path / "wb.db")
+    for bad in (theirs, 999):
+        assert main(["pool", "import", "--policy", "refund-check", "--file", str(pool_file), "--labeled-set", str(bad),
+                     "--db", wb]) == 2
+        assert f"--labeled-set {bad}: not a labeled set of 'refund-check'" in capsys.readouterr().err
+    assert pool_store.pools(db) == []  # nothing kept
+    assert main(["pool", "import", "--policy", "refund-check", "--file", str(pool_file), "--labeled-set", str(set_id),
+                 "--db", wb]) == 0
+    pid = pool_store.pools(db)[0].id
+    cal = CalibratedPolicy.model_validate({"policy_id": "refund-check", "question": policy["question"],
+                                           "options": policy["options"], "readout": "letters", "prompt_version": "letters/1",
+                                           "model": {"file": "m.gguf", "sha256": "0" * 64}, "temperature": 1.0,
+                                           "fallback_option": "human-review", "created_at": "now"})
+    cal_file = tmp_path / "cal.json"
+    cal_file.write_text(cal.model_dump_json())
+    for pool_arg in (str(pid), str(pool_file)):  # a stored pool, a pool file: refused before any row is scored
+        capsys.readouterr()
+        assert main(["suggest", "--policy", str(cal_file), "--pool", pool_arg, "--labeled-set", str(theirs),
+                     "--db", wb]) == 2
+        assert f"--labeled-set {theirs}: not a labeled set of 'refund-check'" in capsys.readouterr().err
+    assert [r["kind"] for r in db.list_runs()] == []  # no pool run started

@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
         return run_stored(args, db, int(stored.group(1)))
     try:
         policy, found = sg.read(args.policy, args.pool, db, args.labeled_set)
+        pools.check_set(db, args.labeled_set, policy.policy_id)
     except ValueError as exc:
         error(exc)
         return EXIT_USAGE
@@ -48,6 +49,7 @@ def run_stored(args: argparse.Namespace, db: Store, pool_id: int) -> int:
     try:
         policy = sg.load(args.policy)
         pool = pools.get_pool(db, pool_id, policy.policy_id)
+        pools.check_set(db, args.labeled_set, policy.policy_id)
     except ValueError as exc:
         error(exc)
         return EXIT_USAGE

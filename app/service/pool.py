@@ -138,6 +138,17 @@ def import_log(store: Store, policy: Mapping[str, Any], run_id: int, *, into_set
     return Imported(pid, len(kept), problems, "")
 
 
+def check_set(store: Store, set_id: int | None, policy_id: str) -> None:
+    """PoolProblem naming --labeled-set when `set_id` is not a labeled set of `policy_id` (its states would be left
+    out of the pool and its labels counted for the cold start); None: no set given, nothing to check."""
+    if set_id is None:
+        return
+    base = store.get_labeled_set(set_id)
+    if base is None or base["policy_id"] not in (None, policy_id):
+        raise PoolProblem(f"--labeled-set {set_id}: not a labeled set of {policy_id!r} - give one of its sets (the "
+                          "Calibrate page lists them)")
+
+
 def get_pool(store: Store, pool_id: int, policy_id: str) -> pool_store.StoredPool:
     found = pool_store.get(store, pool_id)
     if found is None:

@@ -252,3 +252,25 @@ def test_a_labeled_set_of_another_policy_is_refused_by_pool_import_and_suggest_b
                      "--db", wb]) == 2
         assert f"--labeled-set {theirs}: not a labeled set of 'refund-check'" in capsys.readouterr().err
     assert [r["kind"] for r in db.list_runs()] == []  # no pool run started
+
+
+def test_rows_not_scored_yet_are_still_counted_as_open(setup):
+    """A ranking's 'N of M open pool rows' counts every row not labeled yet, scored or not (the unscored ones are
+    named in `failed`); it said 0 open when no row was scored."""
+    from adapter.policy import CalibratedPolicy
+    from app.targets.base import Target
+
+    db, policy, set_id = setup
+    got = pools.import_stream(db, policy, io.StringIO(jsonl({"state": "one"}, {"state": "two"})), "p.jsonl",
+                              into_set=set_id)
+    pool = pools.get_pool(db, got.pool_id, "refund-check")
+    cal = CalibratedPolicy.model_validate({"policy_id": "refund-check", "question": policy["question"],
+                                           "options": policy["options"], "readout": "letters", "prompt_version": "letters/1",
+                                           "model": {"file": "m.gguf", "sha256": "0" * 64}, "temperature": 1.0,
+                                           "fallback_option": "human-review", "created_at": "now"})
+    cand = pools.Candidate(cal, None)
+    run_id = pool_store.start_scores(db, pool, like=None, policy=cal, target=Target("local", "local", {}), note="n")
+    ranked = pools.rank_pool(db, pool, cand, run_id, k=5, into_set=set_id)
+    assert (ranked.rows, ranked.open, ranked.moved, ranked.reused) == ([], 2, 0, 0)
+    assert ranked.failed == ["line 1: not scored (score the pool first)", "line 2: not scored (score the pool first)"]
+    assert ranked.text.startswith("0 of 2 open pool rows")

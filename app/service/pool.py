@@ -265,7 +265,7 @@ class Suggested:
 @dataclass(frozen=True)
 class Ranking:
     rows: list[Suggested]
-    open: int  # pool rows not labeled yet
+    open: int  # pool rows not labeled yet (scored or not)
     moved: int  # pool rows already labeled (in the set or pending)
     reused: int  # stored scores read for this ranking
     failed: list[str]
@@ -290,11 +290,12 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
     `everything`: every open scored row, unranked, in file order (what a label file may name)."""
     known = known_states(store, pool.policy_id, into_set)
     stored = {r["row_key"]: r for r in store.results(run_id) if not r["error"] and r.get("probabilities")}
-    P, X, kept, failed, moved = [], [], [], [], 0
+    P, X, kept, failed, moved, open_rows = [], [], [], [], 0, 0
     for row in pool_store.iter_rows(store, pool.id):
         if review.state_key(row.state) in known:
             moved += 1
             continue
+        open_rows += 1  # not labeled yet, scored or not (a row not scored or not readable is named in `failed`)
         res = stored.get(_row_key(row))
         if res is None:
             failed.append(f"line {row.line}: not scored (score the pool first)")
@@ -310,7 +311,7 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
         kept.append(row)
     ids = [o.id for o in cand.policy.options]
     if not kept:
-        return Ranking([], 0, moved, 0, failed)
+        return Ranking([], open_rows, moved, 0, failed)
     Pm = np.array(P)
     m = ranking.margins(Pm)
     if everything:
@@ -323,7 +324,7 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
         order = ranking.rank(Pm, k=k, X=Xm, counts=label_counts(store, ids, pool.policy_id, into_set))
     rows = [Suggested(i + 1, kept[j].line, kept[j].id, _row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
                       float(m[j]), run_id) for i, j in enumerate(order)]
-    return Ranking(rows, len(kept), moved, len(kept), failed)
+    return Ranking(rows, open_rows, moved, len(kept), failed)
 
 
 def label(store: Store, row: Suggested, option_id: str, *, who: str, policy: CalibratedPolicy, note: str = "") -> int:

@@ -317,10 +317,7 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
     if everything:
         order = list(range(len(kept)))
     else:
-        Xm = np.array(X) if all(x is not None for x in X) else None
-        if Xm is not None:  # standardised, as bench.labels' states are (before its PCA): raw hidden states share one
-            # large direction, so every pair would read as a near-duplicate (cosine >= 0.98) and a batch stop short
-            Xm = (Xm - Xm.mean(axis=0)) / np.maximum(Xm.std(axis=0), 1e-6)
+        Xm = np.array(X) if all(x is not None for x in X) else None  # rank() centres / reduces them itself
         order = ranking.rank(Pm, k=k, X=Xm, counts=label_counts(store, ids, pool.policy_id, into_set))
     rows = [Suggested(i + 1, kept[j].line, kept[j].id, _row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
                       float(m[j]), run_id) for i, j in enumerate(order)]

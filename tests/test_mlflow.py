@@ -77,7 +77,7 @@ def world(tmp_path_factory):
     for gate in (None, "0.5"):  # the first a real command line; the second in process (it copies stored results)
         out = tmp / f"policy-{gate or 'recommended'}.json"
         args = ("calibrate", "--policy", "refund-check", "--labeled-set", str(tmp / "refund-small.jsonl"), "--head",
-                "none", "--quiet", "--out", str(out), *(["--gate", gate] if gate else []))
+                "none", "--quiet", "--out", str(out), *(["--gate", gate, "--learning-curve"] if gate else []))
         got = run_app(env, *args) if gate else subprocess.run(
             [sys.executable, "-m", "app", *args], cwd=env["CWD"], env=env, capture_output=True, text=True, timeout=900)
         assert got.returncode == 0, got.stderr[-3000:]
@@ -138,6 +138,11 @@ def test_a_command_line_calibration_is_an_mlflow_run_read_back_with_the_client(w
     assert len(rows) == 12 and {json.loads(r)["row_key"] for r in rows} == {
         r["id"] for r in map(json.loads, (world["tmp"] / "refund-small.jsonl").read_text().splitlines())}
     assert not (Path(world["env"]["CWD"]) / "mlflow.db").exists()  # nothing written where the command ran
+    # the second command (--learning-curve): the policy logged is the file written, its learning curve included
+    second = json.loads(world["policies"][1].read_text())
+    assert "label_curve" in second["metrics"]
+    logged = Path(c.download_artifacts(calibrations[0].info.run_id, "policy/policy.json", str(mkdir(world["tmp"] / "second"))))
+    assert json.loads(logged.read_text()) == second
 
 
 def test_the_pages_save_and_register_log_and_register_through_the_service(world, settings_env):
@@ -396,3 +401,8 @@ def test_the_candidate_as_a_sagemaker_shadow_variant_is_a_validated_dry_run_plan
         inside = json.loads(tar.extractfile("policy.json").read())  # type: ignore[union-attr]
     assert inside == registry.resolve("models:/semif-refund-check@candidate", store=settings_env).policy.model_dump(
         mode="json")
+
+
+def mkdir(path: Path) -> Path:
+    path.mkdir(exist_ok=True)
+    return path

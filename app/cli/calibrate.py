@@ -95,8 +95,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"ECE (10 equal-width bins) {rep.ece_width:.3f} -> {rep.oof_ece_width:.3f} after {after} "
           f"(out of fold); equal-mass {rep.ece_mass:.3f} -> {rep.oof_ece_mass:.3f}")
     exported = ev.export(db, cal, fallback=args.fallback, hand_gate=args.gate, guard=args.guard)
-    if (logged := tracked.calibration(db, exported.to_json())) is not None:  # SEMIF_MLFLOW_TRACKING_URI set
-        print(f"MLflow: {tracked.sent_text(logged)}", file=sys.stderr)
     guard = exported.policy.guard
     print(f"steering guard: {guard}" + (" - turned off (--guard none); what that costs:" if guard == "none" else
                                        " (--guard none turns it off); what it holds and costs:"))
@@ -127,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
                   "run the command again with another --out to export it without scoring again")
             return EXIT_USAGE
         print(f"wrote {args.out}", file=sys.stderr)
+    # logged last: the policy as written (with the learning curve), and nothing logged when the file could not be
+    if (logged := tracked.calibration(db, exported.to_json())) is not None:  # SEMIF_MLFLOW_TRACKING_URI set
+        print(f"MLflow: {tracked.sent_text(logged)}", file=sys.stderr)
     return EXIT_UNREACHABLE if (args.strict and exported.gate.source == "unreachable") else 0
 
 

@@ -54,6 +54,16 @@ def resolve(db: Store, ask: Ask) -> Inputs:
     return given
 
 
+def left_out(problems: list[str], capped: str = "", shown: int = 20) -> None:
+    """A file's rows left out (the first `shown`, then how many more) and its cap, on stderr."""
+    for p in problems[:shown]:
+        print(f"left out: {p}", file=sys.stderr)
+    if len(problems) > shown:
+        print(f"left out: {len(problems) - shown} more rows", file=sys.stderr)
+    if capped:
+        print(f"capped: {capped}", file=sys.stderr)
+
+
 def add_mapping(p: Any, flag: str) -> None:
     """The importer's mapping flags of a file argument (`flag`), as on the Calibrate page's import."""
     for what in ("state", "label", "id"):

@@ -12,9 +12,8 @@ import argparse
 import csv
 import getpass
 import json
-import sys
 
-from app.cli.common import EXIT_USAGE, UsageProblem, add_db, error, resolve, store
+from app.cli.common import EXIT_USAGE, UsageProblem, add_db, error, left_out, resolve, store
 from app.core.store import Store
 from app.service import pool as pools
 from app.service import review
@@ -32,12 +31,7 @@ def run_import(args: argparse.Namespace) -> int:
     except pools.PoolProblem as exc:
         error(exc)
         return EXIT_USAGE
-    for p in got.problems[:20]:
-        print(f"left out: {p}", file=sys.stderr)
-    if len(got.problems) > 20:
-        print(f"left out: {len(got.problems) - 20} more rows", file=sys.stderr)
-    if got.capped:
-        print(f"capped: {got.capped}", file=sys.stderr)
+    left_out(got.problems, got.capped)
     print(got.text)
     return 0
 

@@ -7,7 +7,7 @@ import argparse
 import re
 import sys
 
-from app.cli.common import EXIT_USAGE, add_db, bar, count, error, store, target
+from app.cli.common import EXIT_USAGE, add_db, bar, count, error, left_out, store, target
 from app.core.store import Store
 from app.service import pool as pools
 from app.service import suggest as sg
@@ -26,12 +26,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         error(exc)
         return EXIT_USAGE
-    for p in found.problems[:20]:
-        print(f"left out: {p}", file=sys.stderr)
-    if len(found.problems) > 20:
-        print(f"left out: {len(found.problems) - 20} more rows", file=sys.stderr)
-    if found.capped:
-        print(f"capped: {found.capped}", file=sys.stderr)
+    left_out(found.problems, found.capped)
     print(f"scoring {len(found.rows)} pool rows with {policy.model.file} ({policy.layout}, "
           f"{policy.correction_name})", file=sys.stderr)
     out = sg.suggest(policy, found, target(db, args.target or "local"), k=args.k)

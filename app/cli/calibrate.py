@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
                   "run the command again with another --out to export it without scoring again")
             return EXIT_USAGE
         print(f"wrote {args.out}", file=sys.stderr)
-    # logged last: the policy as written (with the learning curve), and nothing logged when the file could not be
+    # logged last: the policy as written (learning curve included); nothing is logged when --out could not be written
     if (logged := tracked.calibration(db, exported.to_json())) is not None:  # SEMIF_MLFLOW_TRACKING_URI set
         print(f"MLflow: {tracked.sent_text(logged)}", file=sys.stderr)
     return EXIT_UNREACHABLE if (args.strict and exported.gate.source == "unreachable") else 0

@@ -274,3 +274,27 @@ def test_rows_not_scored_yet_are_still_counted_as_open(setup):
     assert (ranked.rows, ranked.open, ranked.moved, ranked.reused) == ([], 2, 0, 0)
     assert ranked.failed == ["line 1: not scored (score the pool first)", "line 2: not scored (score the pool first)"]
     assert ranked.text.startswith("0 of 2 open pool rows")
+
+
+def test_a_target_that_runs_another_model_than_the_calibrated_file_is_refused_and_nothing_is_scored(setup):
+    """A calibrated file made on one model, scored on a target that says it runs another: refused naming both,
+    no pool run kept (before, the local target's loaded model read the rows and the ranking came from it)."""
+    from adapter.policy import CalibratedPolicy
+    from app.targets.base import Numerics, Target
+
+    class OtherModel(Target):
+        def numerics(self) -> Numerics | None:
+            return {"sha256": "1" * 64, "llama_cpp_version": None, "n_gpu_layers": None, "flash_attn": None,
+                    "default_readout": None, "default_debias": None, "hidden_read": None}
+
+    db, policy, _ = setup
+    got = pools.import_stream(db, policy, io.StringIO(jsonl({"state": "one"}, {"state": "two"})), "p.jsonl",
+                              into_set=None)
+    pool = pools.get_pool(db, got.pool_id, "refund-check")
+    cand = pools.Candidate(CalibratedPolicy.model_validate(
+        {"policy_id": "refund-check", "question": policy["question"], "options": policy["options"],
+         "readout": "letters", "prompt_version": "letters/1", "model": {"file": "m.gguf", "sha256": "0" * 64},
+         "temperature": 1.0, "fallback_option": "human-review", "created_at": "now"}), None)
+    with pytest.raises(pools.PoolProblem, match=r"runs another model \(111111111111…\) than .*m\.gguf, 000000000000…"):
+        pools.score(db, pool, cand, OtherModel("local", "local", {}))
+    assert db.list_runs(kind="pool") == []

@@ -54,6 +54,9 @@ def run_stored(args: argparse.Namespace, db: Store, pool_id: int) -> int:
     b = bar(pool.n_rows, args.quiet)
     try:
         scored = pools.score(db, pool, cand, t, b.progress)
+    except pools.PoolProblem as exc:
+        error(exc)
+        return EXIT_USAGE
     finally:
         b.close()
     print(scored.text, file=sys.stderr)

@@ -226,7 +226,13 @@ class Scored:
 def score(store: Store, pool: pool_store.StoredPool, cand: Candidate, target: Target,
           progress: ProgressFn | None = None) -> Scored:
     """Every row of the pool scored once by the candidate on `target` and kept (a run of kind 'pool'); a row
-    already stored is not scored again."""
+    already stored is not scored again. A target that says it runs another model than the candidate's is refused
+    (a head read on another model's hidden states ranks from noise)."""
+    runs_now = target.numerics()
+    if runs_now is not None and runs_now["sha256"] != cand.policy.model.sha256:
+        raise PoolProblem(f"target {target.name!r} runs another model ({runs_now['sha256'][:12]}…) than the calibrated "
+                          f"policy was made on ({cand.policy.model.file}, {cand.policy.model.sha256[:12]}…): its "
+                          "scores would not be this candidate's - pick a target that runs that model; nothing scored")
     rows = pool_store.rows(store, pool.id)
     run_id = stored_scores(store, pool, cand, target.name)
     if run_id is None:

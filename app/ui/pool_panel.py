@@ -94,7 +94,12 @@ def score(db: Store, pool: pools.StoredPool, cand: pools.Candidate, where: str) 
     def progress(done: int, total: int, eta: float | None) -> None:
         bar.progress(done / max(total, 1), text=f"{done}/{total} rows")
 
-    got = pools.score(db, pool, cand, targets[0], progress)
+    try:
+        got = pools.score(db, pool, cand, targets[0], progress)
+    except pools.PoolProblem as exc:
+        bar.empty()
+        st.error(str(exc))
+        return None
     st.session_state[KEYS.pool_scored] = got.text
     return got.run_id
 

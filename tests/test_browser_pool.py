@@ -48,7 +48,8 @@ def test_pool_to_deploy_plan_on_the_page(browser, tmp_path):  # noqa: F811
         expect(page.get_by_text(re.compile(rf"line {N_POOL + 3}: this state is already in the labeled set")).first).to_be_visible()
         page.get_by_role("button", name="Score the pool").click()
         settle(page, timeout=300_000)
-        expect(page.get_by_text(f"{N_POOL} pool rows: 0 stored scores reused")).to_be_visible()
+        # the scoring runs in the page's own run: wait for its caption, not for one settle (a rerun can end in between)
+        expect(page.get_by_text(f"{N_POOL} pool rows: 0 stored scores reused")).to_be_visible(timeout=300_000)
         expect(page.get_by_text(re.compile(rf"^10 of {N_POOL} open pool rows to label next"))).to_be_visible()
         truth = {r["state"]: r["label"] for r in later}
         for n in range(2):  # the first ranked row each time, labeled with its true label

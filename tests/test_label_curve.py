@@ -78,3 +78,25 @@ def test_the_command_line_the_page_and_the_file_say_what_more_labels_buy(tmp_pat
     assert any(md(page_curve["note"]) in c.value for c in at.caption)  # the caption is the escaped sentence
     (more,) = [d.value for d in at.dataframe if "more labeled rows" in d.value.columns]
     assert list(more["more labeled rows"]) == [m["rows"] for m in page_curve["more"]]
+
+
+def test_a_curve_point_says_how_many_rows_it_was_refitted_on(monkeypatch):
+    """subset keeps at least 2 rows of each label: with many rare labels "50%" is more than half the rows, and the
+    point (its caption, and the a - b/sqrt(rows) fit) must carry the rows actually used, not round(share * n)."""
+    from types import SimpleNamespace
+
+    y = np.array([0] * 20 + [c for c in range(1, 11) for _ in range(2)])  # 40 rows: one label of 20, ten of 2
+    used: dict[float, list[int]] = {}
+
+    def fake_oof(cal, idx, seed=0):
+        used.setdefault(len(idx) / len(y), []).append(len(idx))
+        return 0.8
+
+    monkeypatch.setattr(lc, "oof_accuracy", fake_oof)
+    oof = np.eye(11)[y] * 0.9 + 0.01
+    cal = SimpleNamespace(y=y, chosen_name="temperature", target_accuracy=0.9, oof=oof,
+                          gate=SimpleNamespace(reachable=True, coverage=1.0, reach=None))
+    curve = lc.label_curve(cal, repeats=2)
+    assert [p.rows for p in curve.points] == [30, 35, 40]  # 10 + 2*10, 15 + 2*10, all
+    assert sorted(len(v) for v in used.values()) == [1, 2, 2]
+    assert "80.0% on 30 rows" in curve.sentence

@@ -169,3 +169,108 @@ def test_a_csv_that_breaks_half_way_keeps_the_rows_before_and_names_the_line(set
     assert [r.state for r in pool_store.rows(db, got.pool_id)] == ["first row", "second row"]
     assert len(got.problems) == 1 and got.problems[0].startswith("line 4: not readable as CSV (")
     assert got.problems[0].endswith("nothing from here on was read")
+
+
+def test_an_id_that_names_two_pool_rows_or_a_row_named_twice_is_refused_and_nothing_is_stored(setup):
+    db, policy, _ = setup
+    rows = [pools.Suggested(1, 4, "dup", "line-4", "state four", "yes", 0.1, 1),
+            pools.Suggested(2, 7, "dup", "line-7", "state seven", "no", 0.2, 1)]  # a file's own ids may repeat
+    from adapter.policy import CalibratedPolicy
+
+    cal = CalibratedPolicy.model_validate({"policy_id": "refund-check", "question": policy["question"],
+                                           "options": policy["options"], "readout": "letters", "prompt_version": "letters/1",
+                                           "model": {"file": "m.gguf", "sha256": "0" * 64}, "temperature": 1.0,
+                                           "fallback_option": "human-review", "created_at": "now"})
+    with pytest.raises(pools.PoolProblem, match=r"row 'dup': the id of 2 pool rows \(lines 4, 7\) - label them by "
+                                                r"line-N"):
+        pools.label_rows(db, rows, {"dup": "yes"}, who="ana", policy=cal)
+    with pytest.raises(pools.PoolProblem, match=r"line 4 is labeled twice \('line-4' and 'x4'\)"):
+        pools.label_rows(db, [pools.Suggested(1, 4, "x4", "line-4", "state four", "yes", 0.1, 1)],
+                         {"line-4": "yes", "x4": "no"}, who="ana", policy=cal)
+    assert db.reviews("refund-check") == []
+    assert pools.label_rows(db, rows, {"line-4": "yes", "line-7": "no"}, who="ana", policy=cal) == 2
+
+
+def test_stored_scores_of_one_calibrated_file_are_not_read_for_another_that_asks_otherwise(setup):
+    """Two calibrated files with no evaluation run in this workbench (like_run None both), on the same pool and
+    target: the second asks another question (the policy's next version), so the first's stored scores are not its
+    scores."""
+    from adapter.policy import CalibratedPolicy
+    from app.targets.base import Target
+
+    db, policy, _ = setup
+    got = pools.import_stream(db, policy, io.StringIO(jsonl({"state": "one"}, {"state": "two"})), "p.jsonl",
+                              into_set=None)
+    pool = pools.get_pool(db, got.pool_id, "refund-check")
+
+    def cal(question: str) -> pools.Candidate:
+        return pools.Candidate(CalibratedPolicy.model_validate(
+            {"policy_id": "refund-check", "question": question, "options": policy["options"],
+             "readout": "letters", "prompt_version": "letters/1",
+             "model": {"file": "m.gguf", "sha256": "0" * 64}, "temperature": 1.0,
+             "fallback_option": "human-review", "created_at": "now"}), None)
+
+    first, other = cal(policy["question"]), cal(policy["question"] + " Answer for the EU shop.")
+    assert first.policy.request_fields() != other.policy.request_fields()
+    local = Target("local", "local", {})
+    run_id = pool_store.start_scores(db, pool, like=None, policy=first.policy, target=local, note="n")
+    assert pools.stored_scores(db, pool, first, "local") == run_id
+    assert pools.stored_scores(db, pool, other, "local") is None
+
+
+def test_a_labeled_set_of_another_policy_is_refused_by_pool_import_and_suggest_before_anything_is_stored(setup, tmp_path,
+                                                                                                         capsys):
+    """--labeled-set leaves the set's states out of the pool and counts its labels for the cold start: a set of
+    another policy (or none at all) is exit 2 naming the flag, before a pool is kept or a row scored."""
+    from adapter.policy import CalibratedPolicy
+    from app.__main__ import main
+
+    db, policy, set_id = setup
+    other = load_template("ticket-routing")
+    db.save_policy(other)
+    theirs = import_file(db, "t-4.jsonl", subset_file(tmp_path, "ticket-routing", 4, n_train=0).read_bytes(), other)
+    pool_file = tmp_path / "pool.jsonl"
+    pool_file.write_text(jsonl({"state": "my refund never came"}, {"state": "wrong colour"}))
+    wb = str(tmp_path / "wb.db")
+    for bad in (theirs, 999):
+        assert main(["pool", "import", "--policy", "refund-check", "--file", str(pool_file), "--labeled-set", str(bad),
+                     "--db", wb]) == 2
+        assert f"--labeled-set {bad}: not a labeled set of 'refund-check'" in capsys.readouterr().err
+    assert pool_store.pools(db) == []  # nothing kept
+    assert main(["pool", "import", "--policy", "refund-check", "--file", str(pool_file), "--labeled-set", str(set_id),
+                 "--db", wb]) == 0
+    pid = pool_store.pools(db)[0].id
+    cal = CalibratedPolicy.model_validate({"policy_id": "refund-check", "question": policy["question"],
+                                           "options": policy["options"], "readout": "letters", "prompt_version": "letters/1",
+                                           "model": {"file": "m.gguf", "sha256": "0" * 64}, "temperature": 1.0,
+                                           "fallback_option": "human-review", "created_at": "now"})
+    cal_file = tmp_path / "cal.json"
+    cal_file.write_text(cal.model_dump_json())
+    for pool_arg in (str(pid), str(pool_file)):  # a stored pool, a pool file: refused before any row is scored
+        capsys.readouterr()
+        assert main(["suggest", "--policy", str(cal_file), "--pool", pool_arg, "--labeled-set", str(theirs),
+                     "--db", wb]) == 2
+        assert f"--labeled-set {theirs}: not a labeled set of 'refund-check'" in capsys.readouterr().err
+    assert [r["kind"] for r in db.list_runs()] == []  # no pool run started
+
+
+def test_rows_not_scored_yet_are_still_counted_as_open(setup):
+    """A ranking's 'N of M open pool rows' counts every row not labeled yet, scored or not (the unscored ones are
+    named in `failed`); it said 0 open when no row was scored."""
+    from adapter.policy import CalibratedPolicy
+    from app.targets.base import Target
+
+    db, policy, set_id = setup
+    got = pools.import_stream(db, policy, io.StringIO(jsonl({"state": "one"}, {"state": "two"})), "p.jsonl",
+                              into_set=set_id)
+    pool = pools.get_pool(db, got.pool_id, "refund-check")
+    cal = CalibratedPolicy.model_validate({"policy_id": "refund-check", "question": policy["question"],
+                                           "options": policy["options"], "readout": "letters", "prompt_version": "letters/1",
+                                           "model": {"file": "m.gguf", "sha256": "0" * 64}, "temperature": 1.0,
+                                           "fallback_option": "human-review", "created_at": "now"})
+    cand = pools.Candidate(cal, None)
+    run_id = pool_store.start_scores(db, pool, like=None, policy=cal, target=Target("local", "local", {}), note="n")
+    ranked = pools.rank_pool(db, pool, cand, run_id, k=5, into_set=set_id)
+    assert (ranked.rows, ranked.open, ranked.moved, ranked.reused) == ([], 2, 0, 0)
+    assert ranked.failed == ["line 1: not scored (score the pool first)", "line 2: not scored (score the pool first)"]
+    assert ranked.text.startswith("0 of 2 open pool rows")

@@ -61,6 +61,22 @@ def test_the_key_follows_the_model_and_what_is_read_not_the_row_id(engine):
     assert reuse.reuse_key({"file": "x.gguf"}, plain) is None  # a model not known by its hash: never reused
 
 
+def test_a_stored_hidden_state_is_reused_only_when_it_was_read_the_same_way(engine):
+    """Issue 45 reads the hidden state from the decision's own decode; before, a second decode read it, and the
+    two differ in the last digits - so a result stored before (its model says no hidden_read) is scored again
+    when the call returns a hidden state, and reused as before when it does not."""
+    policy = load_template("ticket-routing")
+    model = engine.info.public()
+    assert model["hidden_read"] == "decode"
+    before = {k: v for k, v in model.items() if k != "hidden_read"}  # a response stored before the field existed
+    plain = request_for(policy, "I was charged twice", "a")
+    hidden = plain.model_copy(update={"hidden_state": True})
+    assert reuse.reuse_key(model, plain) == reuse.reuse_key(before, plain)
+    assert reuse.reuse_key(model, hidden) != reuse.reuse_key(before, hidden)
+    assert reuse.reuse_key(model, hidden) != reuse.reuse_key({**model, "hidden_read": "re-decode"}, hidden)
+    assert reuse.reuse_key(model, hidden) == reuse.reuse_key(dict(model), hidden)
+
+
 def test_runs_that_measure_latency_call_the_target_every_time(tmp_path, engine):
     db = Store(tmp_path / "wb.db")
     policy = load_template("ticket-routing")

@@ -329,9 +329,18 @@ class Engine(LlamaSession):
             runs = [by_prompt[i] for i in range(len(prompts))]
         else:
             runs = []
-            for i, (req, _, _, at, n, _) in enumerate(plans):
-                with _row(i):
-                    runs += self.evaluate(prompts[at: at + n], budget, frozenset({0}) if req.hidden_state else frozenset())
+            i = 0
+            while i < len(plans):
+                j = i + 1
+                if self.row_batch > 1 and _batchable(plans[i]):
+                    while j < len(plans) and j - i < self.row_batch and _batchable(plans[j]):
+                        j += 1
+                at = plans[i][3]
+                end = plans[j - 1][3] + plans[j - 1][4]
+                wanted = frozenset(plan[3] - at for plan in plans[i:j] if plan[0].hidden_state)
+                with _row(i):  # rows that share the policy's prefix are decoded together (`evaluate`)
+                    runs += self.evaluate(prompts[at:end], budget, wanted)
+                i = j
         seconds = (time.perf_counter() - t0) / max(1, len(rows))
         return [self._result(req, readout, debias, runs[at: at + n], priors, seconds)
                 for req, readout, debias, at, n, priors in plans]
@@ -405,6 +414,12 @@ def resolve_settings(readout: str | None, debias: str | None, default_readout: s
         return chosen, "content-free" if debias == "content-free" else "none"
     default: Debias = "content-free" if default_debias == "content-free" else "none"
     return chosen, (default if chosen == default_readout else "none")
+
+
+def _batchable(plan: RowPlan) -> bool:
+    """A head-layout row: one prompt, no correction, the policy's prefix shared with its neighbours."""
+    req, _, debias, _, n, _ = plan
+    return req.layout == HEAD_LAYOUT and n == 1 and debias == "none"
 
 
 @contextmanager

@@ -123,7 +123,7 @@ class _HiddenTap:
 @dataclass(frozen=True)
 class EngineConfig:
     """Mirrors the DLC's SM_LLAMA_CPP_* style: SM_SEMIF_CTX_SIZE, SM_SEMIF_THREADS, SM_SEMIF_N_GPU_LAYERS,
-    SM_SEMIF_BATCH_SIZE, SM_SEMIF_PARALLEL."""
+    SM_SEMIF_BATCH_SIZE, SM_SEMIF_PARALLEL, SM_SEMIF_FLASH_ATTN, SM_SEMIF_ROW_BATCH."""
 
     n_ctx: int = 0  # 0 = the model's trained context, capped at 16384 (255 /v1/systemone choices fit)
     n_threads: int = 0  # 0 = all CPUs this process may use
@@ -132,6 +132,12 @@ class EngineConfig:
     n_parallel: int = 8  # question suffixes on one shared prefix evaluated together (1 = one after another)
     # bench.speed, 2 threads: SmolLM2 1.06x faster on 200 prompt tokens, 1.21x on 1,800; Qwen 0.5B 1.02x; 1.5B 1.00x
     flash_attn: bool = True
+    # head-layout rows of one policy decoded together as parallel sequences on its cached prefix (1 = one row
+    # at a time). Off by default, measured (docs/benchmarks.md, bench.throughput): 4 rows gave 1.15-1.35x rows/s
+    # on one CPU thread (~30 tokens a row already make a matrix-matrix product), and a batched row's bits depend
+    # on its companions (a probability moved by up to 0.041 on Qwen 1.5B), where one row at a time gives what
+    # calibration measured, bit for bit
+    row_batch: int = 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "EngineConfig":
@@ -156,7 +162,8 @@ class EngineConfig:
 
         return cls(num("SM_SEMIF_CTX_SIZE", cls.n_ctx), num("SM_SEMIF_THREADS", cls.n_threads),
                    num("SM_SEMIF_N_GPU_LAYERS", cls.n_gpu_layers), num("SM_SEMIF_BATCH_SIZE", cls.n_batch),
-                   max(1, num("SM_SEMIF_PARALLEL", cls.n_parallel)), flag("SM_SEMIF_FLASH_ATTN", cls.flash_attn))
+                   max(1, num("SM_SEMIF_PARALLEL", cls.n_parallel)), flag("SM_SEMIF_FLASH_ATTN", cls.flash_attn),
+                   max(1, num("SM_SEMIF_ROW_BATCH", cls.row_batch)))
 
 
 @dataclass(frozen=True)
@@ -179,6 +186,10 @@ class ModelInfo:
     shipped: str | None
     release_date: str  # the catalog's for a shipped model, else the GGUF file's date
     hidden_dim: int = 0  # length of the hidden state a learned head reads (`hidden_state: true`)
+    # how the hidden state is read: "decode" (from the decision's own decode, since issue 45) or "re-decode" (a
+    # second one-token decode, before). The two differ in the last digits (up to 3.5% of the largest value on the
+    # 1.5B model), so a stored hidden state is reused only when it was read the same way (app/core/reuse.py)
+    hidden_read: str = "decode"
 
     def public(self) -> JSONObject:
         """The model as results and /info report it (JSON): every field but the local path."""
@@ -209,6 +220,7 @@ class LlamaSession:
             logits_all=False, flash_attn=cfg.flash_attn, verbose=False,
         )
         self.n_parallel = cfg.n_parallel
+        self.row_batch = cfg.row_batch
         self._budget: Budget | None = None  # the running call's, read by llama.cpp's abort callback
         self._tap = _HiddenTap(self.llm.n_embd())
         self._use_context(cfg.n_ctx or min(self.llm._model.n_ctx_train(), MAX_DEFAULT_CTX), cfg.n_parallel)
@@ -248,7 +260,7 @@ class LlamaSession:
             shipped=choice.shipped,
             release_date=(SHIPPED[choice.shipped].release_date if choice.shipped else
                           datetime.fromtimestamp(choice.path.stat().st_mtime, timezone.utc).date().isoformat()),
-            hidden_dim=self._n_embd,
+            hidden_dim=self._n_embd, hidden_read="decode" if self.hidden_tap else "re-decode",
         )
         self.lock = threading.RLock()  # public: callers may hold it across several score() calls
         self.prefixes = PrefixCache(self.info.sha256, f"{self.info.n_ctx}|{cfg.n_batch}|{cfg.n_gpu_layers}|fa{int(cfg.flash_attn)}|"

@@ -26,6 +26,7 @@ def run_import(args: argparse.Namespace) -> int:
     db = store(args)
     policy = resolve(db, Ask(policy=args.policy)).policy  # a bad --policy: exit 2 naming it
     try:
+        pools.check_set(db, args.labeled_set, policy["id"])
         got = (pools.import_log(db, policy, args.log_run, into_set=args.labeled_set) if args.log_run is not None else
                pools.import_file(db, policy, args.file, into_set=args.labeled_set, name=args.name or ""))
     except pools.PoolProblem as exc:
@@ -89,9 +90,7 @@ def run_label(args: argparse.Namespace) -> int:
     try:
         policy = sg.load(args.policy)
         pool = pools.get_pool(db, args.pool, policy.policy_id)
-        base = db.get_labeled_set(args.labeled_set)
-        if base is None or base["policy_id"] not in (None, policy.policy_id):
-            raise pools.PoolProblem(f"--labeled-set {args.labeled_set}: not a labeled set of {policy.policy_id!r}")
+        pools.check_set(db, args.labeled_set, policy.policy_id)
         cand = pools.candidate(db, policy)
         run_id = pools.stored_scores(db, pool, cand, args.target or pools.target_name(cand))
         if run_id is None:

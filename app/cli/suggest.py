@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
         return run_stored(args, db, int(stored.group(1)))
     try:
         policy, found = sg.read(args.policy, args.pool, db, args.labeled_set)
+        pools.check_set(db, args.labeled_set, policy.policy_id)
     except ValueError as exc:
         error(exc)
         return EXIT_USAGE
@@ -36,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     out = sg.suggest(policy, found, target(db, args.target or "local"), k=args.k)
     for p in out.problems[len(found.problems):]:
         print(f"left out: {p}", file=sys.stderr)
-    print(f"label these {len(out.rows)} of {out.scored} rows next (least sure first; options short of labels first; "
-          "no near-duplicates):")
+    print(f"label these {len(out.rows)} of {out.scored} rows next (least sure first; a near-duplicate of a row above "
+          "only when too few other rows are left):")
     for s in out.rows:
         print(f"{s.rank:3d}. line {s.line} [{s.id}] margin {s.margin:.3f}, the policy says {s.proposed}: {s.state}")
     return 0
@@ -48,6 +49,7 @@ def run_stored(args: argparse.Namespace, db: Store, pool_id: int) -> int:
     try:
         policy = sg.load(args.policy)
         pool = pools.get_pool(db, pool_id, policy.policy_id)
+        pools.check_set(db, args.labeled_set, policy.policy_id)
     except ValueError as exc:
         error(exc)
         return EXIT_USAGE

@@ -59,8 +59,14 @@ class Candidate:
     def usd_per_1000(self) -> float | None:
         if not self.seconds:
             return None
-        usd, _ = cost_per_1000(DEFAULT_CPU_INSTANCE, 1 / self.seconds)
-        return usd
+        return usd_per_1000_rows(self.seconds)[0]
+
+
+def usd_per_1000_rows(seconds: float) -> tuple[float | None, str]:
+    """$ per 1,000 rows at `seconds` a row on the priced CPU instance (one fully busy instance), and how:
+    the instance and deploy.pricing's rule with its price (bench.throughput prices its modes by it too)."""
+    usd, how = cost_per_1000(DEFAULT_CPU_INSTANCE, 1 / seconds)
+    return usd, f"{DEFAULT_CPU_INSTANCE}: {how}"
 
 
 @dataclass(frozen=True)

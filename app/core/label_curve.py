@@ -138,10 +138,14 @@ def label_curve(cal: Calibration, *, repeats: int = 3, seed: int = 0) -> LabelCu
     points = []
     for share in SHARES:
         reps = 1 if share == 1.0 else repeats
-        accs = [a for _ in range(reps) if (a := oof_accuracy(cal, np.arange(n) if share == 1.0 else
-                                                             subset(cal.y, share, rng), seed)) is not None]
+        accs, sizes = [], []  # sizes: the rows each refit used (subset keeps 2 of every label: can exceed share * n)
+        for _ in range(reps):
+            idx = np.arange(n) if share == 1.0 else subset(cal.y, share, rng)
+            if (a := oof_accuracy(cal, idx, seed)) is not None:
+                accs.append(a)
+                sizes.append(len(idx))
         if accs:
-            points.append(Point(share, int(round(share * n)), float(np.mean(accs)), min(accs), max(accs)))
+            points.append(Point(share, int(round(float(np.mean(sizes)))), float(np.mean(accs)), min(accs), max(accs)))
     name = cal.chosen_name
     if not points:
         return LabelCurve(name, (), (), f"No learning curve: {name} cannot be refitted on fewer rows.")

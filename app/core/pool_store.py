@@ -7,6 +7,7 @@ next calibration copies it instead of scoring the state again - app/core/reuse.p
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
@@ -107,10 +108,17 @@ def iter_rows(store: Store, pool_id: int) -> Iterator[PoolRow]:
             yield PoolRow(int(r["line"]), r["row_key"], decode_state(r["state"]))
 
 
+def request_key(policy: CalibratedPolicy) -> str:
+    """What a calibrated policy with no evaluation run here sends with each row (its request fields), as a short
+    hash: the stored scores of one such file are another's only when this key is the same."""
+    return hashlib.sha256(json.dumps(policy.request_fields(), sort_keys=True).encode()).hexdigest()[:16]
+
+
 def start_scores(store: Store, pool: StoredPool, *, like: Run | None, policy: CalibratedPolicy, target: Target,
                  note: str) -> int:
     """A new run of kind 'pool' for this pool's scores on `target`, read like the evaluation run `like` (its
     policy as evaluated), or like the calibrated policy's own request fields when there is none."""
     record = like["policy"] if like is not None else {"id": policy.policy_id, **policy.request_fields()}
     return store.create_run(kind="pool", policy=record, target=target.describe(), n_rows=pool.n_rows, note=note,
-                            config={"pool_id": pool.id, "like_run": like["id"] if like is not None else None})
+                            config={"pool_id": pool.id, "like_run": like["id"] if like is not None else None,
+                                    **({} if like is not None else {"pool_request": request_key(policy)})})

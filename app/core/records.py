@@ -47,6 +47,7 @@ RunConfig = TypedDict("RunConfig", {
     "import": dict[str, Any], "replay_of": int,
     # pool (app/service/pool.py): the stored pool scored, and the evaluation run whose requests it repeats
     "pool_id": int, "like_run": int | None,
+    "pool_request": str,  # with like_run None: request_key of the calibrated file whose own fields were sent
 }, total=False)
 RunConfig.__doc__ = """What a run was configured with, as stored. A TypedDict with total=False rather than a
 frozen dataclass: the stored object is the union of what each run kind writes, and rows written before

@@ -3,7 +3,8 @@ way, on the same request gives the same bits (docs/adapter-api.md, "Caching"), s
 
 A result's reuse key is sha256 over (a) what fixes the numbers - the model file's sha256, llama.cpp's
 version, GPU offload and flash attention (a CPU and a GPU endpoint of one model are different keys:
-their kernels round differently) - and (b) the request, id aside: state, question, options, examples,
+their kernels round differently), and for a call that returns the hidden state how it is read (from the
+decision's own decode or a second one: they differ in the last digits) - and (b) the request, id aside: state, question, options, examples,
 readout and correction as the model resolves them, permutation, few-shot and guard. The key of a stored result comes from
 the model its own response names; the key looked up for a new call from the model the target says it
 runs now (a local engine's info, a SemIf adapter's /info). A target that cannot say (a SageMaker
@@ -44,7 +45,10 @@ def reuse_key(model: Mapping[str, Any] | None, req: DecisionRequest) -> str | No
     ident = numerics(model)
     if ident is None:
         return None
-    head = json.dumps(ident, sort_keys=True)
+    fixed = dict(ident)
+    if not req.hidden_state:  # how a hidden state is read matters only to a call that returns one
+        fixed.pop("hidden_read", None)
+    head = json.dumps(fixed, sort_keys=True)
     return hashlib.sha256(f"{head}\x1e{request_hash(req, ident)}".encode()).hexdigest()
 
 

@@ -133,7 +133,8 @@ def rank(P: np.ndarray, *, k: int = 20, X: np.ndarray | None = None, counts: Seq
     Z, L = (None, None) if X is None else vectors(X, labeled_X)
     if cold and Z is not None:
         first = representative(Z, k, L, seed)
-        rest = [i for i in sorted(range(n), key=lambda i: (unsure[i], i)) if i not in set(first)]
+        taken = set(first)
+        rest = [i for i in sorted(range(n), key=lambda i: (unsure[i], i)) if i not in taken]
         return (first + rest)[:k]
     thin = np.isin(top, [c for c, v in enumerate(counts or []) if v < few]) if cold else np.zeros(n, bool)
     # without vectors: rows predicted as an option short of labels first (most typical of it first), then by

@@ -26,7 +26,7 @@ from adapter.policy import CalibratedPolicy
 from adapter.schema import DecisionRequest
 
 from app.core import pool as pool_rows
-from app.core import pool_store, review, runs
+from app.core import pool_store, review
 from app.core import suggest as ranking
 from app.core.pool_store import StoredPool as StoredPool  # the page's type of a pool
 from app.core.records import Run
@@ -138,6 +138,17 @@ def import_log(store: Store, policy: Mapping[str, Any], run_id: int, *, into_set
     return Imported(pid, len(kept), problems, "")
 
 
+def check_set(store: Store, set_id: int | None, policy_id: str) -> None:
+    """PoolProblem naming --labeled-set when `set_id` is not a labeled set of `policy_id` (its states would be left
+    out of the pool and its labels counted for the cold start); None: no set given, nothing to check."""
+    if set_id is None:
+        return
+    base = store.get_labeled_set(set_id)
+    if base is None or base["policy_id"] not in (None, policy_id):
+        raise PoolProblem(f"--labeled-set {set_id}: not a labeled set of {policy_id!r} - give one of its sets (the "
+                          "Calibrate page lists them)")
+
+
 def get_pool(store: Store, pool_id: int, policy_id: str) -> pool_store.StoredPool:
     found = pool_store.get(store, pool_id)
     if found is None:
@@ -156,10 +167,6 @@ class Candidate:
     workbench - the policy file's own request fields are sent)."""
     policy: CalibratedPolicy
     run: Run | None
-
-    @property
-    def layout_head(self) -> bool:
-        return self.run is not None and runs.is_head_layout(self.run)
 
     def request(self, row: pool_rows.PoolRow, target: Target) -> DecisionRequest:
         """The request the candidate's evaluation sends for this state (runs.resume_evals' rule), so that its
@@ -258,18 +265,15 @@ class Suggested:
 @dataclass(frozen=True)
 class Ranking:
     rows: list[Suggested]
-    open: int  # pool rows not labeled yet
+    open: int  # pool rows not labeled yet (scored or not)
     moved: int  # pool rows already labeled (in the set or pending)
     reused: int  # stored scores read for this ranking
     failed: list[str]
-    short: bool = False  # fewer than k: every other open row is a near-duplicate of one picked
-
 
     @property
     def text(self) -> str:
         return (f"{len(self.rows)} of {self.open} open pool rows to label next ({self.moved} already labeled and moved "
-                f"to the set); ranked from {self.reused} stored scores, no model call"
-                + ("; the other open rows are near-duplicates of these (label these first)" if self.short else ""))
+                f"to the set); ranked from {self.reused} stored scores, no model call")
 
 
 def label_counts(store: Store, option_ids: list[str], policy_id: str, set_id: int | None) -> list[int]:
@@ -286,11 +290,12 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
     `everything`: every open scored row, unranked, in file order (what a label file may name)."""
     known = known_states(store, pool.policy_id, into_set)
     stored = {r["row_key"]: r for r in store.results(run_id) if not r["error"] and r.get("probabilities")}
-    P, X, kept, failed, moved = [], [], [], [], 0
+    P, X, kept, failed, moved, open_rows = [], [], [], [], 0, 0
     for row in pool_store.iter_rows(store, pool.id):
         if review.state_key(row.state) in known:
             moved += 1
             continue
+        open_rows += 1  # not labeled yet, scored or not (a row not scored or not readable is named in `failed`)
         res = stored.get(_row_key(row))
         if res is None:
             failed.append(f"line {row.line}: not scored (score the pool first)")
@@ -306,21 +311,17 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
         kept.append(row)
     ids = [o.id for o in cand.policy.options]
     if not kept:
-        return Ranking([], 0, moved, 0, failed)
+        return Ranking([], open_rows, moved, 0, failed)
     Pm = np.array(P)
     m = ranking.margins(Pm)
     if everything:
         order = list(range(len(kept)))
     else:
-        Xm = np.array(X) if all(x is not None for x in X) else None
-        if Xm is not None:  # standardised, as bench.labels' states are (before its PCA): raw hidden states share one
-            # large direction, so every pair would read as a near-duplicate (cosine >= 0.98) and a batch stop short
-            Xm = (Xm - Xm.mean(axis=0)) / np.maximum(Xm.std(axis=0), 1e-6)
+        Xm = np.array(X) if all(x is not None for x in X) else None  # rank() centres / reduces them itself
         order = ranking.rank(Pm, k=k, X=Xm, counts=label_counts(store, ids, pool.policy_id, into_set))
-    short = not everything and len(order) < min(k, len(kept))
     rows = [Suggested(i + 1, kept[j].line, kept[j].id, _row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
                       float(m[j]), run_id) for i, j in enumerate(order)]
-    return Ranking(rows, len(kept), moved, len(kept), failed, short)
+    return Ranking(rows, open_rows, moved, len(kept), failed)
 
 
 def label(store: Store, row: Suggested, option_id: str, *, who: str, policy: CalibratedPolicy, note: str = "") -> int:
@@ -335,13 +336,30 @@ def label(store: Store, row: Suggested, option_id: str, *, who: str, policy: Cal
 def label_rows(store: Store, ranked: Iterable[Suggested], labels: Mapping[str, str], *, who: str,
                policy: CalibratedPolicy) -> int:
     """Labels given as {row id or 'line-N': option} for rows of a ranking, all checked before any is stored
-    (one bad label: PoolProblem naming its row, nothing stored)."""
-    by = {r.id: r for r in ranked} | {r.row_key: r for r in ranked}
+    (one bad label: PoolProblem naming its row, nothing stored). A file's own id that names several rows, or
+    one row named twice (by its id and its line-N), is refused: which row is meant is not guessed."""
+    named: dict[str, list[Suggested]] = {}
+    for r in ranked:
+        for key in {r.id, r.row_key}:
+            named.setdefault(key, []).append(r)
     ids = [o.id for o in policy.options]
-    unknown = [k for k in labels if k not in by]
+    unknown = [k for k in labels if k not in named]
     if unknown:
         raise PoolProblem(f"row {unknown[0]!r}: not an open row of this pool's ranking - label the rows it suggests "
                           "(their id or line-N)")
+    for k in labels:
+        if len(named[k]) > 1:
+            lines = ", ".join(str(r.line) for r in named[k])
+            raise PoolProblem(f"row {k!r}: the id of {len(named[k])} pool rows (lines {lines}) - label them by "
+                              "line-N; nothing stored")
+    by = {k: named[k][0] for k in labels}
+    twice: dict[str, list[str]] = {}
+    for k, r in by.items():
+        twice.setdefault(r.row_key, []).append(k)
+    for keys in twice.values():
+        if len(keys) > 1:
+            raise PoolProblem(f"line {by[keys[0]].line} is labeled twice ({' and '.join(repr(k) for k in sorted(keys))}) "
+                              "- give each row one label; nothing stored")
     bad = [(k, v) for k, v in labels.items() if v not in ids]
     if bad:
         raise PoolProblem(f"row {bad[0][0]!r}: label {bad[0][1]!r} is not an option ({', '.join(ids)}) - nothing stored")
@@ -361,11 +379,15 @@ def decision_logs(store: Store, policy_id: str) -> list[tuple[int, str]]:
 
 
 def stored_scores(store: Store, pool: pool_store.StoredPool, cand: Candidate, target_name: str) -> int | None:
-    """The pool run already holding this candidate's scores (scored on the candidate's own target), or None."""
+    """The pool run already holding this candidate's scores (scored on the candidate's own target), or None. A
+    candidate with no evaluation run here matches only a run that sent the same request fields (another
+    calibrated file of the policy - another version, readout or layout - asks otherwise)."""
     like = cand.run["id"] if cand.run is not None else None
+    asked = pool_store.request_key(cand.policy) if like is None else None
     for run in store.list_runs(kind="pool"):
         cfg = run.get("config") or {}
-        if cfg.get("pool_id") == pool.id and cfg.get("like_run") == like and run["target_name"] == target_name:
+        if (cfg.get("pool_id") == pool.id and cfg.get("like_run") == like and run["target_name"] == target_name
+                and cfg.get("pool_request") == asked):
             return int(run["id"])
     return None
 

@@ -2,7 +2,7 @@
 row is scored once by the target with the policy's own rendering (its layout, readout, correction; with the
 hidden state its head reads), the policy's probabilities taken through its one rule
 (CalibratedPolicy.corrected: its head, or temperature and offsets), and the rows ranked by
-app/core/suggest.rank (margin, options short of labels first, batches without near-duplicates)."""
+app/core/suggest.rank (margin, near-duplicates last in a batch; no label counts are passed, so no cold start)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -41,6 +41,8 @@ class Numerics(TypedDict):
     flash_attn: bool | None
     default_readout: str | None
     default_debias: str | None
+    hidden_read: str | None  # how a hidden state is read (adapter ModelInfo.hidden_read); None: before it was said
+
 
 
 NUMERICS = tuple(Numerics.__annotations__)
@@ -52,7 +54,8 @@ def numerics(model: Mapping[str, Any] | None) -> Numerics | None:
         return None
     return {"sha256": model["sha256"], "llama_cpp_version": model.get("llama_cpp_version"),
             "n_gpu_layers": model.get("n_gpu_layers"), "flash_attn": model.get("flash_attn"),
-            "default_readout": model.get("default_readout"), "default_debias": model.get("default_debias")}
+            "default_readout": model.get("default_readout"), "default_debias": model.get("default_debias"),
+            "hidden_read": model.get("hidden_read")}
 
 
 class TargetError(RuntimeError):

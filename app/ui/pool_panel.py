@@ -1,6 +1,6 @@
 """The Review page's pool panel: unlabeled states kept for the policy (a CSV/JSONL, or a decision log already
 imported), scored once with a saved calibrated policy, ranked for labeling in batches of k (least sure
-first, options short of labels first, no near-duplicates), labeled here - each label a review action like
+first, options short of labels first, near-duplicates last), labeled here - each label a review action like
 the queue's, added to the set as a new version with the page's *Add … as a new version* button."""
 from __future__ import annotations
 

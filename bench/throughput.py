@@ -1,0 +1,223 @@
+"""Cost at scale (issue 45 item 4): warm seconds a row, rows a second and $ per 1,000 decisions.
+
+Not a test. On each shipped model, in one process per model, the modes interleaved row by row (their
+order rotated each round), every call on a state not decided before (no call is answered from kept
+logits), one warm-up call per mode first (the model load, the policy's prefix and its content-free prior
+are not timed):
+- state-first zero-shot: the model's default readout and correction, as the adapter decides today;
+- state-first head: the same row with its hidden state (what a hidden-state head on the zero-shot
+  layout reads; read from the same decode since issue 45 item 3);
+- head layout, one row at a time: the policy first (cached), the state last, with its hidden state;
+- head layout, batched: the same rows as the one-at-a-time mode, B at a time in one `score_many` with
+  `row_batch` = B (several rows' states decoded as parallel sequences on the policy's cached prefix).
+  The two head-layout modes score the same rows, so their difference is measured too: the largest
+  change of a letter probability and of the hidden state (relative to its largest component).
+Then, one model process at a time, `python -m app calibrate` on N labeled rows with one head source
+(wall time and peak RSS: a calibration is an evaluation of N rows plus its head-layout companion run).
+$ per 1,000 decisions: deploy.pricing's rule on the priced CPU instance (one fully busy instance,
+calls serialised), from this machine's rows a second - this machine's SM_SEMIF_THREADS, not the instance's.
+
+    python -m bench.throughput [--models ...] [--rounds 4] [--batches 2,4] [--calibrate-rows 40]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from adapter.engine.engine import Engine, EngineConfig
+from adapter.engine.templates import load_template, request_for
+from adapter.schema import HEAD_LAYOUT, DecisionRequest, DecisionResult
+from app.core.head_sources import usd_per_1000_rows  # the Calibrate page's pricing of a row
+from bench.memory import calibrate
+from bench.models import test_rows
+from bench.report import publish
+
+MODELS = ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2"]
+ZERO, STATE_HEAD, ONE = "state-first zero-shot", "state-first head", "head layout, one row at a time"
+
+
+def batched(b: int) -> str:
+    return f"head layout, batched ({b} rows)"
+
+
+def _timed(eng: Engine, rows: list[DecisionRequest], batch: int = 1) -> tuple[float, list[DecisionResult]]:
+    eng.row_batch = batch
+    try:
+        t0 = time.perf_counter()
+        out = eng.score_many(rows)
+        return time.perf_counter() - t0, out
+    finally:
+        eng.row_batch = 1
+
+
+def measure(model: str, policy_name: str, rounds: int, batches: list[int]) -> dict[str, Any]:
+    policy = load_template(policy_name)
+    states = [r["state"] for r in test_rows(0)[policy_name]]
+    block = max(batches)
+    need = 2 + rounds * (2 + block)
+    if len(states) < need:
+        raise SystemExit(f"{policy_name} has {len(states)} test rows; {need} are needed")
+    eng = Engine(model, EngineConfig.from_env())
+    t_load = time.perf_counter()
+    zero = lambda s, i: request_for(policy, s, f"z{i}")  # noqa: E731
+    shead = lambda s, i: request_for(policy, s, f"s{i}", hidden_state=True)  # noqa: E731
+    layout = lambda s, i: request_for(policy, s, f"h{i}", layout=HEAD_LAYOUT, hidden_state=True)  # noqa: E731
+    # warm-up: each mode once (the policy's prefix, the zero-shot prior), on rows never timed
+    _timed(eng, [zero(states[0], -1)])
+    _timed(eng, [shead(states[1], -2)])
+    _timed(eng, [layout(states[0], -3)])
+    _timed(eng, [layout(states[1], -4), layout(states[0], -5)], 2)
+    warm_s = time.perf_counter() - t_load
+    per_row: dict[str, list[float]] = {ZERO: [], STATE_HEAD: [], ONE: [], **{batched(b): [] for b in batches}}
+    tokens: dict[str, list[int]] = {ZERO: [], ONE: []}
+    dprob: dict[int, float] = {b: 0.0 for b in batches}
+    dhidden: dict[int, float] = {b: 0.0 for b in batches}
+    identical: dict[int, int] = {b: 0 for b in batches}
+    at = 2
+    for r in range(rounds):
+        z_state, s_state, chunk = states[at], states[at + 1], states[at + 2: at + 2 + block]
+        at += 2 + block
+        modes = [ZERO, STATE_HEAD, ONE, *(batched(b) for b in batches)]
+        modes = modes[r % len(modes):] + modes[: r % len(modes)]
+        alone: list[DecisionResult] = []
+        together: dict[int, list[DecisionResult]] = {}
+        for mode in modes:
+            if mode == ZERO:
+                sec, (res,) = _timed(eng, [zero(z_state, r)])
+                per_row[mode].append(sec)
+                tokens[ZERO].append(res.evaluated_tokens or 0)
+            elif mode == STATE_HEAD:
+                sec, _ = _timed(eng, [shead(s_state, r)])
+                per_row[mode].append(sec)
+            elif mode == ONE:
+                for k, s in enumerate(chunk):
+                    sec, (res,) = _timed(eng, [layout(s, 100 * r + k)])
+                    per_row[mode].append(sec)
+                    tokens[ONE].append(res.evaluated_tokens or 0)
+                    alone.append(res)
+            else:
+                b = int(mode.rsplit("(", 1)[1].split()[0])
+                got: list[DecisionResult] = []
+                for k in range(0, block, b):
+                    sec, out = _timed(eng, [layout(s, 100 * r + k + n) for n, s in enumerate(chunk[k: k + b])], b)
+                    per_row[mode] += [sec / len(out)] * len(out)
+                    got += out
+                together[b] = got
+        for b, got in together.items():
+            for one, many in zip(alone, got):
+                identical[b] += one.probabilities == many.probabilities
+                dprob[b] = max(dprob[b], float(np.abs(np.subtract(one.probabilities, many.probabilities)).max()))
+                h1, h2 = one.hidden_state.array(), many.hidden_state.array()  # type: ignore[union-attr]
+                dhidden[b] = max(dhidden[b], float(np.abs(h1 - h2).max() / np.abs(h1).max()))
+    del eng
+    gc.collect()
+    n_rows = rounds * block
+    return {"model": model, "policy": policy_name, "rounds": rounds, "warmup_s": round(warm_s, 1),
+            "s_per_row": {m: round(statistics.median(v), 4) for m, v in per_row.items()},
+            "rows_per_s": {m: round(len(v) / sum(v), 4) for m, v in per_row.items()},
+            "tokens_median": {m: statistics.median(v) for m, v in tokens.items()},
+            "batched_vs_one": {b: {"identical_rows": f"{identical[b]}/{n_rows}", "max_abs_dprob": dprob[b],
+                                   "max_rel_dhidden": dhidden[b]} for b in batches}}
+
+
+def calibrate_row(rows: int, sources: str, policy: str) -> dict[str, object]:
+    out = calibrate(sources, rows, policy)  # a child process of its own: its peak RSS and wall time
+    out["rows_per_s"] = round(rows / float(out["seconds"]), 4)  # type: ignore[arg-type]
+    return out
+
+
+def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches: list[int], threads: str) -> str:
+    def usd(rows_per_s: float) -> str:
+        got, _ = usd_per_1000_rows(1 / rows_per_s)
+        return "?" if got is None else f"${got:.3f}"
+
+    _, how = usd_per_1000_rows(1.0)
+    modes = [ZERO, STATE_HEAD, ONE, *(batched(b) for b in batches)]
+    lines = [f"Warm, in one process per model, the modes interleaved row by row (SM_SEMIF_THREADS={threads}); "
+             f"$ per 1,000 decisions on one fully busy {how.split(' / ')[0]} (deploy/pricing.py) "
+             "at this machine's rate - an instance with more threads decides faster, so these are upper bounds.",
+             "", "| model | mode | s/row (median) | rows/s | $ / 1,000 | rows/s vs head layout one row at a time |", "|---|---|---|---|---|---|"]
+    for res in results:
+        base = res["rows_per_s"][ONE]
+        for m in modes:
+            rps = res["rows_per_s"][m]
+            lines.append(f"| {res['model']} | {m} | {res['s_per_row'][m]:.3f} | {rps:.2f} | "
+                         f"{usd(rps)} | {rps / base:.2f}x |")
+    lines += ["", "Batched against one row at a time, the same rows (llama.cpp's CPU kernels accumulate differently "
+              "by batch shape, so a batched row's last bits depend on its companions):", "",
+              "| model | batch | rows bit-identical | max abs change of a probability | max change of the hidden state "
+              "(relative to its largest component) |", "|---|---|---|---|---|"]
+    for res in results:
+        for b, d in res["batched_vs_one"].items():
+            lines.append(f"| {res['model']} | {b} | {d['identical_rows']} | {d['max_abs_dprob']:.2g} | "
+                         f"{d['max_rel_dhidden']:.2g} |")
+    lines += ["", "Tokens a row beyond the cached prefix (median): " + "; ".join(
+        f"{r['model']}: {r['tokens_median'][ZERO]:g} state-first, {r['tokens_median'][ONE]:g} head layout" for r in results)]
+    if cals:
+        lines += ["", "| `python -m app calibrate` (target: the default model) | rows | head sources | wall time | rows/s "
+                  "| peak RSS | 200 rows at this rate (EXTRAPOLATED) |", "|---|---|---|---|---|---|---|"]
+        for c in cals:
+            lines.append(f"| {c['policy']} | {c['rows']} | {c['head_sources'] or 'none'} | {c['seconds']} s | "
+                         f"{c['rows_per_s']} | {c['peak_rss_mb']:,} MB | {200 / float(str(c['rows_per_s'])) / 60:.0f} min |")
+    if results:
+        d = results[0]
+        hours = {m: 10_000 / d["rows_per_s"][m] / 3600 for m in (ZERO, ONE)}
+        peak = f"{cals[0]['peak_rss_mb']:,} MB, the calibration's" if cals else "not measured"
+        lines += ["", f"A 10,000-row evaluation was NOT run (it would hold this shared machine for hours). "
+                  f"EXTRAPOLATED from the rates above, not measured: on {d['model']}, {hours[ZERO]:.1f} h state-first "
+                  f"zero-shot, {hours[ONE]:.1f} h in the head layout one row at a time; peak RSS {peak} (rows add "
+                  "no memory: results go to SQLite row by row, and the issue's own 16- and 320-row calibrations "
+                  "peaked the same)."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--policy", default="refund-check")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--batches", default="2,4")
+    p.add_argument("--calibrate-rows", type=int, default=0, help="0: no calibration run")
+    p.add_argument("--calibrate-sources", default="local-smollm2")
+    p.add_argument("--no-publish", action="store_true")
+    p.add_argument("--publish-from", help="publish the JSON lines an earlier run printed (measure nothing)")
+    a = p.parse_args()
+    batches = [int(b) for b in a.batches.split(",")]
+    results: list[dict[str, Any]] = []
+    cals: list[dict[str, object]] = []
+    if a.publish_from:
+        with open(a.publish_from) as f:
+            for line in f:
+                if line.startswith("{"):
+                    got = json.loads(line)
+                    if got.get("what") == "calibrate":
+                        cals.append(got)
+                    else:
+                        got["batched_vs_one"] = {int(b): d for b, d in got["batched_vs_one"].items()}
+                        results.append(got)
+        batches = sorted(results[0]["batched_vs_one"]) if results else batches
+    else:
+        for m in a.models.split(","):
+            res = measure(m, a.policy, a.rounds, batches)
+            print(json.dumps({**res, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}), flush=True)
+            results.append(res)
+        if a.calibrate_rows:
+            cals.append(calibrate_row(a.calibrate_rows, a.calibrate_sources, a.policy))
+            print(json.dumps(cals[-1]), flush=True)
+    text = table(results, cals, batches, os.environ.get("SM_SEMIF_THREADS", "all"))
+    print(text)
+    if not a.no_publish:
+        when = ", ".join(sorted({str(r.get("date", "")) for r in results} - {""}))
+        print("published to", publish("throughput", text, note=f"issue 45; measured {when or 'now'} on a shared machine "
+                                      "(ratios within one run hold, absolute seconds vary with its load)"))
+
+
+if __name__ == "__main__":
+    main()

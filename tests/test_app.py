@@ -330,7 +330,7 @@ def test_compare_with_uploaded_csv_labels_and_the_new_comparison_selected(db):
     newest = db.list_runs(kind="compare")[0]
     assert at.selectbox(key="cmp_open").value == newest["group_id"]  # the comparison just made is open
     names = at.selectbox(key="cmp_open").options  # shown as names
-    assert "Ticket routing · local · 3 states" in names[0] and len(set(names)) == 2  # the new one, named apart
+    assert "Ticket routing v1 · local · 3 states" in names[0] and len(set(names)) == 2  # the new one, named apart
     assert [r["row_key"] for r in db.results(newest["id"])] == ["t1", "t2", "t3"]
     stats = frame_with(at, "p50_ms")
     assert list(stats["target"]) == ["local"] and stats.loc[0, "rows"] == 3 and "usd_per_1000" in stats
@@ -626,7 +626,7 @@ def test_a_failed_deploy_stays_on_screen_and_a_reload_keeps_the_form(db, aws_env
     (err,) = [e.value for e in at.error]
     assert dep["id"] in err and "NoSuchBucket" in err
     picker = at.selectbox(key="dep_pick")
-    assert picker.value == dep["id"] and picker.options[picker.index] == f"{dep['id']} · failed"
+    assert picker.value == dep["id"] and picker.options[picker.index] == f"{dep['id']} · failed · raw model (chat completions)"
     at.run()  # the outcome is kept until the next plan
     assert any(dep["id"] in e.value for e in at.error)
     assert [a["what"].startswith("as run on confirm") for a in db.audit_log(dep["id"]) if a["action"] == "plan"] == \

@@ -110,7 +110,7 @@ def main() -> None:
     p.add_argument("--sources", default=SOURCES)
     p.add_argument("--no-publish", action="store_true", help="print only; leave docs/benchmarks.md as it is")
     p.add_argument("--report-only", action="store_true", help=f"republish {CACHE.name} without measuring")
-    p.add_argument("--load-note", default="", help="what the machine was doing meanwhile (said under the table)")
+    p.add_argument("--load-note", default="", help="what the machine was doing meanwhile (said above the table, instead of the shared-machine warning)")
     args = p.parse_args()
     if args.report_only:
         saved = json.loads(CACHE.read_text())
@@ -130,9 +130,9 @@ def main() -> None:
     body, ratio = table(results, rows, policy)
     print(body)
     if not args.no_publish:
-        publish("head_sources_pace", body, note=f"SM_SEMIF_THREADS={os.environ.get('SM_SEMIF_THREADS', 'unset')}; "
-                "machine shared with other work (load varies), so read the ratio, not the seconds"
-                + (f"; {args.load_note}" if args.load_note else ""))
+        threads = os.environ.get("SM_SEMIF_THREADS") or f"unset (every core: {os.cpu_count()})"
+        publish("head_sources_pace", body, note=f"SM_SEMIF_THREADS={threads}; " + (
+            args.load_note or "machine shared with other work (load varies), so read the ratio, not the seconds"))
 
 
 if __name__ == "__main__":

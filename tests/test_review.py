@@ -6,7 +6,7 @@ from __future__ import annotations
 from streamlit.testing.v1 import AppTest
 
 from adapter.engine.templates import load_template
-from app.core import decision_import, runs, review
+from app.core import decision_import, review, run_calibration, runs
 from app.core.gates import Gate
 from app.core.labeled import content_hash, import_file
 from app.core.store import Store
@@ -134,6 +134,13 @@ def test_labels_make_a_new_version_the_next_evaluation_scores_only_them_and_cali
     out = runs.resume_eval(db, new_run, target)
     assert (out["evaluated"], out["reused"]) == (4, 6)
     assert {r["state"] for r in db.results(new_run)} >= {S1, S2, S3, S5}
+    # the gate's notes say that 4 rows were picked by review, not drawn at random (the figures lean low); the
+    # parent set's own calibration says nothing of the kind
+    picked = [n for n in run_calibration.decide_gate(run_calibration.calibrate(db, new_run, with_heads=False)).messages
+              if "added by review" in n]
+    assert len(picked) == 1 and picked[0].startswith("4 of 10 labeled rows were added by review"), picked
+    assert not [n for n in run_calibration.decide_gate(run_calibration.calibrate(db, old_run, with_heads=False)).messages
+                if "added by review" in n]
     # Calibrate says the set adds 4 rows, and shows the gate's interval on the parent set and this one
     at.switch_page("views/calibrate.py").run()
     at.selectbox(key="cal_policy").select("ticket-routing").run()

@@ -47,6 +47,9 @@ class Item:
     version: str = ""  # 'v3': the policy version the proposing run scored
 
 
+REVIEWED_KEY = "review-"  # the row key of a row a review action added to a set (the queue's or a pool's pick)
+
+
 def state_key(state: Any) -> str:
     return state if isinstance(state, str) else "j:" + json.dumps(state, sort_keys=True, ensure_ascii=False)
 
@@ -164,7 +167,7 @@ def append_version(store: Store, base_set_id: int, policy: Mapping[str, Any]) ->
             continue
         seen.add(state_key(rv["state"]))
         added.append(rv)
-        rows.append({"row_key": f"review-{rv['id']}", "state": rv["state"], "label": rv["label"], "split": "test",
+        rows.append({"row_key": f"{REVIEWED_KEY}{rv['id']}", "state": rv["state"], "label": rv["label"], "split": "test",
                      "meta": {"reviewed_by": rv["who"], "reviewed_at": rv["at"], "note": rv["note"],
                               "from_run": rv["run_id"], "from_row": rv["row_key"]}})
     name = base["name"].split(" +", 1)[0]

@@ -25,6 +25,7 @@ from app.core.heads import HeadFit
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.runs import arrays, families, hidden_states, is_head_layout, run_config, scored_probabilities, variant_name
 from app.core.records import Calibrated, config_of
+from app.core.review import REVIEWED_KEY
 from app.core.stats import SMALL_N, PairedGain, Proportion, ProportionJSON, bootstrap_ci, proportion
 from app.core.store import Store, now
 from app.core.stored import NO_RESPONSE, StoredResponse, first_response
@@ -86,6 +87,7 @@ class Calibration:
     candidate_intervals: dict[str, CandidateInterval]
     intervals: Intervals
     layout: str = "state-first"  # "policy-first": the head layout, whose letters are never exported alone
+    picked: int = 0  # labeled rows added by review (the queue's or a pool's suggestions): chosen, not drawn at random
 
     @property
     def chosen_name(self) -> str:
@@ -138,7 +140,8 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
     return Calibration(run_id, rep, gate, option_gates, calibration.risk_coverage(conf, correct), ids, cal, oof, P, y,
                        list(used), target_accuracy, cands, chosen, why, fits, choice.head, choice.why, choice.gain,
                        candidate_intervals([*cands, *fits], y, seed=seed), intervals(P, y, oof, seed=seed),
-                       HEAD_LAYOUT if layout_run else "state-first")
+                       HEAD_LAYOUT if layout_run else "state-first",
+                       sum(str(r.get("row_key") or "").startswith(REVIEWED_KEY) for r in used))
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,14 @@ def version_label(version: int | None) -> str:
     return f"v{version}" if version else "v?"
 
 
+def picked_note(picked: int, n: int) -> str:
+    """Why a set grown by review measures the policy on harder rows than it will meet: the queue and a pool's
+    ranking pick the rows the model is least sure of, so these figures lean low (coverage most), not rosy."""
+    return (f"{picked} of {n} labeled rows were added by review (the queue's or a pool's suggestions): rows picked "
+            "because the model was unsure, not drawn at random, so the accuracy and coverage measured here are likely "
+            "lower than on live traffic; a set of rows drawn at random measures them without that lean")
+
+
 def decide_gate(cal: Calibration, manual: float | None = None) -> GateDecision:
     """The threshold decision shared by the page and the CLI: the recommended gate when its out-of-fold
     evidence clears the target (calibration.choose_gate, at any number of rows), a hand-set one when given,
@@ -254,6 +265,8 @@ def decide_gate(cal: Calibration, manual: float | None = None) -> GateDecision:
     if calibration.at_upper_bound(rep.temperature):
         notes.append(f"the temperature hit its upper bound ({calibration.T_MAX:g}): these probabilities carry almost "
                      "no information about correctness")
+    if cal.picked:
+        notes.append(picked_note(cal.picked, rep.n))
     if manual is not None:
         return GateDecision(float(manual), "hand-set", notes)
     if gate.reachable and gate.threshold is not None:

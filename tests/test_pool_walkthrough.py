@@ -46,8 +46,8 @@ def seeded(tmp_path_factory):
     rows = [json.loads(l) for l in (ROOT / "data" / "labeled" / "refund-check.jsonl").read_text().splitlines() if l]
     later = [r for r in rows if r.get("split") != "train"][N_SEED: N_SEED + N_POOL]
     pool = tmp / "pool.jsonl"
-    pool.write_text("".join(json.dumps({"id": f"p{i}", "state": r["state"]}) + "\n" for i, r in enumerate(later)))
-    truth = {f"p{i}": r["label"] for i, r in enumerate(later)}
+    pool.write_text("".join(json.dumps({"id": f"p-{i}", "state": r["state"]}) + "\n" for i, r in enumerate(later)))
+    truth = {f"p-{i}": r["label"] for i, r in enumerate(later)}
     return tmp, db, cal, pool, truth
 
 
@@ -168,12 +168,15 @@ def test_the_review_page_scores_ranks_and_labels_a_pool(seeded, monkeypatch):
     assert not at.exception, at.exception
     assert any(f"{N_POOL} pool rows: 0 stored scores reused" in c and f"{N_POOL} scored now" in c
                for c in captions(at)), captions(at)
+    done = at.button(key="rv_pool_score")  # said as it is: nothing left to score (it said "Score the rows not scored yet")
+    assert done.label == f"All {N_POOL} rows are scored" and done.disabled
     # the set's 12 evaluated rows have hidden states stored by the calibration's run (its 8 train rows do not)
     assert any(f"10 of {N_POOL} open pool rows to label next" in c and "compared with the stored hidden states of "
                f"{N_SEED} of {N_SEED + 8} labeled rows" in c for c in captions(at)), captions(at)
     first = next(m.value for m in at.markdown if m.value.startswith("**1.** line "))
     line = int(first.split("line ")[1].split(" ")[0])
     row_id = first.split("`")[1]
+    assert row_id.startswith("p-"), first  # the file's id as it is (a markdown escape showed as "p\\-3" in code)
     at.button(key=f"rv_pool_label_{line}_0").click().run()  # option 0: yes
     assert not at.exception, at.exception
     (label,) = store.reviews("refund-check", pending=True)
@@ -239,7 +242,7 @@ def test_pool_scoring_on_the_page_stops_when_asked_and_resumes(seeded, monkeypat
     assert run["status"] == "stopped" and len(store.results(run["id"])) == 3
     assert any(f"3 of {N_POOL} open pool rows to label next" in c for c in captions(at)), captions(at)
     monkeypatch.setattr(pools, "score", real)
-    assert at.button(key="rv_pool_score").label == "Score the rows not scored yet"
+    assert at.button(key="rv_pool_score").label == f"Score the {N_POOL - 3} rows not scored yet"
     at.button(key="rv_pool_score").click().run()
     finish_tasks(at)
     assert any(f"Scored: {N_POOL} pool rows: 3 stored scores reused" in c and f"{N_POOL - 3} scored now" in c

@@ -470,6 +470,11 @@ def stored_scores(store: Store, pool: pool_store.StoredPool, cand: Candidate, ta
     return None
 
 
+def unscored(store: Store, pool: pool_store.StoredPool, run_id: int | None) -> int:
+    """Pool rows without a stored score in `run_id` (a failed row counts: scoring again retries it); None: all."""
+    return pool.n_rows - len(store.done_keys(run_id)) if run_id is not None else pool.n_rows
+
+
 def target_name(cand: Candidate) -> str:
     """Where the candidate was evaluated (its pool is scored there too): the run's target, else the local engine."""
     return cand.run["target_name"] if cand.run is not None else "local"

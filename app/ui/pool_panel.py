@@ -55,8 +55,10 @@ def pool_panel(db: Store, policy: Mapping[str, Any], sid: int, who: str) -> None
         return  # its progress is shown; the ranking comes when every row is scored
     run_id = pools.stored_scores(db, pool, cand, where)
     busy = tasks.runner().busy_with(KIND)
-    if st.button("Score the pool" if run_id is None else "Score the rows not scored yet", key=KEYS.pool_score,
-                 disabled=busy is not None,
+    left = pools.unscored(db, pool, run_id)
+    label = ("Score the pool" if run_id is None else f"Score the {left} rows not scored yet" if left else
+             f"All {pool.n_rows} rows are scored")
+    if st.button(label, key=KEYS.pool_score, disabled=busy is not None or not left,
                  help="runs in the background: you can open other pages meanwhile, and come back here" if busy is None
                  else f"another pool is being scored: {busy.text()}"):
         start(db, pool, cid, cand, where)
@@ -183,9 +185,15 @@ def scoring_now(pool_id: int, cid: int) -> bool:
     return True
 
 
+def code(text: str) -> str:
+    """`text` as inline code: shown as it is (markdown escapes would show as backslashes inside code), with a
+    backtick - the one character that ends a code span - shown as a quote."""
+    return "`" + text.replace("`", "'").replace("\n", " ") + "`"
+
+
 def label_row(db: Store, row: pools.Suggested, ids: list[str], cand: pools.Candidate, who: str) -> None:
     text = row.state if isinstance(row.state, str) else str(row.state)
-    st.markdown(f"**{row.rank}.** line {row.line} `{md(row.id)}` · margin {row.margin:.3f} · the policy says "
+    st.markdown(f"**{row.rank}.** line {row.line} {code(row.id)} · margin {row.margin:.3f} · the policy says "
                 f"**{md(row.proposed)}**")
     st.text(text[:2000])
     cols = st.columns(min(len(ids), 6))

@@ -59,8 +59,8 @@ def test_pool_to_deploy_plan_on_the_page(browser, tmp_path):  # noqa: F811
             state = later[line - 2]["state"]  # line 1 is the CSV header
             option = ["yes", "no"].index(truth[state])
             page.locator(f".st-key-rv_pool_label_{line}_{option} button").click()
-            settle(page)
             expect(page.get_by_text(re.compile(rf"open pool rows to label next \({n + 1} already labeled"))).to_be_visible()
+            settle(page)  # the rerun's end: until then the rows drawn before it may stand beside the new ones
         page.get_by_role("button", name="Add 2 labels as a new version of set #1").click()
         settle(page)
         expect(page.get_by_text(re.compile(r"Set #2 = set #1 \+ 2 reviewed rows"))).to_be_visible()

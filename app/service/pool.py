@@ -285,6 +285,8 @@ class Labeled:
 
     @property
     def text(self) -> str:
+        if not self.labeled:
+            return "no labeled row yet to compare the pool with"
         if self.found:
             return f"compared with the stored hidden states of {self.found} of {self.labeled} labeled rows"
         return (f"the hidden states of the {self.labeled} labeled rows were not available for this candidate (its "

@@ -34,6 +34,8 @@ def decisions_per_second(cfg: DeployConfig) -> float | None:
     GPU pool can land on any of them: plan for the slowest). None when a type has no default."""
     if cfg.autoscaling and cfg.autoscaling.decisions_per_second:
         return cfg.autoscaling.decisions_per_second
+    if cfg.decisions_per_second:  # measured, autoscaling off
+        return cfg.decisions_per_second
     known = [DEFAULT_DECISIONS_PER_SECOND.get(family(t)) for t in serving_types(cfg)]
     return None if not known or None in known else min(k for k in known if k is not None)
 

@@ -114,6 +114,7 @@ class DeployConfig:
     project: str = "semif-adapter-build"
     image_uri: str = ""  # a prebuilt SemIf image: skips the CodeBuild steps
     autoscaling: Autoscaling | None = None
+    decisions_per_second: float | None = None  # measured per instance (the cost per 1,000), with or without autoscaling
     deployment_id: str = ""
 
     def __post_init__(self) -> None:
@@ -294,11 +295,13 @@ def config_from_form(form: Mapping[str, Any], *, placeholders: bool = False) -> 
     if name_suffix:
         kw["name_suffix"] = name_suffix
     max_n = number("autoscale_max", "Autoscaling maximum", 0, 0, 100)
+    dps = number("decisions_per_second", "Decisions per second", 0, 0.001, 1e6, integer=False) or None
+    if dps:  # a measured pace prices the plan also without autoscaling (it was read only with autoscaling on)
+        kw["decisions_per_second"] = dps
     if max_n:
         a = Autoscaling(min_instances=number("autoscale_min", "Autoscaling minimum", 1, 1, 100),
                         max_instances=max_n,
-                        decisions_per_second=number("decisions_per_second", "Decisions per second", 0, 0.001, 1e6,
-                                                    integer=False) or None,
+                        decisions_per_second=dps,
                         utilisation=number("utilisation", "Utilisation", 0.7, 0.05, 1.0, integer=False),
                         scale_in_cooldown=number("scale_in_cooldown", "Scale-in cooldown", 300, 0, 86400),
                         scale_out_cooldown=number("scale_out_cooldown", "Scale-out cooldown", 60, 0, 86400))

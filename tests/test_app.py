@@ -503,6 +503,8 @@ def test_calibrate_page_evaluates_compares_readouts_and_hands_off_to_deploy(db, 
     assert at.selectbox(key="cal_run_pick").value == best  # the most accurate of the runs just made is open
     # no row floor: the gate's evidence decides, and the page says why none is recommended (issue 44)
     assert any("unreachable" in e.value and "Clopper" in e.value for e in at.error)
+    # the banner names the run and correction it is about (Export this, above it, may show another candidate's gate)
+    assert any(e.value.replace("\\", "").startswith(f"Run #{best} with ") and "unreachable" in e.value for e in at.error)
     assert any("decides none of the 16 rows" in w.value and "human\\-review" in w.value for w in at.warning)
     at.checkbox(key="cal_manual").check().run()
     at.slider(key="cal_gate").set_value(0.6).run()

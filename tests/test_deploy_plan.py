@@ -122,6 +122,14 @@ def test_form_to_config_and_field_named_errors():
     assert config_from_form({**FORM, "codebuild_role_arn": "", "serving": "textgen"}).serving == "textgen"
     a = config_from_form({**FORM, "autoscale_max": "4", "decisions_per_second": "2.5", "instance_count": 2}).autoscaling
     assert a is not None and (a.min_instances, a.max_instances, a.decisions_per_second) == (1, 4, 2.5)
+    # a measured pace without autoscaling prices the plan too (Deploy showed 9/s in the field and priced at the
+    # family default 0.5/s, asking to "enter it above" - seen in the pool walkthrough, docs/review.md)
+    from deploy.autoscaling import decisions_per_second
+
+    alone = config_from_form({**FORM, "decisions_per_second": "9"})
+    assert alone.autoscaling is None and decisions_per_second(alone) == 9.0
+    assert decisions_per_second(DeployConfig.from_dict(alone.to_dict())) == 9.0  # kept with the plan
+    assert decisions_per_second(config_from_form(FORM)) == 0.5  # nothing measured: the family's default
     with pytest.raises(FormErrors, match="instance_count"):
         config_from_form({**FORM, "autoscale_max": 2, "instance_count": 3})
 

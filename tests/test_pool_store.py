@@ -298,3 +298,19 @@ def test_a_target_that_runs_another_model_than_the_calibrated_file_is_refused_an
     with pytest.raises(pools.PoolProblem, match=r"runs another model \(111111111111…\) than .*m\.gguf, 000000000000…"):
         pools.score(db, pool, cand, OtherModel("local", "local", {}))
     assert db.list_runs(kind="pool") == []
+
+
+def test_the_ranking_says_when_the_labeled_rows_hidden_states_are_not_available(setup):
+    """A calibrated file whose evaluation run is not in this workbench: no stored hidden state of the labeled rows
+    for it, and the ranking's line says so (the cold start then compares the pool rows only with each other)."""
+    from adapter.policy import CalibratedPolicy
+
+    db, policy, set_id = setup
+    cand = pools.Candidate(CalibratedPolicy.model_validate(
+        {"policy_id": "refund-check", "question": policy["question"], "options": policy["options"],
+         "readout": "letters", "prompt_version": "letters/1", "model": {"file": "m.gguf", "sha256": "0" * 64},
+         "temperature": 1.0, "fallback_option": "human-review", "created_at": "now"}), None)
+    got = pools.labeled_vectors(db, cand, set_id)
+    assert (got.X, got.found, got.labeled) == (None, 0, 4)
+    assert "hidden states of the 4 labeled rows were not available" in got.text
+    assert pools.labeled_vectors(db, cand, None).text == "no labeled row yet to compare the pool with"

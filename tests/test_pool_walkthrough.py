@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from app.core import pool_store
 from app.core.store import Store
-from tests.conftest import ROOT, ServerProcess, calibrate_cli
+from tests.conftest import ROOT, ServerProcess, calibrate_cli, finish_tasks
 
 MAIN = str(ROOT / "app" / "main.py")
 N_SEED, N_POOL = 12, 16
@@ -40,13 +40,14 @@ def seeded(tmp_path_factory):
     kept aside: the analyst's answers)."""
     tmp = tmp_path_factory.mktemp("walk")
     db, cal, _ = calibrate_cli(tmp, "refund-check", N_SEED, "--head", "none")
-    with sqlite3.connect(db) as src, sqlite3.connect(tmp / "page.db") as copy:
-        src.backup(copy)  # the page test's own copy, as the calibration left it
+    for name in ("page.db", "agree.db", "stop.db"):  # the page test's and the agreement test's own copies, as calibrated
+        with sqlite3.connect(db) as src, sqlite3.connect(tmp / name) as copy:
+            src.backup(copy)
     rows = [json.loads(l) for l in (ROOT / "data" / "labeled" / "refund-check.jsonl").read_text().splitlines() if l]
     later = [r for r in rows if r.get("split") != "train"][N_SEED: N_SEED + N_POOL]
     pool = tmp / "pool.jsonl"
-    pool.write_text("".join(json.dumps({"id": f"p{i}", "state": r["state"]}) + "\n" for i, r in enumerate(later)))
-    truth = {f"p{i}": r["label"] for i, r in enumerate(later)}
+    pool.write_text("".join(json.dumps({"id": f"p-{i}", "state": r["state"]}) + "\n" for i, r in enumerate(later)))
+    truth = {f"p-{i}": r["label"] for i, r in enumerate(later)}
     return tmp, db, cal, pool, truth
 
 
@@ -125,6 +126,26 @@ def test_the_command_line_walkthrough_reuses_every_stored_score(seeded):
     assert len(served) == N_POOL
 
 
+def test_a_pool_file_and_the_same_rows_stored_are_ranked_alike(seeded):
+    """`suggest --pool FILE` and `--pool N` (the file imported): the same requests, label counts and labeled rows'
+    hidden states, so the same rows in the same order - with --labeled-set and without. Measured before (main at
+    3187cb8, these 16 rows, k=8): without --labeled-set they differed - the stored pool counted zero labels per
+    option and began with the cold start's representative rows (p6 p12 p1 p3 ...), the file passed no counts and
+    ranked by margin alone (p6 p15 p5 p4 ...)."""
+    tmp, _, cal, pool, _ = seeded
+    db = tmp / "agree.db"
+    got = app("pool", "import", "--db", str(db), "--policy", "refund-check", "--file", str(pool), "--labeled-set", "1")
+    assert got.returncode == 0, got.stderr
+    pid = int(got.stdout.split("pool #")[1].split(":")[0])
+    for labeled in ([], ["--labeled-set", "1"]):
+        lists = []
+        for which in (str(pool), str(pid)):
+            out = app("suggest", "--db", str(db), "--quiet", "--policy", str(cal), "--pool", which, "--k", "8", *labeled)
+            assert out.returncode == 0, out.stderr
+            lists.append([l.split("]")[0] + "]" for l in out.stdout.splitlines() if RANKED.match(l)])
+        assert len(lists[0]) == 8 and lists[0] == lists[1], (labeled, lists)
+
+
 def test_the_review_page_scores_ranks_and_labels_a_pool(seeded, monkeypatch):
     tmp, db, cal, pool, truth = seeded
     store = Store(tmp / "page.db")  # the calibration's database as it was before the command-line test
@@ -141,19 +162,28 @@ def test_the_review_page_scores_ranks_and_labels_a_pool(seeded, monkeypatch):
     at.checkbox(key="rv_pool_open").check().run()
     assert not at.exception, at.exception
     assert any("Not scored yet" in c for c in captions(at))
-    at.button(key="rv_pool_score").click().run()
+    at.button(key="rv_pool_score").click().run()  # a background task: the page says so, the ranking comes after
+    assert not at.exception, at.exception
+    assert any(f"Scoring pool #{got.pool_id} with candidate" in c for c in captions(at)), captions(at)
+    finish_tasks(at)
     assert not at.exception, at.exception
     assert any(f"{N_POOL} pool rows: 0 stored scores reused" in c and f"{N_POOL} scored now" in c
                for c in captions(at)), captions(at)
-    assert any(f"10 of {N_POOL} open pool rows to label next" in c for c in captions(at))
+    done = at.button(key="rv_pool_score")  # said as it is: nothing left to score (it said "Score the rows not scored yet")
+    assert done.label == f"All {N_POOL} rows are scored" and done.disabled
+    # the set's 12 evaluated rows have hidden states stored by the calibration's run (its 8 train rows do not)
+    assert any(f"10 of {N_POOL} open pool rows to label next" in c and "compared with the stored hidden states of "
+               f"{N_SEED} of {N_SEED + 8} labeled rows" in c for c in captions(at)), captions(at)
     first = next(m.value for m in at.markdown if m.value.startswith("**1.** line "))
     line = int(first.split("line ")[1].split(" ")[0])
     row_id = first.split("`")[1]
+    assert row_id.startswith("p-"), first  # the file's id as it is (a markdown escape showed as "p\\-3" in code)
     at.button(key=f"rv_pool_label_{line}_0").click().run()  # option 0: yes
     assert not at.exception, at.exception
     (label,) = store.reviews("refund-check", pending=True)
     assert (label["label"], label["action"], label["row_key"]) == ("yes", "label", f"line-{line}")
-    assert any(f"10 of {N_POOL - 1} open pool rows to label next (1 already labeled" in c for c in captions(at))
+    assert any(f"10 of {N_POOL - 1} open pool rows to label next (1 already labeled" in c and "hidden states of "
+               f"{N_SEED + 1} of {N_SEED + 9} labeled rows" in c for c in captions(at)), captions(at)  # the pool row's too
     at.button(key="rv_append").click().run()
     assert not at.exception, at.exception
     newest = max(s["id"] for s in store.list_labeled_sets())
@@ -162,3 +192,60 @@ def test_the_review_page_scores_ranks_and_labels_a_pool(seeded, monkeypatch):
     assert [(r["state"], r["label"]) for r in added] == [(states[row_id], "yes")]
     assert len(store.labeled_rows(set_id)) == N_SEED + 8  # the parent version is unchanged
     assert got.pool_id == pool_store.pools(store)[0].id
+
+    # the scoring's note belongs to the pool it scored: another pool shows none (it said the first pool's before)
+    rows = [json.loads(l) for l in (ROOT / "data" / "labeled" / "refund-check.jsonl").read_text().splitlines() if l]
+    other_file = tmp / "other.jsonl"
+    other_file.write_text("".join(json.dumps({"state": r["state"]}) + "\n" for r in
+                                  [r for r in rows if r.get("split") != "train"][N_SEED + N_POOL: N_SEED + N_POOL + 3]))
+    other = pools.import_file(store, store.get_policy("refund-check"), str(other_file), into_set=newest)
+    at.run()
+    at.selectbox(key="rv_pool").select(other.pool_id).run()
+    assert not at.exception, at.exception
+    assert not any("Scored:" in c for c in captions(at)) and any("Not scored yet" in c for c in captions(at))
+    at.selectbox(key="rv_pool").select(got.pool_id).run()
+    assert any(f"Scored: {N_POOL} pool rows" in c for c in captions(at)), captions(at)
+
+
+def test_pool_scoring_on_the_page_stops_when_asked_and_resumes(seeded, monkeypatch):
+    """The page's scoring is a background task: Stop (here asked after the third row, as the Stop button asks)
+    keeps the rows scored and says so; scoring again scores only the rest."""
+    from app.service import pool as pools
+
+    tmp, _, cal, pool, _ = seeded
+    store = Store(tmp / "stop.db")
+    store.save_calibrated(json.loads(cal.read_text()))
+    made = pools.import_file(store, store.get_policy("refund-check"), str(pool), into_set=1)
+    real = pools.score
+
+    def stopped_after_three(db, p, cand, target, progress=None):
+        task = progress.__self__  # the page hands the task's own progress: Stop is asked there
+
+        def report(done, total, eta):
+            if done >= 3:
+                task.stop()
+            progress(done, total, eta)
+
+        return real(db, p, cand, target, report)
+
+    monkeypatch.setattr(pools, "score", stopped_after_three)
+    monkeypatch.setenv("SEMIF_DB", str(tmp / "stop.db"))
+    at = AppTest.from_file(MAIN, default_timeout=600)
+    at.run()
+    at.switch_page("views/review.py").run()
+    at.checkbox(key="rv_pool_open").check().run()
+    at.button(key="rv_pool_score").click().run()
+    finish_tasks(at)
+    assert not at.exception, at.exception
+    infos = [i.value.replace("\\", "") for i in at.info]  # as read: without the markdown escapes
+    assert any(f"Scoring stopped at 3/{N_POOL} rows" in i for i in infos), infos
+    (run,) = store.list_runs(kind="pool")
+    assert run["status"] == "stopped" and len(store.results(run["id"])) == 3
+    assert any(f"3 of {N_POOL} open pool rows to label next" in c for c in captions(at)), captions(at)
+    monkeypatch.setattr(pools, "score", real)
+    assert at.button(key="rv_pool_score").label == f"Score the {N_POOL - 3} rows not scored yet"
+    at.button(key="rv_pool_score").click().run()
+    finish_tasks(at)
+    assert any(f"Scored: {N_POOL} pool rows: 3 stored scores reused" in c and f"{N_POOL - 3} scored now" in c
+               for c in captions(at)), captions(at)
+    assert made.pool_id == run["config"]["pool_id"]

@@ -29,7 +29,12 @@ def run(args: argparse.Namespace) -> int:
     left_out(found.problems, found.capped)
     print(f"scoring {len(found.rows)} pool rows with {policy.model.file} ({policy.layout}, "
           f"{policy.correction_name})", file=sys.stderr)
-    out = sg.suggest(policy, found, target(db, args.target or "local"), k=args.k)
+    t = target(db, args.target or pools.target_name(pools.candidate(db, policy)))  # where --pool N scores it too
+    try:
+        out = sg.suggest(db, policy, found, t, k=args.k, set_id=args.labeled_set)
+    except pools.PoolProblem as exc:
+        error(exc)
+        return EXIT_USAGE
     for p in out.problems[len(found.problems):]:
         print(f"left out: {p}", file=sys.stderr)
     print(f"label these {len(out.rows)} of {out.scored} rows next (least sure first; a near-duplicate of a row above "

@@ -79,7 +79,9 @@ class GatePanel:
 def gate_panel(cal: Calibration, exported: Export, esc: Escape = plain) -> GatePanel:
     gate, fallback = exported.gate, exported.fallback
     hand = gate.source == "hand-set"
-    banner = esc(gate.messages[0]) if gate.messages and not hand else f"Gate set by hand: {gate.threshold:.3f}"
+    # which export the banner is about: the page may show another candidate's gate just above (Export this)
+    whose = esc(f"Run #{cal.run_id} with {cal.chosen_name} (what Save for deployment below exports): ")
+    banner = whose + (esc(gate.messages[0]) if gate.messages and not hand else f"Gate set by hand: {gate.threshold:.3f}")
     alerts = (Note(BANNER[gate.source], banner),
               *(Note("warning", esc(n)) for n in (gate.messages if hand else gate.messages[1:])))
     nothing = nothing_decided(exported.at_gate, fallback)

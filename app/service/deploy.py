@@ -116,7 +116,7 @@ class Planned:
         itype = first_choice(cfg.compute, cfg.instance_type, cfg.pools) or cfg.instance_type
         if rate:
             usd, note = cost_per_1000(itype, rate)
-            measured = bool(cfg.autoscaling and cfg.autoscaling.decisions_per_second)
+            measured = bool((cfg.autoscaling and cfg.autoscaling.decisions_per_second) or cfg.decisions_per_second)
             lines.append(f"Cost per 1,000 decisions on {itype}: " + (f"~${usd:.4f}" if usd is not None else "unknown")
                          + f" at {rate:g} decisions/s per instance ("
                          + ("your measurement" if measured else "the instance family's default; measure yours with "

@@ -29,7 +29,7 @@ from app.core import pool as pool_rows
 from app.core import pool_store, review
 from app.core import suggest as ranking
 from app.core.pool_store import StoredPool as StoredPool  # the page's type of a pool
-from app.core.records import Run
+from app.core.records import Result, Run
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.store import Store
 from app.core.stored import NO_RESPONSE, StoredResponse
@@ -223,16 +223,22 @@ class Scored:
                                                                               else "") + f" (run #{self.run_id})")
 
 
-def score(store: Store, pool: pool_store.StoredPool, cand: Candidate, target: Target,
-          progress: ProgressFn | None = None) -> Scored:
-    """Every row of the pool scored once by the candidate on `target` and kept (a run of kind 'pool'); a row
-    already stored is not scored again. A target that says it runs another model than the candidate's is refused
-    (a head read on another model's hidden states ranks from noise)."""
+def check_target(cand: Candidate, target: Target) -> None:
+    """PoolProblem when the target says it runs another model than the candidate's (a head read on another
+    model's hidden states ranks from noise)."""
     runs_now = target.numerics()
     if runs_now is not None and runs_now["sha256"] != cand.policy.model.sha256:
         raise PoolProblem(f"target {target.name!r} runs another model ({runs_now['sha256'][:12]}…) than the calibrated "
                           f"policy was made on ({cand.policy.model.file}, {cand.policy.model.sha256[:12]}…): its "
                           "scores would not be this candidate's - pick a target that runs that model; nothing scored")
+
+
+def score(store: Store, pool: pool_store.StoredPool, cand: Candidate, target: Target,
+          progress: ProgressFn | None = None) -> Scored:
+    """Every row of the pool scored once by the candidate on `target` and kept (a run of kind 'pool'); a row
+    already stored is not scored again. A target that says it runs another model than the candidate's is refused
+    (a head read on another model's hidden states ranks from noise)."""
+    check_target(cand, target)
     rows = pool_store.rows(store, pool.id)
     run_id = stored_scores(store, pool, cand, target.name)
     if run_id is None:
@@ -269,17 +275,39 @@ class Suggested:
 
 
 @dataclass(frozen=True)
+class Labeled:
+    """The labeled rows' hidden states the ranking compares the pool with (its cold start prefers regions of the
+    state space none of them covers): those stored for this candidate - by its evaluation run, and by the pool run
+    for the pool rows already labeled - read, never scored."""
+    X: np.ndarray | None
+    found: int  # labeled rows with a stored hidden state of this candidate
+    labeled: int  # labeled rows: the set's and the labels pending for it
+
+    @property
+    def text(self) -> str:
+        if not self.labeled:
+            return "no labeled row yet to compare the pool with"
+        if self.found:
+            return f"compared with the stored hidden states of {self.found} of {self.labeled} labeled rows"
+        return (f"the hidden states of the {self.labeled} labeled rows were not available for this candidate (its "
+                "evaluation run is not in this workbench, or stored none): the pool rows are compared only with "
+                "each other")
+
+
+@dataclass(frozen=True)
 class Ranking:
     rows: list[Suggested]
     open: int  # pool rows not labeled yet (scored or not)
     moved: int  # pool rows already labeled (in the set or pending)
     reused: int  # stored scores read for this ranking
     failed: list[str]
+    labeled: Labeled | None = None  # None: the pool has no stored hidden states (probabilities only)
 
     @property
     def text(self) -> str:
+        vs = f"; {self.labeled.text}" if self.labeled is not None else ""
         return (f"{len(self.rows)} of {self.open} open pool rows to label next ({self.moved} already labeled and moved "
-                f"to the set); ranked from {self.reused} stored scores, no model call")
+                f"to the set); ranked from {self.reused} stored scores, no model call{vs}")
 
 
 def label_counts(store: Store, option_ids: list[str], policy_id: str, set_id: int | None) -> list[int]:
@@ -289,10 +317,55 @@ def label_counts(store: Store, option_ids: list[str], policy_id: str, set_id: in
     return [labels.count(o) for o in option_ids]
 
 
+def labeled_states(store: Store, policy_id: str, set_id: int | None) -> set[str]:
+    """State keys that carry a label (not a skip): the set's rows and the labels pending for it."""
+    known = {review.state_key(r["state"]) for r in store.labeled_rows(set_id)} if set_id is not None else set()
+    return known | {review.state_key(r["state"]) for r in store.reviews(policy_id, pending=True) if r["label"]}
+
+
+def labeled_vectors(store: Store, cand: Candidate, set_id: int | None, *, pool_results: Iterable[Result] = (),
+                    dims: int | None = None) -> Labeled:
+    """The stored hidden states of the labeled rows for this candidate: its evaluation run's rows and the pool
+    run's rows already labeled (`pool_results`; both sent as the candidate's evaluation sends them, so they are
+    comparable with the pool's); `dims`: the pool's vector width (another width is not used)."""
+    labeled = labeled_states(store, cand.policy.policy_id, set_id)
+    found: dict[str, np.ndarray] = {}
+    if cand.run is not None:
+        _hidden_of(store.results(int(cand.run["id"])), labeled, found)
+    _hidden_of(pool_results, labeled, found)
+    kept = [x for x in found.values() if dims is None or x.shape == (dims,)]
+    return Labeled(np.array(kept) if kept else None, len(kept), len(labeled))
+
+
+def _hidden_of(results: Iterable[Result], labeled: set[str], found: dict[str, np.ndarray]) -> None:
+    for r in results:
+        if r["error"] or r.get("state") is None:
+            continue
+        key = review.state_key(r["state"])
+        if key not in labeled or key in found:
+            continue
+        ref = (StoredResponse.of(r) or NO_RESPONSE).hidden_state
+        if ref is not None:
+            found[key] = np.asarray(ref.array(), float).ravel()
+
+
+def order(store: Store, cand: Candidate, P: np.ndarray, X: np.ndarray | None, *, k: int, into_set: int | None,
+          pool_results: Iterable[Result] = ()) -> tuple[list[int], Labeled | None]:
+    """The ranking of scored pool rows (P: the candidate's probabilities, X: their hidden states or None), the one
+    rule of a stored pool and a pool file (`suggest --pool N` and `--pool FILE` rank the same rows alike): label
+    counts of the set and its pending labels (the cold start), the labeled rows' stored hidden states."""
+    ids = [o.id for o in cand.policy.options]
+    labeled = (labeled_vectors(store, cand, into_set, pool_results=pool_results, dims=X.shape[1]) if X is not None
+               else None)
+    got = ranking.rank(P, k=k, X=X, counts=label_counts(store, ids, cand.policy.policy_id, into_set),
+                       labeled_X=labeled.X if labeled is not None else None)
+    return got, labeled
+
+
 def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id: int, *, k: int = 20,
               into_set: int | None = None, everything: bool = False) -> Ranking:
     """The next k open rows to label, from the stored scores of `run_id` (no model call): the candidate's
-    probabilities (its head or correction on the stored reading), ranked by app/core/suggest.rank.
+    probabilities (its head or correction on the stored reading), ranked by `order` (app/core/suggest.rank).
     `everything`: every open scored row, unranked, in file order (what a label file may name)."""
     known = known_states(store, pool.policy_id, into_set)
     stored = {r["row_key"]: r for r in store.results(run_id) if not r["error"] and r.get("probabilities")}
@@ -320,14 +393,15 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
         return Ranking([], open_rows, moved, 0, failed)
     Pm = np.array(P)
     m = ranking.margins(Pm)
+    labeled = None
     if everything:
-        order = list(range(len(kept)))
+        picked = list(range(len(kept)))
     else:
         Xm = np.array(X) if all(x is not None for x in X) else None  # rank() centres / reduces them itself
-        order = ranking.rank(Pm, k=k, X=Xm, counts=label_counts(store, ids, pool.policy_id, into_set))
+        picked, labeled = order(store, cand, Pm, Xm, k=k, into_set=into_set, pool_results=stored.values())
     rows = [Suggested(i + 1, kept[j].line, kept[j].id, _row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
-                      float(m[j]), run_id) for i, j in enumerate(order)]
-    return Ranking(rows, open_rows, moved, len(kept), failed)
+                      float(m[j]), run_id) for i, j in enumerate(picked)]
+    return Ranking(rows, open_rows, moved, len(kept), failed, labeled)
 
 
 def label(store: Store, row: Suggested, option_id: str, *, who: str, policy: CalibratedPolicy, note: str = "") -> int:
@@ -396,6 +470,11 @@ def stored_scores(store: Store, pool: pool_store.StoredPool, cand: Candidate, ta
                 and cfg.get("pool_request") == asked):
             return int(run["id"])
     return None
+
+
+def unscored(store: Store, pool: pool_store.StoredPool, run_id: int | None) -> int:
+    """Pool rows without a stored score in `run_id` (a failed row counts: scoring again retries it); None: all."""
+    return pool.n_rows - len(store.done_keys(run_id)) if run_id is not None else pool.n_rows
 
 
 def target_name(cand: Candidate) -> str:

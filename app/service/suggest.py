@@ -1,8 +1,10 @@
 """`python -m app suggest`: which rows of an unlabeled pool to label next for a calibrated policy. Each pool
 row is scored once by the target with the policy's own rendering (its layout, readout, correction; with the
 hidden state its head reads), the policy's probabilities taken through its one rule
-(CalibratedPolicy.corrected: its head, or temperature and offsets), and the rows ranked by
-app/core/suggest.rank (margin, near-duplicates last in a batch; no label counts are passed, so no cold start)."""
+(CalibratedPolicy.corrected: its head, or temperature and offsets), and the rows ranked by app/service/pool.order
+- the stored pool's rule: the request its evaluation run sends when that run is in the workbench, the label
+counts of `--labeled-set` and its pending labels (the cold start), the labeled rows' stored hidden states - so a
+file and the same rows imported as a pool (`--pool N`) are ranked alike."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,10 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from adapter.policy import CalibratedPolicy, PolicyError, load_policy
-from adapter.schema import DecisionRequest
 
 from app.core import pool as pool_rows
 from app.core import suggest as ranking
+from app.service import pool as pools
 from app.core.store import Store
 from app.targets.base import Target
 
@@ -48,7 +50,7 @@ def load(policy_path: str) -> CalibratedPolicy:
 def read(policy_path: str, pool_path: str, store: Store, set_id: int | None) -> tuple[CalibratedPolicy, pool_rows.Pool]:
     """The calibrated policy and the pool's usable rows; ValueError naming the file, or the first problems."""
     policy = load(policy_path)
-    known = {pool_rows.state_key(r["state"]) for r in store.labeled_rows(set_id)} if set_id is not None else set()
+    known = pools.known_states(store, policy.policy_id, set_id)  # what a stored pool leaves out too
     try:
         with open(pool_path, encoding="utf-8") as fh:
             found = pool_rows.read_pool(fh, pool_path, [o.id for o in policy.options], policy.policy_id, known=known)
@@ -60,12 +62,13 @@ def read(policy_path: str, pool_path: str, store: Store, set_id: int | None) -> 
     return policy, found
 
 
-def suggest(policy: CalibratedPolicy, found: pool_rows.Pool, target: Target, *, k: int = 20) -> Suggestion:
-    fields = policy.request_fields()
+def suggest(store: Store, policy: CalibratedPolicy, found: pool_rows.Pool, target: Target, *, k: int = 20,
+            set_id: int | None = None) -> Suggestion:
+    cand = pools.candidate(store, policy)
+    pools.check_target(cand, target)
     P, X, kept, problems = [], [], [], list(found.problems)
     for row in found.rows:
-        req = DecisionRequest.model_validate({"id": row.id, "state": row.state, **fields, "hidden_state": True})
-        got = target.decide(req)
+        got = target.decide(cand.request(row, target))
         if not got.ok or got.result is None:
             problems.append(f"line {row.line}: the target failed on it ({got.error})")
             continue
@@ -82,7 +85,7 @@ def suggest(policy: CalibratedPolicy, found: pool_rows.Pool, target: Target, *, 
         return Suggestion([], 0, problems, found.capped)
     Pm = np.array(P)
     Xm = np.array(X) if all(x is not None for x in X) else None
-    order = ranking.rank(Pm, k=k, X=Xm)
+    order, _ = pools.order(store, cand, Pm, Xm, k=k, into_set=set_id)
     m = ranking.margins(Pm)
     ids = [o.id for o in policy.options]
     rows = [Suggested(i + 1, kept[j].line, kept[j].id, str(kept[j].state)[:200], ids[int(Pm[j].argmax())], float(m[j]))

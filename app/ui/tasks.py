@@ -23,7 +23,8 @@ def runner() -> TaskRunner:
     return shared()
 
 
-def _row(task: Task, key: str) -> None:
+def row(task: Task, key: str) -> None:
+    """One task's progress bar (counts, ETA) and, while it runs, its Stop button (keys under `key`)."""
     c1, c2 = st.columns([6, 1])
     frac = task.done / task.total if task.total else 0.0
     c1.progress(min(frac, 1.0), text=md(task.text()))
@@ -50,7 +51,7 @@ def panel(current_page: str = "") -> None:
         with st.container(border=True):
             st.caption("Running in the background - you can leave this page, the work goes on:")
             for task in active:
-                _row(task, KEYS.prefix)
+                row(task, KEYS.prefix)
 
     live()
 

@@ -568,6 +568,8 @@ def test_deploy_page_plan_confirm_invoke_destroy(db, aws_env, runtime_shim, monk
     first_pkg = Path(at.session_state["dep_planned"].pkg.model_file)
     at.button(key="FormSubmitter:dep_form-Plan").click().run()  # planned again: the unconfirmed package goes
     assert not first_pkg.exists() and Path(at.session_state["dep_planned"].pkg.model_file).exists()
+    (newest,) = [d["id"] for d in db.list_deployments() if d["status"] == "planned"]  # the first is superseded
+    assert at.selectbox(key="dep_pick").value == newest  # Deployments opens the plan just made, not the older one
     assert at.button(key="dep_go").disabled  # not before the acknowledgement
     at.checkbox(key="dep_ack").check().run()
     at.button(key="dep_go").click().run()

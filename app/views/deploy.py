@@ -169,6 +169,7 @@ def make_plan(db: Store, form: dict[str, Any], outside: tuple[str, str, str, str
             planned = deploy.plan(db, form, replaces=st.session_state.get(KEYS.planned), local=local)
         st.session_state[KEYS.planned] = planned.to_state()
         st.session_state[KEYS.planned_for] = outside
+        st.session_state[KEYS.pick] = planned.cfg.deployment_id  # Deployments below opens the plan just made
     except FormErrors as exc:
         st.session_state.pop(KEYS.planned, None)  # no plan from earlier settings stays confirmable
         for field, msg in exc.errors.items():

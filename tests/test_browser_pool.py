@@ -99,8 +99,8 @@ def test_pool_scoring_goes_on_while_the_analyst_is_on_another_page(browser, tmp_
     """Scoring a pool is a background task like an evaluation: it waits on the worker behind a running evaluation,
     other pages show it in the background panel, and back on Review the panel is open on the pool, showing the
     scoring's progress or how it ended, then the ranking. Before, the scoring ran in the page's own script run:
-    no background task, and leaving the page ended it. (The evaluation in front makes this deterministic: the
-    pool's 10 rows cannot be scored before the analyst has left the page - it is stopped from History.)"""
+    no background task, and leaving the page ended it. (An evaluation of every other shipped row runs in front, so
+    the pool's 10 rows wait while the analyst leaves the page - it is stopped from History.)"""
     from app.core.labeled import import_file
     from app.core.store import Store
     from app.service import pool as pools
@@ -115,7 +115,11 @@ def test_pool_scoring_goes_on_while_the_analyst_is_on_another_page(browser, tmp_
     file.write_text("".join(json.dumps({"id": f"p{i}", "state": r["state"]}) + "\n" for i, r in enumerate(later)))
     policy = store.get_policy("refund-check")
     made = pools.import_file(store, policy, str(file), into_set=1)
-    big = import_file(store, "big.jsonl", "".join(json.dumps(r) + "\n" for r in test_rows[40:]).encode(), policy)
+    # the evaluation in front: every shipped row outside the seed and the pool (it is stopped from History, so
+    # its length costs nothing; the longer it is, the surer it still runs while the analyst moves on)
+    taken = {r["state"] for r in test_rows[: N_SEED + N_POOL]}
+    big = import_file(store, "big.jsonl", "".join(json.dumps(r) + "\n" for r in rows if r["state"] not in taken).encode(),
+                      policy)
     url, proc = start_workbench(db)
     ctx = browser.new_context(viewport={"width": 1400, "height": 3000})
     page = ctx.new_page()

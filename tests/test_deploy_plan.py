@@ -130,6 +130,13 @@ def test_form_to_config_and_field_named_errors():
     assert alone.autoscaling is None and decisions_per_second(alone) == 9.0
     assert decisions_per_second(DeployConfig.from_dict(alone.to_dict())) == 9.0  # kept with the plan
     assert decisions_per_second(config_from_form(FORM)) == 0.5  # nothing measured: the family's default
+    from app.service.deploy import Planned  # and the plan says which it priced at (it said "enter it above")
+
+    def priced(cfg: DeployConfig) -> str:
+        return " ".join(Planned(cfg, None, [], []).cost_lines())  # type: ignore[arg-type]  # the cost needs no package
+
+    assert "at 9 decisions/s per instance (your measurement)" in priced(alone)
+    assert "at 0.5 decisions/s per instance (the instance family's default" in priced(config_from_form(FORM))
     with pytest.raises(FormErrors, match="instance_count"):
         config_from_form({**FORM, "autoscale_max": 2, "instance_count": 3})
 

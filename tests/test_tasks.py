@@ -58,8 +58,12 @@ def test_stop_ends_a_task_between_rows_and_a_queued_one_never_starts():
     queued = runner.submit("evaluate", "next", "", counting(3))
     until(lambda: running.status == "running")  # held at its gate
     queued.stop()
+    # a queued task is stopped at once: not still "waiting for the task before it" (with a Stop button, and the
+    # pool's Score button disabled) until the one in front ends
+    assert queued.status == "stopped" and not queued.active and running.status == "running"
     running.stop()
     gate.set()
+    wait(running)
     wait(queued)
     assert running.status == "stopped" and running.done < 1000 and "stopped by the analyst" in running.text()
     assert queued.status == "stopped" and queued.done == 0

@@ -82,8 +82,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    "or a stored pool's id (3, #3 or pool:3; `python -m app pool import`)")
     p.add_argument("--k", type=count, default=20, help="how many rows to suggest (default 20)")
     p.add_argument("--labeled-set", type=int, help="a labeled set id: its states are left out of the pool")
-    p.add_argument("--target", help="target name (default: the local engine; for a stored pool, the target the "
-                   "policy was evaluated on)")
+    p.add_argument("--target", help="target name (default: the target the policy was evaluated on when its run is "
+                   "in this workbench, else the local engine)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_db(p)
     p.set_defaults(fn=run)

@@ -8,6 +8,7 @@ calibration_curve computes and CalibrationDisplay draws). `build_policy` turns i
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Literal, Mapping, Sequence, TypedDict
 
@@ -26,6 +27,8 @@ from app.core.gates import Gate, GateMetrics, measure
 from app.core.runs import arrays, families, hidden_states, is_head_layout, run_config, scored_probabilities, variant_name
 from app.core.records import Calibrated, config_of
 from app.core.review import REVIEWED_KEY
+
+REVIEWED_ROW = re.compile(re.escape(REVIEWED_KEY) + r"\d+")  # the row key append_version gives a reviewed row
 from app.core.stats import SMALL_N, PairedGain, Proportion, ProportionJSON, bootstrap_ci, proportion
 from app.core.store import Store, now
 from app.core.stored import NO_RESPONSE, StoredResponse, first_response
@@ -141,7 +144,7 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
                        list(used), target_accuracy, cands, chosen, why, fits, choice.head, choice.why, choice.gain,
                        candidate_intervals([*cands, *fits], y, seed=seed), intervals(P, y, oof, seed=seed),
                        HEAD_LAYOUT if layout_run else "state-first",
-                       sum(str(r.get("row_key") or "").startswith(REVIEWED_KEY) for r in used))
+                       sum(bool(REVIEWED_ROW.fullmatch(str(r.get("row_key") or ""))) for r in used))
 
 
 @dataclass(frozen=True)
@@ -246,11 +249,13 @@ def version_label(version: int | None) -> str:
 
 
 def picked_note(picked: int, n: int) -> str:
-    """Why a set grown by review measures the policy on harder rows than it will meet: the queue and a pool's
-    ranking pick the rows the model is least sure of, so these figures lean low (coverage most), not rosy."""
-    return (f"{picked} of {n} labeled rows were added by review (the queue's or a pool's suggestions): rows picked "
-            "because the model was unsure, not drawn at random, so the accuracy and coverage measured here are likely "
-            "lower than on live traffic; a set of rows drawn at random measures them without that lean")
+    """Why a set grown by review likely measures the policy on harder rows than it will meet: the queue and a pool's
+    ranking put the rows the model is least sure of first (a cold start's typical rows aside), so these figures
+    lean low (coverage most). Which rows a person chose to label is not recorded, so the note says 'likely'."""
+    return (f"{picked} of {n} labeled rows were added by review (the review queue, or pool rows labeled from "
+            "their ranking): rows chosen, likely not drawn at random - the queue and the ranking put the model's least "
+            "sure rows first, so the accuracy and coverage measured here likely lean lower than on live traffic; a set "
+            "of rows drawn at random measures them without that lean")
 
 
 def decide_gate(cal: Calibration, manual: float | None = None) -> GateDecision:

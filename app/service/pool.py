@@ -33,7 +33,7 @@ from app.core.records import Result, Run
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.store import Store
 from app.core.stored import NO_RESPONSE, StoredResponse
-from app.targets.base import Target
+from app.targets.base import Target, TargetError
 
 HEAD_BYTES = 64 << 10  # the first bytes the importer's column guess reads (the file itself is streamed)
 LOG_KINDS = ("production",)  # a decision log imported by `app import-log` / the Deploy page
@@ -226,7 +226,10 @@ class Scored:
 def check_target(cand: Candidate, target: Target) -> None:
     """PoolProblem when the target says it runs another model than the candidate's (a head read on another
     model's hidden states ranks from noise)."""
-    runs_now = target.numerics()
+    try:
+        runs_now = target.numerics()
+    except TargetError as exc:  # a local model that cannot load: said as the pool's problem, not a traceback
+        raise PoolProblem(f"target {target.name!r} cannot score: {exc}; nothing scored") from exc
     if runs_now is not None and runs_now["sha256"] != cand.policy.model.sha256:
         raise PoolProblem(f"target {target.name!r} runs another model ({runs_now['sha256'][:12]}…) than the calibrated "
                           f"policy was made on ({cand.policy.model.file}, {cand.policy.model.sha256[:12]}…): its "

@@ -53,6 +53,8 @@ class Task:
         if self.active and not self._stop.is_set():
             self.stop_reason = reason
             self._stop.set()
+            if self.status == "queued":  # never started: stopped now, not when the worker reaches it (the worker
+                self.status, self.finished = "stopped", time.time()  # skips it; one that just started stops at its check)
 
     def check(self) -> None:
         """Raise Stopped when a stop was asked for (an evaluation's own stop rule is

@@ -131,9 +131,11 @@ def collect() -> None:
     ss.pop(SCORING.planned, None)
     if task.status == "done" and isinstance(task.result, pools.Scored):
         text = f"Scored: {task.result.text}."
+    elif task.status == "stopped" and not task.total:
+        text = f"Scoring stopped before it started ({task.stop_reason}): nothing was scored."
     elif task.status == "stopped":
         text = (f"Scoring stopped at {task.done}/{task.total} rows ({task.stop_reason}): the rows scored are kept - "
-                "'Score the rows not scored yet' resumes; the ranking below reads only the rows scored.")
+                "scoring again resumes with the rest; the ranking below reads only the rows scored.")
     else:
         text = f"Scoring failed: {task.error}"
     ss.setdefault(KEYS.pool_scored, {})[_note_key(planned["pool"], planned["candidate"])] = (task.status, text)

@@ -280,7 +280,7 @@ def test_a_target_that_runs_another_model_than_the_calibrated_file_is_refused_an
     """A calibrated file made on one model, scored on a target that says it runs another: refused naming both,
     no pool run kept (before, the local target's loaded model read the rows and the ranking came from it)."""
     from adapter.policy import CalibratedPolicy
-    from app.targets.base import Numerics, Target
+    from app.targets.base import Numerics, Target, TargetError
 
     class OtherModel(Target):
         def numerics(self) -> Numerics | None:
@@ -297,6 +297,15 @@ def test_a_target_that_runs_another_model_than_the_calibrated_file_is_refused_an
          "temperature": 1.0, "fallback_option": "human-review", "created_at": "now"}), None)
     with pytest.raises(pools.PoolProblem, match=r"runs another model \(111111111111…\) than .*m\.gguf, 000000000000…"):
         pools.score(db, pool, cand, OtherModel("local", "local", {}))
+    assert db.list_runs(kind="pool") == []
+
+    class Unloadable(Target):  # a local model that cannot load: the pool's problem, said - not a traceback
+        def numerics(self) -> Numerics | None:
+            raise TargetError("model file not found: /nowhere/m.gguf")
+
+    with pytest.raises(pools.PoolProblem, match=r"target 'local' cannot score: model file not found: /nowhere/m\.gguf; "
+                       "nothing scored"):
+        pools.score(db, pool, cand, Unloadable("local", "local", {}))
     assert db.list_runs(kind="pool") == []
 
 

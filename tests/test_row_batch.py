@@ -84,3 +84,44 @@ def test_head_layout_rows_are_decoded_together_within_the_measured_tolerance(eng
         assert [r.probabilities for r in again] == [r.probabilities for r in together]
     finally:
         engine.row_batch = 1
+
+
+def test_the_runner_sends_local_rows_in_blocks_and_stores_the_same_decisions(tmp_path, engine, monkeypatch):
+    """Evaluations, calibrate's head-layout runs and Compare all go through runner.score_into_runs: with
+    SM_SEMIF_ROW_BATCH = 4 a local target gets its rows four at a time (LocalTarget.decide_many) and the
+    engine decodes them together - counted here, so the test fails if batching silently does not happen -
+    and the stored decisions are those of one row a call; progress still advances row by row."""
+    from app.core.runner import Case, run_policy
+    from app.core.store import Store
+    from app.targets.local import LocalTarget
+    from bench.models import test_rows
+
+    policy = load_template("refund-check")
+    rows = test_rows(0)["refund-check"][:10]
+    cases = [Case(f"r{i}", r["state"], r["label"]) for i, r in enumerate(rows)]
+    target = LocalTarget("local", {}, lambda model: engine)
+    db = Store(tmp_path / "wb.db")
+    sizes: list[int] = []
+    parallel = engine._forward_parallel
+    monkeypatch.setattr(engine, "_forward_parallel",
+                        lambda group, *a, **k: sizes.append(len(group)) or parallel(group, *a, **k))
+    assert target.row_block() == 1
+    _, (one_id,) = run_policy(db, policy, cases, [], kind="eval", head_layout=[target])
+    assert sizes == []  # the default: one row a call, nothing decoded together
+
+    monkeypatch.setenv("SM_SEMIF_ROW_BATCH", "4")
+    engine.row_batch = 4  # what an engine loaded with that setting has (EnginePool: EngineConfig.from_env)
+    ticks: list[int] = []
+    try:
+        assert target.row_block() == 4
+        _, (four_id,) = run_policy(db, policy, cases, [], kind="eval", head_layout=[target],
+                                   progress=lambda done, total, eta: ticks.append(done))
+    finally:
+        engine.row_batch = 1
+    assert sizes == [4, 4, 2]  # ten rows: two blocks of four, then two
+    assert ticks == list(range(1, 11))
+    one, four = db.results(one_id), db.results(four_id)
+    assert [r["row_key"] for r in four] == [r["row_key"] for r in one]
+    assert [r["top_option"] for r in four] == [r["top_option"] for r in one]
+    assert max(float(np.abs(np.subtract(a["probabilities"], b["probabilities"])).max()) for a, b in zip(one, four)) < 0.05
+    assert all(r["error"] is None for r in four)

@@ -238,33 +238,52 @@ def _score(store: Store, jobs: list[Job], items: list[tuple[int, Case, DecisionR
         if job.target.batch_only:  # Batch Transform: one job for the rows not reused, then ingested row by row
             todo = [i for i in range(len(items)) if i not in stored(job)]
             batched[job.run_id] = dict(zip(todo, batch_results(job.target, [job.request(items[i][2]) for i in todo])))
-    order = ([(i, job) for job in jobs for i in range(len(items))] if by_source else
-             [(i, job) for i in range(len(items)) for job in jobs])
-    for i, job in order:
-        pos, case, req = items[i]
-        if case.key in job.done:
-            tracker.tick()
-            continue
-        hit = stored(job).get(i)
-        if hit is not None:
-            store.add_result(job.run_id, copied_row(hit, row_key=case.key, position=pos, state=case.state,
-                                                    label=case.label), leases[job.run_id])
-            counts[job.run_id]["reused"] += 1
-            if not named[job.run_id]:
-                store.set_run_model(job.run_id, model_label((StoredResponse.of(hit) or NO_RESPONSE).model,
-                                                            job.target.kind))
-                named[job.run_id] = True
-            tracker.tick()
-            continue
-        sent = job.request(req)
-        cold = is_cold(job.target, sent)
-        res = batched[job.run_id][i] if job.run_id in batched else job.target.decide(sent)
-        store.add_result(job.run_id, result_row(res, case, pos, cold, sent), leases[job.run_id])
-        counts[job.run_id]["evaluated"] += 1
-        if res.ok and not named[job.run_id]:
-            store.set_run_model(job.run_id, model_identity(res, job.target))
-            named[job.run_id] = True
-        tracker.tick()
+    # rows go to a target in blocks of its `row_block()` (a local engine with SM_SEMIF_ROW_BATCH > 1 decodes a
+    # block's head-layout rows together, as parallel sequences); with blocks of 1 (the default, every other
+    # target) this is the row-by-row order exactly, each result saved as it arrives
+    sizes = {job.run_id: 1 if job.target.batch_only else job.target.row_block() for job in jobs}
+    block = max(sizes.values(), default=1)
+    starts = range(0, len(items), block)
+    order = ([(job, range(s, min(s + block, len(items)))) for job in jobs for s in starts] if by_source else
+             [(job, range(s, min(s + block, len(items)))) for s in starts for job in jobs])
+    for job, rows in order:
+        pending: list[tuple[int, DecisionRequest, bool]] = []  # (item, request as sent, cold)
+        for i in rows:
+            pos, case, req = items[i]
+            if case.key in job.done:
+                tracker.tick()
+                continue
+            hit = stored(job).get(i)
+            if hit is not None:
+                store.add_result(job.run_id, copied_row(hit, row_key=case.key, position=pos, state=case.state,
+                                                        label=case.label), leases[job.run_id])
+                counts[job.run_id]["reused"] += 1
+                if not named[job.run_id]:
+                    store.set_run_model(job.run_id, model_label((StoredResponse.of(hit) or NO_RESPONSE).model,
+                                                                job.target.kind))
+                    named[job.run_id] = True
+                tracker.tick()
+                continue
+            sent = job.request(req)
+            pending.append((i, sent, is_cold(job.target, sent)))
+        size = sizes[job.run_id]
+        for at in range(0, len(pending), size):
+            part = pending[at: at + size]
+            if job.run_id in batched:
+                got = [batched[job.run_id][i] for i, _, _ in part]
+            elif len(part) == 1:
+                got = [job.target.decide(part[0][1])]
+            else:
+                got = job.target.decide_many([sent for _, sent, _ in part])
+            for (i, sent, cold), res in zip(part, got):  # a block's results are all saved before a stop can come
+                pos, case, _ = items[i]
+                store.add_result(job.run_id, result_row(res, case, pos, cold, sent), leases[job.run_id])
+                counts[job.run_id]["evaluated"] += 1
+                if res.ok and not named[job.run_id]:
+                    store.set_run_model(job.run_id, model_identity(res, job.target))
+                    named[job.run_id] = True
+            for _ in part:
+                tracker.tick()
     return counts
 
 

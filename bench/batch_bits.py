@@ -60,7 +60,7 @@ def main() -> None:
     cpp = eng._llama_cpp
     policy = load_template(a.policy)
     states = [r["state"] for r in test_rows(0)[a.policy]][: a.rows]
-    prepared = [eng._prepare(eng.render(request_for(policy, s, f"h{i}", layout=HEAD_LAYOUT), "letters"))
+    prepared = [eng._prepare(eng.render(request_for(policy, s, f"h{i}", layout=HEAD_LAYOUT, hidden_state=True), "letters"))
                 for i, s in enumerate(states)]
     prefix = prepared[0][0][:-1]
     letters = [seq[0] for seq in prepared[0][1]]
@@ -86,8 +86,8 @@ def main() -> None:
 
     pad_seq = cpp.llama_n_seq_max(eng.llm.ctx) - 1
 
-    def decode(suffixes: list[tuple[int, ...]], outputs: list[set[int]], pad: int = 0, pad_outputs: int = 0
-               ) -> tuple[list[list[np.ndarray]], list[np.ndarray], float]:
+    def decode(suffixes: list[tuple[int, ...]], outputs: list[set[int]], pad: int = 0, pad_outputs: int = 0,
+               align: int = 0) -> tuple[list[list[np.ndarray]], list[np.ndarray], float]:
         """Suffixes as sequences 1.. of one llama_batch on the prefix; outputs[j]: the positions in suffix j
         that give logits. With `pad`, filler tokens on a sequence of their own (attending only to each other)
         make the batch a multiple of `pad` tokens, and its outputs at least `pad_outputs` (a multiple of `pad`).
@@ -98,8 +98,9 @@ def main() -> None:
         if pad:
             fill += (-(n_tok + fill)) % pad
             fill = max(fill, pad_outputs - n_out)
-        batch = cpp.llama_batch_init(n_tok + fill + pad, 0, 1)
-        n, where = 0, []
+        gaps = [(-len(sf)) % align if align and j < len(suffixes) else 0 for j, sf in enumerate(suffixes, 1)]
+        batch = cpp.llama_batch_init(n_tok + fill + pad + sum(gaps), 0, 1)
+        n, where, filler_pos = 0, [], 0
         for j, suffix in enumerate(suffixes, 1):
             cpp.llama_memory_seq_cp(mem, 0, j, -1, -1)
             mine = []
@@ -111,8 +112,13 @@ def main() -> None:
                     mine.append(n)
                 n += 1
             where.append(mine)
+            for _ in range(gaps[j - 1]):  # `align`: the next row's cells start on a multiple of `align` after the prefix
+                batch.token[n], batch.pos[n], batch.n_seq_id[n] = suffix[0], filler_pos, 1
+                batch.seq_id[n][0] = pad_seq
+                batch.logits[n] = False
+                n, filler_pos = n + 1, filler_pos + 1
         for i in range(fill):  # fillers: the first suffix's tokens again, from position 0 of their own sequence
-            batch.token[n], batch.pos[n], batch.n_seq_id[n] = suffixes[0][i % len(suffixes[0])], i, 1
+            batch.token[n], batch.pos[n], batch.n_seq_id[n] = suffixes[0][i % len(suffixes[0])], filler_pos + i, 1
             batch.seq_id[n][0] = pad_seq
             batch.logits[n] = i >= fill - max(0, pad_outputs - n_out)
             n += 1
@@ -200,6 +206,16 @@ def main() -> None:
                 solo, _, _ = decode([suf], [{len(suf) - 1}], pad=4, pad_outputs=P)
                 pairs.append((solo[0][0], got[j][0]))
         cmp(f"padded x4 tokens, >= {P} outputs: batched vs alone", pairs)
+    # aligned: each row's cells start on a multiple of W cells after the prefix, as alone (fillers between rows)
+    for W in (16, 32, 64):
+        pairs, sec = [], 0.0
+        for k in range(0, n_b, B):
+            sufs = [p[0][-1] for p in prepared[k: k + B]]
+            got, _, t = decode(sufs, [{len(s) - 1} for s in sufs], align=W)
+            sec += t
+            pairs += [(alone[k + j], got[j][0]) for j in range(len(sufs))]
+        cmp(f"aligned to {W} cells: batched vs alone", pairs)
+        report[f"aligned to {W} cells: batched vs alone"]["seconds a row"] = round(sec / max(1, n_b), 4)
     print(json.dumps(report, indent=1), flush=True)
 
 

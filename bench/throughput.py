@@ -133,7 +133,8 @@ def calibrate_row(rows: int, sources: str, policy: str) -> dict[str, object]:
     return out
 
 
-def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches: list[int], threads: str) -> str:
+def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches: list[int], threads: str,
+          evals: list[dict[str, Any]] | None = None) -> str:
     def usd(rows_per_s: float) -> str:
         got, _ = usd_per_1000_rows(1 / rows_per_s)
         return "?" if got is None else f"${got:.3f}"
@@ -161,12 +162,18 @@ def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches:
     lines += ["", "Tokens a row beyond the cached prefix (median): " + "; ".join(
         f"{r['model']}: {r['tokens_median'][ZERO]:g} state-first, {r['tokens_median'][ONE]:g} head layout" for r in results)]
     if cals:
-        lines += ["", "| `python -m app calibrate` (target: the default model) | rows | head sources | wall time | rows/s "
-                  "| peak RSS | 200 rows at this rate (EXTRAPOLATED) |", "|---|---|---|---|---|---|---|"]
+        lines += ["", "| `python -m app calibrate` (target: the default model) | rows | target read | head sources | "
+                  "SM_SEMIF_ROW_BATCH | wall time | rows/s | peak RSS |", "|---|---|---|---|---|---|---|---|"]
         for c in cals:
-            lines.append(f"| {c['policy']} | {c['rows']} | {c['head_sources'] or 'none'} | {c['seconds']} s | "
-                         f"{c['rows_per_s']} | {c['peak_rss_mb']:,} MB | {200 / float(str(c['rows_per_s'])) / 60:.0f} min |")
-    if results:
+            lines.append(f"| {c['policy']} | {c['rows']} | {c.get('layout', 'state-first')} | {c['head_sources'] or 'none'} "
+                         f"| {c.get('row_batch', 1)} | {c['seconds']} s | {c['rows_per_s']} | {c['peak_rss_mb']:,} MB |")
+    big = [e for e in evals or [] if e.get("rows")]
+    for e in big:
+        lines += ["", f"Measured: a {e['rows']:,}-row head-layout evaluation on {e['model']} (`python -m app calibrate "
+                  f"--target {e['target']} --layout policy-first`, one thread, SM_SEMIF_ROW_BATCH={e['row_batch']}): "
+                  f"{e['seconds']:,} s wall ({e['rows_per_s']} rows/s including the model load and the fits), peak RSS "
+                  f"{e['peak_rss_mb']:,} MB."]
+    if results and not big:
         d = results[0]
         hours = {m: 10_000 / d["rows_per_s"][m] / 3600 for m in (ZERO, ONE)}
         peak = f"{cals[0]['peak_rss_mb']:,} MB, the calibration's" if cals else "not measured"
@@ -192,6 +199,7 @@ def main() -> None:
     batches = [int(b) for b in a.batches.split(",")]
     results: list[dict[str, Any]] = []
     cals: list[dict[str, object]] = []
+    evals: list[dict[str, Any]] = []
     if a.publish_from:
         with open(a.publish_from) as f:
             for line in f:
@@ -199,6 +207,8 @@ def main() -> None:
                     got = json.loads(line)
                     if got.get("what") == "calibrate":
                         cals.append(got)
+                    elif got.get("what") == "evaluation":
+                        evals.append(got)
                     else:
                         got["batched_vs_one"] = {int(b): d for b, d in got["batched_vs_one"].items()}
                         results.append(got)
@@ -211,7 +221,7 @@ def main() -> None:
         if a.calibrate_rows:
             cals.append(calibrate_row(a.calibrate_rows, a.calibrate_sources, a.policy))
             print(json.dumps(cals[-1]), flush=True)
-    text = table(results, cals, batches, os.environ.get("SM_SEMIF_THREADS", "all"))
+    text = table(results, cals, batches, os.environ.get("SM_SEMIF_THREADS", "all"), evals)
     print(text)
     if not a.no_publish:
         when = ", ".join(sorted({str(r.get("date", "")) for r in results} - {""}))

@@ -125,3 +125,5 @@ def test_the_runner_sends_local_rows_in_blocks_and_stores_the_same_decisions(tmp
     assert [r["top_option"] for r in four] == [r["top_option"] for r in one]
     assert max(float(np.abs(np.subtract(a["probabilities"], b["probabilities"])).max()) for a, b in zip(one, four)) < 0.05
     assert all(r["error"] is None for r in four)
+    # a row decoded beside others is never reused as the row alone: no reuse key (one row a call has one)
+    assert all(r["reuse_key"] for r in one) and not any(r["reuse_key"] for r in four)

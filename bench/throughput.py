@@ -151,8 +151,8 @@ def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches:
             rps = res["rows_per_s"][m]
             lines.append(f"| {res['model']} | {m} | {res['s_per_row'][m]:.3f} | {rps:.2f} | "
                          f"{usd(rps)} | {rps / base:.2f}x |")
-    lines += ["", "Batched against one row at a time, the same rows (llama.cpp's CPU kernels accumulate differently "
-              "by batch shape, so a batched row's last bits depend on its companions):", "",
+    lines += ["", "Batched against one row at a time, the same rows (a batched row's bits depend on its companions: "
+              "llama.cpp's attention over the KV cache the rows share, `python -m bench.batch_bits`):", "",
               "| model | batch | rows bit-identical | max abs change of a probability | max change of the hidden state "
               "(relative to its largest component) |", "|---|---|---|---|---|"]
     for res in results:
@@ -195,6 +195,7 @@ def main() -> None:
     p.add_argument("--calibrate-sources", default="local-smollm2")
     p.add_argument("--no-publish", action="store_true")
     p.add_argument("--publish-from", help="publish the JSON lines an earlier run printed (measure nothing)")
+    p.add_argument("--note", default="", help="more for the published block's conditions line (the load average)")
     a = p.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
     results: list[dict[str, Any]] = []
@@ -226,7 +227,7 @@ def main() -> None:
     if not a.no_publish:
         when = ", ".join(sorted({str(r.get("date", "")) for r in results} - {""}))
         print("published to", publish("throughput", text, note=f"issue 45; measured {when or 'now'} on a shared machine "
-                                      "(ratios within one run hold, absolute seconds vary with its load)"))
+                                      "(ratios within one run hold, absolute seconds vary with its load)" + (f"; {a.note}" if a.note else "")))
 
 
 if __name__ == "__main__":

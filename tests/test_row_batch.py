@@ -107,7 +107,7 @@ def test_the_runner_sends_local_rows_in_blocks_and_stores_the_same_decisions(tmp
     monkeypatch.setattr(engine, "_forward_parallel",
                         lambda group, *a, **k: sizes.append(len(group)) or parallel(group, *a, **k))
     assert target.row_block() == 1
-    _, (one_id,) = run_policy(db, policy, cases, [], kind="eval", head_layout=[target])
+    _, (one_id,) = run_policy(db, policy, cases, [], kind="eval", head_layout=[target], blocks=True)
     assert sizes == []  # the default: one row a call, nothing decoded together
 
     monkeypatch.setenv("SM_SEMIF_ROW_BATCH", "4")
@@ -115,11 +115,14 @@ def test_the_runner_sends_local_rows_in_blocks_and_stores_the_same_decisions(tmp
     ticks: list[int] = []
     try:
         assert target.row_block() == 4
-        _, (four_id,) = run_policy(db, policy, cases, [], kind="eval", head_layout=[target],
+        _, (four_id,) = run_policy(db, policy, cases, [], kind="eval", head_layout=[target], blocks=True,
                                    progress=lambda done, total, eta: ticks.append(done))
+        assert sizes == [4, 4, 2]  # ten rows: two blocks of four, then two
+        sizes.clear()  # a run that measures latency (Compare, Playground, bench) still sends one row a call
+        run_policy(db, policy, cases[:4], [], kind="compare", head_layout=[target])
+        assert sizes == []
     finally:
         engine.row_batch = 1
-    assert sizes == [4, 4, 2]  # ten rows: two blocks of four, then two
     assert ticks == list(range(1, 11))
     one, four = db.results(one_id), db.results(four_id)
     assert [r["row_key"] for r in four] == [r["row_key"] for r in one]

@@ -12,7 +12,9 @@ Not a test. One model process, SM_SEMIF_THREADS=1. The same head-layout rows of 
   * `same-row-xB`: B copies of one row in one decode (does a row's place in the batch change its bits?).
 Settings that steer llama.cpp's CPU kernels are per process, so the script is run once per setting:
 `--no-repack` (llama_model_params.use_extra_bufts = false: Q4_K weights not repacked for the 4-row gemm),
-`GGML_CPU_TILED_MM=0` in the environment (no tiled K-quant matmul for >= 8 tokens), `--no-flash-attn`.
+`GGML_CPU_TILED_MM=0` in the environment (no tiled K-quant matmul for >= 8 tokens), `--no-flash-attn`,
+`--split-kv` (kv_unified = false: a KV stream per sequence instead of the one buffer the engine shares).
+Results of 2026-12-07 are in docs/benchmarks.md (after the bench:throughput block).
 
     SM_SEMIF_THREADS=1 python -m bench.batch_bits --model smollm2 [--rows 8] [--batch 4] [--no-repack]
 """
@@ -35,6 +37,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--no-repack", action="store_true")
     p.add_argument("--no-flash-attn", action="store_true")
+    p.add_argument("--split-kv", action="store_true", help="kv_unified = false: a KV stream per sequence")
     a = p.parse_args()
 
     import llama_cpp
@@ -49,6 +52,16 @@ def main() -> None:
 
         llama_cpp.llama_model_default_params = no_repack  # type: ignore[assignment]
     from adapter.engine.engine import Engine, EngineConfig
+    if a.split_kv:
+        import llama_cpp._internals as internals
+
+        made = internals.LlamaContext.__init__
+
+        def split(self: Any, *args: Any, **kw: Any) -> None:
+            kw["params"].kv_unified = False
+            made(self, *args, **kw)
+
+        internals.LlamaContext.__init__ = split  # type: ignore[method-assign]
     from adapter.engine.templates import load_template, request_for
     from adapter.schema import HEAD_LAYOUT
     from bench.models import test_rows
@@ -136,7 +149,7 @@ def main() -> None:
         at_prefix()
         return out, hidden, sec
 
-    report: dict[str, Any] = {"model": a.model, "repack": not a.no_repack, "flash_attn": eng.info.flash_attn,
+    report: dict[str, Any] = {"model": a.model, "repack": not a.no_repack, "split_kv": a.split_kv, "flash_attn": eng.info.flash_attn,
                               "tiled_mm_env": os.environ.get("GGML_CPU_TILED_MM", "(default on)"),
                               "batch": a.batch, "rows": len(prepared), "suffix_tokens": [len(p[0][-1]) for p in prepared]}
     # alone, the reference (the engine's own path)
@@ -189,12 +202,14 @@ def main() -> None:
     b_out_alone = [(alone[k], b_out[k][1]) for k in range(n_b)]
     cmp("alone-B-outputs vs alone", b_out_alone)
     # B copies of one row
-    copies = []
+    copies, first = [], []
     for k in range(min(4, len(prepared))):
         suf = prepared[k][0][-1]
         got, _, _ = decode([suf] * B, [{len(suf) - 1}] * B)
         copies += [(got[0][0], got[j][0]) for j in range(1, B)]
+        first.append((alone[k], got[0][0]))
     cmp("same-row-xB: copy j vs copy 1", copies)
+    cmp("same-row-xB: copy 1 vs alone", first)
     # padded: every decode a multiple of 4 tokens with at least P outputs (fillers on their own sequence), so each
     # token meets the same kernels alone and batched (the 4-row repacked gemm, never the gemv tail)
     for P in (4, 8):

@@ -133,7 +133,8 @@ def calibrate_row(rows: int, sources: str, policy: str) -> dict[str, object]:
     return out
 
 
-def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches: list[int], threads: str) -> str:
+def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches: list[int], threads: str,
+          evals: list[dict[str, Any]] | None = None) -> str:
     def usd(rows_per_s: float) -> str:
         got, _ = usd_per_1000_rows(1 / rows_per_s)
         return "?" if got is None else f"${got:.3f}"
@@ -150,8 +151,8 @@ def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches:
             rps = res["rows_per_s"][m]
             lines.append(f"| {res['model']} | {m} | {res['s_per_row'][m]:.3f} | {rps:.2f} | "
                          f"{usd(rps)} | {rps / base:.2f}x |")
-    lines += ["", "Batched against one row at a time, the same rows (llama.cpp's CPU kernels accumulate differently "
-              "by batch shape, so a batched row's last bits depend on its companions):", "",
+    lines += ["", "Batched against one row at a time, the same rows (a batched row's bits depend on its companions: "
+              "llama.cpp's attention over the KV cache the rows share, `python -m bench.batch_bits`):", "",
               "| model | batch | rows bit-identical | max abs change of a probability | max change of the hidden state "
               "(relative to its largest component) |", "|---|---|---|---|---|"]
     for res in results:
@@ -161,12 +162,24 @@ def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches:
     lines += ["", "Tokens a row beyond the cached prefix (median): " + "; ".join(
         f"{r['model']}: {r['tokens_median'][ZERO]:g} state-first, {r['tokens_median'][ONE]:g} head layout" for r in results)]
     if cals:
-        lines += ["", "| `python -m app calibrate` (target: the default model) | rows | head sources | wall time | rows/s "
-                  "| peak RSS | 200 rows at this rate (EXTRAPOLATED) |", "|---|---|---|---|---|---|---|"]
+        lines += ["", "| `python -m app calibrate` (target: the default model) | rows | target read | head sources | "
+                  "SM_SEMIF_ROW_BATCH | wall time | of it, the rows (target + head sources) | rows/s | peak RSS |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for c in cals:
-            lines.append(f"| {c['policy']} | {c['rows']} | {c['head_sources'] or 'none'} | {c['seconds']} s | "
-                         f"{c['rows_per_s']} | {c['peak_rss_mb']:,} MB | {200 / float(str(c['rows_per_s'])) / 60:.0f} min |")
-    if results:
+            runs: Any = c.get("runs") or []
+            split = " + ".join(f"{r['sum_latency_s']} s" for r in runs) or "?"
+            lines.append(f"| {c['policy']} | {c['rows']} | {c.get('layout', 'state-first')} | {c['head_sources'] or 'none'} "
+                         f"| {c.get('row_batch', 1)} | {c['seconds']} s | {split} | {c['rows_per_s']} | {c['peak_rss_mb']:,} MB |")
+    big = [e for e in evals or [] if e.get("rows")]
+    for e in big:
+        lines += ["", f"Measured: a {e['rows']:,}-row head-layout evaluation on {e['model']} (`python -m app calibrate "
+                  f"--target {e['target']} --layout policy-first`, one thread, SM_SEMIF_ROW_BATCH={e['row_batch']}): "
+                  f"{e['seconds']:,} s wall ({e['rows_per_s']} rows/s including the model load, the set's import and the "
+                  f"fits; the rows themselves {e['rows_seconds']:,} s), peak RSS {e['peak_rss_mb']:,} MB."
+                  + ("" if e["rows"] >= 10_000 else f" A 10,000-row one was NOT run: at this rate about "
+                     f"{10_000 / e['rows_per_s'] / 60:.0f} min (EXTRAPOLATED); memory does not grow with rows "
+                     "(results go to SQLite as they arrive).")]
+    if results and not big:
         d = results[0]
         hours = {m: 10_000 / d["rows_per_s"][m] / 3600 for m in (ZERO, ONE)}
         peak = f"{cals[0]['peak_rss_mb']:,} MB, the calibration's" if cals else "not measured"
@@ -188,10 +201,12 @@ def main() -> None:
     p.add_argument("--calibrate-sources", default="local-smollm2")
     p.add_argument("--no-publish", action="store_true")
     p.add_argument("--publish-from", help="publish the JSON lines an earlier run printed (measure nothing)")
+    p.add_argument("--note", default="", help="more for the published block's conditions line (the load average)")
     a = p.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
     results: list[dict[str, Any]] = []
     cals: list[dict[str, object]] = []
+    evals: list[dict[str, Any]] = []
     if a.publish_from:
         with open(a.publish_from) as f:
             for line in f:
@@ -199,6 +214,8 @@ def main() -> None:
                     got = json.loads(line)
                     if got.get("what") == "calibrate":
                         cals.append(got)
+                    elif got.get("what") == "evaluation":
+                        evals.append(got)
                     else:
                         got["batched_vs_one"] = {int(b): d for b, d in got["batched_vs_one"].items()}
                         results.append(got)
@@ -211,12 +228,12 @@ def main() -> None:
         if a.calibrate_rows:
             cals.append(calibrate_row(a.calibrate_rows, a.calibrate_sources, a.policy))
             print(json.dumps(cals[-1]), flush=True)
-    text = table(results, cals, batches, os.environ.get("SM_SEMIF_THREADS", "all"))
+    text = table(results, cals, batches, os.environ.get("SM_SEMIF_THREADS", "all"), evals)
     print(text)
     if not a.no_publish:
         when = ", ".join(sorted({str(r.get("date", "")) for r in results} - {""}))
         print("published to", publish("throughput", text, note=f"issue 45; measured {when or 'now'} on a shared machine "
-                                      "(ratios within one run hold, absolute seconds vary with its load)"))
+                                      "(ratios within one run hold, absolute seconds vary with its load)" + (f"; {a.note}" if a.note else "")))
 
 
 if __name__ == "__main__":

@@ -133,10 +133,12 @@ class EngineConfig:
     # bench.speed, 2 threads: SmolLM2 1.06x faster on 200 prompt tokens, 1.21x on 1,800; Qwen 0.5B 1.02x; 1.5B 1.00x
     flash_attn: bool = True
     # head-layout rows of one policy decoded together as parallel sequences on its cached prefix (1 = one row
-    # at a time). Off by default, measured (docs/benchmarks.md, bench.throughput): 4 rows gave 1.15-1.35x rows/s
-    # on one CPU thread (~30 tokens a row already make a matrix-matrix product), and a batched row's bits depend
-    # on its companions (a probability moved by up to 0.041 on Qwen 1.5B), where one row at a time gives what
-    # calibration measured, bit for bit
+    # at a time). Off by default, measured (docs/benchmarks.md, bench.throughput, 2026-12-07): 4 rows gave 1.42x
+    # rows/s on Qwen 1.5B (8 rows 1.59x), 1.50x on SmolLM2, on one CPU thread (~30 tokens a row: most of a row's
+    # time is per-token work batching does not remove), and a batched row's bits depend on its companions -
+    # llama.cpp's attention over the KV cache the rows share (bench.batch_bits) - a probability moved by up to
+    # 0.045 on Qwen 1.5B and a head's decision changed on some rows (bench.batch_decisions), where one row at a
+    # time gives what calibration measured, bit for bit
     row_batch: int = 1
 
     @classmethod

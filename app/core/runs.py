@@ -272,7 +272,8 @@ def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: Pr
     scored on every run before the next row, so a run stopped early is a fair sample for every source -
     or, `by_source`, every row on one run before the next (one model in use at a time: no reload per row).
     `only`: score only these row keys (the rows a main run holds, for its companions).
-    Progress counts calls (rows x runs). Returns {run id: counts}."""
+    Progress counts calls (rows x runs); a local target gets its rows SM_SEMIF_ROW_BATCH at a time (runner
+    `blocks`). Returns {run id: counts}."""
     runs_ = [store.get_run(run_id) for run_id, _ in pairs]
     missing = [run_id for (run_id, _), run in zip(pairs, runs_) if run is None]
     if missing:
@@ -295,7 +296,7 @@ def resume_evals(store: Store, pairs: Sequence[tuple[int, Target]], progress: Pr
     jobs = [Job(run_id, t, head_layout=cfg.variant.head_layout, done=done)
             for (run_id, t), cfg, done in zip(pairs, cfgs, dones)]
     counts = score_into_runs(store, jobs, items, total=len(keys), already=len(keys) - len(todo),
-                             progress=progress, reuse=reuse, by_source=by_source)
+                             progress=progress, reuse=reuse, by_source=by_source, blocks=True)
     out: dict[int, dict[str, int]] = {}
     for (run_id, _), done in zip(pairs, dones):
         errors = sum(1 for r in store.results(run_id) if r["error"])

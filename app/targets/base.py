@@ -124,6 +124,15 @@ class Target:
     def _one(self, req: DecisionRequest) -> tuple[Any, Any, DecisionResult]:
         raise NotImplementedError
 
+    def row_block(self) -> int:
+        """How many rows the runner sends in one `decide_many` call (1: one row a call)."""
+        return 1
+
+    def decide_many(self, requests: list[DecisionRequest]) -> list[TargetResult]:
+        """Several rows in one call where the target can decide them together (a local engine); by default
+        one `decide` each. Never raises: a failure is a row's TargetResult with its error text."""
+        return [self.decide(r) for r in requests]
+
     def decide_batch(self, requests: list[DecisionRequest], on_event: Callable[[dict[str, Any]], None] | None = None
                      ) -> list[TargetResult]:
         """Many rows as one job (batch_only targets); others answer one row at a time."""

@@ -1,12 +1,13 @@
 """The engine in-process: models come from the workbench's EnginePool (loaded once, shared)."""
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
-from adapter.engine.engine import Engine
+from adapter.engine.engine import Engine, EngineConfig
 from adapter.schema import DecisionRequest, DecisionResult, RequestError
 
-from app.targets.base import Config, Numerics, Target, TargetError, numerics
+from app.targets.base import Config, Numerics, Target, TargetError, TargetResult, numerics
 
 class LocalTarget(Target):
     def __init__(self, name: str, config: Config, engine_provider: Callable[[str | None], Engine]):
@@ -34,6 +35,33 @@ class LocalTarget(Target):
         except RequestError as exc:
             raise TargetError(f"{'.'.join(map(str, exc.loc))}: {exc.msg}") from None
         return req.model_dump(exclude_none=True), result.public(), result
+
+    def row_block(self) -> int:
+        """SM_SEMIF_ROW_BATCH, the engine's own setting (read here without loading a model: a source's model
+        loads when its rows start): rows are sent that many at a time, and the engine decodes a block's
+        head-layout rows together (Engine.score_many); 1, the default, sends one row a call."""
+        try:
+            return EngineConfig.from_env().row_batch
+        except ValueError:  # the engine's load reports the bad setting on every row
+            return 1
+
+    def decide_many(self, requests: list[DecisionRequest]) -> list[TargetResult]:
+        """The rows in one Engine.score_many call; each row's latency is its share of the call. A row the
+        engine refuses fails the call: then every row is decided alone, so each carries its own error."""
+        if len(requests) < 2:
+            return [self.decide(r) for r in requests]
+        try:
+            engine = self.engine()
+        except TargetError:
+            return [self.decide(r) for r in requests]
+        t0 = time.perf_counter()
+        try:
+            results = engine.score_many(requests)
+        except Exception:  # a refused row (or any failure): each row alone, with its own result or error
+            return [self.decide(r) for r in requests]
+        share = (time.perf_counter() - t0) / len(requests)
+        return [TargetResult(req.id, share, res, None, req.model_dump(exclude_none=True), res.public())
+                for req, res in zip(requests, results)]
 
     def test_connection(self) -> str:
         info = self.engine().info

@@ -55,6 +55,24 @@ def test_suggestions_are_the_least_sure_without_near_duplicates():
                                                                         k=1, counts=[5, 1]) == [0]
 
 
+def test_a_big_labeled_set_is_sampled_for_the_cold_start(monkeypatch):
+    """k-means runs labeled + k clusters on every Review rerun: 2,000 labeled vectors are sampled to LABELED_CAP
+    (seeded, so the same ranking twice), not clustered whole."""
+    rng = np.random.default_rng(1)
+    P, X, L = rng.dirichlet([1, 1, 1], 60), rng.normal(size=(60, 16)), rng.normal(size=(2000, 16))
+    seen = []
+    real = suggest.KMeans
+
+    def counting(n_clusters, **kw):
+        seen.append(n_clusters)
+        return real(n_clusters=n_clusters, **kw)
+
+    monkeypatch.setattr(suggest, "KMeans", counting)
+    first = suggest.rank(P, k=5, X=X, counts=[0, 3, 3], labeled_X=L)
+    assert seen == [suggest.LABELED_CAP + 5] and len(first) == 5
+    assert suggest.rank(P, k=5, X=X, counts=[0, 3, 3], labeled_X=L) == first
+
+
 def test_app_suggest_ranks_a_pool_under_a_calibrated_policy(tmp_path):
     db, policy_file, _ = calibrate_cli(tmp_path, "refund-check", 12, "--head", "none")
     states = ["Bought shoes 3 days ago, unworn, want my money back.", "Laptop died after 2 months.", "",

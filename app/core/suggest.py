@@ -114,6 +114,10 @@ def representative(Z: np.ndarray, k: int, labeled: np.ndarray | None = None, see
     return picked
 
 
+LABELED_CAP = 300  # labeled vectors the cold start clusters beside the pool: k-means runs labeled + k clusters on
+# every Review rerun, so a set of thousands would make each label click slow; a seeded sample covers its regions
+
+
 def rank(P: np.ndarray, *, k: int = 20, X: np.ndarray | None = None, counts: Sequence[int] | None = None,
          few: int = 2, near: float = 0.98, by: Literal["margin", "entropy"] = "margin",
          labeled_X: np.ndarray | None = None, seed: int = 0) -> list[int]:
@@ -125,6 +129,8 @@ def rank(P: np.ndarray, *, k: int = 20, X: np.ndarray | None = None, counts: Seq
     n = len(P)
     if n == 0 or k <= 0:
         return []
+    if labeled_X is not None and len(labeled_X) > LABELED_CAP:  # a seeded sample of a big set's rows
+        labeled_X = np.asarray(labeled_X)[np.random.default_rng(seed).choice(len(labeled_X), LABELED_CAP, replace=False)]
     if by not in ("margin", "entropy"):
         raise ValueError(f"by: {by!r} is not 'margin' or 'entropy'")
     unsure = margins(P) if by == "margin" else -entropies(P)  # lowest first

@@ -91,6 +91,10 @@ LAZY: dict[tuple[str, str], str] = {
     ("adapter.engine.prefix_cache", "llama_cpp"): "only with a model loaded",
     ("adapter.server.decision_log", "aws_embedded_metrics"): "only with CloudWatch metrics on",
     ("adapter.server.http_body", "zstandard"): "only for a zstd-compressed body",
+    # an experiment that patches llama.cpp's bindings (--no-repack, --split-kv) before anything that uses them loads
+    ("bench.batch_bits", "llama_cpp"): "patched by --no-repack / --split-kv before the engine loads",
+    ("bench.batch_bits", "adapter"): "imported after llama_cpp is patched, so the engine sees the patch",
+    ("bench.batch_bits", "bench.models"): "imports the engine: after llama_cpp is patched",
     # the lead's files of issue 29, item 1 (calibration split): moved to the top there, then dropped here
 }
 UI_LIBRARIES = ("streamlit", "plotly")

@@ -125,6 +125,12 @@ def collect() -> None:
     pool or candidate shows its own note, or none)."""
     ss = st.session_state
     task, planned = _mine(), ss.get(SCORING.planned)
+    if task is None and planned is not None and ss.get(SCORING.task) is not None:  # the worker forgot it (it keeps
+        ss.pop(SCORING.task, None)  # the last KEEP_FINISHED): over while the analyst was away, its rows kept
+        ss.pop(SCORING.planned, None)
+        ss.setdefault(KEYS.pool_scored, {})[_note_key(planned["pool"], planned["candidate"])] = (
+            "done", "The scoring ended while you were away (History lists its run); the rows it scored are kept.")
+        return
     if task is None or task.active or planned is None:
         return
     ss.pop(SCORING.task, None)

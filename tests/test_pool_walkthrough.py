@@ -132,7 +132,7 @@ def test_a_pool_file_and_the_same_rows_stored_are_ranked_alike(seeded):
     3187cb8, these 16 rows, k=8): without --labeled-set they differed - the stored pool counted zero labels per
     option and began with the cold start's representative rows (p6 p12 p1 p3 ...), the file passed no counts and
     ranked by margin alone (p6 p15 p5 p4 ...)."""
-    tmp, _, cal, pool, _ = seeded
+    tmp, _, cal, pool, truth = seeded
     db = tmp / "agree.db"
     got = app("pool", "import", "--db", str(db), "--policy", "refund-check", "--file", str(pool), "--labeled-set", "1")
     assert got.returncode == 0, got.stderr
@@ -144,6 +144,28 @@ def test_a_pool_file_and_the_same_rows_stored_are_ranked_alike(seeded):
             assert out.returncode == 0, out.stderr
             lists.append([l.split("]")[0] + "]" for l in out.stdout.splitlines() if RANKED.match(l)])
         assert len(lists[0]) == 8 and lists[0] == lists[1], (labeled, lists)
+    # pool rows labeled (a new set version): both still compare with the same labeled rows' hidden states - every
+    # pool run of the candidate is read, whichever path ranks (before, only `--pool N` read the pool's own run)
+    first_two = [l.split("[")[1].split("]")[0] for l in lists[0][:2]]
+    labels = tmp / "agree-labels.jsonl"
+    labels.write_text("".join(json.dumps({"id": i, "label": truth[i]}) + "\n" for i in first_two))
+    added = app("pool", "label", "--db", str(db), "--policy", str(cal), "--pool", str(pid), "--labels", str(labels),
+                "--labeled-set", "1", "--who", "ana")
+    assert added.returncode == 0, added.stderr
+    new_set = added.stdout.split("new set: ")[1].strip()
+    lists = []
+    for which in (str(pool), str(pid)):
+        out = app("suggest", "--db", str(db), "--quiet", "--policy", str(cal), "--pool", which, "--k", "8",
+                  "--labeled-set", new_set)
+        assert out.returncode == 0, out.stderr
+        lists.append([l.split("]")[0] + "]" for l in out.stdout.splitlines() if RANKED.match(l)])
+    assert len(lists[0]) == 8 and lists[0] == lists[1], lists
+    assert not {l.split("[")[1] for l in lists[0]} & {f"{i}]" for i in first_two}  # the labeled rows left the pool
+    from app.service import pool as pools, suggest as sg
+
+    store = Store(db)  # the file's path reads them too: the seed's 12 evaluated rows and the 2 labeled pool rows'
+    seen = pools.labeled_vectors(store, pools.candidate(store, sg.load(str(cal))), int(new_set))  # (was 12 of 22)
+    assert (seen.found, seen.labeled) == (N_SEED + 2, N_SEED + 8 + 2), seen.text
 
 
 def test_the_review_page_scores_ranks_and_labels_a_pool(seeded, monkeypatch):

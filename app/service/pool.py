@@ -328,15 +328,19 @@ def labeled_states(store: Store, policy_id: str, set_id: int | None) -> set[str]
 
 def labeled_vectors(store: Store, cand: Candidate, set_id: int | None, *, pool_results: Iterable[Result] = (),
                     dims: int | None = None) -> Labeled:
-    """The stored hidden states of the labeled rows for this candidate: its evaluation run's rows and the pool
-    run's rows already labeled (`pool_results`; both sent as the candidate's evaluation sends them, so they are
-    comparable with the pool's); `dims`: the pool's vector width (another width is not used)."""
+    """The stored hidden states of the labeled rows for this candidate: its evaluation run's rows, and the rows
+    already labeled of every pool this candidate scored (`pool_results` first: the pool being ranked; all sent as
+    the candidate's evaluation sends them, so they are comparable with the pool's) - so a pool file and a stored
+    pool are compared with the same labeled rows; `dims`: the pool's vector width (another width is not used)."""
     labeled = labeled_states(store, cand.policy.policy_id, set_id)
     found: dict[str, np.ndarray] = {}
     if cand.run is not None:
         _hidden_of(store.results(int(cand.run["id"])), labeled, found)
     _hidden_of(pool_results, labeled, found)
-    kept = [x for x in found.values() if dims is None or x.shape == (dims,)]
+    if len(found) < len(labeled):
+        for run_id in scored_by(store, cand):
+            _hidden_of(store.results(run_id), labeled, found)
+    kept = [found[key] for key in sorted(found) if dims is None or found[key].shape == (dims,)]  # one order, any path
     return Labeled(np.array(kept) if kept else None, len(kept), len(labeled))
 
 
@@ -473,6 +477,16 @@ def stored_scores(store: Store, pool: pool_store.StoredPool, cand: Candidate, ta
                 and cfg.get("pool_request") == asked):
             return int(run["id"])
     return None
+
+
+def scored_by(store: Store, cand: Candidate) -> list[int]:
+    """Every pool run holding this candidate's scores (any pool, on the candidate's own target), oldest first."""
+    like = cand.run["id"] if cand.run is not None else None
+    asked = pool_store.request_key(cand.policy) if like is None else None
+    where = target_name(cand)
+    return sorted(int(run["id"]) for run in store.list_runs(kind="pool")
+                  if (run.get("config") or {}).get("like_run") == like and run["target_name"] == where
+                  and (run.get("config") or {}).get("pool_request") == asked)
 
 
 def unscored(store: Store, pool: pool_store.StoredPool, run_id: int | None) -> int:

@@ -219,7 +219,7 @@ def test_stored_scores_of_one_calibrated_file_are_not_read_for_another_that_asks
 
 
 def test_a_labeled_set_of_another_policy_is_refused_by_pool_import_and_suggest_before_anything_is_stored(setup, tmp_path,
-                                                                                                         capsys):
+                                                                                                         capsys, monkeypatch):
     """--labeled-set leaves the set's states out of the pool and counts its labels for the cold start: a set of
     another policy (or none at all) is exit 2 naming the flag, before a pool is kept or a row scored."""
     from adapter.policy import CalibratedPolicy
@@ -252,6 +252,15 @@ def test_a_labeled_set_of_another_policy_is_refused_by_pool_import_and_suggest_b
                      "--db", wb]) == 2
         assert f"--labeled-set {theirs}: not a labeled set of 'refund-check'" in capsys.readouterr().err
     assert [r["kind"] for r in db.list_runs()] == []  # no pool run started
+    # "--pool 1" beside a file named 1: which is meant is not guessed (the stored pool won in silence)
+    named = tmp_path / str(pid)
+    named.write_text(pool_file.read_text())
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["suggest", "--policy", str(cal_file), "--pool", str(pid), "--db", wb]) == 2
+    assert (f"--pool {pid}: both a file of that name and a stored pool's id - say which: --pool ./{pid} for the file, "
+            f"--pool pool:{pid} for the stored pool") in capsys.readouterr().err
+    assert [r["kind"] for r in db.list_runs()] == []
 
 
 def test_rows_not_scored_yet_are_still_counted_as_open(setup):

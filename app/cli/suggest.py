@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 import sys
 
 from app.cli.common import EXIT_USAGE, add_db, bar, count, error, left_out, store, target
@@ -17,7 +18,14 @@ STORED = re.compile(r"^(?:pool:|#)?(\d+)$")
 
 def run(args: argparse.Namespace) -> int:
     db = store(args)
-    stored = STORED.match(args.pool.strip())
+    raw = args.pool.strip()
+    stored = STORED.match(raw)
+    if stored and raw.isdigit() and Path(raw).exists():  # "3": a file named 3, or pool #3?
+        if any(p.id == int(raw) for p in pools.list_pools(db)):
+            error(f"--pool {raw}: both a file of that name and a stored pool's id - say which: --pool ./{raw} for "
+                  f"the file, --pool pool:{raw} for the stored pool")
+            return EXIT_USAGE
+        stored = None  # no pool of that id: the file
     if stored:
         return run_stored(args, db, int(stored.group(1)))
     try:
@@ -79,7 +87,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("suggest", help="rank an unlabeled pool's rows for labeling under a calibrated policy")
     p.add_argument("--policy", required=True, help="a calibrated policy file (semif-policy/1, from Calibrate)")
     p.add_argument("--pool", required=True, help="CSV (a 'state' column) or JSONL ({'state': ...}) of unlabeled rows, "
-                   "or a stored pool's id (3, #3 or pool:3; `python -m app pool import`)")
+                   "or a stored pool's id (3, #3 or pool:3; `python -m app pool import`); a file named like an id: ./3")
     p.add_argument("--k", type=count, default=20, help="how many rows to suggest (default 20)")
     p.add_argument("--labeled-set", type=int, help="a labeled set id: its states are left out of the pool")
     p.add_argument("--target", help="target name (default: the target the policy was evaluated on when its run is "

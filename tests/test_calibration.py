@@ -126,6 +126,8 @@ def test_a_gate_at_any_n_from_its_evidence():
     assert not small.reachable and small.reach is not None
     assert (small.reach.needed, small.reach.more, small.reach.coverage) == (29, 1, 1.0)
     assert "about 1 more labeled rows (29 in all)" in small.note
+    # the projected accuracy names the rows it rests on (a walkthrough read "at 100.0%" from 5 rows as a finding)
+    assert "deciding about 100% of rows at 100.0% (as 28 decided of 28 rows were so far: a projection" in small.note
 
 
 def test_unreachable_target_is_reported_not_faked():

@@ -348,7 +348,8 @@ def choose_gate(conf: np.ndarray, correct: np.ndarray, target: float, *,
     if reach is not None:
         note += (f"; about {reach.more} more labeled rows ({reach.needed} in all) at the accuracy measured would "
                  f"make it reachable: a gate near confidence {reach.threshold:.3f}, deciding about "
-                 f"{reach.coverage:.0%} of rows at {reach.accuracy:.1%}")
+                 f"{reach.coverage:.0%} of rows at {reach.accuracy:.1%} (as {round(reach.coverage * reach.rows)} "
+                 f"decided of {reach.rows} rows were so far: a projection, not a finding)")
     else:
         note += "; no gate's decided rows beat the target even as measured, so more rows at this accuracy would not help"
     return Gate(None, False, n, target=target, confidence=confidence, reach=reach, note=note)

@@ -237,9 +237,10 @@ def evaluate_section(db: Store, policies: Policies, sets: dict[int, Any]) -> tup
              "state plus ~10 tokens on that model (on the default model ~0.4 s against ~1.5 s zero-shot, bench.heads).")
     rule = stop_rule_form(support["total"] if support else 0)
     busy = tasks.runner().busy_with("evaluate")
-    label = f"Run evaluation ({support['scored'] if support else '?'} rows; resumes unfinished runs)"
+    label = f"Run evaluation ({support['scored'] if support else '?'} rows)"
     if st.button(label, type="primary", key=keys.run, disabled=bool(problem) or busy is not None,
-                 help="runs in the background: you can open other pages meanwhile" if busy is None else
+                 help="runs in the background: you can open other pages meanwhile; a stopped or interrupted run of the "
+                      "same policy, set and target is resumed, not started again" if busy is None else
                       f"an evaluation is running: {busy.text()}"):
         start_evaluation(db, policies[pid], sid, chosen, sources, variants, str(examples), rule)
     finished_evaluation(db)

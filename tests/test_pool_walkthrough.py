@@ -230,11 +230,13 @@ def test_the_review_page_scores_ranks_and_labels_a_pool(seeded, monkeypatch):
     at.selectbox(key="rv_pool").select(got.pool_id).run()
     assert any(f"Scored: {N_POOL} pool rows" in c for c in captions(at)), captions(at)
     # a scoring the worker no longer keeps (it keeps the last 20 finished tasks): said as over, not lost in silence
-    at.session_state["rv_scoring_task"] = 10_000
-    at.session_state["rv_scoring_planned"] = {"pool": other.pool_id, "candidate": at.selectbox(key="rv_pool_candidate").value}
+    from app.ui.pool_panel import SCORING  # the panel's declared task keys
+
+    at.session_state[SCORING.task] = 10_000
+    at.session_state[SCORING.planned] = {"pool": other.pool_id, "candidate": at.selectbox(key="rv_pool_candidate").value}
     at.selectbox(key="rv_pool").select(other.pool_id).run()
     assert any("The scoring ended while you were away" in c for c in captions(at)), captions(at)
-    assert "rv_scoring_planned" not in at.session_state
+    assert SCORING.planned not in at.session_state
 
 
 def test_pool_scoring_on_the_page_stops_when_asked_and_resumes(seeded, monkeypatch):

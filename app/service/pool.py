@@ -32,6 +32,7 @@ from app.core.pool_store import StoredPool as StoredPool  # the page's type of a
 from app.core.records import Result, Run
 from app.core.runner import Case, Job, ProgressFn, score_into_runs
 from app.core.store import Store
+from app.service.tasks import Task
 from app.core.stored import NO_RESPONSE, StoredResponse
 from app.targets.base import Target, TargetError
 
@@ -477,6 +478,20 @@ def stored_scores(store: Store, pool: pool_store.StoredPool, cand: Candidate, ta
                 and cfg.get("pool_request") == asked):
             return int(run["id"])
     return None
+
+
+def scoring_note(task: Task | None) -> str:
+    """What a pool's finished scoring task did, as its note says it (None: a task the worker no longer keeps)."""
+    if task is None:
+        return "The scoring ended while you were away (History lists its run); the rows it scored are kept."
+    if task.status == "done" and isinstance(task.result, Scored):
+        return f"Scored: {task.result.text}."
+    if task.status == "stopped" and not task.total:
+        return f"Scoring stopped before it started ({task.stop_reason}): nothing was scored."
+    if task.status == "stopped":
+        return (f"Scoring stopped at {task.done}/{task.total} rows ({task.stop_reason}): the rows scored are kept - "
+                "scoring again resumes with the rest; the ranking below reads only the rows scored.")
+    return f"Scoring failed: {task.error}"
 
 
 def scored_by(store: Store, cand: Candidate) -> list[int]:

@@ -125,26 +125,13 @@ def collect() -> None:
     pool or candidate shows its own note, or none)."""
     ss = st.session_state
     task, planned = _mine(), ss.get(SCORING.planned)
-    if task is None and planned is not None and ss.get(SCORING.task) is not None:  # the worker forgot it (it keeps
-        ss.pop(SCORING.task, None)  # the last KEEP_FINISHED): over while the analyst was away, its rows kept
-        ss.pop(SCORING.planned, None)
-        ss.setdefault(KEYS.pool_scored, {})[_note_key(planned["pool"], planned["candidate"])] = (
-            "done", "The scoring ended while you were away (History lists its run); the rows it scored are kept.")
-        return
-    if task is None or task.active or planned is None:
+    if planned is None or ss.get(SCORING.task) is None or (task is not None and task.active):
         return
     ss.pop(SCORING.task, None)
     ss.pop(SCORING.planned, None)
-    if task.status == "done" and isinstance(task.result, pools.Scored):
-        text = f"Scored: {task.result.text}."
-    elif task.status == "stopped" and not task.total:
-        text = f"Scoring stopped before it started ({task.stop_reason}): nothing was scored."
-    elif task.status == "stopped":
-        text = (f"Scoring stopped at {task.done}/{task.total} rows ({task.stop_reason}): the rows scored are kept - "
-                "scoring again resumes with the rest; the ranking below reads only the rows scored.")
-    else:
-        text = f"Scoring failed: {task.error}"
-    ss.setdefault(KEYS.pool_scored, {})[_note_key(planned["pool"], planned["candidate"])] = (task.status, text)
+    # a task the worker no longer keeps (it keeps the last KEEP_FINISHED) ended while the analyst was away
+    note = ("done", pools.scoring_note(None)) if task is None else (task.status, pools.scoring_note(task))
+    ss.setdefault(KEYS.pool_scored, {})[_note_key(planned["pool"], planned["candidate"])] = note
 
 
 def _note_key(pool_id: int, cid: int) -> str:

@@ -41,15 +41,17 @@ def main() -> None:
     a = p.parse_args()
 
     import llama_cpp
+    import llama_cpp.llama_cpp as bindings  # the module `Llama.__init__` reads its defaults from
 
-    if a.no_repack:
-        default = llama_cpp.llama_model_default_params
+    if a.no_repack:  # patched where Llama reads it: patching the package's re-export left repacking on (before 2026-12-07 22:00)
+        default = bindings.llama_model_default_params
 
         def no_repack() -> Any:
             params = default()
             params.use_extra_bufts = False
             return params
 
+        bindings.llama_model_default_params = no_repack
         llama_cpp.llama_model_default_params = no_repack  # type: ignore[assignment]
     from adapter.engine.engine import Engine, EngineConfig
     if a.split_kv:

@@ -17,7 +17,9 @@ Then, one model process at a time, `python -m app calibrate` on N labeled rows w
 $ per 1,000 decisions: deploy.pricing's rule on the priced CPU instance (one fully busy instance,
 calls serialised), from this machine's rows a second - this machine's SM_SEMIF_THREADS, not the instance's.
 
-    python -m bench.throughput [--models ...] [--rounds 4] [--batches 2,4] [--calibrate-rows 40]
+    python -m bench.throughput [--models ...] [--rounds 4] [--batches 2,4]
+        [--calibrate-rows 200 --calibrate-configs state-first:1,policy-first:1,policy-first:4]
+        [--evaluate-rows 10000 --evaluate-model smollm2]   # a big evaluation: numbered variants of the set's states
 """
 from __future__ import annotations
 
@@ -25,8 +27,13 @@ import argparse
 import gc
 import json
 import os
+import sqlite3
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,9 +42,10 @@ from adapter.engine.engine import Engine, EngineConfig
 from adapter.engine.templates import load_template, request_for
 from adapter.schema import HEAD_LAYOUT, DecisionRequest, DecisionResult
 from app.core.head_sources import usd_per_1000_rows  # the Calibrate page's pricing of a row
-from bench.memory import calibrate
 from bench.models import test_rows
 from bench.report import publish
+
+ROOT = Path(__file__).resolve().parent.parent
 
 MODELS = ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2"]
 ZERO, STATE_HEAD, ONE = "state-first zero-shot", "state-first head", "head layout, one row at a time"
@@ -127,10 +135,53 @@ def measure(model: str, policy_name: str, rounds: int, batches: list[int]) -> di
                                    "max_rel_dhidden": dhidden[b]} for b in batches}}
 
 
-def calibrate_row(rows: int, sources: str, policy: str) -> dict[str, object]:
-    out = calibrate(sources, rows, policy)  # a child process of its own: its peak RSS and wall time
-    out["rows_per_s"] = round(rows / float(out["seconds"]), 4)  # type: ignore[arg-type]
+def labeled_rows(policy: str, n: int, *, variants: bool = False) -> list[dict[str, Any]]:
+    """n labeled rows of the policy's shipped set, every split (a calibration's timing needs rows, not a
+    clean split). With `variants`, rows past the set's size are the shipped rows again with a distinct
+    case number appended, so every state is new to the engine (no decision is answered from kept logits)."""
+    rows = [json.loads(line) for line in (ROOT / "data" / "labeled" / f"{policy}.jsonl").read_text().splitlines()
+            if line.strip()]
+    if n > len(rows) and not variants:
+        raise SystemExit(f"{policy} has {len(rows)} rows; {n} asked")
+    out = []
+    for i in range(n):
+        r = dict(rows[i % len(rows)])
+        r.pop("split", None)
+        if i >= len(rows):
+            r["id"], r["state"] = f"{r.get('id', 'row')}-v{i}", f"{r['state']} (case {100_000 + i})"
+        out.append(r)
     return out
+
+
+def calibrate_config(rows: int, sources: str, policy: str, layout: str, row_batch: int,
+                     target: str = "local", variants: bool = False) -> dict[str, object]:
+    """`python -m app calibrate` as a user runs it, in a child process of its own (its wall time and peak
+    RSS, os.wait4), on `rows` labeled rows, the target read in `layout`, SM_SEMIF_ROW_BATCH=row_batch;
+    the seconds the rows themselves took are read back from the run's stored latencies."""
+    folder = Path(tempfile.mkdtemp(prefix="semif-thr-"))
+    labeled = folder / "set.jsonl"
+    labeled.write_text("".join(json.dumps(r) + "\n" for r in labeled_rows(policy, rows, variants=variants)))
+    args = [sys.executable, "-m", "app", "calibrate", "--db", str(folder / "wb.db"), "--quiet", "--policy", policy,
+            "--labeled-set", str(labeled), "--out", str(folder / "p.json"), "--layout", layout, "--target", target]
+    if sources:
+        args += ["--head-sources", sources]
+    env = {**os.environ, "SM_SEMIF_KV_CACHE_DIR": str(folder / "kv"), "SEMIF_DB": str(folder / "wb.db"),
+           "SM_SEMIF_ROW_BATCH": str(row_batch)}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = round(time.perf_counter() - t0, 1)
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"calibrate failed:\n{out[-3000:]}")
+    with sqlite3.connect(folder / "wb.db") as db:
+        runs = [{"run": rid, "sum_latency_s": round(total or 0.0, 1), "rows": n} for rid, total, n in db.execute(
+            "SELECT run_id, SUM(latency_s), COUNT(*) FROM results GROUP BY run_id ORDER BY run_id")]
+    return {"what": "calibrate" if not variants else "evaluation", "policy": policy, "rows": rows,
+            "head_sources": sources, "layout": layout, "row_batch": row_batch, "target": target,
+            "threads": os.environ.get("SM_SEMIF_THREADS", "all"), "peak_rss_mb": usage.ru_maxrss // 1024,
+            "seconds": seconds, "rows_per_s": round(rows / seconds, 4), "runs": runs,
+            "rows_seconds": round(sum(r["sum_latency_s"] for r in runs), 1)}
 
 
 def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches: list[int], threads: str,
@@ -173,7 +224,7 @@ def table(results: list[dict[str, Any]], cals: list[dict[str, object]], batches:
     big = [e for e in evals or [] if e.get("rows")]
     for e in big:
         lines += ["", f"Measured: a {e['rows']:,}-row head-layout evaluation on {e['model']} (`python -m app calibrate "
-                  f"--target {e['target']} --layout policy-first`, one thread, SM_SEMIF_ROW_BATCH={e['row_batch']}): "
+                  f"--target {e['target']} --layout policy-first`, SM_SEMIF_THREADS={e.get('threads', '1')}, SM_SEMIF_ROW_BATCH={e['row_batch']}): "
                   f"{e['seconds']:,} s wall ({e['rows_per_s']} rows/s including the model load, the set's import and the "
                   f"fits; the rows themselves {e['rows_seconds']:,} s), peak RSS {e['peak_rss_mb']:,} MB."
                   + ("" if e["rows"] >= 10_000 else f" A 10,000-row one was NOT run: at this rate about "
@@ -199,6 +250,12 @@ def main() -> None:
     p.add_argument("--batches", default="2,4")
     p.add_argument("--calibrate-rows", type=int, default=0, help="0: no calibration run")
     p.add_argument("--calibrate-sources", default="local-smollm2")
+    p.add_argument("--calibrate-configs", default="state-first:1,policy-first:1,policy-first:4",
+                   help="LAYOUT:ROW_BATCH,... one `app calibrate` run each (the target's read and SM_SEMIF_ROW_BATCH)")
+    p.add_argument("--evaluate-rows", type=int, default=0,
+                   help="a big head-layout evaluation of N distinct states (the set's rows, then numbered variants)")
+    p.add_argument("--evaluate-model", default="smollm2")
+    p.add_argument("--evaluate-batch", type=int, default=1)
     p.add_argument("--no-publish", action="store_true")
     p.add_argument("--publish-from", help="publish the JSON lines an earlier run printed (measure nothing)")
     p.add_argument("--note", default="", help="more for the published block's conditions line (the load average)")
@@ -225,9 +282,15 @@ def main() -> None:
             res = measure(m, a.policy, a.rounds, batches)
             print(json.dumps({**res, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}), flush=True)
             results.append(res)
-        if a.calibrate_rows:
-            cals.append(calibrate_row(a.calibrate_rows, a.calibrate_sources, a.policy))
+        for conf in filter(None, a.calibrate_configs.split(",")) if a.calibrate_rows else []:
+            layout, batch = conf.split(":")
+            cals.append(calibrate_config(a.calibrate_rows, a.calibrate_sources, a.policy, layout, int(batch)))
             print(json.dumps(cals[-1]), flush=True)
+        if a.evaluate_rows:
+            evals.append(calibrate_config(a.evaluate_rows, "", a.policy, "policy-first", a.evaluate_batch,
+                                          target=f"local-{a.evaluate_model}", variants=True))
+            evals[-1]["model"] = a.evaluate_model
+            print(json.dumps(evals[-1]), flush=True)
     text = table(results, cals, batches, os.environ.get("SM_SEMIF_THREADS", "all"), evals)
     print(text)
     if not a.no_publish:

@@ -136,7 +136,8 @@ class EngineConfig:
     # at a time). Off by default, measured (docs/benchmarks.md, bench.throughput, 2026-12-07): 4 rows gave 1.42x
     # rows/s on Qwen 1.5B (8 rows 1.59x), 1.50x on SmolLM2, on one CPU thread (~30 tokens a row: most of a row's
     # time is per-token work batching does not remove), and a batched row's bits depend on its companions -
-    # llama.cpp's attention over the KV cache the rows share (bench.batch_bits) - a probability moved by up to
+    # llama.cpp's attention over the KV cache the rows share, and on Q4_K weights the repacked and tiled kernels
+    # (bench.batch_bits: with all three removed batching is bit-exact and a row costs 2x) - a probability moved by up to
     # 0.045 on Qwen 1.5B and a head's decision changed on some rows (bench.batch_decisions), where one row at a
     # time gives what calibration measured, bit for bit
     row_batch: int = 1

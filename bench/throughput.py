@@ -278,7 +278,7 @@ def main() -> None:
                         results.append(got)
         batches = sorted(results[0]["batched_vs_one"]) if results else batches
     else:
-        for m in a.models.split(","):
+        for m in filter(None, a.models.split(",")):  # --models "": the calibrations or the big evaluation alone
             res = measure(m, a.policy, a.rounds, batches)
             print(json.dumps({**res, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}), flush=True)
             results.append(res)

@@ -68,7 +68,8 @@ def import_shipped(store: Store, policies: dict[str, Policy]) -> Shipped:
     """Import the shipped set of every shipped policy present (an unchanged set is not imported
     twice): which sets were imported now, which were already here."""
     before = {s["id"] for s in store.list_labeled_sets()}
-    made, kept = [], []
+    made: list[int] = []
+    kept: list[int] = []
     for pid, path in shipped_sets():
         if pid in policies:
             sid = import_file(store, path.name, path.read_bytes(), policies[pid], source=str(path))

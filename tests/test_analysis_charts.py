@@ -253,6 +253,10 @@ def test_a_set_says_what_it_can_support_before_scoring():
     assert (early["scored"], early["total"], early["gate"]) == (12, 62, False)
     assert early["messages"][0].startswith("12 of 62 rows will be scored (Stop early): fewer than 29")
     assert "score at least 29" in early["messages"][0]
+    # 28 rows, 29 needed: one row short - said in the singular (the 300-state walk read "add at least 1 labeled rows")
+    short = set_support([{"label": "yes"}] * 14 + [{"label": "no"}] * 14, ["yes", "no"])
+    assert short["messages"][0].endswith("add at least 1 labeled row"), short["messages"][0]
+    assert set_support(rows, ["yes", "no"])["messages"][0].endswith("add at least 3 labeled rows")
 
 
 def test_order_check_advice_never_suggests_what_the_run_already_did():

@@ -113,3 +113,54 @@ def test_delete_names_its_dependents_and_does_not_default_to_the_set_in_use(db):
     pick.select(in_use).run()
     said = " ".join(re.sub(r"\\(.)", r"\1", m.value) for m in at.markdown)
     assert f"Calibrated on it: #{cid}" in said and "It is the set open on this page." in said
+
+
+def test_shipped_sets_imported_twice_say_so_and_the_sets_table_reads_in_words(db):
+    """From a new user's walk: the button's toast said '4 shipped sets available' whether it imported them or not,
+    and the sets table showed the store's column names (policy_id, n_rows, created_at) with a 64-character hash."""
+    seed_templates(db)
+    policies = {p["id"]: p for p in db.list_policies()}
+    first = set_service.import_shipped(db, policies)
+    assert len(first) == 4 and not first.kept
+    assert first.text == "Imported 4 shipped sets: " + ", ".join(f"#{i}" for i in first.made)
+    again = set_service.import_shipped(db, policies)
+    assert not again.made and again.kept == first.made
+    assert again.text.startswith("4 shipped sets were already imported (#") and "nothing new to import" in again.text
+    rows = set_service.of_policy(db, "refund-check")
+    from app.core.labeled import parse_labeled
+
+    three = parse_labeled("x.jsonl", b"".join(json.dumps({"state": f"s{i}", "label": "yes"}).encode() + b"\n"
+                                             for i in range(3)), ["yes", "no"])
+    child = db.import_labeled_set(name="refund + 3", policy_id="refund-check", rows=three, content_hash="c" * 64,
+                                  parent_id=rows[0]["id"])
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
+    at.query_params["policy"] = "refund-check"
+    at.run()
+    at.switch_page("views/calibrate.py").run()
+    assert not at.exception, at.exception
+    table = next(d.value for d in at.dataframe if "content hash" in d.value.columns)
+    assert list(table.columns) == ["set", "name", "labels of", "rows", "version of", "content hash", "imported"]
+    assert all(len(h) == 10 for h in table["content hash"])
+    assert table.loc[table["set"] == f"#{child}", "version of"].item() == f"#{rows[0]['id']}"
+
+
+def test_the_delete_picker_moves_off_a_set_once_it_is_the_one_evaluated(db):
+    """The Delete picker never starts on the set in use; before, once the analyst opened for evaluation the set the
+    picker showed, the picker stayed on it - now the set in use - instead of following."""
+    seed_templates(db)
+    policies = {p["id"]: p for p in db.list_policies()}
+    set_service.import_shipped(db, policies)
+    refund = set_service.of_policy(db, "refund-check")[0]["id"]
+    small = set_service.import_upload(db, "refund-12.jsonl", b"".join(
+        json.dumps({"state": f"state {i}", "label": "yes" if i % 2 else "no"}).encode() + b"\n" for i in range(12)),
+        policies["refund-check"])
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
+    at.query_params["policy"], at.query_params["set"] = "refund-check", str(refund)
+    at.run()
+    at.switch_page("views/calibrate.py").run()
+    at.selectbox(key="cal_del_pick").select(small).run()  # the analyst looks at deleting the small set...
+    assert at.selectbox(key="cal_del_pick").value == small
+    at.selectbox(key="cal_set").select(small).run()  # ...then opens it for evaluation instead
+    assert not at.exception, at.exception
+    pick = at.selectbox(key="cal_del_pick")
+    assert pick.value != small and pick.options[-1].endswith("(in use here)"), (pick.value, pick.options)

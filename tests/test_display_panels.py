@@ -36,10 +36,10 @@ def test_the_saved_note_names_the_gate_the_fallback_and_the_head():
 
 def test_the_support_caption_says_rows_per_option_and_a_stop_early_cap():
     whole = {"scored": 40, "total": 40, "per_option": {"yes": 20, "no": 20}, "train": 0}
-    assert panels.support_caption(3, whole, "about 1 min") == "Set #3: 40 rows to score (yes 20, no 20) · about 1 min"
+    assert panels.support_caption(3, whole, "about 1 min") == "Set #3: 40 rows to score - 20 yes, 20 no · about 1 min"
     capped = {**whole, "scored": 10, "train": 5}
-    assert panels.support_caption(3, capped, "t", esc) == ("Set #3: 10 of 40 rows to score (Stop early) (about yes 20, "
-                                                          "no 20), 5 train rows never scored · <t>")
+    assert panels.support_caption(3, capped, "t", esc) == ("Set #3: 10 of 40 rows to score (Stop early) - about 20 yes, "
+                                                          "20 no; 5 train rows never scored · <t>")
 
 
 def test_outcome_notes_put_a_failure_first_and_an_error_as_an_error():
@@ -93,3 +93,20 @@ def test_robustness_names_the_deployed_guard_and_a_what_if():
     run = {"policy": {"name": "Refund"}, "target_name": "local", "config": cfg}
     assert robustness_panels.run_label(run) == ("Refund · local · default · guard precheck (what-if erase-and-check) "
                                                 "· 12 states")
+
+
+def test_the_guard_note_keeps_its_bold_and_escapes_the_rest(tmp_path):
+    """The 300-state walk read 'Steering guard **erase-and-check** (...)' on Calibrate: the page escaped the whole
+    note, its markdown included. Now the note escapes what it quotes and keeps the guard's name bold."""
+    from types import SimpleNamespace
+
+    from app.core.store import Store
+    from app.ui.safe_text import md
+
+    store = Store(tmp_path / "wb.db")
+    exported = SimpleNamespace(policy=SimpleNamespace(guard="erase-and-check", policy_id="refund-check"))
+    note = panels.guard_cost_note(store, exported, md)
+    assert note.startswith("Steering guard **erase\\-and\\-check** (the export's default"), note
+    assert "\\*\\*" not in note and "no as\\-deployed Robustness check" in note, note
+    off = panels.guard_cost_note(store, SimpleNamespace(policy=SimpleNamespace(guard="none", policy_id="p")))
+    assert off.startswith("Steering guard **none** - turned off. What that costs: "), off

@@ -92,3 +92,15 @@ def test_the_command_line_reads_a_file_through_the_same_importer(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr  # nothing scored, nothing imported
     assert "--state-column issue_text --label-column team --id-column issue_id" in proc.stderr, proc.stderr
+
+
+def test_a_column_of_ticket_numbers_is_the_id_even_when_not_named_like_one():
+    """The 300-state walk's pool had 'ticket,message' (T-001, T-002, ...): the ticket numbers were dropped and its rows
+    shown as pool-159; now a column whose values read as ids is the id when none is named like one."""
+    from app.core import pool as pool_rows
+
+    data = b"ticket,message\n" + b"".join(f"T-{i:03d},my order number {i} arrived broken, please refund\n".encode()
+                                          for i in range(1, 13))
+    assert importer.guess("pool.csv", data, labels=False).id == "ticket"
+    assert pool_rows.columns_of("pool.csv", data) == ("message", "ticket")
+    assert importer.guess("issues.csv", TRIAGE).id == "issue_id"  # a named one still comes first

@@ -332,3 +332,13 @@ def test_the_ranking_says_when_the_labeled_rows_hidden_states_are_not_available(
     assert (got.X, got.found, got.labeled) == (None, 0, 4)
     assert "hidden states of the 4 labeled rows were not available" in got.text
     assert pools.labeled_vectors(db, cand, None).text == "no labeled row yet to compare the pool with"
+
+
+def test_the_pool_picker_names_the_file_once():
+    """The 300-state walk's picker read 'pool #1 pool.csv (300 rows, file pool.csv)'."""
+    def pool(name: str, source: str) -> pool_store.StoredPool:
+        return pool_store.StoredPool(1, name, "refund-check", source, "2026-12-07T22:11", 300, [], "")
+
+    assert pool("pool.csv", "file pool.csv").label == "pool #1 pool.csv (300 rows)"
+    assert pool("march", "file pool.csv").label == "pool #1 march (300 rows, file pool.csv)"
+    assert pool("log", "decision log run #4").label == "pool #1 log (300 rows, decision log run #4)"

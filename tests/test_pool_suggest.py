@@ -88,3 +88,15 @@ def test_app_suggest_ranks_a_pool_under_a_calibrated_policy(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "app", "suggest", "--db", str(db), "--policy", str(policy_file),
                           "--pool", str(tmp_path / "missing.jsonl")], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "--pool" in bad.stderr and "missing.jsonl" in bad.stderr
+
+
+def test_the_ranking_line_says_labels_not_yet_added_are_not_in_the_set():
+    """The 300-state walk read '20 of 260 open pool rows to label next (40 already labeled and moved to the set)'
+    right under '40 labels given, not yet added to a set': the labels were pending. The line now says which."""
+    from app.service.pool import Ranking
+
+    waiting = Ranking([], 260, 40, 260, [], None, 40).text
+    assert waiting.startswith("0 of 260 open pool rows to label next (40 already labeled, 40 of them not yet added "
+                              "to the set); ranked from 260 stored scores"), waiting
+    assert "(44 already labeled, 4 of them not yet added to the set, 40 in it)" in Ranking([], 256, 44, 256, [], None, 4).text
+    assert "(40 already labeled and moved to the set)" in Ranking([], 260, 40, 260, []).text

@@ -36,6 +36,10 @@ def test_sources_beyond_the_pool_load_each_model_once_and_every_cost_is_measured
     source = LocalTarget("local-gemma", {"model": "gemma3-270m"}, pool)
     outcome = evaluate.evaluate_one(store, policy, set_id, main, evaluate.VARIANTS["letters"], head_sources=[source])
     assert not outcome.error and not outcome.stopped and len(outcome.companions) == 1
+    # the outcome says what the source scored too (it said only the main run's counts, under "and 1 head-layout
+    # source": the 300-state walk read "68 copied, 0 evaluated" while the source evaluated 40 rows)
+    assert outcome.text().endswith("; local-gemma in the head layout: 8 rows scored now: 0 copied, 8 evaluated"), \
+        outcome.text()
     assert sorted(loads.values()) == [1, 1], loads  # row by row, a pool of one reloaded a model on every row
     for run_id in (outcome.run_id, *outcome.companions):
         results = store.results(run_id)
@@ -115,7 +119,12 @@ def test_the_calibrate_page_estimates_with_the_sources_and_warns_beyond_the_pool
     at.multiselect(key="cal_head_sources").set_value(["local", "local-qwen2.5-coder-0.5b"]).run()
     assert not at.exception, at.exception
     caption = next(c.value for c in at.caption if "rows to score" in c.value).replace("\\", "")
-    assert "for 3 sources" in caption and "local-qwen2.5-coder-0.5b (head layout)" in caption, caption
+    assert "for 3 sources" in caption and "local-qwen2.5-coder-0.5b in the head layout" in caption, caption
+    depth, deepest = 0, 0  # one level of brackets at most: before, "(local: ~1.5 s a row, ... (nothing measured ...))"
+    for ch in caption:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        deepest = max(deepest, depth)
+    assert deepest == 1 and depth == 0, caption
     assert any("SEMIF_MAX_LOADED_MODELS=1" in i.value.replace("\\", "") for i in at.info), [i.value for i in at.info]
 
 

@@ -82,7 +82,8 @@ def records(filename: str, data: bytes) -> list[dict[str, Any]]:
 def guess(filename: str, data: bytes, *, labels: bool = True) -> Guess:
     """The state: a column named `state`, else the longest free-text column (a name like 'text' or 'body'
     breaks a tie), never an id-like one; the label (`labels`): `label`, else a column named like one, else
-    the first short column left; the id: `id`, else an id-like column named like one ('issue_id')."""
+    the first short column left; the id: `id`, else an id-like column named like one ('issue_id'), else a column
+    whose values read as ids (short, all different, one pattern)."""
     recs = records(filename, data)
     found = list(dict.fromkeys(str(k) for rec in recs for k in rec))
     if not found:
@@ -102,7 +103,10 @@ def guess(filename: str, data: bytes, *, labels: bool = True) -> Guess:
                           and _norm(c) not in ID_NAMES | {"split"}), None))
     ident = "id" if "id" in found else next(
         (c for c in found if c not in (state, label) and (_norm(c) in ID_NAMES or _norm(c).endswith("_id"))
-         and len(set(_texts(recs, c))) == len(_texts(recs, c))), None)
+         and len(set(_texts(recs, c))) == len(_texts(recs, c))), None) or next(
+        # no column named like an id: one whose values read as ids ('ticket': T-001, T-002, ...) - before, a pool's
+        # own ticket numbers were dropped and its rows shown as pool-1, pool-2, ...
+        (c for c in found if c not in (state, label) and id_like(_texts(recs, c))), None)
     return Guess(found, state, label, ident)
 
 

@@ -182,7 +182,8 @@ def set_support(rows: Sequence[Mapping[str, Any]], option_ids: list[str], limit:
     if n < least:
         messages.append(f"{what}: fewer than {least}, so no gate for {target:.0%} can be recommended even if every row "
                         f"is decided right (the {BOUND_NAME} of {n} of {n} stays below it; you can still set one by "
-                        "hand) - " + (f"add at least {least - n} labeled rows" if total < least else f"score at least {least}"))
+                        "hand) - " + (f"add at least {least - n} labeled row{'s' if least - n != 1 else ''}" if total < least
+                                  else f"score at least {least}"))
     elif n < PROVISIONAL:
         messages.append(f"{what}: a gate is recommended only where its decided rows' {BOUND_NAME} reaches the target; "
                         f"every figure is provisional below {PROVISIONAL}")

@@ -41,7 +41,10 @@ class StoredPool:
 
     @property
     def label(self) -> str:
-        return f"pool #{self.id} {self.name} ({self.n_rows} rows, {self.source})"
+        """'pool #1 pool.csv (300 rows)': the source only when it says more than the name (a decision log, a file
+        imported under another name) - it read 'pool #1 pool.csv (300 rows, file pool.csv)'."""
+        source = "" if self.source == f"file {self.name}" else f", {self.source}"
+        return f"pool #{self.id} {self.name} ({self.n_rows} rows{source})"
 
 
 def _tables(db: sqlite_utils.Database) -> None:

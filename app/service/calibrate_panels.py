@@ -4,7 +4,7 @@ Also the words of the gate flags and of a gate that decides nothing (said before
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -13,6 +13,7 @@ from adapter.guard import GUARDS
 from adapter.policy import AtGate
 
 from app.core import calibration, heads, run_calibration
+from app.core.records import LabeledSet
 from app.core.run_calibration import Calibration, GateFlag, chance, version_label
 from app.core.stats import interval_text, range_text
 from app.core.store import Store
@@ -365,12 +366,14 @@ def candidate_bars(cal: Calibration) -> list[dict[str, Any]]:
 def support_caption(set_id: int, support: Mapping[str, Any], timing: str, esc: Escape = plain) -> str:
     """What a set can support, said before anything is scored: the rows to score (of the set, when Stop
     early caps them), per option, the train rows never scored, and how long scoring takes (`timing`)."""
-    per = ", ".join(f"{o} {n}" for o, n in support["per_option"].items())
+    per = ", ".join(f"{n} {o}" for o, n in support["per_option"].items())
     whole = support["scored"] == support["total"]
     rows = (f"{support['scored']} rows to score" if whole else
             f"{support['scored']} of {support['total']} rows to score (Stop early)")
     per = per if whole else f"about {per}"  # the first rows keep each label's share
-    return (f"Set #{set_id}: {rows} ({per})" + (f", {support['train']} train rows never scored" if support["train"] else "")
+    # no brackets around the counts: the timing after them has its own, and "(about yes 15, no 15)" beside
+    # "(Stop early)" read as brackets in brackets
+    return (f"Set #{set_id}: {rows} - {per}" + (f"; {support['train']} train rows never scored" if support["train"] else "")
             + " · " + esc(timing))
 
 
@@ -380,6 +383,14 @@ def outcome_notes(status: str, error: str | None, stopped: str, outcomes: list[A
     head = ((Note("error", f"**Evaluation**: {esc(error)}"),) if status == "failed" else
             (Note("info", esc(stopped)),) if status == "stopped" else ())
     return head + tuple(Note("error" if o.error else "caption", esc(o.text())) for o in outcomes)
+
+
+def sets_rows(sets: Sequence[LabeledSet]) -> list[dict[str, str | int]]:
+    """The stored sets as the Calibrate page lists them: words for headers (not the store's column names), the
+    hash cut to the 10 characters the set pickers show, the version a set was made from, the time to the minute."""
+    return [{"set": f"#{s['id']}", "name": s["name"], "labels of": s["policy_id"] or "", "rows": s["n_rows"],
+             "version of": f"#{s['parent_id']}" if s.get("parent_id") else "", "content hash": s["content_hash"][:10],
+             "imported": str(s["created_at"])[:16].replace("T", " ")} for s in sets]
 
 
 def run_label(row: run_calibration.Readout) -> str:
@@ -406,10 +417,11 @@ def guard_choice(policy: Mapping[str, Any]) -> GuardChoice:
                        "the fallback. none turns it off.")
 
 
-def guard_cost_note(store: Store, exported: Export) -> str:
+def guard_cost_note(store: Store, exported: Export, esc: Escape = plain) -> str:
     """What the exported policy's guard holds and costs - or, turned off, what that costs - from the newest
-    as-deployed Robustness check of a calibrated policy of this policy (checks.guard_cost), as one note."""
+    as-deployed Robustness check of a calibrated policy of this policy (checks.guard_cost), as one note: the guard's
+    name in bold, the rest through `esc` (the page escaped the whole note before, so the bold showed as '**')."""
     guard = exported.policy.guard
-    head = (f"Steering guard **{guard}**" + (" - turned off. What that costs: " if guard == "none" else
-                                             " (the export's default unless turned off). What it holds and costs: "))
-    return head + " ".join(line.strip() for line in checks.guard_cost(store, exported.policy.policy_id))
+    head = (f"Steering guard **{esc(guard)}**" + (" - turned off. What that costs: " if guard == "none" else
+                                                  " (the export's default unless turned off). What it holds and costs: "))
+    return head + esc(" ".join(line.strip() for line in checks.guard_cost(store, exported.policy.policy_id)))

@@ -65,6 +65,7 @@ class EvalOutcome:
     stopped: str | None = None  # a stop rule ended it early (the run is resumable)
     companions: list[int] = field(default_factory=list)  # head-layout runs scored after it, on its rows
     why_scored: str = ""  # why the rows evaluated were not copied from stored results (reuse.why_not_reused)
+    source_counts: list[tuple[str, dict[str, int]]] = field(default_factory=list)  # each head-layout source's counts
 
     def text(self) -> str:
         if self.same_as:
@@ -77,7 +78,10 @@ class EvalOutcome:
         return (f"{self.label}: done — {c.get('scored', 0)} rows scored now: {c.get('reused', 0)} copied from stored "
                 f"results of the same model and request, {c.get('evaluated', 0)} evaluated; "
                 f"{c.get('skipped', 0)} already in this run; errors {c.get('errors', 0)}"
-                + (f". {self.why_scored}" if self.why_scored else ""))
+                + (f". {self.why_scored}" if self.why_scored else "")
+                # the sources' own counts: they may score rows the main run copied (a pool scored state first)
+                + "".join(f"; {name} in the head layout: {s.get('scored', 0)} rows scored now: {s.get('reused', 0)} "
+                          f"copied, {s.get('evaluated', 0)} evaluated" for name, s in self.source_counts))
 
 
 def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, variant: Variant, *,
@@ -142,6 +146,7 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
             store.stop_run(companion, "stopped")
         raise
     held = frozenset(store.done_keys(run_id))
+    source_counts: list[tuple[str, dict[str, int]]] = []
     if companions and held:  # then source by source, on the rows the main run holds: one model in use at a time
         base = len(held)
 
@@ -149,7 +154,8 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
             if progress is not None:
                 progress(base + done, base * n_jobs, eta)
 
-        runs.resume_evals(store, pairs[1:], follow, reuse=reuse, by_source=True, only=held)
+        by_run = runs.resume_evals(store, pairs[1:], follow, reuse=reuse, by_source=True, only=held)
+        source_counts = [(t.name, by_run.get(r, {})) for r, t in pairs[1:]]
     if stopped or not held:
         for companion in companions:  # they hold only the main run's rows: stopped with it, resumed with it
             store.stop_run(companion, "stopped")
@@ -157,7 +163,8 @@ def evaluate_one(store: Store, policy: Policy, set_id: int, target: Target, vari
         return EvalOutcome(name + sources, run_id, resumed, counts, stopped=stopped, companions=companions)
     tracked.evaluation(store, run_id)  # MLflow, when SEMIF_MLFLOW_TRACKING_URI is set (never raises)
     return EvalOutcome(name + sources, run_id, resumed, counts, companions=companions,
-                       why_scored=why_scored(store, run_id) if counts.get("evaluated") else "")
+                       why_scored=why_scored(store, run_id) if counts.get("evaluated") else "",
+                       source_counts=source_counts)
 
 
 def why_scored(store: Store, run_id: int) -> str:

@@ -306,12 +306,18 @@ class Ranking:
     reused: int  # stored scores read for this ranking
     failed: list[str]
     labeled: Labeled | None = None  # None: the pool has no stored hidden states (probabilities only)
+    pending: int = 0  # of `moved`: labeled here, not yet added to the set (Add ... as a new version)
 
     @property
     def text(self) -> str:
         vs = f"; {self.labeled.text}" if self.labeled is not None else ""
-        return (f"{len(self.rows)} of {self.open} open pool rows to label next ({self.moved} already labeled and moved "
-                f"to the set); ranked from {self.reused} stored scores, no model call{vs}")
+        # labels waiting for "Add ... as a new version" are out of the pool, not in the set yet: said so (it read
+        # "40 already labeled and moved to the set" beside "40 labels given, not yet added to a set")
+        where = (f", {self.pending} of them not yet added to the set" if self.pending == self.moved else
+                 f", {self.pending} of them not yet added to the set, {self.moved - self.pending} in it" if self.pending
+                 else " and moved to the set")
+        return (f"{len(self.rows)} of {self.open} open pool rows to label next ({self.moved} already labeled{where}); "
+                f"ranked from {self.reused} stored scores, no model call{vs}")
 
 
 def label_counts(store: Store, option_ids: list[str], policy_id: str, set_id: int | None) -> list[int]:
@@ -376,11 +382,13 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
     probabilities (its head or correction on the stored reading), ranked by `order` (app/core/suggest.rank).
     `everything`: every open scored row, unranked, in file order (what a label file may name)."""
     known = known_states(store, pool.policy_id, into_set)
+    waiting = {review.state_key(r["state"]) for r in store.reviews(pool.policy_id, pending=True)}
     stored = {r["row_key"]: r for r in store.results(run_id) if not r["error"] and r.get("probabilities")}
-    P, X, kept, failed, moved, open_rows = [], [], [], [], 0, 0
+    P, X, kept, failed, moved, pending, open_rows = [], [], [], [], 0, 0, 0
     for row in pool_store.iter_rows(store, pool.id):
-        if review.state_key(row.state) in known:
+        if (key := review.state_key(row.state)) in known:
             moved += 1
+            pending += key in waiting
             continue
         open_rows += 1  # not labeled yet, scored or not (a row not scored or not readable is named in `failed`)
         res = stored.get(_row_key(row))
@@ -398,7 +406,7 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
         kept.append(row)
     ids = [o.id for o in cand.policy.options]
     if not kept:
-        return Ranking([], open_rows, moved, 0, failed)
+        return Ranking([], open_rows, moved, 0, failed, pending=pending)
     Pm = np.array(P)
     m = ranking.margins(Pm)
     labeled = None
@@ -409,7 +417,7 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
         picked, labeled = order(store, cand, Pm, Xm, k=k, into_set=into_set, pool_results=stored.values())
     rows = [Suggested(i + 1, kept[j].line, kept[j].id, _row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
                       float(m[j]), run_id) for i, j in enumerate(picked)]
-    return Ranking(rows, open_rows, moved, len(kept), failed, labeled)
+    return Ranking(rows, open_rows, moved, len(kept), failed, labeled, pending)
 
 
 def label(store: Store, row: Suggested, option_id: str, *, who: str, policy: CalibratedPolicy, note: str = "") -> int:

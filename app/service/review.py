@@ -42,6 +42,21 @@ class Queue:
                 f"already in the set or reviewed, {plural(left['no_state'], 'result')} without a logged state{other}")
 
 
+    @property
+    def empty_text(self) -> str:
+        """An empty queue, said where the queue would be (it was a small-print line above, and a bare 'Nothing to
+        review' below everything else): what brings rows here, what was left out, what waits to be added."""
+        left = self.left_out
+        pending = (f" {plural(self.pending, 'label')} given here {'waits' if self.pending == 1 else 'wait'} to be "
+                   "added to a set (the button above)." if self.pending else "")
+        return ("Nothing to review for this policy right now. Rows come here when two runs answer a state "
+                "differently (two targets on Compare, or a decision log and its replay on History) or when the gate "
+                f"above sends an unlabeled row to the fallback. Left out: {plural(left['labeled'], 'state')} that "
+                f"already carry a label, {plural(left['known'], 'state')} already in the set or reviewed, "
+                f"{plural(left['no_state'], 'result')} without a logged state.{pending} For the next rows to label "
+                "from states without labels, use a pool (below).")
+
+
 @dataclass(frozen=True)
 class VersionMade:
     """A set version made from the review queue's labels."""

@@ -39,15 +39,42 @@ def resolve_set(store: Store, ref: str, policy: Policy, columns: ColumnMap | Non
     raise SetNotFound(f"--labeled-set {ref!r}: no such file or stored set id")
 
 
-def import_shipped(store: Store, policies: dict[str, Policy]) -> int:
+@dataclass(frozen=True)
+class Shipped:
+    """The shipped sets of the policies present: those imported now and those already here (an unchanged set is
+    not imported twice), by set id."""
+    made: tuple[int, ...]
+    kept: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.made) + len(self.kept)
+
+    @property
+    def text(self) -> str:
+        """'Imported 4 shipped sets: #1, #2, #3, #4' - or which were already here, so that a second press does not
+        read as a second import (it used to say '4 shipped sets available' either way)."""
+        def ids(found: tuple[int, ...]) -> str:
+            return ", ".join(f"#{i}" for i in found)
+
+        made = f"Imported {len(self.made)} shipped set{'s' if len(self.made) != 1 else ''}: {ids(self.made)}"
+        kept = (f"{len(self.kept)} shipped set{'s were' if len(self.kept) != 1 else ' was'} already imported "
+                f"({ids(self.kept)}): nothing new to import")
+        if self.made and self.kept:
+            return f"{made}; {len(self.kept)} already imported ({ids(self.kept)})"
+        return made if self.made else kept if self.kept else "No shipped set to import"
+
+
+def import_shipped(store: Store, policies: dict[str, Policy]) -> Shipped:
     """Import the shipped set of every shipped policy present (an unchanged set is not imported
-    twice); how many sets are now available."""
-    n = 0
+    twice): which sets were imported now, which were already here."""
+    before = {s["id"] for s in store.list_labeled_sets()}
+    made: list[int] = []
+    kept: list[int] = []
     for pid, path in shipped_sets():
         if pid in policies:
-            import_file(store, path.name, path.read_bytes(), policies[pid], source=str(path))
-            n += 1
-    return n
+            sid = import_file(store, path.name, path.read_bytes(), policies[pid], source=str(path))
+            (kept if sid in before else made).append(sid)
+    return Shipped(tuple(made), tuple(kept))
 
 
 def import_upload(store: Store, name: str, data: bytes, policy: Policy, columns: ColumnMap | None = None) -> int:
@@ -136,7 +163,7 @@ def support(store: Store, set_id: int, policy: Policy, limit: int | None = None)
 
 
 __all__ = ["LARGE", "SECONDS_PER_ROW", "HEAD_SECONDS_PER_ROW", "Estimate", "estimate", "pool_note", "guess_mapping", "state_warning", "preview", "ColumnMap", "InputError", "dependents", "label_suggestions",
-           "upload_columns", "SetNotFound", "delete", "import_shipped", "import_upload",
+           "upload_columns", "SetNotFound", "delete", "import_shipped", "Shipped", "import_upload",
            "label_problem", "listed", "minutes", "pace", "of_policy", "resolve_set", "cli_mapping", "summary", "support"]
 
 
@@ -162,8 +189,9 @@ def pace(store: Store, target: str = "local", *, head_layout: bool = False) -> t
         return seconds, (f"~{seconds:.2g} s a row, measured: the median of the last {got['n']} warm calls on "
                          f"{target}{what}")
     default = HEAD_SECONDS_PER_ROW if head_layout else SECONDS_PER_ROW
-    return default, (f"~{default:g} s a row{what}, the default model's on a 2-core machine (nothing measured "
-                     f"on {target}{what} here yet)")
+    # no brackets: the page says every part inside its own (the estimate's sources)
+    return default, (f"~{default:g} s a row, the default model's on a 2-core machine - nothing measured "
+                     f"on {target}{what} here yet")
 
 
 @dataclass(frozen=True)
@@ -188,7 +216,7 @@ def estimate(store: Store, targets: list[str], readouts: int, sources: list[str]
     for name in sources:
         s, why = pace(store, name, head_layout=True)
         seconds += s
-        parts.append(f"{name} (head layout): {why}")
+        parts.append(f"{name} in the head layout: {why}")
     return Estimate(seconds, parts)
 
 

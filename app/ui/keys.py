@@ -21,6 +21,7 @@ class CalibrateKeys(PageKeys):
     conf_after = Key()
     corrections = Key()
     cov = Key()
+    del_for = Key()
     del_pick = Key()
     del_set = Key()
     download = Key()

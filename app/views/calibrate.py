@@ -81,9 +81,9 @@ def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
     with st.expander("Labeled sets", expanded=not queries.labeled_sets(db) or uploading, key=keys.sets_box):
         c1, c2 = st.columns(2)
         if c1.button("Import the shipped labeled sets", key=keys.ship):
-            n = set_service.import_shipped(db, policies)
-            st.toast(f"{n} shipped sets available")
-            if not n:
+            shipped = set_service.import_shipped(db, policies)
+            st.toast(shipped.text)
+            if not len(shipped):
                 st.warning("Load the example policies first (Playground page): the shipped sets label their options.")
         up_policy = c2.selectbox("Labels are options of", list(policies), format_func=lambda i: policy_service.title(policies[i]['name'], policies[i].get('version')),
                                  key=keys.up_policy)
@@ -95,8 +95,7 @@ def sets_section(db: Store, policies: Policies, for_policy: str) -> None:
             import_upload(db, policies, up_policy, upload, columns)
         sets = queries.labeled_sets(db)
         if sets:
-            st.dataframe(pd.DataFrame(sets)[["id", "name", "policy_id", "n_rows", "content_hash", "created_at"]],
-                         hide_index=True)
+            st.dataframe(pd.DataFrame(panels.sets_rows(sets)), hide_index=True)
             delete_set(db, sets)
 
 
@@ -135,6 +134,11 @@ def delete_set(db: Store, sets: Sequence[Mapping[str, Any]]) -> None:
     """Delete a set: never the one in use by default, and what depends on it named before it goes."""
     in_use = context.get("set")
     ids = [s["id"] for s in sets if s["id"] != in_use] + [s["id"] for s in sets if s["id"] == in_use]
+    if st.session_state.get(keys.del_for) != in_use and ids:
+        # another set is evaluated now: the picker starts again from a set not in use (it kept its old pick,
+        # which could be the set just opened for evaluation)
+        st.session_state[keys.del_pick] = ids[0]
+    st.session_state[keys.del_for] = in_use
     c1, c2 = st.columns([3, 1])
     doomed = c1.selectbox("Delete a set", ids, key=keys.del_pick,
                           format_func=lambda i: next(f"#{s['id']} {s['name']}" for s in sets if s["id"] == i)
@@ -387,8 +391,8 @@ def export_section(db: Store, cal: Calibration, policy: Policy) -> None:
         st.error(md(exc))
         return
     exported = with_curve_if_shown(exported, cal, keys)  # what more labels buy, in the file when shown below
-    cost = panels.guard_cost_note(db, exported)
-    (st.warning if exported.policy.guard == "none" else st.caption)(md(cost))
+    cost = panels.guard_cost_note(db, exported, md)  # escaped inside: its bold stays bold
+    (st.warning if exported.policy.guard == "none" else st.caption)(cost)
     panel = panels.gate_panel(cal, exported, md)
     for note in panel.alerts:
         draw(st, note)

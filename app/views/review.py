@@ -34,14 +34,15 @@ def render() -> None:
     gate = gate_choice(db, policy["id"], key=KEYS.prefix)
     who = st.text_input("Reviewer (stored with every label)", value=getpass.getuser(), key=KEYS.who)
     q = review.queue(db, policy, gate, into_set=sid)
-    st.caption(q.summary)
+    if q.items:
+        st.caption(q.summary)
+    else:  # said here, where the queue would be, not in small print above and a bare line below the pool
+        st.info(q.empty_text)
     actions(db, q, policy, sid)
     label_check(db, policy, sid, who)
     pool_panel(db, policy, sid, who)
-    if not q.items:
-        st.success("Nothing to review for this policy right now.")
-        return
-    label_panel(db, q.items[0], policy, who)
+    if q.items:
+        label_panel(db, q.items[0], policy, who)
 
 
 def label_check(db: Store, policy: Mapping[str, Any], sid: int, who: str) -> None:
@@ -96,6 +97,7 @@ def actions(db: Store, q: review.Queue, policy: Mapping[str, Any], sid: int) -> 
         else:
             st.session_state[KEYS.made] = made
             st.session_state[KEYS.set_next] = made.set_id
+            context.put("set", made.set_id)  # Calibrate (its "Go to Calibrate" link) opens the new version
             st.rerun()
     last_made: review.VersionMade | None = st.session_state.get(KEYS.made)
     if last_made is not None and last_made.set_id == sid:  # the note belongs to the set it made, not to any other

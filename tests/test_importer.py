@@ -104,3 +104,13 @@ def test_a_column_of_ticket_numbers_is_the_id_even_when_not_named_like_one():
     assert importer.guess("pool.csv", data, labels=False).id == "ticket"
     assert pool_rows.columns_of("pool.csv", data) == ("message", "ticket")
     assert importer.guess("issues.csv", TRIAGE).id == "issue_id"  # a named one still comes first
+
+
+def test_a_column_of_ids_repeated_past_the_sample_is_not_guessed_as_the_id():
+    """The id guessed from a column's values reads the first rows (the sample); a value repeated later would then
+    refuse the whole import as a duplicate id - so the guess checks the whole file and falls back to row numbers."""
+    rows = [f"T-{i:04d},my order number {i} arrived broken, please refund\n" for i in range(1, importer.SAMPLE + 20)]
+    rows.append("T-0001,the same ticket again, a second message\n")
+    data = b"ticket,message\n" + "".join(rows).encode()
+    assert importer.guess("pool.csv", data, labels=False).id is None
+    assert importer.guess("pool.csv", data[: data.index(b"T-0001,the same")], labels=False).id == "ticket"

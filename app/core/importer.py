@@ -33,6 +33,18 @@ def _texts(records: Sequence[Mapping[str, Any]], column: str) -> list[str]:
             if (v := rec.get(column)) is not None and not is_empty_state(v)]
 
 
+def _unique(records: Sequence[Mapping[str, Any]], column: str) -> bool:
+    """Every row has a value in `column` and no two are the same, over the whole file (not only the sample
+    `id_like` reads): a column guessed as the id from its values must not refuse the import later."""
+    seen: set[str] = set()
+    for rec in records:
+        v = rec.get(column)
+        if v is None or is_empty_state(v) or (text := str(v)) in seen:
+            return False
+        seen.add(text)
+    return True
+
+
 def free_text_score(values: Sequence[str]) -> float:
     """How much a column reads like free text: the median length of its values in characters, counted only
     where values hold words (a space); 0 for a column of single tokens (ids, codes, labels)."""
@@ -106,7 +118,7 @@ def guess(filename: str, data: bytes, *, labels: bool = True) -> Guess:
          and len(set(_texts(recs, c))) == len(_texts(recs, c))), None) or next(
         # no column named like an id: one whose values read as ids ('ticket': T-001, T-002, ...) - before, a pool's
         # own ticket numbers were dropped and its rows shown as pool-1, pool-2, ...
-        (c for c in found if c not in (state, label) and id_like(_texts(recs, c))), None)
+        (c for c in found if c not in (state, label) and id_like(_texts(recs, c)) and _unique(recs, c)), None)
     return Guess(found, state, label, ident)
 
 

@@ -148,6 +148,7 @@ class Review(TypedDict):
     at: str
     set_id: int | None
     undone: int
+    picked: str | None  # how the row came to be labeled (app/core/review.PICKED); None: not recorded (older labels)
 
 
 class Calibrated(TypedDict):

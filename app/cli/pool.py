@@ -92,8 +92,8 @@ def run_label(args: argparse.Namespace) -> int:
         if run_id is None:
             raise pools.PoolProblem(f"pool #{pool.id} is not scored yet: run `python -m app suggest --policy "
                                     f"{args.policy} --pool {pool.id}` first")
-        everything = pools.rank_pool(db, pool, cand, run_id, into_set=args.labeled_set, everything=True, k=args.k,
-                                     random_share=args.random_share)
+        everything = pools.rank_pool(db, pool, cand, run_id, into_set=args.labeled_set, everything=True,
+                                     k=len(labels) if args.k is None else args.k, random_share=args.random_share)
         n = pools.label_rows(db, everything.rows, labels, who=args.who, policy=policy)
         made = review.add_version(db, args.labeled_set, {"id": policy.policy_id})
     except ValueError as exc:
@@ -131,8 +131,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     lb.add_argument("--labeled-set", required=True, type=int, help="the set the labels are added to (a new version)")
     lb.add_argument("--target", help="the target the pool was scored on (default: where the policy was evaluated)")
     lb.add_argument("--who", default=getpass.getuser(), help="the reviewer stored with every label (default: you)")
-    lb.add_argument("--k", type=count, default=20, help="the batch size `suggest` ranked with (default 20): with "
-                    "--random-share, which rows it drew at random - each is kept as a random draw")
+    lb.add_argument("--k", type=count, help="the batch size `suggest` ranked with (default: the number of rows in "
+                    "--labels, a whole batch): with --random-share, which rows it drew at random - each labeled one "
+                    "is kept as a random draw (a smaller k marks fewer, never a ranked row)")
     suggest_cli.add_share(lb)
     add_db(lb)
     lb.set_defaults(fn=run_label)

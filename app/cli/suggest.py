@@ -9,7 +9,6 @@ from pathlib import Path
 import sys
 
 from app.cli.common import EXIT_USAGE, add_db, bar, count, error, left_out, share, store, target
-from app.core import suggest as ranking
 from app.core.store import Store
 from app.service import pool as pools
 from app.service import suggest as sg
@@ -115,7 +114,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def add_share(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--random-share", type=share, default=ranking.RANDOM_SHARE, metavar="R",
+    p.add_argument("--random-share", type=share, default=pools.RANDOM_SHARE, metavar="R",
                    help="the share of each batch drawn at random from the open rows instead of ranked (round(R*k), "
-                   f"halves up; 0 to 1, default {ranking.RANDOM_SHARE:g}): labeled, those rows give Calibrate a check "
+                   f"halves up; 0 to 1, default {pools.RANDOM_SHARE:g}): labeled, those rows give Calibrate a check "
                    "of the gate that does not lean low")

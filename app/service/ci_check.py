@@ -14,6 +14,7 @@ from app.core import check as ck
 from app.core import drift as dr
 from app.core import runs
 from app.core.gates import Gate, measure
+from app.core.run_calibration import CHECK_TITLE
 from app.core.runner import model_label
 from app.core.store import RunBusy, Store
 from app.core.stored import NO_RESPONSE, ModelRef, first_response
@@ -160,6 +161,8 @@ def check(store: Store, spec: CheckInput, given: Inputs) -> CheckResult:
                                          f"{model.file}: the adapter sends every row to the fallback")
         if notes := calibrated.metrics.gate_notes:
             context["gate_evidence"] = str(notes[0])  # how Calibrate chose the gate, as it said then
+            if check := next((str(n) for n in notes if str(n).startswith(CHECK_TITLE)), None):
+                context["gate_check"] = check  # the gate on the randomly drawn rows alone, as Calibrate said then
         if calibrated.gate_source == "unreachable":
             context["gate"] += "; no gate reached the target when it was calibrated: the adapter decides nothing"
         if calibrated.guard != "none":

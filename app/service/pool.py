@@ -385,6 +385,7 @@ def order(store: Store, cand: Candidate, P: np.ndarray, X: np.ndarray | None, *,
     return got, labeled
 
 
+RANDOM_SHARE = ranking.RANDOM_SHARE  # the page's and the command line's default share of a batch drawn at random
 DRAW_SEED = 0  # the seed of a pool's random draw (draw_keys)
 
 

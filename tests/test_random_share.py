@@ -183,8 +183,8 @@ def checked_run(tmp_path, drawn_right: int, drawn_n: int, chosen_n: int = 40):
         label = ids[i % 2]
         right = (i - chosen_n) < drawn_right if drawn else rng.random() < 0.6
         top = label if right else ids[1 - ids.index(label)]
-        p = 0.97 if drawn else float(rng.uniform(0.55, 0.99))
-        probs.append([p, 1 - p] if top == ids[0] else [1 - p, p])
+        q = 0.97 if drawn else float(rng.uniform(0.55, 0.99))
+        probs.append([q, 1 - q] if top == ids[0] else [1 - q, q])
         rows.append({"row_key": f"review-{i + 1}", "state": f"state {i}", "label": label, "split": "test",
                      "meta": {"reviewed_by": "ana", "picked": "random draw" if drawn else "suggested"}})
     set_id = db.import_labeled_set(name="grown", policy_id="refund-check", rows=rows, content_hash=content_hash(rows))

@@ -153,11 +153,14 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
 def drawn_rows(store: Store, run_id: int, used: Sequence[Mapping[str, Any]]) -> frozenset[int]:
     """Which of a run's used results are rows a pool's random share drew (their set row's meta says
     picked = "random draw", app/core/review.append_version): indices into `used`."""
-    run = store.get_run(run_id) or {}
-    if not run.get("labeled_set_id"):
+    run = store.get_run(run_id)
+    if run is None or not run["labeled_set_id"]:
         return frozenset()
-    keys = {r["row_key"] for r in store.labeled_rows(run["labeled_set_id"])
-            if isinstance(r.get("meta"), dict) and r["meta"].get("picked") == RANDOM_DRAW}
+    keys = set()
+    for r in store.labeled_rows(run["labeled_set_id"]):
+        meta = r.get("meta")
+        if isinstance(meta, dict) and meta.get("picked") == RANDOM_DRAW:
+            keys.add(r["row_key"])
     return frozenset(i for i, r in enumerate(used) if r.get("row_key") in keys) if keys else frozenset()
 
 

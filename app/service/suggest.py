@@ -69,11 +69,11 @@ def suggest(store: Store, policy: CalibratedPolicy, found: pool_rows.Pool, targe
     pools.check_target(cand, target)
     P, X, kept, problems = [], [], [], list(found.problems)
     for row in found.rows:
-        got = target.decide(cand.request(row, target))
-        if not got.ok or got.result is None:
-            problems.append(f"line {row.line}: the target failed on it ({got.error})")
+        answer = target.decide(cand.request(row, target))
+        if not answer.ok or answer.result is None:
+            problems.append(f"line {row.line}: the target failed on it ({answer.error})")
             continue
-        r = got.result
+        r = answer.result
         hidden = r.hidden_state.array() if r.hidden_state is not None else None
         try:
             P.append(policy.corrected(list(r.probabilities), hidden))

@@ -319,10 +319,10 @@ class Ranking:
     def text(self) -> str:
         vs = f"; {self.labeled.text}" if self.labeled is not None else ""
         drawn = sum(r.drawn for r in self.rows)
-        share = (f", {drawn} of them drawn at random from the open rows (marked: label them whatever they look like - "
-                 "they are Calibrate's unbiased check of the gate)" if drawn else "")
-        return (f"{len(self.rows)} of {self.open} open pool rows to label next{share} ({self.moved} already labeled and "
-                f"moved to the set); ranked from {self.reused} stored scores, no model call{vs}")
+        share = (f"; {drawn} of them drawn at random from the open rows, not ranked (marked random draw: label them "
+                 "whatever they look like - they are Calibrate's unbiased check of the gate)" if drawn else "")
+        return (f"{len(self.rows)} of {self.open} open pool rows to label next ({self.moved} already labeled and moved "
+                f"to the set); ranked from {self.reused} stored scores, no model call{vs}{share}")
 
 
 def label_counts(store: Store, option_ids: list[str], policy_id: str, set_id: int | None) -> list[int]:

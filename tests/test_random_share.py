@@ -223,7 +223,7 @@ def test_the_check_on_the_drawn_rows_is_the_gates_rule_on_them_alone_recomputed_
     assert check.lower_bound == pytest.approx(bound, abs=1e-12)
     assert not check.small
     text = check.text()
-    assert text.startswith("The unbiased check, on the 34 labeled rows drawn at random")
+    assert text.startswith("The unbiased check, on the labeled rows drawn at random (34)")
     assert f"{bound:.1%}" in text and "do not lean low" in text and "small" not in text
     assert gate.messages[1] == text  # beside the gate's own sentence: the page, the CLI and the export's notes
     assert any("the 34 rows drawn at random measure them without that lean" in m for m in gate.messages)
@@ -244,7 +244,7 @@ def test_the_check_is_marked_small_under_30_drawn_rows_and_absent_without_any(tm
     n, decided, right, bound = by_hand(cal, None)
     assert (check.n, check.decided, check.correct) == (10, 10, right)
     assert check.lower_bound == pytest.approx(bound, abs=1e-12)
-    assert gate.messages[1] == check.text() and "only 10 drawn rows (< 30): small" in check.text()
+    assert gate.messages[1] == check.text() and "only 10 drawn (fewer than 30): small" in check.text()
     assert f"the gate decides nothing; with no gate the out-of-fold answer is right on {right} of them" in check.text()
     (tmp_path / "none").mkdir()
     db2, run2 = checked_run(tmp_path / "none", drawn_right=0, drawn_n=0)

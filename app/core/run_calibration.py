@@ -202,13 +202,13 @@ class RandomCheck:
         """The check in one sentence, beside the gate's (the page, the command line, the export's gate notes)."""
         every = (f"on all {self.rows} rows {self.rows_decided} decided, {self.rows_correct} right"
                  + (f" ({self.rows_correct / self.rows_decided:.1%})" if self.rows_decided else ""))
-        small = (f" - only {self.n} drawn rows (< {SMALL_N}): small, a wide interval; label more of the drawn rows"
+        small = (f" - only {self.n} drawn (fewer than {SMALL_N}): small, a wide interval; label more of the drawn rows"
                  if self.small else "")
         lean = ("these rows were drawn at random from the pool, not chosen for being hard, so unlike the figures on "
                 "every row they do not lean low")
         if self.threshold is None:
             verdict = "meets" if self.lower_bound >= self.target else "is below"
-            return (f"{CHECK_TITLE}, on the {self.n} labeled rows drawn at random: the gate decides nothing; with no "
+            return (f"{CHECK_TITLE}, on the labeled rows drawn at random ({self.n}): the gate decides nothing; with no "
                     f"gate the out-of-fold answer is right on {self.correct} of them ({self.correct / self.n:.1%}), "
                     f"{self.bound} {self.lower_bound:.1%}, which {verdict} the target {self.target:.0%} on these rows "
                     f"alone; {lean}{small}")
@@ -219,7 +219,7 @@ class RandomCheck:
             got = (f"it decides {self.decided} of {self.n} ({self.coverage:.0%}), {self.correct} right "
                    f"({(self.accuracy or 0):.1%}); {self.bound} {self.lower_bound:.1%}, which {verdict} the target "
                    f"{self.target:.0%} on these rows alone ({every})")
-        return (f"{CHECK_TITLE}, on the {self.n} labeled rows drawn at random: at this gate (confidence >= "
+        return (f"{CHECK_TITLE}, on the labeled rows drawn at random ({self.n}): at this gate (confidence >= "
                 f"{self.threshold:.3f}, out of fold) {got}; {lean}{small}")
 
 

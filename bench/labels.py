@@ -310,8 +310,10 @@ def run(seeds: int, target: float, jobs: int = 1, orders: tuple[str, ...] = tupl
                      f"{np.mean([r for r, _ in rec]):.0%} at {np.mean([f for _, f in rec]):.1%} flagged |")
         for o in ("random", "suggested", *[m for m in MIXED if m in orders]):
             _, no, r_o = need_ratio(curves["random"], curves[o], pool)
+            iv = ratio_interval(curves["random"], curves[o], pool) if r_o and o != "random" else None
             lean = " | ".join(_lean(curves[o], b) for b in LEAN_AT)
-            mixed_lines.append(f"| {name} | {o} | {_n(no, pool)}" + (f" ({r_o:.0%})" if r_o and o != "random" else "")
+            mixed_lines.append(f"| {name} | {o} | {_n(no, pool)}" + (f" ({r_o:.0%}" if r_o and o != "random" else "")
+                               + (f", {iv[0]:.0%}–{iv[1]:.0%})" if iv else ")" if r_o and o != "random" else "")
                                + f" | {_gate(gate_at[o], seeds)} | {mean_cov[o].get(pool, float('nan')):.0%} | {lean} |")
         summary.append(f"{name}: all rows OOF {full:.1%}, whole pool labeled {whole:.1%}; labels to reach it - 2 pts "
                        f"random {nr} suggested {ns} ratio {ratio} interval {interval}; ratios {ratios[name]}; "
@@ -339,12 +341,13 @@ def run(seeds: int, target: float, jobs: int = 1, orders: tuple[str, ...] = tupl
                "| set | " + " | ".join(variants) + " | chosen on the other sets: share here |\n"
                + "|---" * (len(variants) + 2) + "|\n")
     mheader = ("\n\nA random share in every batch (suggest.batch: 1 or 2 of each batch of 4 drawn at random from the "
-               "open rows, the rest suggested): labels to the whole pool's accuracy − 2 pts (share of random's), labels "
+               "open rows, the rest suggested): labels to the whole pool's accuracy − 2 pts (share of random's, 95% interval over "
+               "seeds), labels "
                "to a gate (median, seeds reaching one), held-out gate coverage with every pool row labeled, and the lean "
                "- at " + " and ".join(str(b) for b in LEAN_AT) + " labels, the mean over seeds of the held-out accuracy "
                "/ the out-of-fold accuracy of every labeled row (what the gate is chosen on) / the out-of-fold accuracy "
                "of the rows drawn at random alone (the check; mean rows drawn in brackets).\n\n"
-               "| set | order | labels to accuracy − 2 pts (share of random's) | labels to a gate | gate coverage, "
+               "| set | order | labels to accuracy − 2 pts (share of random's, interval) | labels to a gate | gate coverage, "
                "whole pool | " + " | ".join(f"at {b} labels: held out / OOF all / OOF drawn (rows)" for b in LEAN_AT)
                + " |\n" + "|---" * (5 + len(LEAN_AT)) + "|\n")
     return (header + "\n".join(lines) + (vheader + "\n".join(variant_lines) if len(variants) > 1 else "")

@@ -137,17 +137,17 @@ LEAN_AT = (50, 82)  # the budgets the lean table shows (points where the gate is
 
 
 def next_batch(P: np.ndarray, Z: np.ndarray, y: np.ndarray, k: int, labeled: list[int], rest: list[int], want: int,
-               how: dict[str, str], seed: int) -> tuple[list[int], list[int]]:
+               how: dict[str, str], seed: int, keys: np.ndarray | None = None) -> tuple[list[int], list[int]]:
     """The next `want` rows of `rest` (P: the current head's probabilities on them) in the order `how` picks, and
-    those of them drawn at random (a random share: suggest.batch, its draw seeded by the seed and the labels so far)."""
+    those of them drawn at random (a random share: suggest.batch; `keys`: every row's fixed random key, as a stored
+    pool's - the open rows with the smallest are drawn)."""
     counts = None if how["cold"] == "none" else [int(c) for c in np.bincount(y[labeled], minlength=k)]
     by: Literal["margin", "entropy"] = "entropy" if how["by"] == "entropy" else "margin"
     if how["cold"] == "predicted":  # the rule before: rows predicted as an option short of labels, no vectors
         picked = suggest.rank(P, k=want, counts=counts, by=by)
         return [rest[i] for i in picked], []
-    keys = np.random.default_rng([seed, len(labeled)]).random(len(rest))  # the draw's keys: fresh every batch
     got = suggest.batch(P, k=want, random_share=float(how.get("share", 0.0)), X=Z[rest], counts=counts, by=by,
-                        labeled_X=Z[labeled], seed=seed, keys=keys)
+                        labeled_X=Z[labeled], seed=seed, keys=None if keys is None else keys[rest])
     return [rest[i] for i in got.rows], [rest[i] for i in sorted(got.drawn)]
 
 
@@ -167,7 +167,10 @@ def gate_coverage(Po: np.ndarray, y: np.ndarray, target: float, P_te: np.ndarray
     return float((P_te.max(axis=1) >= g.threshold).mean()) if g.reachable and g.threshold is not None else 0.0
 
 
-Point = tuple[float, float, float, float, int]  # held-out accuracy, gate coverage, OOF on all labeled, on drawn, drawn
+# held-out accuracy, gate coverage, OOF accuracy on all labeled rows, on the drawn ones (how many), on the pool sample
+# (how many: the labeled rows whose key is at most the largest drawn key - the drawn ones and the suggested ones the
+# draw would have taken: run_calibration.drawn_rows' rule)
+Point = tuple[float, float, float, float, int, float, int]
 
 
 def curve(Z: np.ndarray, y: np.ndarray, k: int, seed: int, order: str, target: float,
@@ -185,22 +188,26 @@ def curve(Z: np.ndarray, y: np.ndarray, k: int, seed: int, order: str, target: f
     out: dict[int, Point] = {}
     drawn: set[int] = set()
     nan = float("nan")
+    keys = np.random.default_rng([seed, 7]).random(len(y))  # each row's fixed draw key (a stored pool's draw_keys)
     while True:
         L = np.array(labeled)
         rest = [i for i in pool if i not in set(labeled)]
         P = fit_predict(Z[L], y[L], np.vstack([Z[test_idx], Z[rest]]), k)  # one fit: held-out rows and the rest
         P_te, P_rest = P[: len(test_idx)], P[len(test_idx):]
         acc = float((P_te.argmax(axis=1) == y[test_idx]).mean())
-        point: Point = (acc, nan, nan, nan, len(drawn))
+        point: Point = (acc, nan, nan, nan, len(drawn), nan, 0)
         if gate and (len(out) % 2 == 0 or not rest):  # every second batch (8 labels), and with the whole pool
             if len(L) < 4 or len(np.unique(y[L])) < 2:
-                point = (acc, 0.0, nan, nan, len(drawn))
+                point = (acc, 0.0, nan, nan, len(drawn), nan, 0)
             else:
                 Po = oof(Z[L], y[L], k, seed)
                 right = Po.argmax(axis=1) == y[L]
                 mask = np.array([i in drawn for i in labeled])
+                top = max((keys[i] for i in drawn), default=-1.0)
+                sample = np.array([keys[i] <= top for i in labeled]) if order != "random" else mask
                 point = (acc, gate_coverage(Po, y[L], target, P_te), float(right.mean()),
-                         float(right[mask].mean()) if mask.any() else nan, int(mask.sum()))
+                         float(right[mask].mean()) if mask.any() else nan, int(mask.sum()),
+                         float(right[sample].mean()) if sample.any() else nan, int(sample.sum()))
         out[len(labeled)] = point
         if not rest:
             return out
@@ -210,7 +217,7 @@ def curve(Z: np.ndarray, y: np.ndarray, k: int, seed: int, order: str, target: f
             labeled += new
             drawn.update(new)
         else:
-            new, got = next_batch(P_rest, Z, y, k, labeled, rest, want, ORDERS[order], seed)
+            new, got = next_batch(P_rest, Z, y, k, labeled, rest, want, ORDERS[order], seed, keys)
             labeled += new
             drawn.update(got)
 
@@ -345,23 +352,28 @@ def run(seeds: int, target: float, jobs: int = 1, orders: tuple[str, ...] = tupl
                "seeds), labels "
                "to a gate (median, seeds reaching one), held-out gate coverage with every pool row labeled, and the lean "
                "- at " + " and ".join(str(b) for b in LEAN_AT) + " labels, the mean over seeds of the held-out accuracy "
-               "/ the out-of-fold accuracy of every labeled row (what the gate is chosen on) / the out-of-fold accuracy "
-               "of the rows drawn at random alone (the check; mean rows drawn in brackets).\n\n"
+               "/ the out-of-fold accuracy of every labeled row (what the gate is chosen on) / of the rows drawn at random "
+               "alone / of the pool sample (the check: the labeled rows whose random key is at most the last drawn "
+               "row's - the drawn rows and the suggested ones the draw would have taken; mean rows in brackets).\n\n"
                "| set | order | labels to accuracy − 2 pts (share of random's, interval) | labels to a gate | gate coverage, "
-               "whole pool | " + " | ".join(f"at {b} labels: held out / OOF all / OOF drawn (rows)" for b in LEAN_AT)
+               "whole pool | " + " | ".join(f"at {b} labels: held out / OOF all / OOF drawn (rows) / OOF pool sample (rows)"
+                                     for b in LEAN_AT)
                + " |\n" + "|---" * (5 + len(LEAN_AT)) + "|\n")
     return (header + "\n".join(lines) + (vheader + "\n".join(variant_lines) if len(variants) > 1 else "")
             + (mheader + "\n".join(mixed_lines) if mixed_lines else "")), summary
 
 
 def _lean(cs: list[dict[int, Point]], at: int) -> str:
-    """'held out / OOF all / OOF drawn (mean drawn rows)' at `at` labels, means over the seeds measured there."""
+    """'held out / OOF all / OOF drawn (rows) / OOF pool sample (rows)' at `at` labels, means over the seeds
+    measured there."""
     pts = [c[at] for c in cs if at in c and not np.isnan(c[at][2])]
     if not pts:
         return "-"
     drawn = [p[3] for p in pts if not np.isnan(p[3])]
+    sample = [p[5] for p in pts if not np.isnan(p[5])]
     return (f"{np.mean([p[0] for p in pts]):.1%} / {np.mean([p[2] for p in pts]):.1%} / "
-            + (f"{np.mean(drawn):.1%} ({np.mean([p[4] for p in pts]):.0f})" if drawn else "-"))
+            + (f"{np.mean(drawn):.1%} ({np.mean([p[4] for p in pts]):.0f})" if drawn else "-") + " / "
+            + (f"{np.mean(sample):.1%} ({np.mean([p[6] for p in pts]):.0f})" if sample else "-"))
 
 
 def _n(x: float | None, pool: int) -> str:

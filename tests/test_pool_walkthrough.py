@@ -105,7 +105,7 @@ def test_the_command_line_walkthrough_reuses_every_stored_score(seeded):
     assert f"scored {N_SEED + 4} rows (0 evaluated, {N_SEED + 4} copied from stored results" in cal2.stderr
     # the gate checked on the one drawn row alone, beside the gate: printed, and kept in the export's notes
     check = next(l for l in cal2.stdout.splitlines() if l.startswith("The unbiased check, on the labeled rows drawn at random (1)"))
-    assert "at this gate (confidence >= 0.600, out of fold)" in check and "only 1 drawn (fewer than 30): small" in check
+    assert "at this gate (confidence >= 0.600, out of fold)" in check and "small (under 30 rows)" in check
     assert check in json.loads(final.read_text())["metrics"]["gate_notes"]
 
     after = app("suggest", "--db", str(db), "--quiet", "--policy", str(final), "--pool", str(pid), "--k", "4",

@@ -226,7 +226,7 @@ def test_the_check_on_the_drawn_rows_is_the_gates_rule_on_them_alone_recomputed_
     assert text.startswith("The unbiased check, on the labeled rows drawn at random (34)")
     assert f"{bound:.1%}" in text and "do not lean low" in text and "small" not in text
     assert gate.messages[1] == text  # beside the gate's own sentence: the page, the CLI and the export's notes
-    assert any("the 34 rows drawn at random measure them without that lean" in m for m in gate.messages)
+    assert any("the pool's random sample (34 rows) measures them without that lean" in m for m in gate.messages)
     hand = run_calibration.decide_gate(cal, 0.86)  # a hand-set gate: checked at its own threshold
     assert hand.messages[0] == run_calibration.random_check(cal, 0.86).text()  # type: ignore[union-attr]
     n9, d9, r9, b9 = by_hand(cal, 0.86)
@@ -244,7 +244,7 @@ def test_the_check_is_marked_small_under_30_drawn_rows_and_absent_without_any(tm
     n, decided, right, bound = by_hand(cal, None)
     assert (check.n, check.decided, check.correct) == (10, 10, right)
     assert check.lower_bound == pytest.approx(bound, abs=1e-12)
-    assert gate.messages[1] == check.text() and "only 10 drawn (fewer than 30): small" in check.text()
+    assert gate.messages[1] == check.text() and "small (under 30 rows): a wide interval" in check.text()
     assert f"the gate decides nothing; with no gate the out-of-fold answer is right on {right} of them" in check.text()
     (tmp_path / "none").mkdir()
     db2, run2 = checked_run(tmp_path / "none", drawn_right=0, drawn_n=0)
@@ -252,3 +252,56 @@ def test_the_check_is_marked_small_under_30_drawn_rows_and_absent_without_any(tm
     assert run_calibration.random_check(cal2, 0.5) is None
     assert not any(m.startswith("The unbiased check") for m in run_calibration.decide_gate(cal2).messages)
     assert any("a pool's random share draws some into every batch" in m for m in run_calibration.decide_gate(cal2).messages)
+
+
+def eval_run(db: Store, set_id: int) -> int:
+    """An eval run over a stored set (every row answered 'yes' at 0.8: the sample rule reads only the meta)."""
+    policy = load_template("refund-check")
+    ids = [o["id"] for o in policy["options"]]
+    rows = db.labeled_rows(set_id)
+    run_id = db.create_run(kind="eval", policy=policy, target={"name": "local", "kind": "local", "config": {}},
+                           n_rows=len(rows), labeled_set_id=set_id)
+    for pos, row in enumerate(rows):
+        db.add_result(run_id, {"row_key": row["row_key"], "position": pos, "state": row["state"], "label": row["label"],
+                               "cold": 0, "option_ids": ids, "probabilities": [0.8, 0.2], "top_option": ids[0],
+                               "label_mass": 1.0, "probability_status": "uncalibrated", "readout": "letters",
+                               "latency_s": 0.1, "error": None, "request": None, "response": None})
+    db.finish_run(run_id)
+    return run_id
+
+
+def test_the_pool_sample_takes_the_rows_labeled_from_the_ranking_that_are_keyed_below_the_last_draw(scored_pool):
+    """The drawn rows come from the open rows, which the ranking thins of hard ones; every pool row keyed at most the
+    last drawn row's was labeled by then (drawn, or from the ranking before the draw reached it): together a uniform
+    sample of the pool - the check reads them all, and counts the drawn ones apart."""
+    db, policy, set_id, pool, cand, run_id = scored_pool
+    ids = [o.id for o in cand.policy.options]
+    first = pools.rank_pool(db, pool, cand, run_id, k=12, into_set=set_id)  # no share: 12 ranked rows labeled
+    assert not any(r.drawn for r in first.rows)
+    for r in first.rows:
+        pools.label(db, r, ids[0], who="ana", policy=cand.policy)
+    second = pools.rank_pool(db, pool, cand, run_id, k=6, into_set=set_id, random_share=0.5)
+    drawn = [r for r in second.rows if r.drawn]
+    assert len(drawn) == 3
+    for r in drawn:
+        pools.label(db, r, ids[1], who="ana", policy=cand.policy)
+    new_id, added = review.append_version(db, set_id, {"id": "refund-check"})
+    assert added == 15
+    keys = dict(zip([f"line-{r.line}" for r in pool_store.rows(db, pool.id)],
+                    pools.draw_keys([f"line-{r.line}" for r in pool_store.rows(db, pool.id)])))
+    metas = {r["state"]: r["meta"] for r in db.labeled_rows(new_id) if r["row_key"].startswith("review-")}
+    for r in [*first.rows, *drawn]:  # every pool row keeps its key (sha256 of its row key), drawn or ranked
+        assert metas[r.state]["draw_key"] == pytest.approx(keys[r.row_key]) == pytest.approx(r.key)
+    top = max(keys[r.row_key] for r in drawn)
+    below = {r.state for r in first.rows if keys[r.row_key] <= top}
+    assert below  # these keys: some ranked rows lie below the last draw (the case the rule is for)
+    run = eval_run(db, new_id)
+    used = db.results(run)
+    sample, draws = run_calibration.drawn_rows(db, run, used)
+    assert {used[i]["state"] for i in sample} == below | {r.state for r in drawn} and draws == 3
+    cal = run_calibration.calibrate(db, run, target_accuracy=0.8, with_heads=False)
+    check = run_calibration.random_check(cal, None)
+    assert check is not None and check.n == len(below) + 3 and check.draws == 3
+    assert (f"on the pool's random sample ({check.n} labeled rows: 3 drawn at random, {len(below)} labeled from the "
+            "ranking before the draw reached them)") in check.text()
+    assert cal.picked == 15 - check.n  # the ranked rows outside the sample: chosen, so they lean low

@@ -46,6 +46,7 @@ class Item:
     zero_shot: str = ""  # the model's own top option as scored, when another decider gave `proposed`
     version: str = ""  # 'v3': the policy version the proposing run scored
     picked: str = "review queue"  # how the row came to be offered (PICKED), kept with its label and in the set
+    draw_key: float | None = None  # a pool row's random draw key, kept likewise (run_calibration.drawn_rows reads it)
 
 
 # How a reviewed row came to be labeled, kept with the label (review_labels.picked) and in the set version's row meta
@@ -140,7 +141,8 @@ def label(store: Store, item: Item, option_id: str | None, *, who: str, note: st
                              "row_key": item.row_key, "state": item.state, "label": option_id,
                              "action": action, "note": note.strip() if fixes is None else
                              f"{note.strip()} [was {fixes}]".strip(), "who": who.strip(),
-                             "picked": item.picked if fixes is None else None})
+                             "picked": item.picked if fixes is None else None,
+                             "draw_key": item.draw_key if fixes is None else None})
 
 
 def last_review(store: Store, policy_id: str) -> Review | None:
@@ -179,7 +181,8 @@ def append_version(store: Store, base_set_id: int, policy: Mapping[str, Any]) ->
         rows.append({"row_key": f"{REVIEWED_KEY}{rv['id']}", "state": rv["state"], "label": rv["label"], "split": "test",
                      "meta": {"reviewed_by": rv["who"], "reviewed_at": rv["at"], "note": rv["note"],
                               "from_run": rv["run_id"], "from_row": rv["row_key"],
-                              **({"picked": rv["picked"]} if rv.get("picked") else {})}})
+                              **({"picked": rv["picked"]} if rv.get("picked") else {}),
+                              **({"draw_key": rv["draw_key"]} if rv.get("draw_key") is not None else {})}})
     name = base["name"].split(" +", 1)[0]
     new_id = store.import_labeled_set(name=f"{name} +{len(rows) - _origin_rows(store, base)} reviewed",
                                       policy_id=policy["id"], rows=rows, content_hash=content_hash(rows),

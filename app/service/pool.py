@@ -272,6 +272,7 @@ class Suggested:
     margin: float
     run_id: int
     drawn: bool = False  # drawn at random (the batch's random share), not ranked
+    key: float | None = None  # the row's random draw key (draw_keys), kept with its label: Calibrate's pool sample
 
     @property
     def how(self) -> str:
@@ -283,7 +284,8 @@ class Suggested:
         picked (drawn at random or suggested) is kept with the label and in the set version's row meta."""
         why = "drawn at random (the unbiased check)" if self.drawn else f"least sure (margin {self.margin:.3f})"
         return review.Item(review.state_key(self.state), self.state, option_ids, self.proposed, 1.0 - self.margin,
-                           "pool", f"pool row, line {self.line}: {why}", self.run_id, self.row_key, picked=self.how)
+                           "pool", f"pool row, line {self.line}: {why}", self.run_id, self.row_key, picked=self.how,
+                           draw_key=self.key)
 
 
 @dataclass(frozen=True)
@@ -440,7 +442,7 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
         got, labeled = order(store, cand, Pm, Xm, k=k, into_set=into_set, pool_results=stored.values(),
                              random_share=random_share, keys=keys)
     rows = [Suggested(i + 1, kept[j].line, kept[j].id, _row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
-                      float(m[j]), run_id, j in got.drawn) for i, j in enumerate(got.rows)]
+                      float(m[j]), run_id, j in got.drawn, float(keys[j])) for i, j in enumerate(got.rows)]
     return Ranking(rows, open_rows, moved, len(kept), failed, labeled)
 
 

@@ -227,6 +227,10 @@ def test_the_check_on_the_drawn_rows_is_the_gates_rule_on_them_alone_recomputed_
     assert f"{bound:.1%}" in text and "do not lean low" in text and "small" not in text
     assert gate.messages[1] == text  # beside the gate's own sentence: the page, the CLI and the export's notes
     assert any("the pool's random sample (34 rows) measures them without that lean" in m for m in gate.messages)
+    from app.service.ci_check import gate_said
+
+    assert gate_said(gate.messages) == {"gate_evidence": gate.messages[0], "gate_check": text}  # `app check` says both
+    assert gate_said([]) == {} and "gate_check" not in gate_said(["a gate note"])
     hand = run_calibration.decide_gate(cal, 0.86)  # a hand-set gate: checked at its own threshold
     assert hand.messages[0] == run_calibration.random_check(cal, 0.86).text()  # type: ignore[union-attr]
     n9, d9, r9, b9 = by_hand(cal, 0.86)

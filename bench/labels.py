@@ -10,7 +10,10 @@ numpy / scikit-learn:
   default ("suggested": TypiClust's representative cold start while an option has < 2 labels, then margin,
   batches without near-duplicates), and beside it margin alone, entropy alone, and the rule before this one
   (rows predicted as an option short of labels first, most confident first) - so the table says what each
-  part buys, on every set.
+  part buys, on every set. And the suggested order with a random share (suggest.batch: 1 or 2 of every batch
+  of 4 drawn at random from the open rows): what the share costs in labels, and what it buys - the lean of the
+  gate's evidence: the out-of-fold accuracy of every labeled row against the held-out accuracy, and of the rows
+  drawn at random alone (Calibrate's unbiased check).
   After every batch: the head's accuracy on the held-out rows; every second batch (and with the whole pool)
   the gate's coverage there - the gate chosen as Calibrate chooses it (app/core/calibration.choose_gate:
   out-of-fold predictions on the labeled rows, one-sided 95% Clopper-Pearson lower bound >= the target), 0
@@ -31,7 +34,7 @@ The head here: L2 logistic regression (C = 1) on 32 principal components of the 
 states (PCA fitted on every row of the set, labels unused) - the simulation's stand-in for Calibrate's
 head (which chooses C by inner cross-validation on the full hidden state): cheaper, the same family.
 
-Run: .venv/bin/python -m bench.labels [--seeds 20] [--target 0.9] [--jobs 1] [--no-publish]
+Run: .venv/bin/python -m bench.labels [--seeds 20] [--target 0.9] [--jobs 1] [--orders 'A;B'] [--no-publish]
 """
 from __future__ import annotations
 
@@ -123,27 +126,34 @@ ORDERS: dict[str, dict[str, str]] = {  # name: rank()'s settings ("random": no r
     "margin, no cold start": {"by": "margin", "cold": "none"},
     "entropy, no cold start": {"by": "entropy", "cold": "none"},
     "margin, cold start by prediction (before)": {"by": "margin", "cold": "predicted"},
+    # the suggested order with a share of each batch drawn at random (suggest.batch): 1 and 2 of every 4
+    "suggested, random share 0.25": {"by": "margin", "cold": "typical", "share": "0.25"},
+    "suggested, random share 0.5": {"by": "margin", "cold": "typical", "share": "0.5"},
 }
-GATED = ("random", "suggested")  # the orders whose gate is measured (5 more fits a point)
+MIXED = ("suggested, random share 0.25", "suggested, random share 0.5")
+GATED = ("random", "suggested", *MIXED)  # the orders whose gate is measured (5 more fits a point)
+VARIANTS = ("suggested", "margin, no cold start", "entropy, no cold start", "margin, cold start by prediction (before)")
+LEAN_AT = (50, 82)  # the budgets the lean table shows (points where the gate is measured)
 
 
 def next_batch(P: np.ndarray, Z: np.ndarray, y: np.ndarray, k: int, labeled: list[int], rest: list[int], want: int,
-               how: dict[str, str], seed: int) -> list[int]:
-    """The next `want` rows of `rest` (P: the current head's probabilities on them) in the order `how` picks."""
+               how: dict[str, str], seed: int, keys: np.ndarray | None = None) -> tuple[list[int], list[int]]:
+    """The next `want` rows of `rest` (P: the current head's probabilities on them) in the order `how` picks, and
+    those of them drawn at random (a random share: suggest.batch; `keys`: every row's fixed random key, as a stored
+    pool's - the open rows with the smallest are drawn)."""
     counts = None if how["cold"] == "none" else [int(c) for c in np.bincount(y[labeled], minlength=k)]
     by: Literal["margin", "entropy"] = "entropy" if how["by"] == "entropy" else "margin"
     if how["cold"] == "predicted":  # the rule before: rows predicted as an option short of labels, no vectors
         picked = suggest.rank(P, k=want, counts=counts, by=by)
-    else:
-        picked = suggest.rank(P, k=want, X=Z[rest], counts=counts, by=by, labeled_X=Z[labeled], seed=seed)
-    return [rest[i] for i in picked]
+        return [rest[i] for i in picked], []
+    got = suggest.batch(P, k=want, random_share=float(how.get("share", 0.0)), X=Z[rest], counts=counts, by=by,
+                        labeled_X=Z[labeled], seed=seed, keys=None if keys is None else keys[rest])
+    return [rest[i] for i in got.rows], [rest[i] for i in sorted(got.drawn)]
 
 
-def gate_coverage(Z: np.ndarray, y: np.ndarray, k: int, seed: int, target: float, P_te: np.ndarray) -> float:
-    """Held-out coverage of the gate Calibrate would choose on these labeled rows (0: none recommended)."""
-    if len(y) < 4 or len(np.unique(y)) < 2:
-        return 0.0
-    Po = oof(Z, y, k, seed)
+def gate_coverage(Po: np.ndarray, y: np.ndarray, target: float, P_te: np.ndarray) -> float:
+    """Held-out coverage of the gate Calibrate would choose on these labeled rows (Po: their out-of-fold
+    probabilities; 0: none recommended)."""
     conf, right = Po.max(axis=1), Po.argmax(axis=1) == y
     # choose_gate's rule, vectorised, to skip its rows-needed search when no threshold clears the bound
     ts = np.unique(conf)
@@ -157,34 +167,59 @@ def gate_coverage(Z: np.ndarray, y: np.ndarray, k: int, seed: int, target: float
     return float((P_te.max(axis=1) >= g.threshold).mean()) if g.reachable and g.threshold is not None else 0.0
 
 
+# held-out accuracy, gate coverage, OOF accuracy on all labeled rows, on the drawn ones (how many), on the pool sample
+# (how many: the labeled rows whose key is at most the largest drawn key - the drawn ones and the suggested ones the
+# draw would have taken: run_calibration.drawn_rows' rule)
+Point = tuple[float, float, float, float, int, float, int]
+
+
 def curve(Z: np.ndarray, y: np.ndarray, k: int, seed: int, order: str, target: float,
-          gate: bool = True) -> dict[int, tuple[float, float]]:
-    """{labels: (held-out accuracy, held-out gate coverage)} for one seed and one order, after every batch
-    (the same held-out rows and the same first two labels for every order of a seed)."""
+          gate: bool = True) -> dict[int, Point]:
+    """{labels: (held-out accuracy, held-out gate coverage, out-of-fold accuracy of every labeled row, of the rows
+    drawn at random alone, how many were drawn)} for one seed and one order, after every batch (the same held-out
+    rows and the same first two labels for every order of a seed). The gate and the out-of-fold figures are
+    measured every second batch (nan between); in the random order every row after the first two is drawn."""
     rng = np.random.default_rng(seed)
     test_idx = np.sort(rng.permutation(len(y))[: int(HELD_OUT * len(y))])
     held = set(test_idx.tolist())
     pool = [i for i in range(len(y)) if i not in held]
     two = rng.choice(np.unique(y[pool]), 2, replace=False)
     labeled = [int(rng.choice([i for i in pool if y[i] == c])) for c in two]
-    out: dict[int, tuple[float, float]] = {}
+    out: dict[int, Point] = {}
+    drawn: set[int] = set()
+    nan = float("nan")
+    keys = np.random.default_rng([seed, 7]).random(len(y))  # each row's fixed draw key (a stored pool's draw_keys)
     while True:
         L = np.array(labeled)
         rest = [i for i in pool if i not in set(labeled)]
         P = fit_predict(Z[L], y[L], np.vstack([Z[test_idx], Z[rest]]), k)  # one fit: held-out rows and the rest
         P_te, P_rest = P[: len(test_idx)], P[len(test_idx):]
         acc = float((P_te.argmax(axis=1) == y[test_idx]).mean())
-        coverage = float("nan")
+        point: Point = (acc, nan, nan, nan, len(drawn), nan, 0)
         if gate and (len(out) % 2 == 0 or not rest):  # every second batch (8 labels), and with the whole pool
-            coverage = gate_coverage(Z[L], y[L], k, seed, target, P_te)
-        out[len(labeled)] = (acc, coverage)
+            if len(L) < 4 or len(np.unique(y[L])) < 2:
+                point = (acc, 0.0, nan, nan, len(drawn), nan, 0)
+            else:
+                Po = oof(Z[L], y[L], k, seed)
+                right = Po.argmax(axis=1) == y[L]
+                mask = np.array([i in drawn for i in labeled])
+                top = max((keys[i] for i in drawn), default=-1.0)
+                sample = np.array([keys[i] <= top for i in labeled]) if order != "random" else mask
+                point = (acc, gate_coverage(Po, y[L], target, P_te), float(right.mean()),
+                         float(right[mask].mean()) if mask.any() else nan, int(mask.sum()),
+                         float(right[sample].mean()) if sample.any() else nan, int(sample.sum()))
+        out[len(labeled)] = point
         if not rest:
             return out
         want = min(BATCH, len(rest))
         if order == "random":
-            labeled += [int(i) for i in rng.choice(rest, want, replace=False)]
+            new = [int(i) for i in rng.choice(rest, want, replace=False)]
+            labeled += new
+            drawn.update(new)
         else:
-            labeled += next_batch(P_rest, Z, y, k, labeled, rest, want, ORDERS[order], seed)
+            new, got = next_batch(P_rest, Z, y, k, labeled, rest, want, ORDERS[order], seed, keys)
+            labeled += new
+            drawn.update(got)
 
 
 def flips(Z: np.ndarray, y: np.ndarray, k: int, seed: int, share: float = 0.05) -> tuple[float, float]:
@@ -213,21 +248,19 @@ def reaching(mean_acc: dict[int, float], level: float) -> float | None:
     return None
 
 
-def mean_curve(cs: list[dict[int, tuple[float, float]]], what: int = 0) -> dict[int, float]:
+def mean_curve(cs: list[dict[int, Point]], what: int = 0) -> dict[int, float]:
     budgets = sorted(set.intersection(*(set(c) for c in cs)))
     return {b: float(np.mean([c[b][what] for c in cs])) for b in budgets}
 
 
-def need_ratio(rand: list[dict[int, tuple[float, float]]], sugg: list[dict[int, tuple[float, float]]],
-               pool: int) -> tuple[float | None, float | None, float | None]:
+def need_ratio(rand: list[dict[int, Point]], sugg: list[dict[int, Point]], pool: int) -> tuple[float | None, float | None, float | None]:
     """(random's labels, the order's labels, ratio) to reach the whole pool's held-out accuracy - 2 points."""
     whole = float(np.mean([c[pool][0] for c in rand]))
     nr, ns = reaching(mean_curve(rand), whole - 0.02), reaching(mean_curve(sugg), whole - 0.02)
     return nr, ns, (ns / nr if nr and ns else None)
 
 
-def ratio_interval(rand: list[dict[int, tuple[float, float]]], sugg: list[dict[int, tuple[float, float]]],
-                   pool: int) -> tuple[float, float] | None:
+def ratio_interval(rand: list[dict[int, Point]], sugg: list[dict[int, Point]], pool: int) -> tuple[float, float] | None:
     """95% percentile bootstrap interval of the ratio, resampling seeds (paired: a seed's two orders together)."""
     rng = np.random.default_rng(0)
     got = []
@@ -239,15 +272,17 @@ def ratio_interval(rand: list[dict[int, tuple[float, float]]], sugg: list[dict[i
     return (float(np.percentile(got, 2.5)), float(np.percentile(got, 97.5))) if got else None
 
 
-def seed_curves(Z: np.ndarray, y: np.ndarray, k: int, target: float, seed: int) -> dict[str, dict[int, tuple[float, float]]]:
-    return {o: curve(Z, y, k, seed, o, target, gate=o in GATED) for o in ORDERS}
+def seed_curves(Z: np.ndarray, y: np.ndarray, k: int, target: float, orders: tuple[str, ...],
+                seed: int) -> dict[str, dict[int, Point]]:
+    return {o: curve(Z, y, k, seed, o, target, gate=o in GATED) for o in orders}
 
 
-def run(seeds: int, target: float, jobs: int = 1) -> tuple[str, list[str]]:
+def run(seeds: int, target: float, jobs: int = 1, orders: tuple[str, ...] = tuple(ORDERS)) -> tuple[str, list[str]]:
     data = label_states.states()
-    lines, variant_lines, summary = [], [], []
+    lines, variant_lines, mixed_lines, summary = [], [], [], []
     aulc: dict[str, dict[str, float]] = {}  # set: {order: mean held-out accuracy over the curve}
     ratios: dict[str, dict[str, float | None]] = {}
+    gated = [o for o in GATED if o in orders]
     for name, (ids, X, y, options) in data.items():
         t0 = time.perf_counter()
         k = len(options)
@@ -256,8 +291,8 @@ def run(seeds: int, target: float, jobs: int = 1) -> tuple[str, list[str]]:
         pool = len(y) - int(HELD_OUT * len(y))
         with ProcessPoolExecutor(jobs) if jobs > 1 else nullcontext() as pool_ex:
             mapper = pool_ex.map if pool_ex is not None else map
-            per_seed = list(mapper(partial(seed_curves, Z, y, k, target), range(seeds)))
-        curves = {o: [c[o] for c in per_seed] for o in ORDERS}
+            per_seed = list(mapper(partial(seed_curves, Z, y, k, target, orders), range(seeds)))
+        curves = {o: [c[o] for c in per_seed] for o in orders}
         whole = float(np.mean([c[pool][0] for c in curves["random"]]))  # every pool row labeled
         mean_acc = {o: mean_curve(cs) for o, cs in curves.items()}
         aulc[name] = {o: float(np.mean(list(m.values()))) for o, m in mean_acc.items()}
@@ -265,7 +300,7 @@ def run(seeds: int, target: float, jobs: int = 1) -> tuple[str, list[str]]:
         nr, ns, ratio = need_ratio(curves["random"], curves["suggested"], pool)
         interval = ratio_interval(curves["random"], curves["suggested"], pool)
         gate_at, mean_cov = {}, {}
-        for o in ("random", "suggested"):
+        for o in gated:
             cs = curves[o]
             mean_cov[o] = {b: v for b, v in mean_curve(cs, 1).items() if not np.isnan(v)}
             firsts = [next((b for b in sorted(c) if c[b][1] > 0), None) for c in cs]  # nan: not measured
@@ -280,12 +315,21 @@ def run(seeds: int, target: float, jobs: int = 1) -> tuple[str, list[str]]:
         lines.append(f"| {name} | {len(y)} | {k} | {full:.1%} | {whole:.1%} ({pool}) | {accs} | {needs} | "
                      f"{_gate(gate_at['random'], seeds)} / {_gate(gate_at['suggested'], seeds)} | {covs} | "
                      f"{np.mean([r for r, _ in rec]):.0%} at {np.mean([f for _, f in rec]):.1%} flagged |")
+        for o in ("random", "suggested", *[m for m in MIXED if m in orders]):
+            _, no, r_o = need_ratio(curves["random"], curves[o], pool)
+            iv = ratio_interval(curves["random"], curves[o], pool) if r_o and o != "random" else None
+            lean = " | ".join(_lean(curves[o], b) for b in LEAN_AT)
+            mixed_lines.append(f"| {name} | {o} | {_n(no, pool)}" + (f" ({r_o:.0%}" if r_o and o != "random" else "")
+                               + (f", {iv[0]:.0%}–{iv[1]:.0%})" if iv else ")" if r_o and o != "random" else "")
+                               + f" | {_gate(gate_at[o], seeds)} | {mean_cov[o].get(pool, float('nan')):.0%} | {lean} |")
         summary.append(f"{name}: all rows OOF {full:.1%}, whole pool labeled {whole:.1%}; labels to reach it - 2 pts "
                        f"random {nr} suggested {ns} ratio {ratio} interval {interval}; ratios {ratios[name]}; "
                        f"mean accuracy over the curve {aulc[name]}; gate first at (median) {gate_at}; flips recall "
-                       f"{np.mean([r for r, _ in rec]):.1%} ({time.perf_counter() - t0:.0f} s)")
+                       f"{np.mean([r for r, _ in rec]):.1%}; lean at {LEAN_AT}: "
+                       + "; ".join(f"{o}: " + ", ".join(_lean(curves[o], b) for b in LEAN_AT) for o in gated)
+                       + f" ({time.perf_counter() - t0:.0f} s)")
         print(summary[-1], flush=True)
-    variants = [o for o in ORDERS if o != "random"]
+    variants = [o for o in VARIANTS if o in orders]
     for name in aulc:  # the design choice, cross-validated: the order with the best mean curve on the OTHER sets
         others = [s for s in aulc if s != name]
         chosen = max(variants, key=lambda o: float(np.mean([aulc[s][o] - aulc[s]["random"] for s in others])))
@@ -303,7 +347,33 @@ def run(seeds: int, target: float, jobs: int = 1) -> tuple[str, list[str]]:
                "choice picks (best mean curve on the *other* three sets) and its share on this set.\n\n"
                "| set | " + " | ".join(variants) + " | chosen on the other sets: share here |\n"
                + "|---" * (len(variants) + 2) + "|\n")
-    return header + "\n".join(lines) + vheader + "\n".join(variant_lines), summary
+    mheader = ("\n\nA random share in every batch (suggest.batch: 1 or 2 of each batch of 4 drawn at random from the "
+               "open rows, the rest suggested): labels to the whole pool's accuracy − 2 pts (share of random's, 95% interval over "
+               "seeds), labels "
+               "to a gate (median, seeds reaching one), held-out gate coverage with every pool row labeled, and the lean "
+               "- at " + " and ".join(str(b) for b in LEAN_AT) + " labels, the mean over seeds of the held-out accuracy "
+               "/ the out-of-fold accuracy of every labeled row (what the gate is chosen on) / of the rows drawn at random "
+               "alone / of the pool sample (the check: the labeled rows whose random key is at most the last drawn "
+               "row's - the drawn rows and the suggested ones the draw would have taken; mean rows in brackets).\n\n"
+               "| set | order | labels to accuracy − 2 pts (share of random's, interval) | labels to a gate | gate coverage, "
+               "whole pool | " + " | ".join(f"at {b} labels: held out / OOF all / OOF drawn (rows) / OOF pool sample (rows)"
+                                     for b in LEAN_AT)
+               + " |\n" + "|---" * (5 + len(LEAN_AT)) + "|\n")
+    return (header + "\n".join(lines) + (vheader + "\n".join(variant_lines) if len(variants) > 1 else "")
+            + (mheader + "\n".join(mixed_lines) if mixed_lines else "")), summary
+
+
+def _lean(cs: list[dict[int, Point]], at: int) -> str:
+    """'held out / OOF all / OOF drawn (rows) / OOF pool sample (rows)' at `at` labels, means over the seeds
+    measured there."""
+    pts = [c[at] for c in cs if at in c and not np.isnan(c[at][2])]
+    if not pts:
+        return "-"
+    drawn = [p[3] for p in pts if not np.isnan(p[3])]
+    sample = [p[5] for p in pts if not np.isnan(p[5])]
+    return (f"{np.mean([p[0] for p in pts]):.1%} / {np.mean([p[2] for p in pts]):.1%} / "
+            + (f"{np.mean(drawn):.1%} ({np.mean([p[4] for p in pts]):.0f})" if drawn else "-") + " / "
+            + (f"{np.mean(sample):.1%} ({np.mean([p[6] for p in pts]):.0f})" if sample else "-"))
 
 
 def _n(x: float | None, pool: int) -> str:
@@ -323,9 +393,16 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--jobs", type=int, default=1, help="processes for the seeds (default 1)")
+    ap.add_argument("--orders", default="all", help="orders to run, separated by ';' (default all: "
+                    + "; ".join(ORDERS) + "); random and suggested always run")
     ap.add_argument("--no-publish", action="store_true")
     args = ap.parse_args()
-    table, _ = run(args.seeds, args.target, args.jobs)
+    asked = tuple(ORDERS) if args.orders == "all" else tuple(o.strip() for o in args.orders.split(";"))
+    unknown = [o for o in asked if o not in ORDERS]
+    if unknown:
+        ap.error(f"--orders: {unknown[0]!r} is not an order ({'; '.join(ORDERS)})")
+    orders = tuple(o for o in ORDERS if o in {"random", "suggested", *asked})
+    table, _ = run(args.seeds, args.target, args.jobs, orders)
     print(table)
     if not args.no_publish:
         body = (f"Measured {date.today()} on {platform.machine()} ({platform.processor() or 'CPU'}), 2 cores shared with "

@@ -71,6 +71,9 @@ def test_the_command_line_walkthrough_reuses_every_stored_score(seeded):
     assert ranked == [l for l in first.stdout.splitlines() if RANKED.match(l)]
     picked = [l.split("[")[1].split("]")[0] for l in ranked]
     assert len(picked) == 4 and len(set(picked)) == 4, again.stdout
+    # the default random share (0.25 of 4: 1 row) drawn at random, marked, the same on both runs
+    drawn = [l.split("[")[1].split("]")[0] for l in ranked if "] (random draw) margin" in l]
+    assert len(drawn) == 1 and "1 of them drawn at random" in again.stdout, again.stdout
 
     bad = tmp / "bad.jsonl"
     bad.write_text(json.dumps({"id": picked[0], "label": truth[picked[0]]}) + "\n"
@@ -85,18 +88,25 @@ def test_the_command_line_walkthrough_reuses_every_stored_score(seeded):
     added = app("pool", "label", "--db", str(db), "--policy", str(cal), "--pool", str(pid), "--labels", str(labels),
                 "--labeled-set", "1", "--who", "ana")
     assert added.returncode == 0, added.stderr
+    assert "(1 of them drawn at random, kept as random draws)" in added.stdout  # k: the 4 rows of the file
     new_set = int(added.stdout.split("new set: ")[1])
     store = Store(db)
     assert len(store.labeled_rows(1)) == N_SEED + 8 and len(store.labeled_rows(new_set)) == N_SEED + 8 + 4
     moved = {r["state"]: r["label"] for r in store.labeled_rows(new_set) if r["row_key"].startswith("review-")}
     states = {json.loads(l)["id"]: json.loads(l)["state"] for l in pool.read_text().splitlines()}
     assert moved == {states[i]: truth[i] for i in picked}
+    how = {r["state"]: r["meta"]["picked"] for r in store.labeled_rows(new_set) if r["row_key"].startswith("review-")}
+    assert how == {states[i]: "random draw" if i in drawn else "suggested" for i in picked}
 
     final = tmp / "final.json"
     cal2 = app("calibrate", "--db", str(db), "--quiet", "--policy", "refund-check", "--labeled-set", str(new_set),
                "--head", "none", "--gate", "0.6", "--out", str(final))
     assert cal2.returncode == 0, cal2.stderr
     assert f"scored {N_SEED + 4} rows (0 evaluated, {N_SEED + 4} copied from stored results" in cal2.stderr
+    # the gate checked on the one drawn row alone, beside the gate: printed, and kept in the export's notes
+    check = next(l for l in cal2.stdout.splitlines() if l.startswith("The unbiased check, on the labeled rows drawn at random (1)"))
+    assert "at this gate (confidence >= 0.600, out of fold)" in check and "small (under 30 rows)" in check
+    assert check in json.loads(final.read_text())["metrics"]["gate_notes"]
 
     after = app("suggest", "--db", str(db), "--quiet", "--policy", str(final), "--pool", str(pid), "--k", "4",
                 "--labeled-set", str(new_set))

@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
           "stored results of the same model and request", file=sys.stderr)
     if evidence := ctx.get("gate_evidence"):
         print(f"the policy's gate, as Calibrate chose it: {evidence}", file=sys.stderr)
+    if checked := ctx.get("gate_check"):
+        print(f"the gate on the rows drawn at random, as Calibrate checked it: {checked}", file=sys.stderr)
     for o in result.report.outcomes:
         print(f"[{'PASS' if o.passed else 'FAIL'}] --{o.name}: {o.message}")
     try:

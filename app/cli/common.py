@@ -101,6 +101,15 @@ def count(text: str) -> int:
     return int(text)
 
 
+def share(text: str) -> float:
+    """A share between 0 and 1 (--random-share): NaN, infinities and values outside [0, 1] refused (argparse then
+    exits 2 naming the flag)."""
+    value = finite(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share between 0 and 1 (e.g. 0.25: a quarter of each batch)")
+    return value
+
+
 def label_pair(text: str) -> tuple[str, str]:
     """--map-label VALUE=OPTION: a label value of the file and the option id it is read as."""
     value, sep, option = text.partition("=")

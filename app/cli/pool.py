@@ -3,6 +3,7 @@
   pool import --policy P (--file F | --log-run N) [--labeled-set S]   a CSV/JSONL (or an imported decision log) as a pool
   pool list [--policy P]                                             the stored pools
   pool label --policy CAL.json --pool N --labels L --labeled-set S    labels for pool rows -> a new version of set S
+                                                                     (--k/--random-share as given to suggest: which were drawn)
 
 Rank a stored pool with `python -m app suggest --policy CAL.json --pool N`. Bad input exits 2 with one line
 naming the file and row; nothing saved is lost (a rejected import or label file stores nothing)."""
@@ -13,7 +14,8 @@ import csv
 import getpass
 import json
 
-from app.cli.common import EXIT_USAGE, UsageProblem, add_db, error, left_out, resolve, store
+from app.cli import suggest as suggest_cli
+from app.cli.common import EXIT_USAGE, UsageProblem, add_db, count, error, left_out, resolve, store
 from app.core.store import Store
 from app.service import pool as pools
 from app.service import review
@@ -90,13 +92,17 @@ def run_label(args: argparse.Namespace) -> int:
         if run_id is None:
             raise pools.PoolProblem(f"pool #{pool.id} is not scored yet: run `python -m app suggest --policy "
                                     f"{args.policy} --pool {pool.id}` first")
-        everything = pools.rank_pool(db, pool, cand, run_id, into_set=args.labeled_set, everything=True)
+        everything = pools.rank_pool(db, pool, cand, run_id, into_set=args.labeled_set, everything=True,
+                                     k=len(labels) if args.k is None else args.k, random_share=args.random_share)
         n = pools.label_rows(db, everything.rows, labels, who=args.who, policy=policy)
         made = review.add_version(db, args.labeled_set, {"id": policy.policy_id})
     except ValueError as exc:
         error(exc)
         return EXIT_USAGE
-    print(f"{n} pool rows labeled by {args.who}. {made.text}")
+    drawn = {key for r in everything.rows if r.drawn for key in (r.id, r.row_key)}
+    random = sum(k in drawn for k in labels)
+    print(f"{n} pool rows labeled by {args.who}" + (f" ({random} of them drawn at random, kept as random draws)"
+                                                    if random else "") + f". {made.text}")
     print(f"new set: {made.set_id}")
     return 0
 
@@ -125,5 +131,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     lb.add_argument("--labeled-set", required=True, type=int, help="the set the labels are added to (a new version)")
     lb.add_argument("--target", help="the target the pool was scored on (default: where the policy was evaluated)")
     lb.add_argument("--who", default=getpass.getuser(), help="the reviewer stored with every label (default: you)")
+    lb.add_argument("--k", type=count, help="the batch size `suggest` ranked with (default: the number of rows in "
+                    "--labels, a whole batch): with --random-share, which rows it drew at random - each labeled one "
+                    "is kept as a random draw (a smaller k marks fewer, never a ranked row)")
+    suggest_cli.add_share(lb)
     add_db(lb)
     lb.set_defaults(fn=run_label)

@@ -148,6 +148,8 @@ class Review(TypedDict):
     at: str
     set_id: int | None
     undone: int
+    picked: str | None  # how the row came to be labeled (app/core/review.PICKED); None: not recorded (older labels)
+    draw_key: float | None  # a pool row's random draw key (app/service/pool.draw_keys); None: not a pool row
 
 
 class Calibrated(TypedDict):

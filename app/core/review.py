@@ -45,6 +45,15 @@ class Item:
     decided_by: str = "the zero-shot model"  # who gave `proposed` (Gate.decider): the deployed decision
     zero_shot: str = ""  # the model's own top option as scored, when another decider gave `proposed`
     version: str = ""  # 'v3': the policy version the proposing run scored
+    picked: str = "review queue"  # how the row came to be offered (PICKED), kept with its label and in the set
+    draw_key: float | None = None  # a pool row's random draw key, kept likewise (run_calibration.drawn_rows reads it)
+
+
+# How a reviewed row came to be labeled, kept with the label (review_labels.picked) and in the set version's row meta
+# ("picked"): a pool row drawn at random (suggest.batch's random share - the rows Calibrate's unbiased check reads),
+# a pool row the ranking suggested, or a row of the review queue. A row labeled before this was kept has no "picked".
+RANDOM_DRAW, SUGGESTED, QUEUE = "random draw", "suggested", "review queue"
+PICKED = (RANDOM_DRAW, SUGGESTED, QUEUE)
 
 
 REVIEWED_KEY = "review-"  # the row key of a row a review action added to a set (the queue's or a pool's pick)
@@ -131,7 +140,9 @@ def label(store: Store, item: Item, option_id: str | None, *, who: str, note: st
     return store.add_review({"policy_id": policy_id, "item_key": item.key, "run_id": item.run_id,
                              "row_key": item.row_key, "state": item.state, "label": option_id,
                              "action": action, "note": note.strip() if fixes is None else
-                             f"{note.strip()} [was {fixes}]".strip(), "who": who.strip()})
+                             f"{note.strip()} [was {fixes}]".strip(), "who": who.strip(),
+                             "picked": item.picked if fixes is None else None,
+                             "draw_key": item.draw_key if fixes is None else None})
 
 
 def last_review(store: Store, policy_id: str) -> Review | None:
@@ -141,8 +152,8 @@ def last_review(store: Store, policy_id: str) -> Review | None:
 
 
 def append_version(store: Store, base_set_id: int, policy: Mapping[str, Any]) -> tuple[int, int]:
-    """A new version of the set: its rows plus every pending label (who, when, note and source kept
-    as row metadata). Returns (new set id, rows added). ValueError when nothing is pending."""
+    """A new version of the set: its rows plus every pending label (who, when, note, source and how the row was
+    picked - PICKED, when it was recorded - kept as row metadata; the parent's rows as they were). Returns (new set id, rows added). ValueError when nothing is pending."""
     pending = store.reviews(policy["id"], pending=True)
     if not pending:
         raise ValueError("no new labels to add: label some rows first")
@@ -169,7 +180,9 @@ def append_version(store: Store, base_set_id: int, policy: Mapping[str, Any]) ->
         added.append(rv)
         rows.append({"row_key": f"{REVIEWED_KEY}{rv['id']}", "state": rv["state"], "label": rv["label"], "split": "test",
                      "meta": {"reviewed_by": rv["who"], "reviewed_at": rv["at"], "note": rv["note"],
-                              "from_run": rv["run_id"], "from_row": rv["row_key"]}})
+                              "from_run": rv["run_id"], "from_row": rv["row_key"],
+                              **({"picked": rv["picked"]} if rv.get("picked") else {}),
+                              **({"draw_key": rv["draw_key"]} if rv.get("draw_key") is not None else {})}})
     name = base["name"].split(" +", 1)[0]
     new_id = store.import_labeled_set(name=f"{name} +{len(rows) - _origin_rows(store, base)} reviewed",
                                       policy_id=policy["id"], rows=rows, content_hash=content_hash(rows),

@@ -26,7 +26,7 @@ from app.core.heads import HeadFit
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.runs import arrays, families, hidden_states, is_head_layout, run_config, scored_probabilities, variant_name
 from app.core.records import Calibrated, config_of
-from app.core.review import REVIEWED_KEY
+from app.core.review import RANDOM_DRAW, REVIEWED_KEY
 
 REVIEWED_ROW = re.compile(re.escape(REVIEWED_KEY) + r"\d+")  # the row key append_version gives a reviewed row
 from app.core.stats import SMALL_N, PairedGain, Proportion, ProportionJSON, bootstrap_ci, proportion
@@ -91,6 +91,8 @@ class Calibration:
     intervals: Intervals
     layout: str = "state-first"  # "policy-first": the head layout, whose letters are never exported alone
     picked: int = 0  # labeled rows added by review (the queue's or a pool's suggestions): chosen, not drawn at random
+    drawn: frozenset[int] = frozenset()  # indices (into results) of the pool's random sample (drawn_rows): random_check
+    draws: int = 0  # of them, rows the random share drew itself (the others: labeled from the ranking, keyed below)
 
     @property
     def chosen_name(self) -> str:
@@ -140,11 +142,131 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
     option_gates = {}
     if per_option:
         option_gates = {ids[c]: g for c, g in calibration.per_option_gates(oof, y, target_accuracy).items()}
+    drawn, draws = drawn_rows(store, run_id, used)
     return Calibration(run_id, rep, gate, option_gates, calibration.risk_coverage(conf, correct), ids, cal, oof, P, y,
                        list(used), target_accuracy, cands, chosen, why, fits, choice.head, choice.why, choice.gain,
                        candidate_intervals([*cands, *fits], y, seed=seed), intervals(P, y, oof, seed=seed),
                        HEAD_LAYOUT if layout_run else "state-first",
-                       sum(bool(REVIEWED_ROW.fullmatch(str(r.get("row_key") or ""))) for r in used))
+                       sum(bool(REVIEWED_ROW.fullmatch(str(r.get("row_key") or ""))) for i, r in enumerate(used)
+                           if i not in drawn), drawn, draws)
+
+
+def drawn_rows(store: Store, run_id: int, used: Sequence[Mapping[str, Any]]) -> tuple[frozenset[int], int]:
+    """The pool's random sample among a run's used results (indices into `used`), and how many of it were drawn.
+
+    A pool's random share draws the open rows with the smallest random keys (app/service/pool.draw_keys), so every
+    pool row keyed at most the last drawn row's was labeled by then - drawn, or labeled from the ranking before the
+    draw reached it: together a uniform random sample of the pool (the drawn rows alone are not quite: they come
+    from the open rows, which the ranking has thinned of hard ones - bench.labels measured them leaning high once
+    the labeled rows are a large share of the pool). So the sample is, per pool (the set row's meta `from_run`, a
+    pool run): the rows marked picked = "random draw", and the rows of that pool whose `draw_key` is at most the
+    largest drawn row's (app/core/review.append_version keeps both)."""
+    run = store.get_run(run_id)
+    if run is None or not run["labeled_set_id"]:
+        return frozenset(), 0
+    pool_of: dict[Any, Any] = {}
+
+    def pool(meta: Mapping[str, Any]) -> Any:  # the pool a row came from: its pool run's pool id
+        src = meta.get("from_run")
+        if src not in pool_of:
+            got = store.get_run(int(src)) if isinstance(src, int) else None
+            pool_of[src] = (got.get("config") or {}).get("pool_id", src) if got is not None else src
+        return pool_of[src]
+
+    metas: dict[str, Mapping[str, Any]] = {}
+    for r in store.labeled_rows(run["labeled_set_id"]):
+        if isinstance(meta := r.get("meta"), dict):
+            metas[r["row_key"]] = meta
+    drawn = {key for key, m in metas.items() if m.get("picked") == RANDOM_DRAW}
+    if not drawn:
+        return frozenset(), 0
+    top: dict[Any, float] = {}
+    for key in drawn:
+        if isinstance(k := metas[key].get("draw_key"), (int, float)):
+            top[pool(metas[key])] = max(top.get(pool(metas[key]), -1.0), float(k))
+    sample = set(drawn) | {key for key, m in metas.items() if isinstance(k := m.get("draw_key"), (int, float))
+                           and pool(m) in top and float(k) <= top[pool(m)]}
+    rows = frozenset(i for i, r in enumerate(used) if r.get("row_key") in sample)
+    return rows, sum(1 for r in used if r.get("row_key") in drawn)
+
+
+CHECK_TITLE = "The unbiased check"  # how the check's sentence begins (the page shows it apart; `app check` picks it)
+
+
+@dataclass(frozen=True)
+class RandomCheck:
+    """The gate checked on the pool's random sample alone (issue 44; drawn_rows: the rows the random share drew, and
+    those labeled from the ranking before the draw reached them): out of fold, as the gate's own evidence, the rows
+    it decides among them, how many are right, and the same one-sided Clopper-Pearson lower bound the gate is chosen
+    by. Rows chosen for being hard (the ranking, the queue) are harder than the pool, so the evidence on every row
+    leans low; a random sample's does not (it is noisier: `small` below SMALL_N rows). `threshold` None: the gate
+    decides nothing - then the figures are those of every sampled row (what the model does on them with no gate),
+    for the accuracy alone."""
+    n: int  # labeled rows of the pool's random sample
+    decided: int
+    correct: int
+    lower_bound: float  # of `correct / decided`, the gate's bound (0 when nothing is decided)
+    threshold: float | None
+    target: float
+    rows: int  # every labeled row the gate was chosen on
+    rows_decided: int
+    rows_correct: int
+    draws: int = 0  # of the n, rows the random share drew itself (0: not said)
+    bound: str = calibration.BOUND_NAME
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.correct / self.decided if self.decided else None
+
+    @property
+    def coverage(self) -> float:
+        return self.decided / self.n if self.n else 0.0
+
+    @property
+    def small(self) -> bool:
+        return self.n < SMALL_N
+
+    def text(self) -> str:
+        """The check in one sentence, beside the gate's (the page, the command line, the export's gate notes)."""
+        every = (f"on all {self.rows} rows {self.rows_decided} decided, {self.rows_correct} right"
+                 + (f" ({self.rows_correct / self.rows_decided:.1%})" if self.rows_decided else ""))
+        small = (f" - small (under {SMALL_N} rows): a wide interval; label more of the drawn rows" if self.small else "")
+        lean = ("these rows are a random sample of the pool, not chosen for being hard, so unlike the figures on "
+                "every row they do not lean low")
+        on = (f"on the labeled rows drawn at random ({self.n})" if not 0 < self.draws < self.n else
+              f"on the pool's random sample ({self.n} labeled rows: {self.draws} drawn at random, {self.n - self.draws} "
+              "labeled from the ranking before the draw reached them)")
+        if self.threshold is None:
+            verdict = "meets" if self.lower_bound >= self.target else "is below"
+            return (f"{CHECK_TITLE}, {on}: the gate decides nothing; with no "
+                    f"gate the out-of-fold answer is right on {self.correct} of them ({self.correct / self.n:.1%}), "
+                    f"{self.bound} {self.lower_bound:.1%}, which {verdict} the target {self.target:.0%} on these rows "
+                    f"alone; {lean}{small}")
+        if not self.decided:
+            got = f"it decides none of them ({every})"
+        else:
+            verdict = "meets" if self.lower_bound >= self.target else "is below"
+            got = (f"it decides {self.decided} of {self.n} ({self.coverage:.0%}), {self.correct} right "
+                   f"({(self.accuracy or 0):.1%}); {self.bound} {self.lower_bound:.1%}, which {verdict} the target "
+                   f"{self.target:.0%} on these rows alone ({every})")
+        return (f"{CHECK_TITLE}, {on}: at this gate (confidence >= "
+                f"{self.threshold:.3f}, out of fold) {got}; {lean}{small}")
+
+
+def random_check(cal: Calibration, threshold: float | None) -> RandomCheck | None:
+    """The gate `threshold` (None: a gate that decides nothing) on the pool's random sample alone (drawn_rows), out
+    of fold (the probabilities the gate was chosen on); None when the set has no drawn row."""
+    if not cal.drawn:
+        return None
+    conf, right = cal.oof.max(axis=1), calibration.predictions(cal.oof) == cal.y
+    mask = np.zeros(len(cal.y), bool)
+    mask[sorted(cal.drawn)] = True
+    every = np.ones(len(cal.y), bool) if threshold is None else conf >= threshold
+    on = mask & every
+    decided, correct = int(on.sum()), int((right & on).sum())
+    return RandomCheck(int(mask.sum()), decided, correct, calibration.cp_lower(correct, decided), threshold,
+                       cal.target_accuracy, len(cal.y), int(every.sum()) if threshold is not None else 0,
+                       int((right & every).sum()) if threshold is not None else 0, cal.draws)
 
 
 @dataclass(frozen=True)
@@ -248,14 +370,18 @@ def version_label(version: int | None) -> str:
     return f"v{version}" if version else "v?"
 
 
-def picked_note(picked: int, n: int) -> str:
+def picked_note(picked: int, n: int, drawn: int = 0) -> str:
     """Why a set grown by review likely measures the policy on harder rows than it will meet: the queue and a pool's
     ranking put the rows the model is least sure of first (a cold start's typical rows aside), so these figures
-    lean low (coverage most). Which rows a person chose to label is not recorded, so the note says 'likely'."""
+    lean low (coverage most). `picked` counts reviewed rows not drawn at random; whether a person labeled every
+    row offered is not recorded, so the note says 'likely'. `drawn`: the rows a pool's random share drew (the
+    check beside the gate reads them)."""
+    check = (f"the pool's random sample ({drawn} rows) measures them without that lean (the unbiased check above)" if drawn
+             else "a set of rows drawn at random measures them without that lean: a pool's random share draws some "
+                  "into every batch (Review, `suggest --random-share`)")
     return (f"{picked} of {n} labeled rows were added by review (the review queue, or pool rows labeled from "
             "their ranking): rows chosen, likely not drawn at random - the queue and the ranking put the model's least "
-            "sure rows first, so the accuracy and coverage measured here likely lean lower than on live traffic; a set "
-            "of rows drawn at random measures them without that lean")
+            f"sure rows first, so the accuracy and coverage measured here likely lean lower than on live traffic; {check}")
 
 
 def decide_gate(cal: Calibration, manual: float | None = None) -> GateDecision:
@@ -271,14 +397,16 @@ def decide_gate(cal: Calibration, manual: float | None = None) -> GateDecision:
         notes.append(f"the temperature hit its upper bound ({calibration.T_MAX:g}): these probabilities carry almost "
                      "no information about correctness")
     if cal.picked:
-        notes.append(picked_note(cal.picked, rep.n))
+        notes.append(picked_note(cal.picked, rep.n, len(cal.drawn)))
     if manual is not None:
-        return GateDecision(float(manual), "hand-set", notes)
+        check = random_check(cal, float(manual))
+        return GateDecision(float(manual), "hand-set", ([check.text()] if check else []) + notes)
     if gate.reachable and gate.threshold is not None:
-        notes.insert(0, gate.text())
-        return GateDecision(float(gate.threshold), "recommended", notes)
-    notes.insert(0, f"{gate.text()}; the exported policy decides nothing: the adapter sends every case to the fallback")
-    return GateDecision(1.0, "unreachable", notes)
+        check = random_check(cal, float(gate.threshold))
+        return GateDecision(float(gate.threshold), "recommended", [gate.text(), *([check.text()] if check else []), *notes])
+    check = random_check(cal, None)
+    return GateDecision(1.0, "unreachable", [f"{gate.text()}; the exported policy decides nothing: the adapter sends "
+                                             "every case to the fallback", *([check.text()] if check else []), *notes])
 
 
 # a row of the readout comparison as the page's table shows it (titles): every run has the first six, a

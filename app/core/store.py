@@ -67,10 +67,12 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "labeled_sets": {"columns": {"id": int, "name": str, "policy_id": str, "content_hash": str, "n_rows": int,
                                  "source": str, "created_at": str, "parent_id": int}, "pk": "id"},
     # the review queue: one row per label given (or row skipped), who and when; `set_id` is the set
-    # version it went into (NULL while pending), `undone` marks one taken back
+    # version it went into (NULL while pending), `undone` marks one taken back; `picked`: how the row came to be
+    # labeled (review.PICKED: "random draw", "suggested", "review queue"; NULL for a label given before it was kept);
+    # `draw_key`: a pool row's random key (app/service/pool.draw_keys: Calibrate's random sample of the pool)
     "review_labels": {"columns": {"id": int, "policy_id": str, "item_key": str, "run_id": int, "row_key": str,
                                   "state": str, "label": str, "action": str, "note": str, "who": str, "at": str,
-                                  "set_id": int, "undone": int}, "pk": "id"},
+                                  "set_id": int, "undone": int, "picked": str, "draw_key": float}, "pk": "id"},
     "labeled_rows": {"columns": {"id": int, "set_id": int, "row_key": str, "position": int, "state": str,
                                  "label": str, "split": str, "meta": str}, "pk": "id"},
     "results": {"columns": {"id": int, "run_id": int, "row_key": str, "position": int, "state": str,

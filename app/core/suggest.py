@@ -26,7 +26,12 @@ library's query loop.
 - **A caveat for the gate**: rows chosen for being hard are harder than the pool, so the out-of-fold accuracy of
   an actively labeled set understates the head's, and Calibrate's gate (chosen on it) comes later and is
   conservative - bench.labels measured the suggested order reaching a gate at 90% after more labels than random
-  on the shipped sets. A few randomly chosen rows beside the suggested ones would give an unbiased check.
+  on the shipped sets.
+- **A random share** (`random_share=r`, `batch`): round(r * k) rows of each batch (rounded half up) are drawn
+  uniformly at random from the open pool (seeded: the same pool and seed draw the same rows), the rest ranked as
+  above among the other rows; the drawn rows are spread through the batch (one who labels only its first rows
+  still labels some of them) and marked as drawn. Labeled, they are the rows whose out-of-fold accuracy does not
+  lean low: Calibrate checks the gate on them alone (app/core/run_calibration.random_check).
 - **Vectors**: a wide state (more than 32 columns, e.g. a hidden state) is standardised and reduced to its 32
   principal components first (as bench.labels' head sees it); a narrow one is only centred.
 
@@ -36,6 +41,8 @@ library's query loop.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import numpy as np
@@ -118,13 +125,80 @@ LABELED_CAP = 300  # labeled vectors the cold start clusters beside the pool: k-
 # every Review rerun, so a set of thousands would make each label click slow; a seeded sample covers its regions
 
 
+RANDOM_SHARE = 0.25  # the share of a batch drawn at random by default (the page, `suggest`): docs/benchmarks.md
+
+
+def draws(k: int, share: float) -> int:
+    """Rows of a batch of k drawn at random for a share: round(share * k), halves rounded up (0.25 of 10: 3).
+
+    >>> draws(10, 0.25), draws(10, 0.2), draws(4, 0.25), draws(20, 0.0)
+    (3, 2, 1, 0)
+    """
+    if not (0.0 <= share <= 1.0):  # NaN fails too
+        raise ValueError(f"random_share: {share!r} is not a share between 0 and 1")
+    return int(math.floor(share * k + 0.5)) if k > 0 else 0
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The next rows to label: `rows` (indices, in the order shown) and which of them were drawn at random."""
+    rows: list[int]
+    drawn: frozenset[int]
+
+
+def batch(P: np.ndarray, *, k: int = 20, random_share: float = 0.0, X: np.ndarray | None = None,
+          counts: Sequence[int] | None = None, few: int = 2, near: float = 0.98,
+          by: Literal["margin", "entropy"] = "margin", labeled_X: np.ndarray | None = None, seed: int = 0,
+          keys: np.ndarray | None = None) -> Batch:
+    """rank()'s batch with its random share: d = draws(k, random_share) rows drawn uniformly at random without
+    replacement from all n rows of P - the d rows with the smallest random `keys` (one per row, independent of the
+    rows' content: default numpy's default_rng(seed).random(n); a pool passes keys hashed from its row ids, so a
+    row drawn stays drawn while other rows are labeled) - the other k - d ranked by rank() among the rest (a drawn
+    row is never among the ranked ones); drawn row j (of d) is placed at position about (j + 1) * k / (d + 1) of the
+    batch, so the drawn rows are spread through it. The other arguments: rank()'s."""
+    P = np.asarray(P, float)
+    n = len(P)
+    d = draws(min(k, n), random_share)  # validated even when the pool is empty
+    k = min(k, n)
+    if n == 0 or k <= 0:
+        return Batch([], frozenset())
+    u = np.random.default_rng(seed).random(n) if keys is None else np.asarray(keys, float)
+    if u.shape != (n,):
+        raise ValueError(f"keys: {u.shape[0] if u.ndim else 0} draw keys for {n} rows")
+    drawn = [int(i) for i in np.argsort(u, kind="stable")[:d]]
+    rest = np.setdiff1d(np.arange(n), drawn)
+    sub = rank(P[rest], k=k - d, X=None if X is None else np.asarray(X)[rest], counts=counts, few=few, near=near,
+               by=by, labeled_X=labeled_X, seed=seed)
+    ranked = [int(rest[i]) for i in sub]
+    if not drawn:
+        return Batch(ranked, frozenset())
+    at = {min(k - 1, int(math.floor((j + 1) * k / (d + 1)))) for j in range(d)}
+    for pos in range(k - 1, -1, -1):  # positions collide only when d is close to k: fill from the end
+        if len(at) == d:
+            break
+        at.add(pos)
+    rows: list[int] = []
+    it_d, it_r = iter(drawn), iter(ranked)
+    for pos in range(k):
+        nxt = next(it_d, None) if pos in at else next(it_r, None)
+        if nxt is None:  # the other kind fills the place (only when a list ran short)
+            nxt = next(it_r, None) if pos in at else next(it_d, None)
+        if nxt is not None:
+            rows.append(nxt)
+    return Batch(rows, frozenset(drawn))
+
+
 def rank(P: np.ndarray, *, k: int = 20, X: np.ndarray | None = None, counts: Sequence[int] | None = None,
          few: int = 2, near: float = 0.98, by: Literal["margin", "entropy"] = "margin",
-         labeled_X: np.ndarray | None = None, seed: int = 0) -> list[int]:
+         labeled_X: np.ndarray | None = None, seed: int = 0, random_share: float = 0.0) -> list[int]:
     """Indices of up to `k` rows of P to label next, best first. `counts`: labels so far per option (P's
     columns; an option with fewer than `few` starts the cold start - pass counts only for options the pool can
     hold); `X`: the rows' state vectors (hidden states) for the cold start and the near-duplicate rule;
-    `labeled_X`: the labeled rows' state vectors (the cold start then prefers regions none of them covers)."""
+    `labeled_X`: the labeled rows' state vectors (the cold start then prefers regions none of them covers);
+    `random_share`: that share of the batch drawn at random instead (`batch`, which also says which)."""
+    if random_share:
+        return batch(P, k=k, random_share=random_share, seed=seed, X=X, counts=counts, few=few, near=near, by=by,
+                     labeled_X=labeled_X).rows
     P = np.asarray(P, float)
     n = len(P)
     if n == 0 or k <= 0:

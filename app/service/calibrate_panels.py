@@ -14,7 +14,7 @@ from adapter.policy import AtGate
 
 from app.core import calibration, heads, run_calibration
 from app.core.records import LabeledSet
-from app.core.run_calibration import Calibration, GateFlag, chance, version_label
+from app.core.run_calibration import CHECK_TITLE, Calibration, GateFlag, chance, version_label
 from app.core.stats import interval_text, range_text
 from app.core.store import Store
 from app.service import checks, review
@@ -84,7 +84,8 @@ def gate_panel(cal: Calibration, exported: Export, esc: Escape = plain) -> GateP
     whose = esc(f"Run #{cal.run_id} with {cal.chosen_name} (what Save for deployment below exports): ")
     banner = whose + (esc(gate.messages[0]) if gate.messages and not hand else f"Gate set by hand: {gate.threshold:.3f}")
     alerts = (Note(BANNER[gate.source], banner),
-              *(Note("warning", esc(n)) for n in (gate.messages if hand else gate.messages[1:])))
+              *(Note("info" if n.startswith(CHECK_TITLE) else "warning", esc(n))  # the check: a finding, not a warning
+                for n in (gate.messages if hand else gate.messages[1:])))
     nothing = nothing_decided(exported.at_gate, fallback)
     problems = ((Note("warning", esc(nothing)),) if nothing else ()) + tuple(Note("error", esc(p))
                                                                            for p in warnings(exported))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from adapter.policy import CalibratedPolicy, PolicyError, load_policy, policy_json, policy_version
 from adapter.schema import HEAD_LAYOUT
@@ -14,6 +14,7 @@ from app.core import check as ck
 from app.core import drift as dr
 from app.core import runs
 from app.core.gates import Gate, measure
+from app.core.run_calibration import CHECK_TITLE
 from app.core.runner import model_label
 from app.core.store import RunBusy, Store
 from app.core.stored import NO_RESPONSE, ModelRef, first_response
@@ -158,8 +159,7 @@ def check(store: Store, spec: CheckInput, given: Inputs) -> CheckResult:
         if model.sha256 and model.sha256 != calibrated.model.sha256:
             context["model_mismatch"] = (f"the policy was calibrated on {calibrated.model.file}; {target.name} runs "
                                          f"{model.file}: the adapter sends every row to the fallback")
-        if notes := calibrated.metrics.gate_notes:
-            context["gate_evidence"] = str(notes[0])  # how Calibrate chose the gate, as it said then
+        context.update(gate_said(calibrated.metrics.gate_notes))
         if calibrated.gate_source == "unreachable":
             context["gate"] += "; no gate reached the target when it was calibrated: the adapter decides nothing"
         if calibrated.guard != "none":
@@ -170,6 +170,16 @@ def check(store: Store, spec: CheckInput, given: Inputs) -> CheckResult:
                             [p.to_dict() for p in drift.pairs if p.kind in dr.FLIP_KINDS] if drift else [])
     tracked.check(store, run_id, report)  # MLflow, when SEMIF_MLFLOW_TRACKING_URI is set (never raises)
     return CheckResult(report, run_id, counts)
+
+
+def gate_said(notes: Sequence[str]) -> dict[str, str]:
+    """What Calibrate said of the gate, from the policy's `metrics.gate_notes`, as `check` reports it: how the gate
+    was chosen (`gate_evidence`, the first note) and the gate on the pool's random sample alone (`gate_check`:
+    run_calibration.random_check's sentence, when the set had one)."""
+    said = {"gate_evidence": str(notes[0])} if notes else {}
+    if check := next((str(n) for n in notes if str(n).startswith(CHECK_TITLE)), None):
+        said["gate_check"] = check
+    return said
 
 
 def suite_name(store: Store, result: CheckResult) -> str:

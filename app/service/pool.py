@@ -15,10 +15,11 @@ file's own request fields (the adapter's rendering of it).
 """
 from __future__ import annotations
 
+import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, TextIO
+from typing import Any, Iterable, Mapping, Sequence, TextIO
 
 import numpy as np
 
@@ -270,12 +271,21 @@ class Suggested:
     proposed: str
     margin: float
     run_id: int
+    drawn: bool = False  # drawn at random (the batch's random share), not ranked
+    key: float | None = None  # the row's random draw key (draw_keys), kept with its label: Calibrate's pool sample
+
+    @property
+    def how(self) -> str:
+        """How the row came into the batch, as the page and the command line mark it."""
+        return review.RANDOM_DRAW if self.drawn else review.SUGGESTED
 
     def item(self, option_ids: list[str]) -> review.Item:
-        """This row as a review item: labeling it is a review action like every other (who, when, undo)."""
+        """This row as a review item: labeling it is a review action like every other (who, when, undo); how it was
+        picked (drawn at random or suggested) is kept with the label and in the set version's row meta."""
+        why = "drawn at random (the unbiased check)" if self.drawn else f"least sure (margin {self.margin:.3f})"
         return review.Item(review.state_key(self.state), self.state, option_ids, self.proposed, 1.0 - self.margin,
-                           "pool", f"pool row, line {self.line}: least sure (margin {self.margin:.3f})", self.run_id,
-                           self.row_key)
+                           "pool", f"pool row, line {self.line}: {why}", self.run_id, self.row_key, picked=self.how,
+                           draw_key=self.key)
 
 
 @dataclass(frozen=True)
@@ -316,8 +326,11 @@ class Ranking:
         where = (f", {self.pending} of them not yet added to the set" if self.pending == self.moved else
                  f", {self.pending} of them not yet added to the set, {self.moved - self.pending} in it" if self.pending
                  else " and moved to the set")
+        drawn = sum(r.drawn for r in self.rows)
+        share = (f"; {drawn} of them drawn at random from the open rows, not ranked (marked random draw: label them "
+                 "whatever they look like - they are Calibrate's unbiased check of the gate)" if drawn else "")
         return (f"{len(self.rows)} of {self.open} open pool rows to label next ({self.moved} already labeled{where}); "
-                f"ranked from {self.reused} stored scores, no model call{vs}")
+                f"ranked from {self.reused} stored scores, no model call{vs}{share}")
 
 
 def label_counts(store: Store, option_ids: list[str], policy_id: str, set_id: int | None) -> list[int]:
@@ -364,23 +377,41 @@ def _hidden_of(results: Iterable[Result], labeled: set[str], found: dict[str, np
 
 
 def order(store: Store, cand: Candidate, P: np.ndarray, X: np.ndarray | None, *, k: int, into_set: int | None,
-          pool_results: Iterable[Result] = ()) -> tuple[list[int], Labeled | None]:
+          pool_results: Iterable[Result] = (), random_share: float = 0.0,
+          keys: np.ndarray | None = None) -> tuple[ranking.Batch, Labeled | None]:
     """The ranking of scored pool rows (P: the candidate's probabilities, X: their hidden states or None), the one
     rule of a stored pool and a pool file (`suggest --pool N` and `--pool FILE` rank the same rows alike): label
-    counts of the set and its pending labels (the cold start), the labeled rows' stored hidden states."""
+    counts of the set and its pending labels (the cold start), the labeled rows' stored hidden states; with
+    `random_share`, that share of the batch drawn at random from the open rows (app/core/suggest.batch) by `keys`
+    (draw_keys of the rows' keys: the same rows are drawn on every rerun of the page and on the command line)."""
     ids = [o.id for o in cand.policy.options]
     labeled = (labeled_vectors(store, cand, into_set, pool_results=pool_results, dims=X.shape[1]) if X is not None
                else None)
-    got = ranking.rank(P, k=k, X=X, counts=label_counts(store, ids, cand.policy.policy_id, into_set),
-                       labeled_X=labeled.X if labeled is not None else None)
+    got = ranking.batch(P, k=k, random_share=random_share, X=X,
+                        counts=label_counts(store, ids, cand.policy.policy_id, into_set),
+                        labeled_X=labeled.X if labeled is not None else None, keys=keys)
     return got, labeled
 
 
+RANDOM_SHARE = ranking.RANDOM_SHARE  # the page's and the command line's default share of a batch drawn at random
+DRAW_SEED = 0  # the seed of a pool's random draw (draw_keys)
+
+
+def draw_keys(row_keys: Sequence[str], seed: int = DRAW_SEED) -> np.ndarray:
+    """One random key in [0, 1) per pool row, from its row key and the seed alone (sha256): the random share draws
+    the open rows with the smallest keys - uniform over the open rows, reproducible, and stable while other rows
+    are labeled (a drawn row stays drawn until it is labeled; the next smallest key takes its place)."""
+    return np.array([int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "big") / 2.0 ** 64
+                     for key in row_keys])
+
+
 def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id: int, *, k: int = 20,
-              into_set: int | None = None, everything: bool = False) -> Ranking:
+              into_set: int | None = None, everything: bool = False, random_share: float = 0.0) -> Ranking:
     """The next k open rows to label, from the stored scores of `run_id` (no model call): the candidate's
-    probabilities (its head or correction on the stored reading), ranked by `order` (app/core/suggest.rank).
-    `everything`: every open scored row, unranked, in file order (what a label file may name)."""
+    probabilities (its head or correction on the stored reading), ranked by `order` (app/core/suggest.batch), with
+    `random_share` of them drawn at random. `everything`: every open scored row, unranked, in file order (what a
+    label file may name), those a batch of k with this share draws marked as drawn (the rows `suggest` showed as
+    drawn, while no other row was labeled in between), the others as suggested."""
     known = known_states(store, pool.policy_id, into_set)
     waiting = {review.state_key(r["state"]) for r in store.reviews(pool.policy_id, pending=True)}
     stored = {r["row_key"]: r for r in store.results(run_id) if not r["error"] and r.get("probabilities")}
@@ -410,13 +441,16 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
     Pm = np.array(P)
     m = ranking.margins(Pm)
     labeled = None
-    if everything:
-        picked = list(range(len(kept)))
+    keys = draw_keys([_row_key(r) for r in kept])
+    if everything:  # which of them a batch of k with this share draws: the same rows as the ranking's (its keys)
+        d = ranking.draws(min(k, len(kept)), random_share)
+        got = ranking.Batch(list(range(len(kept))), frozenset(int(i) for i in np.argsort(keys, kind="stable")[:d]))
     else:
         Xm = np.array(X) if all(x is not None for x in X) else None  # rank() centres / reduces them itself
-        picked, labeled = order(store, cand, Pm, Xm, k=k, into_set=into_set, pool_results=stored.values())
+        got, labeled = order(store, cand, Pm, Xm, k=k, into_set=into_set, pool_results=stored.values(),
+                             random_share=random_share, keys=keys)
     rows = [Suggested(i + 1, kept[j].line, kept[j].id, _row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
-                      float(m[j]), run_id) for i, j in enumerate(picked)]
+                      float(m[j]), run_id, j in got.drawn, float(keys[j])) for i, j in enumerate(got.rows)]
     return Ranking(rows, open_rows, moved, len(kept), failed, labeled, pending)
 
 

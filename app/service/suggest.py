@@ -29,6 +29,7 @@ class Suggested:
     state: str
     proposed: str  # the option the policy's probabilities prefer
     margin: float
+    drawn: bool = False  # drawn at random (the batch's random share), not ranked
 
 
 @dataclass
@@ -63,16 +64,16 @@ def read(policy_path: str, pool_path: str, store: Store, set_id: int | None) -> 
 
 
 def suggest(store: Store, policy: CalibratedPolicy, found: pool_rows.Pool, target: Target, *, k: int = 20,
-            set_id: int | None = None) -> Suggestion:
+            set_id: int | None = None, random_share: float = 0.0) -> Suggestion:
     cand = pools.candidate(store, policy)
     pools.check_target(cand, target)
     P, X, kept, problems = [], [], [], list(found.problems)
     for row in found.rows:
-        got = target.decide(cand.request(row, target))
-        if not got.ok or got.result is None:
-            problems.append(f"line {row.line}: the target failed on it ({got.error})")
+        answer = target.decide(cand.request(row, target))
+        if not answer.ok or answer.result is None:
+            problems.append(f"line {row.line}: the target failed on it ({answer.error})")
             continue
-        r = got.result
+        r = answer.result
         hidden = r.hidden_state.array() if r.hidden_state is not None else None
         try:
             P.append(policy.corrected(list(r.probabilities), hidden))
@@ -85,9 +86,10 @@ def suggest(store: Store, policy: CalibratedPolicy, found: pool_rows.Pool, targe
         return Suggestion([], 0, problems, found.capped)
     Pm = np.array(P)
     Xm = np.array(X) if all(x is not None for x in X) else None
-    order, _ = pools.order(store, cand, Pm, Xm, k=k, into_set=set_id)
+    got, _ = pools.order(store, cand, Pm, Xm, k=k, into_set=set_id, random_share=random_share,
+                         keys=pools.draw_keys([f"line-{r.line}" for r in kept]))
     m = ranking.margins(Pm)
     ids = [o.id for o in policy.options]
-    rows = [Suggested(i + 1, kept[j].line, kept[j].id, str(kept[j].state)[:200], ids[int(Pm[j].argmax())], float(m[j]))
-            for i, j in enumerate(order)]
+    rows = [Suggested(i + 1, kept[j].line, kept[j].id, str(kept[j].state)[:200], ids[int(Pm[j].argmax())], float(m[j]),
+                      j in got.drawn) for i, j in enumerate(got.rows)]
     return Suggestion(rows, len(kept), problems, found.capped)

@@ -200,6 +200,7 @@ class ReviewKeys(PageKeys):
     pool_open = Key()
     pool_score = Key()
     pool_scored = Key()
+    pool_share = Key()
     set = Key()
     set_next = Key()
     skip = Key()

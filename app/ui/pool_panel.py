@@ -2,8 +2,9 @@
 imported), scored once with a saved calibrated policy - in the background, like every long run on the pages
 (progress with counts and ETA, Stop, it goes on while the analyst opens other pages, and the panel shows it
 again on return) - ranked for labeling in batches of k (least sure first, options short of labels first,
-near-duplicates last), labeled here - each label a review action like the queue's, added to the set as a new
-version with the page's *Add … as a new version* button."""
+near-duplicates last; a share of each batch drawn at random, marked: Calibrate's unbiased check), labeled
+here - each label a review action like the queue's, added to the set as a new version with the page's *Add … as
+a new version* button."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -67,8 +68,15 @@ def pool_panel(db: Store, policy: Mapping[str, Any], sid: int, who: str) -> None
         st.caption(md(f"Not scored yet with {cand.describe}: each row is scored once and kept - the next ranking and "
                       "the next calibration reuse the stored scores."))
         return
-    k = int(st.number_input("Rows per batch (k)", min_value=1, max_value=200, value=10, key=KEYS.pool_k))
-    ranked = pools.rank_pool(db, pool, cand, run_id, k=k, into_set=sid)
+    c1, c2 = st.columns(2)
+    k = int(c1.number_input("Rows per batch (k)", min_value=1, max_value=200, value=10, key=KEYS.pool_k))
+    share = float(c2.number_input(
+        "Share drawn at random", min_value=0.0, max_value=1.0, value=pools.RANDOM_SHARE, step=0.05,
+        key=KEYS.pool_share, help="round(share × k) rows of each batch are drawn at random from the open rows instead "
+        "of ranked (marked 'random draw'). Label them whatever they look like: on Calibrate they are the check of the "
+        "gate that does not lean low - the ranked rows are the model's hardest, so the gate's evidence on every row "
+        "leans low. 0: ranked rows only."))
+    ranked = pools.rank_pool(db, pool, cand, run_id, k=k, into_set=sid, random_share=share)
     st.caption(md(ranked.text))
     for problem in ranked.failed[:10]:
         st.caption(md(problem))
@@ -188,7 +196,8 @@ def code(text: str) -> str:
 
 def label_row(db: Store, row: pools.Suggested, ids: list[str], cand: pools.Candidate, who: str) -> None:
     text = row.state if isinstance(row.state, str) else str(row.state)
-    st.markdown(f"**{row.rank}.** line {row.line} {code(row.id)} · margin {row.margin:.3f} · the policy says "
+    how = " · 🎲 **random draw** (label it whatever it looks like)" if row.drawn else ""
+    st.markdown(f"**{row.rank}.** line {row.line} {code(row.id)}{how} · margin {row.margin:.3f} · the policy says "
                 f"**{md(row.proposed)}**")
     st.text(text[:2000])
     cols = st.columns(min(len(ids), 6))

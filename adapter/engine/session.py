@@ -134,7 +134,7 @@ class EngineConfig:
     flash_attn: bool = True
     # head-layout rows of one policy decoded together as parallel sequences on its cached prefix (1 = one row
     # at a time). Off by default, measured (docs/benchmarks.md, bench.throughput, 2026-12-07): 4 rows gave 1.42x
-    # rows/s on Qwen 1.5B (8 rows 1.59x), 1.50x on SmolLM2, on one CPU thread (~30 tokens a row: most of a row's
+    # rows/s on Qwen 1.5B (8 rows 1.59x), 1.50x on SmolLM2, on one CPU thread, 1.35x at most on two (~30 tokens a row: most of a row's
     # time is per-token work batching does not remove), and a batched row's bits depend on its companions -
     # llama.cpp's attention over the KV cache the rows share, and on Q4_K weights the repacked and tiled kernels
     # (bench.batch_bits: with all three removed batching is bit-exact and a row costs 2x) - a probability moved by up to

@@ -27,12 +27,14 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -174,9 +176,10 @@ def calibrate_config(rows: int, sources: str, policy: str, layout: str, row_batc
     seconds = round(time.perf_counter() - t0, 1)
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"calibrate failed:\n{out[-3000:]}")
-    with sqlite3.connect(folder / "wb.db") as db:
+    with closing(sqlite3.connect(folder / "wb.db")) as db:
         runs = [{"run": rid, "sum_latency_s": round(total or 0.0, 1), "rows": n} for rid, total, n in db.execute(
             "SELECT run_id, SUM(latency_s), COUNT(*) FROM results GROUP BY run_id ORDER BY run_id")]
+    shutil.rmtree(folder, ignore_errors=True)  # its database and KV cache (a 10,000-row run's are large)
     return {"what": "calibrate" if not variants else "evaluation", "policy": policy, "rows": rows,
             "head_sources": sources, "layout": layout, "row_batch": row_batch, "target": target,
             "threads": os.environ.get("SM_SEMIF_THREADS", "all"), "peak_rss_mb": usage.ru_maxrss // 1024,

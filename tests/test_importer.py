@@ -114,3 +114,14 @@ def test_a_column_of_ids_repeated_past_the_sample_is_not_guessed_as_the_id():
     data = b"ticket,message\n" + "".join(rows).encode()
     assert importer.guess("pool.csv", data, labels=False).id is None
     assert importer.guess("pool.csv", data[: data.index(b"T-0001,the same")], labels=False).id == "ticket"
+
+
+def test_unique_amounts_or_timestamps_are_not_guessed_as_the_id():
+    """Unique decimal amounts or timestamps read as one pattern, but they are data, not ids: no id is guessed from
+    them (row numbers serve); codes with letters still are."""
+    amounts = b"amount,message\n" + b"".join(f"{10 + i}.{i:02d},my order {i} arrived broken, please refund\n".encode()
+                                              for i in range(1, 13))
+    stamps = b"at,message\n" + b"".join(f"2026-12-{i:02d}T10:00:00,my order {i} arrived broken, please refund\n".encode()
+                                        for i in range(1, 13))
+    assert importer.guess("a.csv", amounts, labels=False).id is None
+    assert importer.guess("s.csv", stamps, labels=False).id is None

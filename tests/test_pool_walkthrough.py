@@ -104,8 +104,9 @@ def test_the_command_line_walkthrough_reuses_every_stored_score(seeded):
     assert cal2.returncode == 0, cal2.stderr
     assert f"scored {N_SEED + 4} rows (0 evaluated, {N_SEED + 4} copied from stored results" in cal2.stderr
     # the gate checked on the one drawn row alone, beside the gate: printed, and kept in the export's notes
-    check = next(l for l in cal2.stdout.splitlines() if l.startswith("The unbiased check, on the labeled rows drawn at random (1)"))
-    assert "at this gate (confidence >= 0.600, out of fold)" in check and "small (under 30 rows)" in check
+    check = next(l for l in cal2.stdout.splitlines() if l.startswith("The unbiased check, on the pool's random sample ("))
+    assert "(1 labeled row, drawn at random)" in check or ": 1 drawn at random, " in check  # the drawn row is in it
+    assert "at this gate (confidence >= 0.600, out of fold)" in check and "small (under 30 rows under the bound)" in check
     assert check in json.loads(final.read_text())["metrics"]["gate_notes"]
 
     after = app("suggest", "--db", str(db), "--quiet", "--policy", str(final), "--pool", str(pid), "--k", "4",

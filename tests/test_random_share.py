@@ -118,7 +118,9 @@ def test_a_pools_drawn_rows_are_marked_stay_drawn_and_the_new_version_remembers_
     assert len(ranked.rows) == 8 and len(drawn) == 2 and "2 of them drawn at random" in ranked.text
     assert ranked == pools.rank_pool(db, pool, cand, run_id, k=8, into_set=set_id, random_share=0.25)  # every rerun
     suggested = [r for r in ranked.rows if not r.drawn]
-    assert [r.line for r in suggested] == sorted(r.line for r in suggested)[:6]  # least sure (first lines) first
+    drawn_lines = {r.line for r in drawn}
+    least_sure = [r.line for r in pool_store.rows(db, pool.id) if r.line not in drawn_lines][:6]
+    assert [r.line for r in suggested] == least_sure  # the 6 least sure open rows not drawn (the first lines), in order
     assert all(r.how == "random draw" for r in drawn) and all(r.how == "suggested" for r in suggested)
     ids = [o.id for o in cand.policy.options]
     pools.label(db, drawn[0], ids[0], who="ana", policy=cand.policy)
@@ -176,6 +178,20 @@ def checked_run(tmp_path, drawn_right: int, drawn_n: int, chosen_n: int = 40):
     policy = load_template("refund-check")
     db.save_policy(policy)
     ids = [o["id"] for o in policy["options"]]
+    pool_run = None
+    if drawn_n:  # the drawn rows' pool, every row of it scored and labeled: the whole pool is the sample
+        text = "".join(json.dumps({"state": f"state {i}"}) + "\n" for i in range(chosen_n, chosen_n + drawn_n))
+        got = pools.import_stream(db, policy, io.StringIO(text), "pool.jsonl", into_set=None)
+        pool = pools.get_pool(db, got.pool_id, "refund-check")
+        pool_run = pool_store.start_scores(db, pool, like=None, policy=policy_file(policy),
+                                           target=Target("local", "local", {}), note="n")
+        for pos, prow in enumerate(pool_store.rows(db, pool.id)):
+            db.add_result(pool_run, {"row_key": f"line-{prow.line}", "position": pos, "state": prow.state,
+                                     "label": None, "cold": 0, "option_ids": ids, "probabilities": [0.5, 0.5],
+                                     "top_option": ids[0], "label_mass": 1.0, "probability_status": "uncalibrated",
+                                     "readout": "letters", "latency_s": 0.1, "error": None, "request": None,
+                                     "response": None})
+        db.finish_run(pool_run)
     rows, probs = [], []
     rng = np.random.default_rng(3)
     for i in range(chosen_n + drawn_n):
@@ -186,7 +202,8 @@ def checked_run(tmp_path, drawn_right: int, drawn_n: int, chosen_n: int = 40):
         q = 0.97 if drawn else float(rng.uniform(0.55, 0.99))
         probs.append([q, 1 - q] if top == ids[0] else [1 - q, q])
         rows.append({"row_key": f"review-{i + 1}", "state": f"state {i}", "label": label, "split": "test",
-                     "meta": {"reviewed_by": "ana", "picked": "random draw" if drawn else "suggested"}})
+                     "meta": {"reviewed_by": "ana", "picked": "random draw" if drawn else "suggested",
+                              **({"from_run": pool_run} if drawn else {})}})
     set_id = db.import_labeled_set(name="grown", policy_id="refund-check", rows=rows, content_hash=content_hash(rows))
     run_id = db.create_run(kind="eval", policy=policy, target={"name": "local", "kind": "local", "config": {}},
                            n_rows=len(rows), labeled_set_id=set_id)
@@ -223,7 +240,7 @@ def test_the_check_on_the_drawn_rows_is_the_gates_rule_on_them_alone_recomputed_
     assert check.lower_bound == pytest.approx(bound, abs=1e-12)
     assert not check.small
     text = check.text()
-    assert text.startswith("The unbiased check, on the labeled rows drawn at random (34)")
+    assert text.startswith("The unbiased check, on the pool's random sample (34 labeled rows, all drawn at random)")
     assert f"{bound:.1%}" in text and "do not lean low" in text and "small" not in text
     assert gate.messages[1] == text  # beside the gate's own sentence: the page, the CLI and the export's notes
     assert any("the pool's random sample (34 rows) measures them without that lean" in m for m in gate.messages)
@@ -236,6 +253,9 @@ def test_the_check_on_the_drawn_rows_is_the_gates_rule_on_them_alone_recomputed_
     n9, d9, r9, b9 = by_hand(cal, 0.86)
     assert 0 < d9 < n9
     assert f"it decides {d9} of {n9}" in hand.messages[0] and f"{b9:.1%}" in hand.messages[0]
+    said = gate_said(hand.messages)  # `app check`: the check is not the gate's evidence (it came first here)
+    assert said["gate_check"] == hand.messages[0] and not said["gate_evidence"].startswith("The unbiased check")
+    assert said["gate_evidence"] in hand.messages[1:]
 
 
 def test_the_check_is_marked_small_under_30_drawn_rows_and_absent_without_any(tmp_path):
@@ -248,7 +268,7 @@ def test_the_check_is_marked_small_under_30_drawn_rows_and_absent_without_any(tm
     n, decided, right, bound = by_hand(cal, None)
     assert (check.n, check.decided, check.correct) == (10, 10, right)
     assert check.lower_bound == pytest.approx(bound, abs=1e-12)
-    assert gate.messages[1] == check.text() and "small (under 30 rows): a wide interval" in check.text()
+    assert gate.messages[1] == check.text() and "small (under 30 rows under the bound): a wide interval" in check.text()
     assert f"the gate decides nothing; with no gate the out-of-fold answer is right on {right} of them" in check.text()
     (tmp_path / "none").mkdir()
     db2, run2 = checked_run(tmp_path / "none", drawn_right=0, drawn_n=0)
@@ -299,13 +319,44 @@ def test_the_pool_sample_takes_the_rows_labeled_from_the_ranking_that_are_keyed_
     top = max(keys[r.row_key] for r in drawn)
     below = {r.state for r in first.rows if keys[r.row_key] <= top}
     assert below  # these keys: some ranked rows lie below the last draw (the case the rule is for)
+    labeled = {r.state for r in [*first.rows, *drawn]}
+    prefix = []  # by hand: the pool in key order, up to the first row not labeled
+    for line in sorted(keys, key=keys.__getitem__):
+        state = next(r.state for r in pool_store.rows(db, pool.id) if f"line-{r.line}" == line)
+        if state not in labeled:
+            break
+        prefix.append(state)
+    assert below | {r.state for r in drawn} <= set(prefix)
     run = eval_run(db, new_id)
     used = db.results(run)
     sample, draws = run_calibration.drawn_rows(db, run, used)
-    assert {used[i]["state"] for i in sample} == below | {r.state for r in drawn} and draws == 3
+    assert {used[i]["state"] for i in sample} == set(prefix) and draws == 3
     cal = run_calibration.calibrate(db, run, target_accuracy=0.8, with_heads=False)
     check = run_calibration.random_check(cal, None)
-    assert check is not None and check.n == len(below) + 3 and check.draws == 3
-    assert (f"on the pool's random sample ({check.n} labeled rows: 3 drawn at random, {len(below)} labeled from the "
-            "ranking before the draw reached them)") in check.text()
+    assert check is not None and check.n == len(prefix) and check.draws == 3
+    assert (f"on the pool's random sample ({check.n} labeled rows: 3 drawn at random, {check.n - 3} labeled "
+            "otherwise - ranked or reviewed - before the draw reached them)") in check.text()
     assert cal.picked == 15 - check.n  # the ranked rows outside the sample: chosen, so they lean low
+
+
+def test_a_drawn_row_left_unlabeled_ends_the_sample_and_marks_do_not_make_it(scored_pool):
+    """The sample is read from the pool in key order, not from the rows' marks: a drawn row shown but not labeled
+    ends it there (the rows drawn after it are left out: fewer rows, not leaning rows), and a row marked drawn is
+    in the sample only where the pool's order puts it."""
+    db, policy, set_id, pool, cand, run_id = scored_pool
+    ids = [o.id for o in cand.policy.options]
+    first = pools.rank_pool(db, pool, cand, run_id, k=10, into_set=set_id)
+    for r in first.rows:
+        pools.label(db, r, ids[0], who="ana", policy=cand.policy)
+    second = pools.rank_pool(db, pool, cand, run_id, k=8, into_set=set_id, random_share=0.5)
+    drawn = sorted((r for r in second.rows if r.drawn), key=lambda r: r.key or 0.0)
+    assert len(drawn) == 4
+    for r in drawn[1:]:  # the drawn row with the smallest key is skipped
+        pools.label(db, r, ids[1], who="ana", policy=cand.policy)
+    new_id, _ = review.append_version(db, set_id, {"id": "refund-check"})
+    run = eval_run(db, new_id)
+    used = db.results(run)
+    sample, draws = run_calibration.drawn_rows(db, run, used)
+    cut = drawn[0].key or 0.0
+    assert {used[i]["state"] for i in sample} == {r.state for r in first.rows if (r.key or 0.0) < cut}
+    assert draws == 0  # every drawn row labeled lies after the skipped one

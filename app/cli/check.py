@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     if evidence := ctx.get("gate_evidence"):
         print(f"the policy's gate, as Calibrate chose it: {evidence}", file=sys.stderr)
     if checked := ctx.get("gate_check"):
-        print(f"the gate on the rows drawn at random, as Calibrate checked it: {checked}", file=sys.stderr)
+        print(f"the gate on the pool's random sample, as Calibrate checked it: {checked}", file=sys.stderr)
     for o in result.report.outcomes:
         print(f"[{'PASS' if o.passed else 'FAIL'}] --{o.name}: {o.message}")
     try:

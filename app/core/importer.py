@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from datetime import datetime
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -31,6 +32,18 @@ def _norm(name: str) -> str:
 def _texts(records: Sequence[Mapping[str, Any]], column: str) -> list[str]:
     return [v if isinstance(v, str) else str(v) for rec in records[:SAMPLE]
             if (v := rec.get(column)) is not None and not is_empty_state(v)]
+
+
+def _coded(values: Sequence[str]) -> bool:
+    """Values that read as codes (a letter in each: 'T-001', 'GH-1042', a hash), not numbers or dates ('12.50',
+    '2026-12-07'): a column of unique amounts or timestamps is data, not the row id (row numbers serve then)."""
+    def date(v: str) -> bool:
+        try:
+            datetime.fromisoformat(v.strip())
+            return True
+        except ValueError:
+            return False
+    return bool(values) and all(any(ch.isalpha() for ch in v) for v in values) and not any(date(v) for v in values[:20])
 
 
 def _unique(records: Sequence[Mapping[str, Any]], column: str) -> bool:
@@ -118,7 +131,8 @@ def guess(filename: str, data: bytes, *, labels: bool = True) -> Guess:
          and len(set(_texts(recs, c))) == len(_texts(recs, c))), None) or next(
         # no column named like an id: one whose values read as ids ('ticket': T-001, T-002, ...) - before, a pool's
         # own ticket numbers were dropped and its rows shown as pool-1, pool-2, ...
-        (c for c in found if c not in (state, label) and id_like(_texts(recs, c)) and _unique(recs, c)), None)
+        (c for c in found if c not in (state, label) and id_like(_texts(recs, c)) and _coded(_texts(recs, c))
+         and _unique(recs, c)), None)
     return Guess(found, state, label, ident)
 
 

@@ -26,7 +26,9 @@ from app.core.heads import HeadFit
 from app.core.gates import Gate, GateMetrics, measure
 from app.core.runs import arrays, families, hidden_states, is_head_layout, run_config, scored_probabilities, variant_name
 from app.core.records import Calibrated, config_of
-from app.core.review import RANDOM_DRAW, REVIEWED_KEY
+from app.core import pool_store
+from app.core import suggest as ranking
+from app.core.review import RANDOM_DRAW, REVIEWED_KEY, state_key
 
 REVIEWED_ROW = re.compile(re.escape(REVIEWED_KEY) + r"\d+")  # the row key append_version gives a reviewed row
 from app.core.stats import SMALL_N, PairedGain, Proportion, ProportionJSON, bootstrap_ci, proportion
@@ -154,40 +156,44 @@ def calibrate(store: Store, run_id: int, *, target_accuracy: float = 0.9, per_op
 def drawn_rows(store: Store, run_id: int, used: Sequence[Mapping[str, Any]]) -> tuple[frozenset[int], int]:
     """The pool's random sample among a run's used results (indices into `used`), and how many of it were drawn.
 
-    A pool's random share draws the open rows with the smallest random keys (app/service/pool.draw_keys), so every
-    pool row keyed at most the last drawn row's was labeled by then - drawn, or labeled from the ranking before the
-    draw reached it: together a uniform random sample of the pool (the drawn rows alone are not quite: they come
-    from the open rows, which the ranking has thinned of hard ones - bench.labels measured them leaning high once
-    the labeled rows are a large share of the pool). So the sample is, per pool (the set row's meta `from_run`, a
-    pool run): the rows marked picked = "random draw", and the rows of that pool whose `draw_key` is at most the
-    largest drawn row's (app/core/review.append_version keeps both)."""
+    A pool's random share draws the open rows with the smallest random keys (app/core/suggest.draw_keys: from a row's
+    place in the pool alone, never its content), so the scored pool rows in key order, up to the first one not in
+    the set, are a prefix of a random permutation of the pool: a uniform random sample of it, whoever labeled them
+    and how (drawn, ranked, from the review queue, or before draw keys were kept). The sample is read from the pool
+    itself, not from the rows' marks: a drawn row shown but left unlabeled ends the sample there (fewer rows, not
+    leaning rows), and a row marked drawn by mistake changes nothing. The drawn rows alone are not such a sample:
+    they come from the open rows, which the ranking has thinned of hard ones (bench.labels measured them leaning
+    high). Only pools the random share drew from (some set row marked picked = "random draw") are read."""
     run = store.get_run(run_id)
     if run is None or not run["labeled_set_id"]:
         return frozenset(), 0
-    pool_of: dict[Any, Any] = {}
-
-    def pool(meta: Mapping[str, Any]) -> Any:  # the pool a row came from: its pool run's pool id
-        src = meta.get("from_run")
-        if src not in pool_of:
-            got = store.get_run(int(src)) if isinstance(src, int) else None
-            pool_of[src] = (got.get("config") or {}).get("pool_id", src) if got is not None else src
-        return pool_of[src]
-
-    metas: dict[str, Mapping[str, Any]] = {}
+    by_state: dict[str, str] = {}  # a set row's state -> its row key
+    drawn: set[str] = set()
+    pool_runs: dict[int, set[int]] = {}  # pool id -> the pool runs its labeled rows came from
     for r in store.labeled_rows(run["labeled_set_id"]):
-        if isinstance(meta := r.get("meta"), dict):
-            metas[r["row_key"]] = meta
-    drawn = {key for key, m in metas.items() if m.get("picked") == RANDOM_DRAW}
-    if not drawn:
-        return frozenset(), 0
-    top: dict[Any, float] = {}
-    for key in drawn:
-        if isinstance(k := metas[key].get("draw_key"), (int, float)):
-            top[pool(metas[key])] = max(top.get(pool(metas[key]), -1.0), float(k))
-    sample = set(drawn) | {key for key, m in metas.items() if isinstance(k := m.get("draw_key"), (int, float))
-                           and pool(m) in top and float(k) <= top[pool(m)]}
-    rows = frozenset(i for i, r in enumerate(used) if r.get("row_key") in sample)
-    return rows, sum(1 for r in used if r.get("row_key") in drawn)
+        by_state.setdefault(state_key(r["state"]), r["row_key"])
+        meta = r.get("meta")
+        if not isinstance(meta, dict) or meta.get("picked") != RANDOM_DRAW:
+            continue
+        drawn.add(r["row_key"])
+        src = meta.get("from_run")
+        got = store.get_run(int(src)) if isinstance(src, int) else None
+        pool_id = (got.get("config") or {}).get("pool_id") if got is not None else None
+        if isinstance(pool_id, int):
+            pool_runs.setdefault(pool_id, set()).add(int(src))  # type: ignore[arg-type]
+    sample: set[str] = set()
+    for pool_id, runs_of in pool_runs.items():
+        scored = {res["row_key"] for rid in runs_of for res in store.results(rid) if not res.get("error")}
+        rows = [(f"line-{row.line}", row.state) for row in pool_store.iter_rows(store, pool_id)
+                if f"line-{row.line}" in scored]  # a row never scored was never offered: not part of the draw
+        keys = ranking.draw_keys([key for key, _ in rows])
+        for i in np.argsort(keys, kind="stable"):
+            set_key = by_state.get(state_key(rows[int(i)][1]))
+            if set_key is None:  # the first pool row not labeled: the sample ends before it
+                break
+            sample.add(set_key)
+    idx = frozenset(i for i, r in enumerate(used) if r.get("row_key") in sample)
+    return idx, sum(1 for i in idx if used[i].get("row_key") in drawn)
 
 
 CHECK_TITLE = "The unbiased check"  # how the check's sentence begins (the page shows it apart; `app check` picks it)
@@ -224,18 +230,21 @@ class RandomCheck:
 
     @property
     def small(self) -> bool:
-        return self.n < SMALL_N
+        """Fewer than SMALL_N rows under the bound: the decided ones at a gate (the bound is over them), else all."""
+        return (self.decided if self.threshold is not None else self.n) < SMALL_N
 
     def text(self) -> str:
         """The check in one sentence, beside the gate's (the page, the command line, the export's gate notes)."""
         every = (f"on all {self.rows} rows {self.rows_decided} decided, {self.rows_correct} right"
                  + (f" ({self.rows_correct / self.rows_decided:.1%})" if self.rows_decided else ""))
-        small = (f" - small (under {SMALL_N} rows): a wide interval; label more of the drawn rows" if self.small else "")
+        small = (f" - small (under {SMALL_N} rows under the bound): a wide interval; label more of the drawn rows"
+                 if self.small else "")
         lean = ("these rows are a random sample of the pool, not chosen for being hard, so unlike the figures on "
                 "every row they do not lean low")
-        on = (f"on the labeled rows drawn at random ({self.n})" if not 0 < self.draws < self.n else
-              f"on the pool's random sample ({self.n} labeled rows: {self.draws} drawn at random, {self.n - self.draws} "
-              "labeled from the ranking before the draw reached them)")
+        rows = f"{self.n} labeled row{'' if self.n == 1 else 's'}"
+        on = (f"on the pool's random sample ({rows}, {'all ' if self.n > 1 else ''}drawn at random)" if self.draws == self.n
+              else f"on the pool's random sample ({rows}: {self.draws} drawn at random, {self.n - self.draws} "
+              "labeled otherwise - ranked or reviewed - before the draw reached them)")
         if self.threshold is None:
             verdict = "meets" if self.lower_bound >= self.target else "is below"
             return (f"{CHECK_TITLE}, {on}: the gate decides nothing; with no "

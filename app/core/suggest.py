@@ -41,6 +41,7 @@ library's query loop.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Literal, Sequence
@@ -125,6 +126,18 @@ LABELED_CAP = 300  # labeled vectors the cold start clusters beside the pool: k-
 # every Review rerun, so a set of thousands would make each label click slow; a seeded sample covers its regions
 
 
+DRAW_SEED = 0  # the seed of a pool's random draw (draw_keys)
+
+
+def draw_keys(row_keys: Sequence[str], seed: int = DRAW_SEED) -> np.ndarray:
+    """One random key in [0, 1) per pool row, from its row key and the seed alone (sha256): the random share draws
+    the open rows with the smallest keys - uniform over the open rows, reproducible, and stable while other rows
+    are labeled (a drawn row stays drawn until it is labeled; the next smallest key takes its place). Calibrate's
+    pool sample (app/core/run_calibration.drawn_rows) walks the pool in this order."""
+    return np.array([int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "big") / 2.0 ** 64
+                     for key in row_keys])
+
+
 RANDOM_SHARE = 0.25  # the share of a batch drawn at random by default (the page, `suggest`): docs/benchmarks.md
 
 
@@ -136,7 +149,7 @@ def draws(k: int, share: float) -> int:
     """
     if not (0.0 <= share <= 1.0):  # NaN fails too
         raise ValueError(f"random_share: {share!r} is not a share between 0 and 1")
-    return int(math.floor(share * k + 0.5)) if k > 0 else 0
+    return int(math.floor(round(share * k, 9) + 0.5)) if k > 0 else 0  # round(): 0.35 * 90 is 31.4999...
 
 
 @dataclass(frozen=True)

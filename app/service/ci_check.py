@@ -176,7 +176,8 @@ def gate_said(notes: Sequence[str]) -> dict[str, str]:
     """What Calibrate said of the gate, from the policy's `metrics.gate_notes`, as `check` reports it: how the gate
     was chosen (`gate_evidence`, the first note) and the gate on the pool's random sample alone (`gate_check`:
     run_calibration.random_check's sentence, when the set had one)."""
-    said = {"gate_evidence": str(notes[0])} if notes else {}
+    evidence = next((str(n) for n in notes if not str(n).startswith(CHECK_TITLE)), None)  # a hand-set gate's
+    said = {"gate_evidence": evidence} if evidence else {}  # notes begin with the check: not its evidence
     if check := next((str(n) for n in notes if str(n).startswith(CHECK_TITLE)), None):
         said["gate_check"] = check
     return said

@@ -15,7 +15,6 @@ file's own request fields (the adapter's rendering of it).
 """
 from __future__ import annotations
 
-import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -394,15 +393,8 @@ def order(store: Store, cand: Candidate, P: np.ndarray, X: np.ndarray | None, *,
 
 
 RANDOM_SHARE = ranking.RANDOM_SHARE  # the page's and the command line's default share of a batch drawn at random
-DRAW_SEED = 0  # the seed of a pool's random draw (draw_keys)
-
-
-def draw_keys(row_keys: Sequence[str], seed: int = DRAW_SEED) -> np.ndarray:
-    """One random key in [0, 1) per pool row, from its row key and the seed alone (sha256): the random share draws
-    the open rows with the smallest keys - uniform over the open rows, reproducible, and stable while other rows
-    are labeled (a drawn row stays drawn until it is labeled; the next smallest key takes its place)."""
-    return np.array([int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "big") / 2.0 ** 64
-                     for key in row_keys])
+DRAW_SEED = ranking.DRAW_SEED
+draw_keys = ranking.draw_keys  # (app/core/suggest: Calibrate's pool sample reads the same keys)
 
 
 def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id: int, *, k: int = 20,

@@ -203,8 +203,16 @@ def curve(Z: np.ndarray, y: np.ndarray, k: int, seed: int, order: str, target: f
                 Po = oof(Z[L], y[L], k, seed)
                 right = Po.argmax(axis=1) == y[L]
                 mask = np.array([i in drawn for i in labeled])
-                top = max((keys[i] for i in drawn), default=-1.0)
-                sample = np.array([keys[i] <= top for i in labeled]) if order != "random" else mask
+                # the check's sample, as run_calibration.drawn_rows reads it: the pool in key order up to the first
+                # row not labeled (only once the share has drawn: before, Calibrate shows no check)
+                prefix: set[int] = set()
+                if drawn:
+                    have = set(labeled)
+                    for i in sorted(pool, key=lambda j: keys[j]):
+                        if i not in have:
+                            break
+                        prefix.add(i)
+                sample = np.array([i in prefix for i in labeled]) if order != "random" else mask
                 point = (acc, gate_coverage(Po, y[L], target, P_te), float(right.mean()),
                          float(right[mask].mean()) if mask.any() else nan, int(mask.sum()),
                          float(right[sample].mean()) if sample.any() else nan, int(sample.sum()))
@@ -353,8 +361,8 @@ def run(seeds: int, target: float, jobs: int = 1, orders: tuple[str, ...] = tupl
                "to a gate (median, seeds reaching one), held-out gate coverage with every pool row labeled, and the lean "
                "- at " + " and ".join(str(b) for b in LEAN_AT) + " labels, the mean over seeds of the held-out accuracy "
                "/ the out-of-fold accuracy of every labeled row (what the gate is chosen on) / of the rows drawn at random "
-               "alone / of the pool sample (the check: the labeled rows whose random key is at most the last drawn "
-               "row's - the drawn rows and the suggested ones the draw would have taken; mean rows in brackets).\n\n"
+               "alone / of the pool sample (the check, as run_calibration.drawn_rows reads it: the pool in random-key order "
+               "up to the first row not labeled; mean rows in brackets).\n\n"
                "| set | order | labels to accuracy − 2 pts (share of random's, interval) | labels to a gate | gate coverage, "
                "whole pool | " + " | ".join(f"at {b} labels: held out / OOF all / OOF drawn (rows) / OOF pool sample (rows)"
                                      for b in LEAN_AT)

@@ -74,6 +74,11 @@ def test_drawn_rows_are_spread_through_the_batch_and_no_share_is_the_ranking_as_
     assert sorted(short.rows) == [0, 1, 2] and len(short.drawn) == 2
 
 
+def test_halves_round_up_even_where_the_product_is_a_hair_under_the_half():
+    assert 0.35 * 90 < 31.5 and 0.7 * 45 < 31.5  # float: 31.499999999999996
+    assert suggest.draws(90, 0.35) == 32 and suggest.draws(45, 0.7) == 32 and suggest.draws(90, 0.15000000000000002) == 14
+
+
 @pytest.mark.parametrize("bad", [float("nan"), -0.01, 1.5, float("inf")])
 def test_a_share_outside_0_to_1_is_refused(bad):
     with pytest.raises(ValueError, match="random_share: .* is not a share between 0 and 1"):

@@ -68,14 +68,7 @@ def pool_panel(db: Store, policy: Mapping[str, Any], sid: int, who: str) -> None
         st.caption(md(f"Not scored yet with {cand.describe}: each row is scored once and kept - the next ranking and "
                       "the next calibration reuse the stored scores."))
         return
-    c1, c2 = st.columns(2)
-    k = int(c1.number_input("Rows per batch (k)", min_value=1, max_value=200, value=10, key=KEYS.pool_k))
-    share = float(c2.number_input(
-        "Share drawn at random", min_value=0.0, max_value=1.0, value=pools.RANDOM_SHARE, step=0.05,
-        key=KEYS.pool_share, help="round(share × k) rows of each batch are drawn at random from the open rows instead "
-        "of ranked (marked 'random draw'). Label them whatever they look like: on Calibrate they are the check of the "
-        "gate that does not lean low - the ranked rows are the model's hardest, so the gate's evidence on every row "
-        "leans low. 0: ranked rows only."))
+    k, share = batch_controls()
     ranked = pools.rank_pool(db, pool, cand, run_id, k=k, into_set=sid, random_share=share)
     st.caption(md(ranked.text))
     for problem in ranked.failed[:10]:
@@ -85,6 +78,19 @@ def pool_panel(db: Store, policy: Mapping[str, Any], sid: int, who: str) -> None
     ids = [o.id for o in cand.policy.options]
     for row in ranked.rows:
         label_row(db, row, ids, cand, who)
+
+
+def batch_controls() -> tuple[int, float]:
+    """How many rows a batch shows (k) and the share of them drawn at random."""
+    c1, c2 = st.columns(2)
+    k = int(c1.number_input("Rows per batch (k)", min_value=1, max_value=200, value=10, key=KEYS.pool_k))
+    share = float(c2.number_input(
+        "Share drawn at random", min_value=0.0, max_value=1.0, value=pools.RANDOM_SHARE, step=0.05,
+        key=KEYS.pool_share, help="round(share × k) rows of each batch are drawn at random from the open rows instead "
+        "of ranked (marked 'random draw'). Label them whatever they look like: on Calibrate they are the check of the "
+        "gate that does not lean low - the ranked rows are the model's hardest, so the gate's evidence on every row "
+        "leans low. 0: ranked rows only."))
+    return k, share
 
 
 def import_pool(db: Store, policy: Mapping[str, Any], sid: int) -> None:

@@ -200,21 +200,26 @@ def aws_env(monkeypatch, moto_url):
 
 
 
+def import_subset(store, folder, set_name: str, n_rows: int):
+    """The shipped policy `set_name` saved and the first n_rows test rows of its set imported: (policy, set id)."""
+    from adapter.engine.templates import load_template
+    from app.core.labeled import import_file
+
+    policy = load_template(set_name)
+    store.save_policy(policy)
+    data = subset_file(Path(folder), set_name, n_rows, n_train=0).read_bytes()
+    return policy, import_file(store, f"{set_name}-{n_rows}.jsonl", data, policy)
+
+
 def two_model_runs(store, smollm2, qwen05, n_rows: int = 12, set_name: str = "ticket-routing", tmp_path=None) -> tuple[int, int]:
     """Evaluation runs of the same labeled rows on the two fixture models (SmolLM2 = run A, Qwen2.5-Coder-0.5B
     = run B): real drift between two local models, for the comparison tests."""
     import tempfile
 
-    from adapter.engine.templates import load_template
     from app.core import runs
-    from app.core.labeled import import_file
     from app.targets.local import LocalTarget
 
-    policy = load_template(set_name)
-    store.save_policy(policy)
-    folder = Path(tmp_path or tempfile.mkdtemp(prefix="semif-drift-"))
-    set_id = import_file(store, f"{set_name}-{n_rows}.jsonl", subset_file(folder, set_name, n_rows, n_train=0).read_bytes(),
-                         policy)
+    policy, set_id = import_subset(store, tmp_path or tempfile.mkdtemp(prefix="semif-drift-"), set_name, n_rows)
     made = []
     for name, eng in (("local", smollm2), ("local-qwen2.5-coder-0.5b", qwen05)):
         target = LocalTarget(name, {"model": "" if name == "local" else "qwen2.5-coder-0.5b"}, lambda model, e=eng: e)

@@ -13,19 +13,16 @@ import pytest
 
 from adapter.engine.templates import load_template
 from app.core import decision_import, pool_store
-from app.core.labeled import import_file
 from app.core.pool import PoolRow
 from app.core.store import Store
 from app.service import pool as pools
-from tests.conftest import subset_file
+from tests.conftest import import_subset
 
 
 @pytest.fixture()
 def setup(tmp_path):
     db = Store(tmp_path / "wb.db")
-    policy = load_template("refund-check")
-    db.save_policy(policy)
-    set_id = import_file(db, "refund-4.jsonl", subset_file(tmp_path, "refund-check", 4, n_train=0).read_bytes(), policy)
+    policy, set_id = import_subset(db, tmp_path, "refund-check", 4)
     return db, policy, set_id
 
 
@@ -226,9 +223,7 @@ def test_a_labeled_set_of_another_policy_is_refused_by_pool_import_and_suggest_b
     from app.__main__ import main
 
     db, policy, set_id = setup
-    other = load_template("ticket-routing")
-    db.save_policy(other)
-    theirs = import_file(db, "t-4.jsonl", subset_file(tmp_path, "ticket-routing", 4, n_train=0).read_bytes(), other)
+    _, theirs = import_subset(db, tmp_path, "ticket-routing", 4)
     pool_file = tmp_path / "pool.jsonl"
     pool_file.write_text(jsonl({"state": "my refund never came"}, {"state": "wrong colour"}))
     wb = str(tmp_path / "wb.db")

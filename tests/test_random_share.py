@@ -21,11 +21,11 @@ from adapter.engine.templates import load_template
 from adapter.policy import CalibratedPolicy
 from app.core import pool_store, review, run_calibration
 from app.core import suggest
-from app.core.labeled import content_hash, import_file
+from app.core.labeled import content_hash
 from app.core.store import Store
 from app.service import pool as pools
 from app.targets.base import Target
-from tests.conftest import subset_file
+from tests.conftest import import_subset
 
 
 # -- the draw -----------------------------------------------------------------------------------------
@@ -97,9 +97,7 @@ def policy_file(policy: dict) -> CalibratedPolicy:
 def scored_pool(tmp_path):
     """A 4-row set of refund-check and a 30-row pool whose scores are stored by hand (no model)."""
     db = Store(tmp_path / "wb.db")
-    policy = load_template("refund-check")
-    db.save_policy(policy)
-    set_id = import_file(db, "refund-4.jsonl", subset_file(tmp_path, "refund-check", 4, n_train=0).read_bytes(), policy)
+    policy, set_id = import_subset(db, tmp_path, "refund-check", 4)
     text = "".join(json.dumps({"state": f"pool row number {i}: a refund question"}) + "\n" for i in range(30))
     got = pools.import_stream(db, policy, io.StringIO(text), "pool.jsonl", into_set=set_id)
     pool = pools.get_pool(db, got.pool_id, "refund-check")

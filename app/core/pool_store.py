@@ -103,6 +103,12 @@ def rows(store: Store, pool_id: int) -> list[PoolRow]:
     return list(iter_rows(store, pool_id))
 
 
+def row_key(row: PoolRow) -> str:
+    """A pool row's key in its scoring runs' results (and its random draw key's seed): unique in the pool - a file's
+    own ids may repeat."""
+    return f"line-{row.line}"
+
+
 def iter_rows(store: Store, pool_id: int) -> Iterator[PoolRow]:
     with store.db() as db:
         if "pool_rows" not in db.table_names():

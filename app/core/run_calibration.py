@@ -169,23 +169,24 @@ def drawn_rows(store: Store, run_id: int, used: Sequence[Mapping[str, Any]]) -> 
         return frozenset(), 0
     by_state: dict[str, str] = {}  # a set row's state -> its row key
     drawn: set[str] = set()
-    pool_runs: dict[int, set[int]] = {}  # pool id -> the pool runs its labeled rows came from
+    sources: set[int] = set()  # the pool runs the drawn rows came from
     for r in store.labeled_rows(run["labeled_set_id"]):
         by_state.setdefault(state_key(r["state"]), r["row_key"])
         meta = r.get("meta")
-        if not isinstance(meta, dict) or meta.get("picked") != RANDOM_DRAW:
-            continue
-        drawn.add(r["row_key"])
-        src = meta.get("from_run")
-        got = store.get_run(int(src)) if isinstance(src, int) else None
-        pool_id = (got.get("config") or {}).get("pool_id") if got is not None else None
-        if isinstance(pool_id, int):
-            pool_runs.setdefault(pool_id, set()).add(int(src))  # type: ignore[arg-type]
+        if isinstance(meta, dict) and meta.get("picked") == RANDOM_DRAW:
+            drawn.add(r["row_key"])
+            if isinstance(src := meta.get("from_run"), int):
+                sources.add(src)
+    pool_runs: dict[int, set[int]] = {}  # pool id -> those of its runs (each run read once)
+    for src in sources:
+        got = store.get_run(src)
+        if got is not None and isinstance(pool_id := (got.get("config") or {}).get("pool_id"), int):
+            pool_runs.setdefault(pool_id, set()).add(src)
     sample: set[str] = set()
     for pool_id, runs_of in pool_runs.items():
-        scored = {res["row_key"] for rid in runs_of for res in store.results(rid) if not res.get("error")}
-        rows = [(f"line-{row.line}", row.state) for row in pool_store.iter_rows(store, pool_id)
-                if f"line-{row.line}" in scored]  # a row never scored was never offered: not part of the draw
+        scored = set().union(*(store.done_keys(rid) for rid in runs_of))  # row keys only, not whole results
+        rows = [(key, row.state) for row in pool_store.iter_rows(store, pool_id)
+                if (key := pool_store.row_key(row)) in scored]  # a row never scored was never offered: not drawn
         keys = ranking.draw_keys([key for key, _ in rows])
         for i in np.argsort(keys, kind="stable"):
             set_key = by_state.get(state_key(rows[int(i)][1]))

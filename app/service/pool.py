@@ -204,10 +204,6 @@ def calibrated_of(store: Store, policy_id: str) -> list[tuple[int, CalibratedPol
     return out
 
 
-def _row_key(row: pool_rows.PoolRow) -> str:
-    return f"line-{row.line}"  # unique in the pool (a file's own ids may repeat)
-
-
 @dataclass(frozen=True)
 class Scored:
     run_id: int
@@ -249,8 +245,8 @@ def score(store: Store, pool: pool_store.StoredPool, cand: Candidate, target: Ta
         run_id = pool_store.start_scores(store, pool, like=cand.run, policy=cand.policy, target=target,
                                          note=f"{pool.label}, scored as {cand.describe}")
     done = store.done_keys(run_id)
-    todo = [(i, Case(_row_key(r), r.state), cand.request(r, target)) for i, r in enumerate(rows)
-            if _row_key(r) not in done]
+    todo = [(i, Case(pool_store.row_key(r), r.state), cand.request(r, target)) for i, r in enumerate(rows)
+            if pool_store.row_key(r) not in done]
     counts = {"evaluated": 0, "reused": 0}
     if todo:
         counts = score_into_runs(store, [Job(run_id, target, done=frozenset(done))], todo, total=len(rows),
@@ -414,7 +410,7 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
             pending += key in waiting
             continue
         open_rows += 1  # not labeled yet, scored or not (a row not scored or not readable is named in `failed`)
-        res = stored.get(_row_key(row))
+        res = stored.get(pool_store.row_key(row))
         if res is None:
             failed.append(f"line {row.line}: not scored (score the pool first)")
             continue
@@ -433,7 +429,7 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
     Pm = np.array(P)
     m = ranking.margins(Pm)
     labeled = None
-    keys = draw_keys([_row_key(r) for r in kept])
+    keys = draw_keys([pool_store.row_key(r) for r in kept])
     if everything:  # which of them a batch of k with this share draws: the same rows as the ranking's (its keys)
         d = ranking.draws(min(k, len(kept)), random_share)
         got = ranking.Batch(list(range(len(kept))), frozenset(int(i) for i in np.argsort(keys, kind="stable")[:d]))
@@ -441,7 +437,7 @@ def rank_pool(store: Store, pool: pool_store.StoredPool, cand: Candidate, run_id
         Xm = np.array(X) if all(x is not None for x in X) else None  # rank() centres / reduces them itself
         got, labeled = order(store, cand, Pm, Xm, k=k, into_set=into_set, pool_results=stored.values(),
                              random_share=random_share, keys=keys)
-    rows = [Suggested(i + 1, kept[j].line, kept[j].id, _row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
+    rows = [Suggested(i + 1, kept[j].line, kept[j].id, pool_store.row_key(kept[j]), kept[j].state, ids[int(Pm[j].argmax())],
                       float(m[j]), run_id, j in got.drawn, float(keys[j])) for i, j in enumerate(got.rows)]
     return Ranking(rows, open_rows, moved, len(kept), failed, labeled, pending)
 

@@ -15,6 +15,7 @@ import numpy as np
 from adapter.policy import CalibratedPolicy, PolicyError, load_policy
 
 from app.core import pool as pool_rows
+from app.core import pool_store
 from app.core import suggest as ranking
 from app.service import pool as pools
 from app.core.store import Store
@@ -87,7 +88,7 @@ def suggest(store: Store, policy: CalibratedPolicy, found: pool_rows.Pool, targe
     Pm = np.array(P)
     Xm = np.array(X) if all(x is not None for x in X) else None
     got, _ = pools.order(store, cand, Pm, Xm, k=k, into_set=set_id, random_share=random_share,
-                         keys=pools.draw_keys([f"line-{r.line}" for r in kept]))
+                         keys=pools.draw_keys([pool_store.row_key(r) for r in kept]))
     m = ranking.margins(Pm)
     ids = [o.id for o in policy.options]
     rows = [Suggested(i + 1, kept[j].line, kept[j].id, str(kept[j].state)[:200], ids[int(Pm[j].argmax())], float(m[j]),
